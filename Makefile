@@ -1,0 +1,93 @@
+# cusnap — build, test and demo. See README.md.
+#   make            build every artifact into $(BUILD)/
+#   make test       install what the suite needs, run it, then again under ASan+UBSan
+#   make SANITIZE=address,undefined BUILD=build-asan   a sanitizer build
+CUDA_HOME ?= /usr/local/cuda
+BUILD ?= build
+CC ?= gcc
+SANITIZE ?=
+
+CUDA_H := $(CUDA_HOME)/include/cuda.h
+ifeq ($(wildcard $(CUDA_H)),)
+$(error cuda.h not found at $(CUDA_H): set CUDA_HOME to the CUDA toolkit whose include/cuda.h cusnap must be compiled against)
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+ifneq ($(CI),)
+WARN += -Werror
+endif
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=c17 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(WARN) $(CFLAGS) -Iinclude -I$(CUDA_HOME)/include
+LDLIBS := -lpthread
+ifneq ($(SANITIZE),)
+ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+COMMON_SRC := $(wildcard src/common/*.c)
+EMU_SRC := $(wildcard emu/*.c)
+EMU := $(BUILD)/emu/libcuda.so.1
+
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
+EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
+HARNESS := $(BUILD)/obj/tests/harness/harness.o
+
+.PHONY: all tests test check clean deps criu help
+.DEFAULT_GOAL := all
+
+all: $(EMU) $(BUILD)/emu/libcuda.so
+
+help:
+	@sed -n '1,6p' Makefile
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/gen/emu_errors.h: $(CUDA_H) emu/errors.awk
+	@mkdir -p $(dir $@)
+	awk -f emu/errors.awk $(CUDA_H) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/emu/init.o: $(BUILD)/gen/emu_errors.h
+$(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
+
+$(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/emu/libcuda.so: $(EMU)
+	ln -sf libcuda.so.1 $@
+
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Emulator tests link cuemu directly (the only things that link libcuda at build time).
+$(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
+
+tests: all $(UNIT_TESTS) $(EMU_TESTS)
+
+deps:
+	@scripts/deps.sh
+
+criu:
+	@scripts/setup-criu.sh $(BUILD)
+
+# The whole suite, then the same suite built with ASan+UBSan (CRIU tests skip there).
+test: deps
+	@rm -f build/test-results build-asan/test-results
+	$(MAKE) tests
+	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
+	tests/run.sh build normal || true
+	$(MAKE) tests BUILD=build-asan SANITIZE=address,undefined
+	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true
+	@tests/summary.sh build/test-results build-asan/test-results
+
+check: test
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

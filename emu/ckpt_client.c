@@ -1,0 +1,263 @@
+/* The caller side of cuCheckpointProcess*: find the target's checkpoint
+ * endpoint from its observed PID alone and run one request against it. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ckpt_wire.h"
+#include "cusnap/usock.h"
+#include "cusnap/wire.h"
+#include "emu.h"
+
+/* Is pid a process (not a thread of one)? */
+static bool is_process(int pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	int tgid = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+			break;
+	fclose(f);
+	return tgid == pid;
+}
+
+/* The path, as seen from here, of pid's listening checkpoint socket: a socket
+ * among pid's descriptors whose bound name carries the cuemu tag. */
+static int find_endpoint(int pid, char *out, size_t outlen)
+{
+	char path[64];
+	unsigned long inodes[256];
+	size_t ninodes = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	while ((e = readdir(d)) && ninodes < 256) {
+		char link[320], target[64];
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		snprintf(link, sizeof(link), "/proc/%d/fd/%s", pid, e->d_name);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = '\0';
+		unsigned long ino;
+		if (sscanf(target, "socket:[%lu]", &ino) == 1)
+			inodes[ninodes++] = ino;
+	}
+	closedir(d);
+	snprintf(path, sizeof(path), "/proc/%d/net/unix", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	char line[4400];
+	int rc = -ENOENT;
+	while (rc < 0 && fgets(line, sizeof(line), f)) {
+		unsigned long flags, ino;
+		char name[4200];
+		/* Num RefCount Protocol Flags Type St Inode Path */
+		if (sscanf(line, "%*s %*x %*x %lx %*x %*x %lu %4199s", &flags, &ino, name) != 3)
+			continue;
+		if (!(flags & 0x10000) || name[0] != '/' || !strstr(name, "/" CKPT_SOCKET_TAG))
+			continue; /* 0x10000: listening */
+		for (size_t i = 0; i < ninodes; i++) {
+			if (inodes[i] != ino)
+				continue;
+			int n = snprintf(out, outlen, "/proc/%d/root%s", pid, name);
+			rc = n > 0 && (size_t)n < outlen ? 0 : -ENAMETOOLONG;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+/* The observed TID of the thread whose innermost-namespace TID is nstid. */
+static int observed_tid(int pid, int nstid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return nstid;
+	int found = nstid;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char status[320], line[256];
+		snprintf(status, sizeof(status), "/proc/%d/task/%s/status", pid, e->d_name);
+		FILE *f = fopen(status, "re");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			if (strncmp(line, "NSpid:", 6) != 0)
+				continue;
+			char *last = strrchr(line, '\t');
+			if (last && atoi(last + 1) == nstid)
+				found = atoi(e->d_name);
+			break;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+static int io_full(int fd, uint8_t *buf, size_t len, bool out, int timeout_ms)
+{
+	size_t done = 0;
+	while (done < len) {
+		struct pollfd p = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+		int r = poll(&p, 1, timeout_ms);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -ETIMEDOUT;
+		ssize_t n = out ? send(fd, buf + done, len - done, MSG_NOSIGNAL) : recv(fd, buf + done, len - done, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EPIPE;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static CUresult call(int pid, enum ckpt_op op, unsigned timeout_ms, const CUcheckpointGpuPair *pairs,
+		     unsigned npairs, int *value)
+{
+	if (pid <= 0 || npairs > CKPT_MAX_PAIRS || (npairs && !pairs))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!is_process(pid))
+		return CUDA_ERROR_INVALID_VALUE;
+	char path[4400];
+	if (find_endpoint(pid, path, sizeof(path)) < 0)
+		return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
+	int fd = usock_connect(path);
+	if (fd < 0)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	size_t len = CKPT_REQ_LEN + (size_t)npairs * CKPT_PAIR_LEN;
+	uint8_t req[CKPT_REQ_LEN + CKPT_MAX_PAIRS * CKPT_PAIR_LEN] = {0}, reply[CKPT_REPLY_LEN];
+	wire_put_u32(req, CKPT_MAGIC);
+	wire_put_u16(req + 4, CKPT_VERSION);
+	wire_put_u16(req + 6, (uint16_t)op);
+	wire_put_u32(req + 8, timeout_ms);
+	wire_put_u32(req + 12, npairs);
+	for (unsigned i = 0; i < npairs; i++) {
+		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN, pairs[i].oldUuid.bytes, 16);
+		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN + 16, pairs[i].newUuid.bytes, 16);
+	}
+	/* A lock without timeout may wait as long as the target's work takes;
+	 * everything else is bounded so that a stuck target cannot hang us. */
+	int wait_ms = op == CKPT_OP_LOCK ? (timeout_ms ? (int)timeout_ms + 30000 : -1) : 600000;
+	CUresult rc = CUDA_ERROR_OPERATING_SYSTEM;
+	if (io_full(fd, req, len, true, 30000) == 0 && io_full(fd, reply, sizeof(reply), false, wait_ms) == 0 &&
+	    wire_get_u32(reply) == CKPT_MAGIC) {
+		rc = (CUresult)wire_get_u32(reply + 4);
+		if (value)
+			*value = (int)wire_get_u32(reply + 8);
+	}
+	close(fd);
+	return rc;
+}
+
+static CUresult get_restore_tid(int pid, int *tid)
+{
+	if (!tid)
+		return CUDA_ERROR_INVALID_VALUE;
+	int v;
+	CUresult rc = call(pid, CKPT_OP_TID, 0, NULL, 0, &v);
+	if (rc == CUDA_SUCCESS)
+		*tid = observed_tid(pid, v);
+	return rc;
+}
+
+EMU_API CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+	EMU_CALL(cuCheckpointProcessGetRestoreThreadId, get_restore_tid(pid, tid));
+}
+
+static CUresult get_state(int pid, CUprocessState *state)
+{
+	if (!state)
+		return CUDA_ERROR_INVALID_VALUE;
+	int v;
+	CUresult rc = call(pid, CKPT_OP_STATE, 0, NULL, 0, &v);
+	if (rc == CUDA_SUCCESS)
+		*state = (CUprocessState)v;
+	return rc;
+}
+
+EMU_API CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+	EMU_CALL(cuCheckpointProcessGetState, get_state(pid, state));
+}
+
+static bool zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+static CUresult lock(int pid, CUcheckpointLockArgs *args)
+{
+	if (args && (args->reserved0 || !zero(args->reserved1, sizeof(args->reserved1))))
+		return CUDA_ERROR_INVALID_VALUE;
+	return call(pid, CKPT_OP_LOCK, args ? args->timeoutMs : 0, NULL, 0, NULL);
+}
+
+EMU_API CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+	EMU_CALL(cuCheckpointProcessLock, lock(pid, args));
+}
+
+static CUresult checkpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+	if (args && !zero(args, sizeof(*args)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return call(pid, CKPT_OP_CHECKPOINT, 0, NULL, 0, NULL);
+}
+
+EMU_API CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+	EMU_CALL(cuCheckpointProcessCheckpoint, checkpoint(pid, args));
+}
+
+static CUresult restore(int pid, CUcheckpointRestoreArgs *args)
+{
+	if (args && (!zero(args->reserved, sizeof(args->reserved)) || args->reserved1))
+		return CUDA_ERROR_INVALID_VALUE;
+	return call(pid, CKPT_OP_RESTORE, 0, args ? args->gpuPairs : NULL, args ? args->gpuPairsCount : 0, NULL);
+}
+
+EMU_API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+	EMU_CALL(cuCheckpointProcessRestore, restore(pid, args));
+}
+
+static CUresult unlock(int pid, CUcheckpointUnlockArgs *args)
+{
+	if (args && !zero(args, sizeof(*args)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return call(pid, CKPT_OP_UNLOCK, 0, NULL, 0, NULL);
+}
+
+EMU_API CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+	EMU_CALL(cuCheckpointProcessUnlock, unlock(pid, args));
+}

@@ -1,0 +1,381 @@
+/* The target side of the checkpoint API: a thread that owns a listening socket
+ * and performs lock, checkpoint, restore and unlock on its own process.
+ *
+ * The socket lives at <CUEMU_RUN_DIR or /tmp/cuemu-UID>/cuemu-ckpt-<pidns>-<nspid>.sock
+ * in the process's own mount namespace; callers find it through
+ * /proc/PID/fd and /proc/PID/net/unix and reach it through /proc/PID/root, so
+ * neither PID nor mount namespaces get in the way, and a CRIU restore (which
+ * rebinds the listening socket at its path) keeps it working. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ckpt_wire.h"
+#include "cusnap/usock.h"
+#include "cusnap/wire.h"
+#include "emu.h"
+
+static int listen_fd = -1;
+static pid_t server_tid;
+static bool server_started;
+static pid_t server_pid;
+static char server_path[4200];
+static uint32_t checkpointed_devices; /* bitmask of devices in the last checkpoint */
+
+static ssize_t read_full(int fd, uint8_t *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+static ssize_t write_full(int fd, const uint8_t *buf, size_t len)
+{
+	size_t put = 0;
+	while (put < len) {
+		ssize_t n = send(fd, buf + put, len - put, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		put += (size_t)n;
+	}
+	return (ssize_t)put;
+}
+
+static bool is_mem(const struct emu_alloc *a)
+{
+	return a->kind == EMU_OBJ_MEMORY;
+}
+
+/* Release every device backing into private host memory. Caller holds emu.lock;
+ * the process is LOCKED. On failure nothing has changed. */
+static CUresult do_checkpoint(void)
+{
+	if (emu.multicast_objects) {
+		/* Real driver: the checkpoint never completes. */
+		emu_log(0, "native checkpoint of a process holding %zu multicast object(s) does not complete "
+			   "(the driver hangs); failing with CUDA_ERROR_NOT_SUPPORTED",
+			emu.multicast_objects);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	for (size_t i = 0; i < emu.allocs.cap; i++) {
+		struct emu_alloc *a = emu.allocs.vals[i];
+		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
+			continue;
+		a->saved = malloc(a->size ? a->size : 1);
+		size_t done = 0;
+		while (a->saved && done < a->size) {
+			ssize_t n = pread(a->fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
+			if (n <= 0)
+				break;
+			done += (size_t)n;
+		}
+		if (!a->saved || done < a->size) {
+			for (size_t j = 0; j <= i; j++) {
+				struct emu_alloc *b = emu.allocs.vals[j];
+				if (emu.allocs.keys[j] && b->fd >= 0) {
+					free(b->saved);
+					b->saved = NULL;
+				}
+			}
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n))
+		mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	checkpointed_devices = 0;
+	for (size_t i = 0; i < emu.allocs.cap; i++) {
+		struct emu_alloc *a = emu.allocs.vals[i];
+		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
+			continue;
+		close(a->fd);
+		a->fd = -1;
+		if (a->counted)
+			emu.dev[a->prop.location.id].used -= a->size;
+		a->counted = false;
+		checkpointed_devices |= 1u << a->prop.location.id;
+	}
+	for (int d = 0; d < emu.ndev; d++)
+		if (emu.dev[d].primary && emu.dev[d].primary->active)
+			checkpointed_devices |= 1u << d;
+	return CUDA_SUCCESS;
+}
+
+static int device_by_uuid(const uint8_t *uuid)
+{
+	for (int d = 0; d < emu.ndev; d++)
+		if (memcmp(emu.dev[d].uuid.bytes, uuid, 16) == 0)
+			return d;
+	return -1;
+}
+
+/* Resolve gpuPairs into map[old] = new. Every checkpointed device must be listed
+ * and every target must exist. Nothing changes on failure. */
+static CUresult resolve_pairs(const uint8_t *pairs, unsigned npairs, int *map)
+{
+	for (int d = 0; d < EMU_MAX_DEVICES; d++)
+		map[d] = d;
+	if (!npairs)
+		return CUDA_SUCCESS;
+	for (int d = 0; d < emu.ndev; d++) {
+		if (!(checkpointed_devices & (1u << d)))
+			continue;
+		int found = -1;
+		for (unsigned i = 0; i < npairs; i++) {
+			const uint8_t *p = pairs + (size_t)i * CKPT_PAIR_LEN;
+			if (memcmp(p, emu.dev[d].uuid.bytes, 16) == 0)
+				found = device_by_uuid(p + 16);
+			if (memcmp(p, emu.dev[d].uuid.bytes, 16) == 0 && found < 0) {
+				emu_log(1, "restore: the new GPU for device %d is not present", d);
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+		}
+		if (found < 0) {
+			emu_log(1, "restore: gpuPairs does not list checkpointed device %d", d);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		map[d] = found;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Recreate device backing from the saved bytes at the same addresses, on the
+ * devices given by map. Caller holds emu.lock. A failure here is final: the
+ * process goes to FAILED (as the driver leaves it unrestorable). */
+static CUresult do_restore(const int *map)
+{
+	size_t need[EMU_MAX_DEVICES] = {0};
+	for (size_t i = 0; i < emu.allocs.cap; i++) {
+		struct emu_alloc *a = emu.allocs.vals[i];
+		if (emu.allocs.keys[i] && is_mem(a) && a->saved)
+			need[map[a->prop.location.id]] += a->size;
+	}
+	for (int d = 0; d < emu.ndev; d++) {
+		if (need[d] > emu.dev[d].capacity - emu.dev[d].used) {
+			emu_log(1, "restore: device %d lacks memory (%zu bytes needed)", d, need[d]);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	for (size_t i = 0; i < emu.allocs.cap; i++) {
+		struct emu_alloc *a = emu.allocs.vals[i];
+		if (!emu.allocs.keys[i] || !is_mem(a) || !a->saved)
+			continue;
+		int dev = map[a->prop.location.id];
+		int fd = emu_memfd("mem", dev, (unsigned)a->prop.requestedHandleTypes, a->size);
+		size_t done = 0;
+		while (fd >= 0 && done < a->size) {
+			ssize_t n = pwrite(fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
+			if (n <= 0)
+				break;
+			done += (size_t)n;
+		}
+		if (fd < 0 || done < a->size) {
+			if (fd >= 0)
+				close(fd);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		free(a->saved);
+		a->saved = NULL;
+		a->fd = fd;
+		a->prop.location.id = dev;
+		/* An import comes back as a private copy: its sharing is lost. */
+		a->native_restored = true;
+		a->counted = true;
+		emu.dev[dev].used += a->size;
+	}
+	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
+		struct emu_mapping *m = (struct emu_mapping *)n;
+		unsigned char access[EMU_MAX_DEVICES] = {0};
+		for (int d = 0; d < emu.ndev; d++)
+			if (m->access[d] > access[map[d]])
+				access[map[d]] = m->access[d];
+		memcpy(m->access, access, sizeof(access));
+		if (mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m), MAP_SHARED | MAP_FIXED,
+			 m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	struct emu_ctx *primaries[EMU_MAX_DEVICES] = {0};
+	unsigned refs[EMU_MAX_DEVICES] = {0};
+	for (int d = 0; d < emu.ndev; d++) {
+		if (emu.dev[d].primary && !primaries[map[d]]) {
+			primaries[map[d]] = emu.dev[d].primary;
+			refs[map[d]] = emu.dev[d].primary_refs;
+			emu.dev[d].primary->device = map[d];
+		}
+	}
+	for (int d = 0; d < emu.ndev; d++) {
+		emu.dev[d].primary = primaries[d];
+		emu.dev[d].primary_refs = refs[d];
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pairs, unsigned npairs, int *value)
+{
+	CUresult rc = CUDA_SUCCESS;
+	*value = 0;
+	switch (op) {
+	case CKPT_OP_LOCK:
+		return emu_gate_lock(timeout_ms);
+	case CKPT_OP_UNLOCK:
+		return emu_gate_unlock();
+	case CKPT_OP_STATE:
+		*value = (int)emu_gate_state();
+		return CUDA_SUCCESS;
+	case CKPT_OP_TID:
+		*value = (int)server_tid;
+		return CUDA_SUCCESS;
+	case CKPT_OP_CHECKPOINT:
+		if (emu_gate_state() != CU_PROCESS_STATE_LOCKED)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		pthread_mutex_lock(&emu.lock);
+		rc = do_checkpoint();
+		pthread_mutex_unlock(&emu.lock);
+		if (rc == CUDA_SUCCESS)
+			emu_gate_set(CU_PROCESS_STATE_CHECKPOINTED);
+		return rc;
+	case CKPT_OP_RESTORE: {
+		if (emu_gate_state() != CU_PROCESS_STATE_CHECKPOINTED)
+			return CUDA_ERROR_ILLEGAL_STATE;
+		int map[EMU_MAX_DEVICES];
+		pthread_mutex_lock(&emu.lock);
+		rc = resolve_pairs(pairs, npairs, map);
+		if (rc == CUDA_SUCCESS) {
+			rc = do_restore(map);
+			if (rc != CUDA_SUCCESS)
+				emu_log(0, "native restore failed (%d): the process cannot be restored any more", (int)rc);
+		}
+		pthread_mutex_unlock(&emu.lock);
+		if (rc == CUDA_SUCCESS)
+			emu_gate_set(CU_PROCESS_STATE_LOCKED);
+		else if (rc != CUDA_ERROR_INVALID_VALUE)
+			emu_gate_set(CU_PROCESS_STATE_FAILED);
+		return rc;
+	}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static void serve(int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || (cred.uid != 0 && cred.uid != getuid()))
+		return; /* only the same user or root; others get no answer */
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	uint8_t req[CKPT_REQ_LEN], pairs[CKPT_MAX_PAIRS * CKPT_PAIR_LEN], reply[CKPT_REPLY_LEN] = {0};
+	if (read_full(fd, req, sizeof(req)) < 0)
+		return;
+	unsigned npairs = wire_get_u32(req + 12);
+	CUresult rc;
+	int value = 0;
+	if (wire_get_u32(req) != CKPT_MAGIC || wire_get_u16(req + 4) != CKPT_VERSION || npairs > CKPT_MAX_PAIRS) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else if (npairs && read_full(fd, pairs, (size_t)npairs * CKPT_PAIR_LEN) < 0) {
+		return;
+	} else {
+		rc = serve_op((enum ckpt_op)wire_get_u16(req + 6), wire_get_u32(req + 8), pairs, npairs, &value);
+	}
+	wire_put_u32(reply, CKPT_MAGIC);
+	wire_put_u32(reply + 4, (uint32_t)rc);
+	wire_put_u32(reply + 8, (uint32_t)value);
+	write_full(fd, reply, sizeof(reply));
+}
+
+static void *server_main(void *arg)
+{
+	(void)arg;
+	server_tid = (pid_t)syscall(SYS_gettid);
+	for (;;) {
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			emu_log(1, "checkpoint endpoint: accept failed: %s", strerror(errno));
+			usleep(100000);
+			continue;
+		}
+		serve(fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static int socket_path(char *buf, size_t len)
+{
+	char dir[4096];
+	const char *env = getenv("CUEMU_RUN_DIR");
+	if (env && *env)
+		snprintf(dir, sizeof(dir), "%s", env);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/cuemu-%u", (unsigned)getuid());
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st) < 0)
+		st.st_ino = 0;
+	/* getpid() is the PID in this process's own namespace. */
+	int n = snprintf(buf, len, "%s/" CKPT_SOCKET_TAG "%lu-%d.sock", dir, (unsigned long)st.st_ino, getpid());
+	return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
+}
+
+int emu_server_start(void)
+{
+	if (server_started)
+		return 0;
+	char path[4200];
+	int rc = socket_path(path, sizeof(path));
+	if (rc == 0)
+		rc = usock_listen(path, 16);
+	if (rc < 0) {
+		emu_log(0, "cannot create the checkpoint endpoint %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	listen_fd = rc;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits: no signals there */
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, server_main, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		close(listen_fd);
+		listen_fd = -1;
+		unlink(path);
+		return -rc;
+	}
+	server_started = true;
+	server_pid = getpid();
+	snprintf(server_path, sizeof(server_path), "%s", path);
+	return 0;
+}
+
+/* Remove the socket file when the process exits normally. */
+__attribute__((destructor)) static void server_cleanup(void)
+{
+	if (server_started && server_pid == getpid())
+		unlink(server_path);
+}

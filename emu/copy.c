@@ -1,0 +1,575 @@
+/* Copies and memsets, streams, events and host functions. Device pointers are
+ * real addresses of this process, so a copy is a memcpy once the range has been
+ * checked against the mappings and their access. Each stream has one worker
+ * thread that runs its operations in order. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "emu.h"
+
+enum op_kind { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT };
+
+struct emu_event;
+
+struct op {
+	struct op *next;
+	enum op_kind kind;
+	uint64_t dst, src;
+	size_t count;   /* bytes for copies, elements for sets */
+	unsigned width; /* 1, 2 or 4 for sets */
+	uint32_t value;
+	CUhostFn fn;
+	void *data;
+	struct emu_event *event;
+};
+
+struct emu_stream {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct op *head, *tail;
+	bool busy;
+	bool quit;
+	bool started;
+	pthread_t thread;
+};
+
+struct emu_event {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned pending; /* records not yet reached by their stream */
+};
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hmap streams; /* pointer -> stream */
+static struct hmap events;  /* pointer -> event */
+
+static bool have_context(void)
+{
+	return emu_current && emu_current->active;
+}
+
+/* Check that [p, p + n) can be read (or written) as device memory: every byte in
+ * a mapping whose merged access allows it. Memory outside every mapping counts
+ * as host memory when host_ok (unified addressing). Caller holds emu.lock. */
+static CUresult check_range(uint64_t p, size_t n, bool write, bool host_ok)
+{
+	if (!n)
+		return CUDA_SUCCESS;
+	if (p + n < p)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct emu_mapping *m = emu_mapping_at(p);
+	if (!m) {
+		if (!host_ok || !p)
+			return CUDA_ERROR_INVALID_VALUE;
+		struct itree_node *next = itree_first_from(&emu.mappings, p);
+		return next && next->start < p + n ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	}
+	uint64_t at = p;
+	while (at < p + n) {
+		if (!m || m->node.start > at)
+			return CUDA_ERROR_INVALID_VALUE;
+		int prot = emu_mapping_prot(m);
+		if (!(prot & PROT_READ) || (write && !(prot & PROT_WRITE)))
+			return CUDA_ERROR_INVALID_VALUE;
+		at = m->node.end;
+		m = at < p + n ? emu_mapping_at(at) : NULL;
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_op(struct op *o, bool dst_host_ok, bool src_host_ok)
+{
+	CUresult rc = CUDA_SUCCESS;
+	switch (o->kind) {
+	case OP_COPY:
+		pthread_mutex_lock(&emu.lock);
+		rc = check_range(o->dst, o->count, true, dst_host_ok);
+		if (!rc)
+			rc = check_range(o->src, o->count, false, src_host_ok);
+		if (!rc)
+			memmove((void *)(uintptr_t)o->dst, (const void *)(uintptr_t)o->src, o->count);
+		pthread_mutex_unlock(&emu.lock);
+		break;
+	case OP_SET:
+		pthread_mutex_lock(&emu.lock);
+		rc = check_range(o->dst, o->count * o->width, true, false);
+		if (!rc) {
+			if (o->width == 1) {
+				memset((void *)(uintptr_t)o->dst, (int)(o->value & 0xff), o->count);
+			} else if (o->width == 2) {
+				uint16_t *d = (uint16_t *)(uintptr_t)o->dst;
+				for (size_t i = 0; i < o->count; i++)
+					d[i] = (uint16_t)o->value;
+			} else {
+				uint32_t *d = (uint32_t *)(uintptr_t)o->dst;
+				for (size_t i = 0; i < o->count; i++)
+					d[i] = o->value;
+			}
+		}
+		pthread_mutex_unlock(&emu.lock);
+		break;
+	case OP_HOSTFN:
+		o->fn(o->data);
+		break;
+	case OP_RECORD:
+		pthread_mutex_lock(&o->event->mu);
+		o->event->pending--;
+		pthread_cond_broadcast(&o->event->cv);
+		pthread_mutex_unlock(&o->event->mu);
+		break;
+	case OP_WAIT:
+		pthread_mutex_lock(&o->event->mu);
+		while (o->event->pending)
+			pthread_cond_wait(&o->event->cv, &o->event->mu);
+		pthread_mutex_unlock(&o->event->mu);
+		break;
+	}
+	return rc;
+}
+
+static void *stream_worker(void *arg)
+{
+	struct emu_stream *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->head && !s->quit)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (!s->head)
+			break;
+		struct op *o = s->head;
+		s->head = o->next;
+		if (!s->head)
+			s->tail = NULL;
+		s->busy = true;
+		pthread_mutex_unlock(&s->mu);
+		CUresult rc = run_op(o, true, true);
+		if (rc)
+			emu_log(1, "asynchronous operation failed with %d (range not mapped or not accessible)", (int)rc);
+		free(o);
+		emu_async_end();
+		pthread_mutex_lock(&s->mu);
+		s->busy = false;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static struct emu_stream *stream_get(CUstream h)
+{
+	pthread_mutex_lock(&registry_mu);
+	struct emu_stream *s = hmap_get(&streams, (uint64_t)(uintptr_t)h);
+	pthread_mutex_unlock(&registry_mu);
+	return s;
+}
+
+static bool null_stream(CUstream h)
+{
+	return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+}
+
+static void stream_drain(struct emu_stream *s)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->head || s->busy)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void emu_streams_sync_all(void)
+{
+	pthread_mutex_lock(&registry_mu);
+	size_t n = 0;
+	struct emu_stream **list = malloc((streams.len + 1) * sizeof(*list));
+	for (size_t i = 0; list && i < streams.cap; i++)
+		if (streams.keys[i])
+			list[n++] = streams.vals[i];
+	pthread_mutex_unlock(&registry_mu);
+	/* Streams are only freed by cuStreamDestroy, which the application must
+	 * not race with a synchronisation of the same stream. */
+	for (size_t i = 0; i < n; i++)
+		stream_drain(list[i]);
+	free(list);
+}
+
+/* Queue o on stream h (taking ownership), or run it now on the null stream. */
+static CUresult submit(CUstream h, struct op *o, bool dst_host_ok, bool src_host_ok)
+{
+	if (!have_context()) {
+		free(o);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (null_stream(h)) {
+		/* The legacy default stream waits for the other streams. */
+		emu_streams_sync_all();
+		CUresult rc = run_op(o, dst_host_ok, src_host_ok);
+		free(o);
+		return rc;
+	}
+	struct emu_stream *s = stream_get(h);
+	if (!s) {
+		free(o);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	if (o->kind == OP_COPY || o->kind == OP_SET) {
+		/* Report bad ranges at the call, as the driver does for what it can see. */
+		pthread_mutex_lock(&emu.lock);
+		CUresult rc = check_range(o->dst, o->kind == OP_SET ? o->count * o->width : o->count, true,
+					  o->kind == OP_COPY && dst_host_ok);
+		if (!rc && o->kind == OP_COPY)
+			rc = check_range(o->src, o->count, false, src_host_ok);
+		pthread_mutex_unlock(&emu.lock);
+		if (rc) {
+			free(o);
+			return rc;
+		}
+	}
+	emu_async_begin();
+	pthread_mutex_lock(&s->mu);
+	if (!s->started) {
+		if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
+			pthread_mutex_unlock(&s->mu);
+			emu_async_end();
+			free(o);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		s->started = true;
+	}
+	if (s->tail)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult copy(uint64_t dst, uint64_t src, size_t n, CUstream h, bool dst_host, bool src_host)
+{
+	struct op *o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->kind = OP_COPY;
+	o->dst = dst;
+	o->src = src;
+	o->count = n;
+	return submit(h, o, dst_host, src_host);
+}
+
+static CUresult set(uint64_t dst, uint32_t value, unsigned width, size_t count, CUstream h)
+{
+	if (dst % width)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct op *o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->kind = OP_SET;
+	o->dst = dst;
+	o->value = value;
+	o->width = width;
+	o->count = count;
+	return submit(h, o, false, false);
+}
+
+#define HOST(p) ((uint64_t)(uintptr_t)(p))
+
+EMU_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	EMU_CALL(cuMemcpy, copy(dst, src, n, NULL, true, true));
+}
+
+EMU_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemcpyAsync, copy(dst, src, n, s, true, true));
+}
+
+EMU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	EMU_CALL(cuMemcpyHtoD_v2, copy(dst, HOST(src), n, NULL, false, true));
+}
+
+EMU_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	EMU_CALL(cuMemcpyDtoH_v2, copy(HOST(dst), src, n, NULL, true, false));
+}
+
+EMU_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	EMU_CALL(cuMemcpyDtoD_v2, copy(dst, src, n, NULL, false, false));
+}
+
+EMU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemcpyHtoDAsync_v2, copy(dst, HOST(src), n, s, false, true));
+}
+
+EMU_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemcpyDtoHAsync_v2, copy(HOST(dst), src, n, s, true, false));
+}
+
+EMU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemcpyDtoDAsync_v2, copy(dst, src, n, s, false, false));
+}
+
+EMU_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n)
+{
+	EMU_CALL(cuMemsetD8_v2, set(dst, uc, 1, n, NULL));
+}
+
+EMU_API CUresult cuMemsetD16_v2(CUdeviceptr dst, unsigned short us, size_t n)
+{
+	EMU_CALL(cuMemsetD16_v2, set(dst, us, 2, n, NULL));
+}
+
+EMU_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int ui, size_t n)
+{
+	EMU_CALL(cuMemsetD32_v2, set(dst, ui, 4, n, NULL));
+}
+
+EMU_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemsetD8Async, set(dst, uc, 1, n, s));
+}
+
+EMU_API CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short us, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemsetD16Async, set(dst, us, 2, n, s));
+}
+
+EMU_API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream s)
+{
+	EMU_CALL(cuMemsetD32Async, set(dst, ui, 4, n, s));
+}
+
+static CUresult host_fn(CUstream h, CUhostFn fn, void *data)
+{
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct op *o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->kind = OP_HOSTFN;
+	o->fn = fn;
+	o->data = data;
+	return submit(h, o, false, false);
+}
+
+EMU_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+	EMU_CALL(cuLaunchHostFunc, host_fn(hStream, fn, userData));
+}
+
+/* ---- streams ---- */
+
+static CUresult stream_create(CUstream *out)
+{
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!have_context())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct emu_stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_mutex_lock(&registry_mu);
+	int rc = hmap_put(&streams, (uint64_t)(uintptr_t)s, s);
+	pthread_mutex_unlock(&registry_mu);
+	if (rc < 0) {
+		free(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*out = (CUstream)s;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	(void)Flags;
+	EMU_CALL(cuStreamCreate, stream_create(phStream));
+}
+
+static CUresult stream_destroy(CUstream h)
+{
+	pthread_mutex_lock(&registry_mu);
+	struct emu_stream *s = hmap_del(&streams, (uint64_t)(uintptr_t)h);
+	pthread_mutex_unlock(&registry_mu);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* Work already queued still completes, as documented. */
+	pthread_mutex_lock(&s->mu);
+	s->quit = true;
+	pthread_cond_broadcast(&s->cv);
+	bool started = s->started;
+	pthread_mutex_unlock(&s->mu);
+	if (started)
+		pthread_join(s->thread, NULL);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+	EMU_CALL(cuStreamDestroy_v2, stream_destroy(hStream));
+}
+
+static CUresult stream_sync(CUstream h, bool query)
+{
+	if (null_stream(h)) {
+		if (!query)
+			emu_streams_sync_all();
+		return CUDA_SUCCESS;
+	}
+	struct emu_stream *s = stream_get(h);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (query) {
+		pthread_mutex_lock(&s->mu);
+		bool idle = !s->head && !s->busy;
+		pthread_mutex_unlock(&s->mu);
+		return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	}
+	stream_drain(s);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamSynchronize(CUstream hStream)
+{
+	EMU_CALL(cuStreamSynchronize, stream_sync(hStream, false));
+}
+
+EMU_API CUresult cuStreamQuery(CUstream hStream)
+{
+	EMU_CALL(cuStreamQuery, stream_sync(hStream, true));
+}
+
+/* ---- events ---- */
+
+static struct emu_event *event_get(CUevent h)
+{
+	pthread_mutex_lock(&registry_mu);
+	struct emu_event *e = hmap_get(&events, (uint64_t)(uintptr_t)h);
+	pthread_mutex_unlock(&registry_mu);
+	return e;
+}
+
+static CUresult event_create(CUevent *out)
+{
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!have_context())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct emu_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	pthread_mutex_lock(&registry_mu);
+	int rc = hmap_put(&events, (uint64_t)(uintptr_t)e, e);
+	pthread_mutex_unlock(&registry_mu);
+	if (rc < 0) {
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*out = (CUevent)e;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	(void)Flags;
+	EMU_CALL(cuEventCreate, event_create(phEvent));
+}
+
+static CUresult event_destroy(CUevent h)
+{
+	pthread_mutex_lock(&registry_mu);
+	struct emu_event *e = hmap_get(&events, (uint64_t)(uintptr_t)h);
+	bool busy = false;
+	if (e) {
+		pthread_mutex_lock(&e->mu);
+		busy = e->pending != 0;
+		pthread_mutex_unlock(&e->mu);
+		if (!busy)
+			hmap_del(&events, (uint64_t)(uintptr_t)h);
+	}
+	pthread_mutex_unlock(&registry_mu);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (busy)
+		return CUDA_ERROR_NOT_READY; /* emulator limit: destroy after it completes */
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+	EMU_CALL(cuEventDestroy_v2, event_destroy(hEvent));
+}
+
+static CUresult event_op(CUevent h, CUstream s, enum op_kind kind)
+{
+	struct emu_event *e = event_get(h);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct op *o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->kind = kind;
+	o->event = e;
+	if (kind == OP_RECORD) {
+		pthread_mutex_lock(&e->mu);
+		e->pending++;
+		pthread_mutex_unlock(&e->mu);
+	}
+	CUresult rc = submit(s, o, false, false);
+	if (rc && kind == OP_RECORD) {
+		pthread_mutex_lock(&e->mu);
+		e->pending--;
+		pthread_mutex_unlock(&e->mu);
+	}
+	return rc;
+}
+
+EMU_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	EMU_CALL(cuEventRecord, event_op(hEvent, hStream, OP_RECORD));
+}
+
+EMU_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	(void)Flags;
+	EMU_CALL(cuStreamWaitEvent, event_op(hEvent, hStream, OP_WAIT));
+}
+
+static CUresult event_sync(CUevent h, bool query)
+{
+	struct emu_event *e = event_get(h);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&e->mu);
+	if (query)
+		rc = e->pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+	else
+		while (e->pending)
+			pthread_cond_wait(&e->cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+	return rc;
+}
+
+EMU_API CUresult cuEventSynchronize(CUevent hEvent)
+{
+	EMU_CALL(cuEventSynchronize, event_sync(hEvent, false));
+}
+
+EMU_API CUresult cuEventQuery(CUevent hEvent)
+{
+	EMU_CALL(cuEventQuery, event_sync(hEvent, true));
+}

@@ -1,0 +1,374 @@
+/* Devices and contexts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+
+static CUresult check_dev(CUdevice dev)
+{
+	return dev >= 0 && dev < emu.ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+void emu_mark_cuda_process(void)
+{
+	if (!emu.has_context) {
+		emu.has_context = true;
+		emu_server_start();
+	}
+}
+
+static CUresult device_get(CUdevice *out, int ordinal)
+{
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ordinal < 0 || ordinal >= emu.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*out = ordinal;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	EMU_CALL(cuDeviceGet, device_get(device, ordinal));
+}
+
+static CUresult device_count(int *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = emu.ndev;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceGetCount(int *count)
+{
+	EMU_CALL(cuDeviceGetCount, device_count(count));
+}
+
+static CUresult device_name(char *name, int len, CUdevice dev)
+{
+	if (!name || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	/* Never to be mistaken for a GPU. */
+	strncpy(name, "cuemu", (size_t)len - 1);
+	name[len - 1] = '\0';
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	EMU_CALL(cuDeviceGetName, device_name(name, len, dev));
+}
+
+static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
+{
+	if (!uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	*uuid = emu.dev[dev].uuid;
+	return CUDA_SUCCESS;
+}
+
+/* The pre-11.4 ABI, still exported by the driver; cuda.h maps the name to _v2. */
+#undef cuDeviceGetUuid
+EMU_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+EMU_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	EMU_CALL(cuDeviceGetUuid, device_uuid(uuid, dev));
+}
+
+EMU_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	EMU_CALL(cuDeviceGetUuid_v2, device_uuid(uuid, dev));
+}
+
+static CUresult total_mem(size_t *bytes, CUdevice dev)
+{
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	*bytes = emu.dev[dev].capacity;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	EMU_CALL(cuDeviceTotalMem_v2, total_mem(bytes, dev));
+}
+
+static CUresult attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: *pi = 0; break;
+	case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = 0; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;
+	default: *pi = 0; break;
+	}
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	EMU_CALL(cuDeviceGetAttribute, attribute(pi, attrib, dev));
+}
+
+static CUresult can_access_peer(int *can, CUdevice dev, CUdevice peer)
+{
+	if (!can)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (check_dev(dev) || check_dev(peer))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*can = dev != peer;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	EMU_CALL(cuDeviceCanAccessPeer, can_access_peer(canAccessPeer, dev, peerDev));
+}
+
+/* ---- contexts ---- */
+
+static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_device *d = &emu.dev[dev];
+	if (!d->primary) {
+		d->primary = calloc(1, sizeof(*d->primary));
+		if (!d->primary) {
+			pthread_mutex_unlock(&emu.lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		d->primary->device = dev;
+		d->primary->primary = true;
+	}
+	d->primary->active = true;
+	d->primary_refs++;
+	emu_mark_cuda_process();
+	*pctx = (CUcontext)d->primary;
+	pthread_mutex_unlock(&emu.lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	EMU_CALL(cuDevicePrimaryCtxRetain, primary_retain(pctx, dev));
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_device *d = &emu.dev[dev];
+	if (!d->primary_refs) {
+		rc = CUDA_ERROR_INVALID_CONTEXT;
+	} else if (--d->primary_refs == 0) {
+		/* The context object stays allocated: stale CUcontext values
+		 * held by the application must not point at freed memory. */
+		d->primary->active = false;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	EMU_CALL(cuDevicePrimaryCtxRelease_v2, primary_release(dev));
+}
+
+static CUresult primary_reset(CUdevice dev)
+{
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_device *d = &emu.dev[dev];
+	d->primary_refs = 0;
+	if (d->primary)
+		d->primary->active = false;
+	pthread_mutex_unlock(&emu.lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	EMU_CALL(cuDevicePrimaryCtxReset_v2, primary_reset(dev));
+}
+
+static CUresult primary_state(CUdevice dev, unsigned *flags, int *active)
+{
+	if (!flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&emu.lock);
+	*flags = 0;
+	*active = emu.dev[dev].primary && emu.dev[dev].primary->active;
+	pthread_mutex_unlock(&emu.lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	EMU_CALL(cuDevicePrimaryCtxGetState, primary_state(dev, flags, active));
+}
+
+static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	(void)flags;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	struct emu_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->device = dev;
+	c->active = true;
+	pthread_mutex_lock(&emu.lock);
+	emu_mark_cuda_process();
+	pthread_mutex_unlock(&emu.lock);
+	emu_current = c; /* cuCtxCreate makes the new context current */
+	*pctx = (CUcontext)c;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+	(void)params;
+	EMU_CALL(cuCtxCreate_v4, ctx_create(pctx, flags, dev));
+}
+
+static CUresult ctx_destroy(CUcontext ctx)
+{
+	struct emu_ctx *c = (struct emu_ctx *)ctx;
+	if (!c || c->primary || !c->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	emu_streams_sync_all();
+	c->active = false; /* kept allocated: stale handles must fail, not crash */
+	if (emu_current == c)
+		emu_current = NULL;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	EMU_CALL(cuCtxDestroy_v2, ctx_destroy(ctx));
+}
+
+static CUresult ctx_set(CUcontext ctx)
+{
+	emu_current = (struct emu_ctx *)ctx;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	EMU_CALL(cuCtxSetCurrent, ctx_set(ctx));
+}
+
+static CUresult ctx_get(CUcontext *pctx)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = (CUcontext)emu_current;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	EMU_CALL(cuCtxGetCurrent, ctx_get(pctx));
+}
+
+static CUresult ctx_device(CUdevice *dev)
+{
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*dev = emu_current->device;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxGetDevice(CUdevice *device)
+{
+	EMU_CALL(cuCtxGetDevice, ctx_device(device));
+}
+
+/* A short per-thread stack for push/pop; deeper nesting is refused. */
+#define CTX_STACK 16
+static __thread struct emu_ctx *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+
+static CUresult ctx_push(CUcontext ctx)
+{
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth == CTX_STACK)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_stack[ctx_depth++] = emu_current;
+	emu_current = (struct emu_ctx *)ctx;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	EMU_CALL(cuCtxPushCurrent_v2, ctx_push(ctx));
+}
+
+static CUresult ctx_pop(CUcontext *pctx)
+{
+	if (!emu_current)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (pctx)
+		*pctx = (CUcontext)emu_current;
+	emu_current = ctx_depth ? ctx_stack[--ctx_depth] : NULL;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	EMU_CALL(cuCtxPopCurrent_v2, ctx_pop(pctx));
+}
+
+static CUresult ctx_sync(void)
+{
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	emu_streams_sync_all();
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxSynchronize(void)
+{
+	EMU_CALL(cuCtxSynchronize, ctx_sync());
+}

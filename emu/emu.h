@@ -1,0 +1,180 @@
+/* cuemu internals: the process-wide state of the CPU-backed driver. */
+#ifndef CUSNAP_EMU_EMU_H
+#define CUSNAP_EMU_EMU_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "cusnap/hmap.h"
+#include "cusnap/itree.h"
+
+#define EMU_API __attribute__((visibility("default")))
+#define EMU_MAX_DEVICES 16
+#define EMU_DRIVER_VERSION 13000
+
+/* Flags of api.def. */
+#define EMU_NOINIT 1u
+#define EMU_NOGATE 2u
+
+enum emu_fn {
+#define X(sym, name, ver, flags) EMU_FN_##sym,
+#include "api.def"
+#undef X
+	EMU_FN_COUNT
+};
+
+enum emu_profile {
+	EMU_PROFILE_R580, /* default: r570/r580 behaviour */
+	EMU_PROFILE_R615, /* natively restored allocations lose exportability; multicast rounds to 512 MiB */
+};
+
+struct emu_device {
+	CUuuid uuid;
+	size_t capacity; /* bytes */
+	size_t used;     /* bytes of device backing held by this process */
+	struct emu_ctx *primary;
+	unsigned primary_refs;
+};
+
+struct emu_ctx {
+	int device;
+	bool primary;
+	bool active; /* primary: retained at least once since the last reset */
+};
+
+enum emu_obj_kind { EMU_OBJ_MEMORY, EMU_OBJ_MULTICAST };
+
+struct emu_mc_binding {
+	int device;
+	size_t mc_offset;
+	size_t size;
+	struct emu_alloc *member; /* holds one map_ref on it */
+	size_t member_offset;
+};
+
+/* Shared between every process holding the multicast object (it lives in the
+ * object's memfd), so a bind in one process can wait for devices added in another. */
+struct emu_mc_shared {
+	uint32_t magic;
+	uint32_t num_devices;
+	uint64_t size;      /* bytes, after rounding */
+	uint64_t requested; /* bytes, as asked by cuMulticastCreate */
+	_Atomic uint64_t added_mask;
+};
+
+/* One driver allocation handle object of this process: a cuMemCreate, an import,
+ * or a multicast object. */
+struct emu_alloc {
+	uint64_t handle;
+	enum emu_obj_kind kind;
+	int fd;                   /* memfd; -1 while checkpointed */
+	size_t size;              /* bytes */
+	CUmemAllocationProp prop; /* prop.location.id is the device */
+	unsigned handle_refs;     /* create/import/retain references */
+	unsigned map_refs;        /* mappings and multicast bindings */
+	bool imported;            /* bytes came from another process's export */
+	bool native_restored;     /* brought back by cuCheckpointProcessRestore */
+	bool counted;             /* size is charged to its device's used bytes */
+	void *saved;              /* bytes while checkpointed */
+	/* multicast objects */
+	struct emu_mc_shared *mc;
+	struct emu_mc_binding *bindings;
+	size_t nbindings;
+};
+
+struct emu_reservation {
+	struct itree_node node;
+	size_t mappings;
+};
+
+struct emu_mapping {
+	struct itree_node node;
+	struct emu_alloc *alloc;
+	size_t offset;                         /* bytes into the allocation */
+	unsigned char access[EMU_MAX_DEVICES]; /* CUmemAccess_flags per device */
+};
+
+struct emu_state {
+	pthread_mutex_t lock; /* everything below */
+	bool initialized;
+	bool forked_after_init; /* a fork child of an initialised process */
+	enum emu_profile profile;
+	int log_level;
+	int ndev;
+	size_t granularity;
+	unsigned mc_timeout_ms;
+	struct emu_device dev[EMU_MAX_DEVICES];
+	struct hmap allocs; /* handle -> struct emu_alloc */
+	uint64_t next_handle;
+	uint64_t next_memfd;
+	struct itree reservations;
+	struct itree mappings;
+	size_t multicast_objects;
+	bool has_context; /* a context or device memory exists: a CUDA process */
+};
+
+extern struct emu_state emu;
+extern __thread struct emu_ctx *emu_current;
+
+/* init.c: read CUEMU_* (once). */
+void emu_config(void);
+
+/* gate.c: every API entry point goes through emu_enter/emu_leave. */
+CUresult emu_enter(enum emu_fn fn);
+void emu_leave(void);
+/* Async work accounting for the checkpoint lock (streams). */
+void emu_async_begin(void);
+void emu_async_end(void);
+/* Checkpoint side (ckpt_server.c runs these on the server thread). */
+CUresult emu_gate_lock(unsigned timeout_ms);
+CUresult emu_gate_unlock(void);
+CUprocessState emu_gate_state(void);
+void emu_gate_set(CUprocessState s);
+
+#define EMU_CALL(sym, expr)                          \
+	do {                                             \
+		CUresult emu_rc_ = emu_enter(EMU_FN_##sym);  \
+		if (emu_rc_ == CUDA_SUCCESS) {               \
+			emu_rc_ = (expr);                        \
+			emu_leave();                             \
+		}                                            \
+		return emu_rc_;                              \
+	} while (0)
+
+/* fault.c */
+void emu_fault_parse(const char *spec);
+/* Returns the injected result when this call of fn must fail, else CUDA_SUCCESS. */
+CUresult emu_fault_check(enum emu_fn fn);
+const char *emu_fn_name(enum emu_fn fn);
+
+/* log */
+void emu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* vmm.c */
+struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h);
+struct emu_mapping *emu_mapping_at(uint64_t va);
+int emu_memfd(const char *kind, int device, unsigned types, size_t size);
+/* Set the protection of a memory mapping from its merged access list. */
+int emu_mapping_apply(struct emu_mapping *m);
+int emu_mapping_prot(const struct emu_mapping *m);
+void emu_alloc_unref(struct emu_alloc *a);
+void emu_mark_cuda_process(void);
+
+/* multicast.c */
+int emu_mc_layout(struct emu_mapping *m);
+void emu_mc_destroy(struct emu_alloc *a);
+
+/* copy.c */
+void emu_streams_sync_all(void);
+
+/* ckpt_server.c */
+int emu_server_start(void);
+
+const char *emu_result_name(CUresult r);
+
+#endif

@@ -1,0 +1,100 @@
+/* CUEMU_FAULT=<call>[:<nth>][:<CUresult>][,...]: the nth call (default 1st) of
+ * <call> in this process fails with <CUresult> (a name such as
+ * CUDA_ERROR_OUT_OF_MEMORY or a number; default CUDA_ERROR_UNKNOWN) before it
+ * does anything. <call> is the exported symbol or its cuGetProcAddress name. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+
+#define MAX_FAULTS 16
+
+static const char *const fn_symbol[EMU_FN_COUNT] = {
+#define X(sym, name, ver, flags) [EMU_FN_##sym] = #sym,
+#include "api.def"
+#undef X
+};
+
+static const char *const fn_base[EMU_FN_COUNT] = {
+#define X(sym, name, ver, flags) [EMU_FN_##sym] = #name,
+#include "api.def"
+#undef X
+};
+
+static struct fault {
+	const char *name; /* matches symbol or base name */
+	size_t name_len;
+	unsigned nth;
+	CUresult result;
+	atomic_uint calls;
+} faults[MAX_FAULTS];
+static int nfaults;
+static char *spec_copy;
+
+const char *emu_fn_name(enum emu_fn fn)
+{
+	return fn < EMU_FN_COUNT ? fn_symbol[fn] : "?";
+}
+
+static CUresult parse_result(const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 0);
+	if (end != s && !*end)
+		return (CUresult)v;
+	for (int r = 0; r < 1000; r++) {
+		const char *n = emu_result_name((CUresult)r);
+		if (n && strcmp(n, s) == 0)
+			return (CUresult)r;
+	}
+	emu_log(1, "CUEMU_FAULT: unknown result '%s'; using CUDA_ERROR_UNKNOWN", s);
+	return CUDA_ERROR_UNKNOWN;
+}
+
+void emu_fault_parse(const char *spec)
+{
+	if (!spec || !*spec)
+		return;
+	spec_copy = strdup(spec);
+	if (!spec_copy)
+		return;
+	char *save = NULL;
+	for (char *item = strtok_r(spec_copy, ",", &save); item && nfaults < MAX_FAULTS;
+	     item = strtok_r(NULL, ",", &save)) {
+		struct fault *f = &faults[nfaults];
+		char *nth = strchr(item, ':');
+		char *res = NULL;
+		if (nth) {
+			*nth++ = '\0';
+			res = strchr(nth, ':');
+			if (res)
+				*res++ = '\0';
+		}
+		f->name = item;
+		f->name_len = strlen(item);
+		f->nth = nth && *nth ? (unsigned)strtoul(nth, NULL, 0) : 1;
+		f->result = res && *res ? parse_result(res) : CUDA_ERROR_UNKNOWN;
+		if (f->nth == 0 || f->result == CUDA_SUCCESS) {
+			emu_log(1, "CUEMU_FAULT: ignoring '%s' (nth must be >= 1, result non-zero)", item);
+			continue;
+		}
+		bool known = false;
+		for (int i = 0; i < EMU_FN_COUNT; i++)
+			known |= strcmp(fn_symbol[i], item) == 0 || strcmp(fn_base[i], item) == 0;
+		if (!known)
+			emu_log(1, "CUEMU_FAULT: '%s' is not a call cuemu implements", item);
+		nfaults++;
+	}
+}
+
+CUresult emu_fault_check(enum emu_fn fn)
+{
+	for (int i = 0; i < nfaults; i++) {
+		struct fault *f = &faults[i];
+		if (strcmp(f->name, fn_symbol[fn]) != 0 && strcmp(f->name, fn_base[fn]) != 0)
+			continue;
+		if (atomic_fetch_add(&f->calls, 1) + 1 == f->nth)
+			return f->result;
+	}
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,302 @@
+/* cuInit, configuration from the environment, devices, errors, logging, fork. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+struct emu_state emu = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.next_handle = 0x1000,
+};
+__thread struct emu_ctx *emu_current;
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+void emu_log(int level, const char *fmt, ...)
+{
+	if (level > emu.log_level)
+		return;
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "cuemu[%d:%ld]: ", getpid(), (long)syscall(SYS_gettid));
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (m < 0)
+		return;
+	size_t len = (size_t)n + ((size_t)m < sizeof(line) - (size_t)n - 1 ? (size_t)m : sizeof(line) - (size_t)n - 2);
+	line[len++] = '\n';
+	ssize_t w = write(STDERR_FILENO, line, len); /* one write per line */
+	(void)w;
+}
+
+/* "16G", "512M", "4096": bytes; 0 on a malformed value. */
+static size_t parse_size(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return 0;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': v <<= 10; end++; break;
+	case 'M': v <<= 20; end++; break;
+	case 'G': v <<= 30; end++; break;
+	case 'T': v <<= 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end++;
+	if (*end == 'B')
+		end++;
+	return *end ? 0 : (size_t)v;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Parse "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or 32 hex digits. */
+static int parse_uuid(const char *s, size_t len, CUuuid *out)
+{
+	if (len >= 4 && strncmp(s, "GPU-", 4) == 0) {
+		s += 4;
+		len -= 4;
+	}
+	int nib = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '-')
+			continue;
+		int v = hexval((unsigned char)s[i]);
+		if (v < 0 || nib >= 32)
+			return -1;
+		if (nib % 2 == 0)
+			out->bytes[nib / 2] = (char)(v << 4);
+		else
+			out->bytes[nib / 2] = (char)(out->bytes[nib / 2] | v);
+		nib++;
+	}
+	return nib == 32 ? 0 : -1;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static void derive_uuid(const char *seed, int index, CUuuid *out)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the seed */
+	for (const char *p = seed; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	uint64_t a = mix64(h + (uint64_t)index), b = mix64(a ^ 0x5bd1e995u);
+	for (int i = 0; i < 8; i++) {
+		out->bytes[i] = (char)(a >> (8 * i));
+		out->bytes[8 + i] = (char)(b >> (8 * i));
+	}
+}
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&emu.lock);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&emu.lock);
+}
+
+static void atfork_child(void)
+{
+	/* Like the real driver, a child forked after cuInit cannot use CUDA: its
+	 * parent's contexts and streams did not survive the fork. */
+	if (emu.initialized) {
+		emu.forked_after_init = true;
+		emu.has_context = false;
+	}
+	pthread_mutex_unlock(&emu.lock);
+}
+
+/* Read CUEMU_* once per process. Invalid values fall back to defaults with a warning. */
+static void read_env(void)
+{
+	const char *v;
+	emu.log_level = 1;
+	if ((v = getenv("CUEMU_LOG")))
+		emu.log_level = atoi(v);
+	emu.profile = EMU_PROFILE_R580;
+	if ((v = getenv("CUEMU_PROFILE")) && *v) {
+		if (strcmp(v, "r615") == 0)
+			emu.profile = EMU_PROFILE_R615;
+		else if (strcmp(v, "r580") != 0)
+			emu_log(1, "CUEMU_PROFILE=%s unknown (r580, r615); using r580", v);
+	}
+	emu.ndev = 2;
+	if ((v = getenv("CUEMU_DEVICES")) && *v) {
+		int n = atoi(v);
+		if (n >= 0 && n <= EMU_MAX_DEVICES)
+			emu.ndev = n;
+		else
+			emu_log(1, "CUEMU_DEVICES=%s out of range 0..%d; using 2", v, EMU_MAX_DEVICES);
+	}
+	emu.granularity = 2u << 20;
+	if ((v = getenv("CUEMU_GRANULARITY")) && *v) {
+		size_t g = parse_size(v);
+		if (g >= 4096 && (g & (g - 1)) == 0)
+			emu.granularity = g;
+		else
+			emu_log(1, "CUEMU_GRANULARITY=%s is not a power of two >= 4096; using 2 MiB", v);
+	}
+	size_t capacity = (size_t)16 << 30;
+	if ((v = getenv("CUEMU_MEMORY")) && *v) {
+		size_t c = parse_size(v);
+		if (c)
+			capacity = c;
+		else
+			emu_log(1, "CUEMU_MEMORY=%s is not a size; using 16 GiB", v);
+	}
+	emu.mc_timeout_ms = 10000;
+	if ((v = getenv("CUEMU_MULTICAST_TIMEOUT_MS")) && *v)
+		emu.mc_timeout_ms = (unsigned)atoi(v);
+	const char *seed = getenv("CUEMU_UUID_SEED");
+	if (!seed || !*seed)
+		seed = "cuemu";
+	const char *list = getenv("CUEMU_UUIDS");
+	for (int i = 0; i < emu.ndev; i++) {
+		emu.dev[i].capacity = capacity;
+		derive_uuid(seed, i, &emu.dev[i].uuid);
+	}
+	if (list && *list) {
+		const char *p = list;
+		for (int i = 0; i < emu.ndev && *p; i++) {
+			size_t len = strcspn(p, ",");
+			if (parse_uuid(p, len, &emu.dev[i].uuid) < 0)
+				emu_log(1, "CUEMU_UUIDS entry %d is not a UUID; derived one kept", i);
+			p += len;
+			if (*p == ',')
+				p++;
+		}
+	}
+	emu_fault_parse(getenv("CUEMU_FAULT"));
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+void emu_config(void)
+{
+	pthread_once(&env_once, read_env);
+}
+
+static CUresult emu_init(unsigned int flags)
+{
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&emu.lock);
+	CUresult rc = CUDA_SUCCESS;
+	if (emu.forked_after_init) {
+		emu_log(1, "cuInit in a child forked after CUDA was initialised in its parent");
+		rc = CUDA_ERROR_NOT_INITIALIZED;
+	} else {
+		emu.initialized = true;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuInit(unsigned int flags)
+{
+	EMU_CALL(cuInit, emu_init(flags));
+}
+
+static CUresult driver_version(int *v)
+{
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = EMU_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDriverGetVersion(int *driverVersion)
+{
+	EMU_CALL(cuDriverGetVersion, driver_version(driverVersion));
+}
+
+/* ---- errors ---- */
+
+struct emu_error {
+	CUresult code;
+	const char *name;
+};
+
+static const struct emu_error errors[] = {
+#define E(name) {name, #name},
+#include "emu_errors.h"
+#undef E
+};
+
+const char *emu_result_name(CUresult r)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].code == r)
+			return errors[i].name;
+	return NULL;
+}
+
+/* The description of each error: its name in lower case after the prefix
+ * ("CUDA_ERROR_OUT_OF_MEMORY" -> "out of memory"), built once. */
+static char *descriptions[sizeof(errors) / sizeof(errors[0])];
+static pthread_once_t descriptions_once = PTHREAD_ONCE_INIT;
+
+static void build_descriptions(void)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		const char *n = errors[i].name;
+		if (strncmp(n, "CUDA_ERROR_", 11) == 0)
+			n += 11;
+		else if (strcmp(n, "CUDA_SUCCESS") == 0)
+			n = "no error";
+		char *d = strdup(n);
+		if (!d)
+			continue;
+		for (char *p = d; *p; p++)
+			*p = *p == '_' ? ' ' : (char)tolower((unsigned char)*p);
+		descriptions[i] = d;
+	}
+}
+
+static CUresult error_text(CUresult r, const char **out, bool name)
+{
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_once(&descriptions_once, build_descriptions);
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		if (errors[i].code == r) {
+			*out = name ? errors[i].name : descriptions[i];
+			return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	*out = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+	EMU_CALL(cuGetErrorName, error_text(error, pStr, true));
+}
+
+EMU_API CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+	EMU_CALL(cuGetErrorString, error_text(error, pStr, false));
+}

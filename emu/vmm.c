@@ -1,0 +1,655 @@
+/* The VMM calls: address reservations, allocations backed by memfds, mappings
+ * with per-location access, POSIX FD export/import, retain and properties. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+static bool aligned(uint64_t v)
+{
+	return (v & (emu.granularity - 1)) == 0;
+}
+
+int emu_memfd(const char *kind, int device, unsigned types, size_t size)
+{
+	/* The name makes device backing visible in /proc/PID/maps as
+	 * "memfd:cuemu-..." and carries what an importer needs to know. */
+	char name[96];
+	snprintf(name, sizeof(name), "cuemu-%s-d%d-t%u-%d.%llu", kind, device, types, getpid(),
+		 (unsigned long long)++emu.next_memfd);
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h)
+{
+	struct emu_alloc *a = hmap_get(&emu.allocs, h);
+	return a && a->handle_refs ? a : NULL;
+}
+
+struct emu_mapping *emu_mapping_at(uint64_t va)
+{
+	struct itree_node *n = itree_find(&emu.mappings, va);
+	return n ? (struct emu_mapping *)n : NULL;
+}
+
+static void alloc_free(struct emu_alloc *a)
+{
+	if (a->counted)
+		emu.dev[a->prop.location.id].used -= a->size;
+	if (a->kind == EMU_OBJ_MULTICAST)
+		emu_mc_destroy(a);
+	if (a->fd >= 0)
+		close(a->fd);
+	free(a->saved);
+	hmap_del(&emu.allocs, a->handle);
+	free(a);
+}
+
+void emu_alloc_unref(struct emu_alloc *a)
+{
+	if (!a->handle_refs && !a->map_refs)
+		alloc_free(a);
+}
+
+/* A new allocation object holding fd; NULL when out of memory (fd not closed). */
+static struct emu_alloc *alloc_new(enum emu_obj_kind kind, int fd, size_t size, const CUmemAllocationProp *prop)
+{
+	struct emu_alloc *a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->kind = kind;
+	a->fd = fd;
+	a->size = size;
+	a->prop = *prop;
+	a->handle_refs = 1;
+	a->handle = emu.next_handle++;
+	if (hmap_put(&emu.allocs, a->handle, a) < 0) {
+		free(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* ---- reservations ---- */
+
+static CUresult address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr)
+{
+	if (!ptr || !size || !aligned(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (alignment & (alignment - 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (alignment < emu.granularity)
+		alignment = emu.granularity;
+	struct emu_reservation *r = calloc(1, sizeof(*r));
+	if (!r)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	void *base = MAP_FAILED;
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	if (addr && (addr & (alignment - 1)) == 0)
+		base = mmap((void *)addr, size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+	if (base == MAP_FAILED) {
+		size_t span = size + alignment;
+		uint8_t *raw = mmap(NULL, span, PROT_NONE, flags, -1, 0);
+		if (raw == MAP_FAILED) {
+			free(r);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		uintptr_t start = ((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1);
+		if (start > (uintptr_t)raw)
+			munmap(raw, start - (uintptr_t)raw);
+		size_t tail = (uintptr_t)raw + span - (start + size);
+		if (tail)
+			munmap((void *)(start + size), tail);
+		base = (void *)start;
+	}
+	r->node.start = (uintptr_t)base;
+	r->node.end = (uintptr_t)base + size;
+	pthread_mutex_lock(&emu.lock);
+	int rc = itree_insert(&emu.reservations, &r->node);
+	pthread_mutex_unlock(&emu.lock);
+	if (rc < 0) {
+		munmap(base, size);
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*ptr = (CUdeviceptr)(uintptr_t)base;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+				     unsigned long long flags)
+{
+	(void)flags;
+	EMU_CALL(cuMemAddressReserve, address_reserve(ptr, size, alignment, addr));
+}
+
+static CUresult address_free(CUdeviceptr ptr, size_t size)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct itree_node *n = itree_find(&emu.reservations, ptr);
+	struct emu_reservation *r = (struct emu_reservation *)n;
+	if (!r || r->node.start != ptr || r->node.end - r->node.start != size || r->mappings) {
+		/* Whole reservations only, and only once nothing is mapped in them. */
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	itree_remove(&emu.reservations, &r->node);
+	munmap((void *)(uintptr_t)ptr, size);
+	free(r);
+out:
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	EMU_CALL(cuMemAddressFree, address_free(ptr, size));
+}
+
+/* ---- allocations ---- */
+
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->location.id < 0 || prop->location.id >= emu.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	unsigned types = (unsigned)prop->requestedHandleTypes;
+	if (types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED; /* FABRIC and Win32 handles are not emulated */
+	return CUDA_SUCCESS;
+}
+
+static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			   unsigned long long flags)
+{
+	if (!handle || flags || !size || !aligned(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_prop(prop);
+	if (rc)
+		return rc;
+	int dev = prop->location.id;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_device *d = &emu.dev[dev];
+	if (size > d->capacity - d->used) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	int fd = emu_memfd("mem", dev, (unsigned)prop->requestedHandleTypes, size);
+	if (fd < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	struct emu_alloc *a = alloc_new(EMU_OBJ_MEMORY, fd, size, prop);
+	if (!a) {
+		close(fd);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	a->counted = true;
+	d->used += size;
+	emu_mark_cuda_process();
+	*handle = a->handle;
+out:
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			     unsigned long long flags)
+{
+	EMU_CALL(cuMemCreate, mem_create(handle, size, prop, flags));
+}
+
+static CUresult mem_release(CUmemGenericAllocationHandle h)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *a = emu_alloc_get(h);
+	if (!a) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else {
+		/* Mappings keep the bytes alive until the last unmap. */
+		a->handle_refs--;
+		emu_alloc_unref(a);
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	EMU_CALL(cuMemRelease, mem_release(handle));
+}
+
+/* ---- mappings ---- */
+
+int emu_mapping_prot(const struct emu_mapping *m)
+{
+	int prot = PROT_NONE;
+	for (int d = 0; d < emu.ndev; d++) {
+		if (m->access[d] == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return PROT_READ | PROT_WRITE;
+		if (m->access[d] == CU_MEM_ACCESS_FLAGS_PROT_READ)
+			prot = PROT_READ;
+	}
+	return prot;
+}
+
+int emu_mapping_apply(struct emu_mapping *m)
+{
+	if (m->alloc->kind == EMU_OBJ_MULTICAST)
+		return emu_mc_layout(m);
+	size_t len = m->node.end - m->node.start;
+	return mprotect((void *)(uintptr_t)m->node.start, len, emu_mapping_prot(m)) < 0 ? -errno : 0;
+}
+
+static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			unsigned long long flags)
+{
+	if (flags || !ptr || !size || !aligned(ptr) || !aligned(size) || !aligned(offset))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_SUCCESS;
+	struct emu_mapping *m = NULL;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *a = emu_alloc_get(h);
+	if (!a || offset > a->size || size > a->size - offset) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, ptr);
+	if (!r || ptr + size > r->node.end || ptr + size < ptr) {
+		rc = CUDA_ERROR_INVALID_VALUE; /* must lie inside one reservation */
+		goto out;
+	}
+	struct itree_node *next = itree_first_from(&emu.mappings, ptr);
+	if (next && next->start < ptr + size) {
+		rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
+		goto out;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	m->node.start = ptr;
+	m->node.end = ptr + size;
+	m->alloc = a;
+	m->offset = offset;
+	if (a->kind == EMU_OBJ_MEMORY) {
+		/* Inaccessible until cuMemSetAccess grants a location access. */
+		void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+		if (p == MAP_FAILED) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+	} else if (emu_mc_layout(m) < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	itree_insert(&emu.mappings, &m->node); /* cannot overlap: checked above */
+	r->mappings++;
+	a->map_refs++;
+	m = NULL;
+out:
+	free(m);
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			  unsigned long long flags)
+{
+	EMU_CALL(cuMemMap, mem_map(ptr, size, offset, handle, flags));
+}
+
+/* The mappings that exactly tile [ptr, ptr + size), in address order, in *out
+ * (malloc'ed). Returns the count, or 0 when the range is not tiled by whole
+ * mappings. Caller holds emu.lock. */
+static size_t tile(CUdeviceptr ptr, size_t size, struct emu_mapping ***out)
+{
+	*out = NULL;
+	if (!size || ptr + size < ptr)
+		return 0;
+	size_t n = 0, cap = 0;
+	struct emu_mapping **list = NULL;
+	uint64_t at = ptr;
+	struct itree_node *node = itree_find(&emu.mappings, ptr);
+	while (at < ptr + size) {
+		if (!node || node->start != at || node->end > ptr + size)
+			goto fail;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 4;
+			struct emu_mapping **grown = realloc(list, cap * sizeof(*list));
+			if (!grown)
+				goto fail;
+			list = grown;
+		}
+		list[n++] = (struct emu_mapping *)node;
+		at = node->end;
+		node = itree_next(&emu.mappings, node);
+	}
+	*out = list;
+	return n;
+fail:
+	free(list);
+	return 0;
+}
+
+static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
+{
+	if (!aligned(ptr) || !aligned(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct emu_mapping **list;
+	pthread_mutex_lock(&emu.lock);
+	size_t n = tile(ptr, size, &list);
+	if (!n) {
+		pthread_mutex_unlock(&emu.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct emu_mapping *m = list[i];
+		size_t len = m->node.end - m->node.start;
+		/* Back to an inaccessible part of the reservation. */
+		mmap((void *)(uintptr_t)m->node.start, len, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
+		if (r)
+			r->mappings--;
+		itree_remove(&emu.mappings, &m->node);
+		m->alloc->map_refs--;
+		emu_alloc_unref(m->alloc);
+		free(m);
+	}
+	free(list);
+	pthread_mutex_unlock(&emu.lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	EMU_CALL(cuMemUnmap, mem_unmap(ptr, size));
+}
+
+static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	if (!desc || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < count; i++) {
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (desc[i].location.id < 0 || desc[i].location.id >= emu.ndev)
+			return CUDA_ERROR_INVALID_DEVICE;
+		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct emu_mapping **list;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	size_t n = tile(ptr, size, &list);
+	if (!n) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct emu_mapping *m = list[i];
+		unsigned char before[EMU_MAX_DEVICES];
+		memcpy(before, m->access, sizeof(before));
+		/* Per location: a grant to one device leaves the others as they were. */
+		for (size_t j = 0; j < count; j++)
+			m->access[desc[j].location.id] = (unsigned char)desc[j].flags;
+		if (emu_mapping_apply(m) < 0) {
+			memcpy(m->access, before, sizeof(before));
+			emu_mapping_apply(m);
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+	}
+	free(list);
+out:
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	EMU_CALL(cuMemSetAccess, set_access(ptr, size, desc, count));
+}
+
+static CUresult get_access(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr)
+{
+	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (loc->id < 0 || loc->id >= emu.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_mapping *m = emu_mapping_at(ptr);
+	if (m)
+		*flags = m->access[loc->id];
+	else
+		rc = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+	EMU_CALL(cuMemGetAccess, get_access(flags, location, ptr));
+}
+
+/* ---- sharing ---- */
+
+static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+			      unsigned long long flags)
+{
+	if (!shareable || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *a = emu_alloc_get(h);
+	if (!a || !(a->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (a->native_restored && emu.profile == EMU_PROFILE_R615) {
+		/* r615: an allocation brought back by the native restore is no longer exportable. */
+		emu_log(2, "r615 profile: export of natively restored allocation %#llx refused",
+			(unsigned long long)h);
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	*(int *)shareable = fd;
+out:
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	EMU_CALL(cuMemExportToShareableHandle, export_handle(shareableHandle, handle, handleType, flags));
+}
+
+int emu_mc_attach(struct emu_alloc *a);
+
+static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, CUmemAllocationHandleType type)
+{
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	int fd = (int)(intptr_t)os_handle;
+	char link[64], target[256];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t len = fd >= 0 ? readlink(link, target, sizeof(target) - 1) : -1;
+	if (len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	target[len] = '\0';
+	char kind[8];
+	int dev;
+	unsigned types;
+	struct stat st;
+	/* Only our own exports: "/memfd:cuemu-<kind>-d<dev>-t<types>-..." */
+	if (sscanf(target, "/memfd:cuemu-%7[a-z]-d%d-t%u-", kind, &dev, &types) != 3 || fstat(fd, &st) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	bool mc = strcmp(kind, "mc") == 0;
+	if ((!mc && strcmp(kind, "mem") != 0) || dev < 0 || dev >= emu.ndev || st.st_size <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (own < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = (CUmemAllocationHandleType)types,
+		.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+	};
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *a = alloc_new(mc ? EMU_OBJ_MULTICAST : EMU_OBJ_MEMORY, own, (size_t)st.st_size, &prop);
+	if (!a) {
+		close(own);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	a->imported = true;
+	if (mc && emu_mc_attach(a) < 0) {
+		a->handle_refs = 0;
+		alloc_free(a);
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	emu_mark_cuda_process();
+	*handle = a->handle;
+out:
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						CUmemAllocationHandleType shHandleType)
+{
+	EMU_CALL(cuMemImportFromShareableHandle, import_handle(handle, osHandle, shHandleType));
+}
+
+static CUresult retain_handle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_mapping *m = emu_mapping_at((uintptr_t)addr);
+	if (!m) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else {
+		/* Same handle value as the one mapped; one more reference to release. */
+		m->alloc->handle_refs++;
+		*handle = m->alloc->handle;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	EMU_CALL(cuMemRetainAllocationHandle, retain_handle(handle, addr));
+}
+
+static CUresult get_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
+{
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *a = emu_alloc_get(h);
+	if (!a || a->kind != EMU_OBJ_MEMORY)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	else
+		*prop = a->prop;
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	EMU_CALL(cuMemGetAllocationPropertiesFromHandle, get_props(prop, handle));
+}
+
+static CUresult granularity(size_t *gran, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
+{
+	if (!gran)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_prop(prop);
+	if (rc)
+		return rc;
+	*gran = emu.granularity;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop,
+					       CUmemAllocationGranularity_flags option)
+{
+	EMU_CALL(cuMemGetAllocationGranularity, granularity(gran, prop, option));
+}
+
+static CUresult mem_info(size_t *free_bytes, size_t *total)
+{
+	if (!free_bytes || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_device *d = &emu.dev[emu_current->device];
+	*total = d->capacity;
+	*free_bytes = d->capacity - d->used;
+	pthread_mutex_unlock(&emu.lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	EMU_CALL(cuMemGetInfo_v2, mem_info(free_bytes, total));
+}
+
+static CUresult host_register(void *p, size_t size)
+{
+	/* Host memory is already what a copy reads and writes; pinning is a no-op. */
+	return p && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	(void)Flags;
+	EMU_CALL(cuMemHostRegister_v2, host_register(p, bytesize));
+}
+
+EMU_API CUresult cuMemHostUnregister(void *p)
+{
+	EMU_CALL(cuMemHostUnregister, host_register(p, 1));
+}

@@ -1,0 +1,130 @@
+#!/bin/bash
+# Provide a CRIU that works on this kernel and print the command to run it.
+#
+#   scripts/setup-criu.sh [--check] [BUILD_DIR]
+#
+# 1. A system `criu` whose version is >= 4.0 and whose `criu check` passes is used
+#    as it is.
+# 2. Otherwise Debian trixie's `criu` is unpacked, together with trixie's libc and
+#    every library it needs, under BUILD_DIR/criu/root (default build/), and a
+#    wrapper BUILD_DIR/criu/criu runs it through that libc's own loader. Debian
+#    bookworm's criu 3.17 fails `criu check` on current kernels ("vdso: Unexpected
+#    rt vDSO area bounds"); trixie's 4.x works (SYSTEM.md §14).
+#
+# Idempotent: a provisioned wrapper that passes `criu check` is reused without
+# touching the network. On success the last line on stdout is the absolute path
+# of the criu to run. Exit 0 on success, 69 when no working CRIU can be provided.
+# --check: only report; never download.
+set -euo pipefail
+
+check_only=0
+if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+dest=$build/criu
+wrapper=$dest/criu
+suite=${CRIU_DEBIAN_SUITE:-trixie}
+mirror=${CRIU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+say() { echo "setup-criu: $*" >&2; }
+
+# works CRIU: version >= 4 and `criu check` passes (needs root).
+works() {
+	local criu=$1 ver major
+	ver=$("$criu" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -n1) || return 1
+	major=${ver%%.*}
+	[ -n "$major" ] && [ "$major" -ge 4 ] 2>/dev/null || { say "$criu: version '${ver:-?}' is older than 4.0"; return 1; }
+	"$criu" check >/dev/null 2>&1 || { say "$criu: 'criu check' fails on this kernel"; return 1; }
+	return 0
+}
+
+if [ "$(id -u)" != 0 ]; then
+	say "CRIU needs root to dump and restore; run this as root"
+	exit 69
+fi
+
+if sys=$(command -v criu 2>/dev/null) && works "$sys"; then
+	echo "$sys"
+	exit 0
+fi
+
+if [ -x "$wrapper" ] && works "$wrapper"; then
+	echo "$wrapper"
+	exit 0
+fi
+
+if [ $check_only = 1 ]; then
+	say "no working CRIU (run scripts/setup-criu.sh without --check to provision one)"
+	exit 69
+fi
+
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+	say "no working criu >= 4.0 and no apt-get/dpkg-deb to provision Debian $suite's; install CRIU >= 4.0 and put it on PATH"
+	exit 69
+}
+
+say "provisioning Debian $suite's criu under $dest (system criu missing or unusable)"
+apt=$dest/apt
+rm -rf "$dest.tmp"
+mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$dest.tmp"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+echo "deb [signed-by=$keyring] $mirror $suite main" >"$apt/sources.list"
+: >"$apt/status"
+opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
+	-o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
+	-o "Dir::Cache=$apt" -o "Dir::Cache::Archives=$apt/archives"
+	-o "APT::Architecture=$(dpkg --print-architecture)" -o "APT::Architectures::=$(dpkg --print-architecture)"
+	-o "Debug::NoLocking=1")
+
+if ! apt-get "${opts[@]}" -qq update >&2; then
+	say "could not read the package lists of Debian $suite from $mirror"
+	exit 69
+fi
+
+# The dependency closure of criu, without recommends; virtual names are dropped
+# (their providers are listed too).
+mapfile -t pkgs < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
+	--no-conflicts --no-breaks --no-replaces --no-enhances --no-pre-depends criu 2>/dev/null |
+	sed -n 's/^\([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
+mapfile -t pre < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
+	--no-conflicts --no-breaks --no-replaces --no-enhances criu 2>/dev/null |
+	sed -n 's/^ *PreDepends: \([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
+pkgs+=("${pre[@]}")
+# criu's python tooling (crit) and the shell are not needed to dump and restore.
+mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u | grep -Ev '^(python3.*|perl.*|debconf.*|dpkg|install-info|tzdata|media-types|readline-common|netbase|sensible-utils)$')
+[ ${#pkgs[@]} -gt 0 ] || { say "could not resolve criu's dependencies in Debian $suite"; exit 69; }
+say "downloading ${#pkgs[@]} packages: ${pkgs[*]}"
+(cd "$apt/archives" && apt-get "${opts[@]}" -qq download "${pkgs[@]}" >&2) || {
+	say "download of Debian $suite packages failed"
+	exit 69
+}
+for deb in "$apt/archives"/*.deb; do
+	dpkg-deb -x "$deb" "$dest.tmp/root"
+done
+
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+libdir=$dest/root/usr/lib/$multiarch
+loader=$(cd "$dest.tmp/root/usr/lib/$multiarch" && ls ld-linux*.so.* 2>/dev/null | head -n1)
+[ -n "$loader" ] && [ -x "$dest.tmp/root/usr/sbin/criu" ] || { say "unpacked packages lack the loader or criu"; exit 69; }
+rm -rf "$dest/root"
+mv "$dest.tmp/root" "$dest/root"
+rmdir "$dest.tmp"
+cat >"$wrapper.new" <<WRAP
+#!/bin/sh
+# Debian $suite's criu run through its own libc (generated by scripts/setup-criu.sh).
+exec "$libdir/$loader" --library-path "$libdir:$dest/root/lib/$multiarch" "$dest/root/usr/sbin/criu" "\$@"
+WRAP
+chmod 755 "$wrapper.new"
+mv "$wrapper.new" "$wrapper"
+rm -rf "$apt/archives"/*.deb
+
+if works "$wrapper"; then
+	say "criu $("$wrapper" --version | sed -n 's/^Version: *//p') ready: $wrapper"
+	echo "$wrapper"
+	exit 0
+fi
+say "the provisioned criu does not pass 'criu check' on this kernel:"
+"$wrapper" check >&2 || true
+exit 69

@@ -1,0 +1,96 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cusnap/usock.h"
+
+/* Fill addr for path; when path is too long, open its directory into *dirfd and
+ * address the socket through /proc/self/fd. */
+static int make_addr(const char *path, struct sockaddr_un *addr, int *dirfd)
+{
+	memset(addr, 0, sizeof(*addr));
+	addr->sun_family = AF_UNIX;
+	*dirfd = -1;
+	if (strlen(path) < sizeof(addr->sun_path)) {
+		memcpy(addr->sun_path, path, strlen(path) + 1);
+		return 0;
+	}
+	const char *slash = strrchr(path, '/');
+	if (!slash || !slash[1])
+		return -ENAMETOOLONG;
+	char dir[4096];
+	size_t dlen = (size_t)(slash - path);
+	if (dlen >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, dlen);
+	dir[dlen ? dlen : 1] = '\0';
+	if (!dlen)
+		dir[0] = '/';
+	*dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (*dirfd < 0)
+		return -errno;
+	int n = snprintf(addr->sun_path, sizeof(addr->sun_path), "/proc/self/fd/%d/%s", *dirfd, slash + 1);
+	if (n < 0 || (size_t)n >= sizeof(addr->sun_path)) {
+		close(*dirfd);
+		*dirfd = -1;
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int usock_listen(const char *path, int backlog)
+{
+	struct sockaddr_un addr;
+	int dirfd, fd = -1;
+	int rc = make_addr(path, &addr, &dirfd);
+	if (rc < 0)
+		return rc;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	/* A socket file left by a dead process (or by a dump) is replaced. */
+	unlink(addr.sun_path);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, backlog) < 0) {
+		rc = -errno;
+		close(fd);
+		fd = -1;
+		goto out;
+	}
+	rc = fd;
+out:
+	if (dirfd >= 0)
+		close(dirfd);
+	return rc;
+}
+
+int usock_connect(const char *path)
+{
+	struct sockaddr_un addr;
+	int dirfd;
+	int rc = make_addr(path, &addr, &dirfd);
+	if (rc < 0)
+		return rc;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	while ((rc = connect(fd, (struct sockaddr *)&addr, sizeof(addr))) < 0 && errno == EINTR)
+		;
+	if (rc < 0) {
+		rc = -errno;
+		close(fd);
+		goto out;
+	}
+	rc = fd;
+out:
+	if (dirfd >= 0)
+		close(dirfd);
+	return rc;
+}

@@ -1,0 +1,42 @@
+/* Helpers shared by the emulator tests. */
+#ifndef CUSNAP_TESTS_EMU_UTIL_H
+#define CUSNAP_TESTS_EMU_UTIL_H
+
+#include <cuda.h>
+
+#define MiB ((size_t)1 << 20)
+
+static inline CUmemAllocationProp emu_prop(int dev)
+{
+	CUmemAllocationProp p = {0};
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = dev;
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	return p;
+}
+
+static inline CUmemAccessDesc emu_access(int dev, CUmemAccess_flags flags)
+{
+	CUmemAccessDesc d = {0};
+	d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	d.location.id = dev;
+	d.flags = flags;
+	return d;
+}
+
+static inline void emu_pattern(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 31 + seed * 7 + (i >> 12));
+}
+
+static inline int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (unsigned char)(i * 31 + seed * 7 + (i >> 12)))
+			return 0;
+	return 1;
+}
+
+#endif

@@ -1,0 +1,470 @@
+/* cuemu in one process: the VMM lifecycle, reference counting, access, errors,
+ * copies, streams, multicast objects and the resolver. */
+#include <signal.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../harness/test.h"
+#include "emu_util.h"
+
+static CUcontext ctx;
+static size_t gran;
+
+/* Map size bytes of a new allocation on dev at a new reservation, RW for dev. */
+static CUdeviceptr map_new(int dev, size_t size, CUmemGenericAllocationHandle *h)
+{
+	CUmemAllocationProp p = emu_prop(dev);
+	CUdeviceptr va = 0;
+	CHECK_CU(cuMemCreate(h, size, &p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, size, 0, *h, 0));
+	CUmemAccessDesc a = emu_access(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va, size, &a, 1));
+	return va;
+}
+
+static void lifecycle(void)
+{
+	size_t size = 2 * gran;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = map_new(0, size, &h);
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d0"), 1);
+	unsigned char *in = malloc(size), *out = malloc(size);
+	emu_pattern(in, size, 1);
+	CHECK_CU(cuMemcpyHtoD(va, in, size));
+	memset(out, 0, size);
+	CHECK_CU(cuMemcpyDtoH(out, va, size));
+	CHECK(emu_pattern_ok(out, size, 1));
+	/* The device pointer is a real address of this process. */
+	CHECK(emu_pattern_ok((unsigned char *)(uintptr_t)va, size, 1));
+	CHECK_CU(cuMemUnmap(va, size));
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d0"), 0);
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, size));
+	free(in);
+	free(out);
+}
+
+static void release_while_mapped(void)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = map_new(1, gran, &h);
+	CHECK_CU(cuMemsetD32(va, 0xdeadbeef, gran / 4));
+	CHECK_CU(cuMemRelease(h));
+	/* The mapping keeps the bytes; the handle is gone. */
+	CHECK_EQ(((uint32_t *)(uintptr_t)va)[gran / 4 - 1], 0xdeadbeef);
+	CUmemAllocationProp p;
+	CHECK_CU_EQ(cuMemGetAllocationPropertiesFromHandle(&p, h), CUDA_ERROR_INVALID_VALUE);
+	/* Retain from the address gives a handle to the same allocation back. */
+	CUmemGenericAllocationHandle again;
+	CHECK_CU(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(va + 4096)));
+	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&p, again));
+	CHECK_EQ(p.location.id, 1);
+	CHECK_CU(cuMemRelease(again));
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d1"), 1);
+	CHECK_CU(cuMemUnmap(va, gran));
+	/* Last reference gone: the backing is freed. */
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d1"), 0);
+	CHECK_CU_EQ(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMemAddressFree(va, gran));
+}
+
+static void retain_counts(void)
+{
+	CUmemGenericAllocationHandle h, r1, r2;
+	CUdeviceptr va = map_new(0, gran, &h);
+	CHECK_CU(cuMemRetainAllocationHandle(&r1, (void *)(uintptr_t)va));
+	CHECK_CU(cuMemRetainAllocationHandle(&r2, (void *)(uintptr_t)va));
+	CHECK_EQ(r1, h);
+	CHECK_EQ(r2, h);
+	CHECK_CU(cuMemUnmap(va, gran));
+	/* Three references: the handle stays valid until the third release. */
+	CUmemAllocationProp p;
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&p, h));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&p, h));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU_EQ(cuMemGetAllocationPropertiesFromHandle(&p, h), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMemAddressFree(va, gran));
+}
+
+static void properties_and_granularity(void)
+{
+	CUmemAllocationProp p = emu_prop(1), got;
+	size_t g = 0;
+	CHECK_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK_EQ(g, 2 * MiB);
+	CHECK_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+	CHECK_EQ(g, 2 * MiB);
+	CUmemGenericAllocationHandle h;
+	CHECK_CU(cuMemCreate(&h, 3 * g, &p, 0));
+	memset(&got, 0xff, sizeof(got));
+	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&got, h));
+	CHECK_EQ(got.type, CU_MEM_ALLOCATION_TYPE_PINNED);
+	CHECK_EQ(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+	CHECK_EQ(got.location.id, 1);
+	CHECK_EQ(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CHECK_CU(cuMemRelease(h));
+	p.location.id = 7;
+	CHECK_CU_EQ(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_CU_EQ(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_INVALID_DEVICE);
+	p = emu_prop(0);
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+	CHECK_CU_EQ(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+	char name[32];
+	CHECK_CU(cuDeviceGetName(name, sizeof(name), 0));
+	CHECK_STR(name, "cuemu");
+	CUuuid u0, u1;
+	CHECK_CU(cuDeviceGetUuid(&u0, 0));
+	CHECK_CU(cuDeviceGetUuid(&u1, 1));
+	CHECK(memcmp(&u0, &u1, sizeof(u0)) != 0);
+}
+
+static void unaligned_rejected(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CHECK_CU_EQ(cuMemCreate(&h, gran + 4096, &p, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemCreate(&h, 0, &p, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemAddressReserve(&va, gran / 2, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMemCreate(&h, 2 * gran, &p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+	CHECK_CU_EQ(cuMemMap(va + 4096, gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemMap(va, gran + 4096, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemMap(va, gran, 4096, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemMap(va, 2 * gran, gran, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the end */
+	CHECK_CU_EQ(cuMemMap(va + 3 * gran, 2 * gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* out of reservation */
+	CHECK_CU(cuMemMap(va, 2 * gran, 0, h, 0));
+	CHECK_CU_EQ(cuMemMap(va + gran, gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlaps */
+	CHECK_CU_EQ(cuMemUnmap(va, gran), CUDA_ERROR_INVALID_VALUE);              /* partial */
+	CHECK_CU_EQ(cuMemAddressFree(va, 4 * gran), CUDA_ERROR_INVALID_VALUE);    /* still mapped */
+	CHECK_CU(cuMemUnmap(va, 2 * gran));
+	CHECK_CU_EQ(cuMemAddressFree(va, 2 * gran), CUDA_ERROR_INVALID_VALUE);    /* not the whole reservation */
+	CHECK_CU(cuMemAddressFree(va, 4 * gran));
+	CHECK_CU(cuMemRelease(h));
+}
+
+static sigjmp_buf fault_jmp;
+static void on_segv(int sig)
+{
+	(void)sig;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* 1 if a read (or write) of p faults. */
+static int faults(volatile unsigned char *p, int write)
+{
+	struct sigaction sa = {.sa_handler = on_segv}, old;
+	sigaction(SIGSEGV, &sa, &old);
+	int faulted = 0;
+	if (sigsetjmp(fault_jmp, 1) == 0) {
+		if (write)
+			*p = *p;
+		else
+			(void)*p;
+	} else {
+		faulted = 1;
+	}
+	sigaction(SIGSEGV, &old, NULL);
+	return faulted;
+}
+
+static void access_merged(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CHECK_CU(cuMemCreate(&h, gran, &p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, gran, 0, h, 0));
+	volatile unsigned char *b = (unsigned char *)(uintptr_t)va;
+	CHECK(faults(b, 0)); /* inaccessible until access is set */
+	unsigned long long flags = 99;
+	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+	CHECK_CU(cuMemGetAccess(&flags, &loc, va));
+	CHECK_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CUmemAccessDesc d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CHECK_CU(cuMemSetAccess(va, gran, &d0, 1));
+	CHECK_CU(cuMemSetAccess(va, gran, &d1, 1));
+	/* Granting device 1 did not revoke device 0. */
+	CHECK_CU(cuMemGetAccess(&flags, &loc, va));
+	CHECK_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	loc.id = 1;
+	CHECK_CU(cuMemGetAccess(&flags, &loc, va));
+	CHECK_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CHECK(!faults(b, 1));
+	/* Revoking device 0 leaves device 1's read access. */
+	d0.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	CHECK_CU(cuMemSetAccess(va, gran, &d0, 1));
+	CHECK(!faults(b, 0));
+	CHECK(faults(b, 1));
+	unsigned char tmp[16];
+	CHECK_CU(cuMemcpyDtoH(tmp, va, sizeof(tmp)));
+	CHECK_CU_EQ(cuMemcpyHtoD(va, tmp, sizeof(tmp)), CUDA_ERROR_INVALID_VALUE); /* read-only now */
+	CUmemAccessDesc bad = emu_access(5, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CHECK_CU_EQ(cuMemSetAccess(va, gran, &bad, 1), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_CU_EQ(cuMemSetAccess(va, gran / 2, &d1, 1), CUDA_ERROR_INVALID_VALUE); /* not whole mappings */
+	CHECK_CU(cuMemUnmap(va, gran));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, gran));
+}
+
+static void out_of_memory(void)
+{
+	/* CUEMU_MEMORY=64M for this process (set in main). */
+	CUmemAllocationProp p = emu_prop(1);
+	CUmemGenericAllocationHandle a, b;
+	size_t freeb, total;
+	CUdevice dev;
+	CHECK_CU(cuCtxGetDevice(&dev));
+	CHECK_CU(cuMemGetInfo(&freeb, &total));
+	CHECK_EQ(total, 64 * MiB);
+	CHECK_CU(cuMemCreate(&a, 48 * MiB, &p, 0));
+	CHECK_CU_EQ(cuMemCreate(&b, 32 * MiB, &p, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_CU(cuMemCreate(&b, 16 * MiB, &p, 0));
+	CHECK_CU(cuMemRelease(a));
+	CHECK_CU(cuMemCreate(&a, 32 * MiB, &p, 0));
+	CHECK_CU(cuMemRelease(a));
+	CHECK_CU(cuMemRelease(b));
+	/* The accounting is per device: device 0 is untouched. */
+	p.location.id = 0;
+	CHECK_CU(cuMemCreate(&a, 64 * MiB, &p, 0));
+	CHECK_CU(cuMemRelease(a));
+}
+
+static void null_and_unknown(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h = 0;
+	CHECK_CU_EQ(cuMemCreate(NULL, gran, &p, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemCreate(&h, gran, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemRelease(0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemRelease(0x123456789abcULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemMap(0, gran, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemMap(0x7f0000000000ULL, gran, 0, 0xdead, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemUnmap(0x7f0000000000ULL, gran), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemSetAccess(0x7f0000000000ULL, gran, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemAddressFree(0x7f0000000000ULL, gran), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemRetainAllocationHandle(&h, NULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemRetainAllocationHandle(NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemGetAllocationPropertiesFromHandle(NULL, 1), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemGetAllocationPropertiesFromHandle(&p, 0xdead), CUDA_ERROR_INVALID_VALUE);
+	int fd = -1;
+	CHECK_CU_EQ(cuMemExportToShareableHandle(&fd, 0xdead, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		    CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemExportToShareableHandle(NULL, 0xdead, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		    CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)-1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		    CUDA_ERROR_INVALID_VALUE);
+	/* A descriptor that is not one of ours (stdin, a pipe) is refused. */
+	int pipefd[2];
+	CHECK_EQ(pipe(pipefd), 0);
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pipefd[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		    CUDA_ERROR_INVALID_VALUE);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	CHECK_CU_EQ(cuMemcpyHtoD(0, &fd, 4), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuStreamSynchronize((CUstream)(uintptr_t)0xdead0), CUDA_ERROR_INVALID_HANDLE);
+	CHECK_CU_EQ(cuMulticastAddDevice(0xdead, 0), CUDA_ERROR_INVALID_VALUE);
+	const char *s = NULL;
+	CHECK_CU(cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &s));
+	CHECK_STR(s, "CUDA_ERROR_INVALID_VALUE");
+	CHECK_CU(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s));
+	CHECK_STR(s, "out of memory");
+	CHECK_CU_EQ(cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+	CHECK(s == NULL);
+}
+
+static void export_import_same_process(void)
+{
+	int fds_before = test_count_fds();
+	CUmemGenericAllocationHandle h, imp;
+	CUdeviceptr va = map_new(0, gran, &h);
+	int fd = -1;
+	CHECK_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CHECK(fd >= 0);
+	CHECK_CU(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	CHECK(imp != h);
+	CUdeviceptr va2;
+	CHECK_CU(cuMemAddressReserve(&va2, gran, 0, 0, 0));
+	CHECK_CU(cuMemMap(va2, gran, 0, imp, 0));
+	CUmemAccessDesc a = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va2, gran, &a, 1));
+	*(volatile int *)(uintptr_t)va = 4242;
+	CHECK_EQ(*(volatile int *)(uintptr_t)va2, 4242);
+	CHECK_CU(cuMemUnmap(va2, gran));
+	CHECK_CU(cuMemRelease(imp));
+	CHECK_CU(cuMemAddressFree(va2, gran));
+	CHECK_CU(cuMemUnmap(va, gran));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, gran));
+	CHECK_EQ(test_count_fds(), fds_before);
+	/* Without the POSIX handle type the allocation cannot be exported. */
+	CUmemAllocationProp p = emu_prop(0);
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+	CHECK_CU(cuMemCreate(&h, gran, &p, 0));
+	CHECK_CU_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		    CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMemRelease(h));
+}
+
+static int host_fn_ran;
+static void CUDA_CB host_fn(void *arg)
+{
+	usleep(20000);
+	*(int *)arg = 1;
+}
+
+static void streams_and_events(void)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = map_new(0, gran, &h);
+	CUstream s;
+	CUevent e;
+	CHECK_CU(cuStreamCreate(&s, 0));
+	CHECK_CU(cuEventCreate(&e, 0));
+	unsigned char *src = malloc(gran), *dst = malloc(gran);
+	emu_pattern(src, gran, 3);
+	CHECK_CU(cuLaunchHostFunc(s, host_fn, &host_fn_ran));
+	CHECK_CU(cuMemcpyHtoDAsync(va, src, gran, s));
+	CHECK_CU(cuMemsetD8Async(va, 0x5a, 16, s));
+	CHECK_CU(cuEventRecord(e, s));
+	CHECK_CU(cuMemcpyDtoHAsync(dst, va, gran, s));
+	CHECK_CU_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY); /* the host function sleeps */
+	CHECK_CU(cuEventSynchronize(e));
+	CHECK_EQ(host_fn_ran, 1);
+	CHECK_CU(cuStreamSynchronize(s));
+	CHECK_CU(cuStreamQuery(s));
+	CHECK_CU(cuEventQuery(e));
+	CHECK_EQ(dst[0], 0x5a);
+	CHECK_EQ(dst[15], 0x5a);
+	CHECK_EQ(dst[100], src[100]);
+	CHECK_EQ(dst[gran - 1], src[gran - 1]);
+	CHECK_CU(cuMemsetD16(va, 0xbeef, 8));
+	CHECK_EQ(((uint16_t *)(uintptr_t)va)[7], 0xbeef);
+	CHECK_CU_EQ(cuMemsetD32(va + 2, 1, 1), CUDA_ERROR_INVALID_VALUE); /* misaligned */
+	CHECK_CU_EQ(cuMemcpyHtoDAsync(va + gran - 8, src, 16, s), CUDA_ERROR_INVALID_VALUE); /* runs off the mapping */
+	CHECK_CU(cuMemcpyDtoD(va + gran / 2, va, gran / 2));
+	CHECK_CU(cuEventDestroy(e));
+	CHECK_CU(cuStreamDestroy(s));
+	CHECK_CU(cuMemUnmap(va, gran));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, gran));
+	free(src);
+	free(dst);
+}
+
+static void multicast_local(void)
+{
+	CUmulticastObjectProp mp = {.numDevices = 2, .size = 2 * gran,
+				    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	size_t g;
+	CHECK_CU(cuMulticastGetGranularity(&g, &mp, CU_MULTICAST_GRANULARITY_MINIMUM));
+	CHECK_EQ(g, gran);
+	CUmemGenericAllocationHandle mc, m0, m1;
+	CHECK_CU(cuMulticastCreate(&mc, &mp));
+	CUmemAllocationProp p0 = emu_prop(0), p1 = emu_prop(1);
+	CHECK_CU(cuMemCreate(&m0, 2 * gran, &p0, 0));
+	CHECK_CU(cuMemCreate(&m1, 2 * gran, &p1, 0));
+	CHECK_CU(cuMulticastAddDevice(mc, 0));
+	CHECK_CU_EQ(cuMulticastAddDevice(mc, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMulticastAddDevice(mc, 1));
+	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, 4 * gran, 0), CUDA_ERROR_INVALID_VALUE); /* out of bounds */
+	CHECK_CU(cuMulticastBindMem(mc, 0, m0, 0, 2 * gran, 0));
+	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, gran, 0), CUDA_ERROR_INVALID_VALUE);   /* overlap, same device */
+	CHECK_CU(cuMulticastBindMem(mc, 0, m1, 0, 2 * gran, 0));
+	/* Map the multicast object: it shows the memory bound here. */
+	CUdeviceptr mva, uva;
+	CHECK_CU(cuMemAddressReserve(&mva, 2 * gran, 0, 0, 0));
+	CHECK_CU(cuMemMap(mva, 2 * gran, 0, mc, 0));
+	CUmemAccessDesc a = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(mva, 2 * gran, &a, 1));
+	CHECK_CU(cuMemAddressReserve(&uva, 2 * gran, 0, 0, 0));
+	CHECK_CU(cuMemMap(uva, 2 * gran, 0, m1, 0));
+	CHECK_CU(cuMemSetAccess(uva, 2 * gran, &a, 1));
+	*(volatile int *)(uintptr_t)(mva + gran) = 77;
+	CHECK_EQ(*(volatile int *)(uintptr_t)(uva + gran), 77);
+	CHECK_CU(cuMulticastUnbind(mc, 1, 0, 2 * gran));
+	CHECK_CU_EQ(cuMulticastUnbind(mc, 1, 0, 2 * gran), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU(cuMemUnmap(mva, 2 * gran));
+	CHECK_CU(cuMemUnmap(uva, 2 * gran));
+	CHECK_CU(cuMemRelease(mc)); /* drops the remaining binding of m0 */
+	CHECK_CU(cuMemRelease(m0));
+	CHECK_CU(cuMemRelease(m1));
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu"), 0);
+	CHECK_CU(cuMemAddressFree(mva, 2 * gran));
+	CHECK_CU(cuMemAddressFree(uva, 2 * gran));
+	/* A bind before the team is complete waits, then gives up (bounded here). */
+	mp.numDevices = 2;
+	CHECK_CU(cuMulticastCreate(&mc, &mp));
+	CHECK_CU(cuMemCreate(&m0, 2 * gran, &p0, 0));
+	CHECK_CU(cuMulticastAddDevice(mc, 0));
+	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, 2 * gran, 0), CUDA_ERROR_SYSTEM_NOT_READY);
+	CHECK_CU(cuMemRelease(mc));
+	CHECK_CU(cuMemRelease(m0));
+}
+
+static void proc_address(void)
+{
+	void *fn = NULL;
+	CUdriverProcAddressQueryResult st;
+	CHECK_CU(cuGetProcAddress("cuMemMap", &fn, 12000, 0, &st));
+	CHECK(fn == (void *)cuMemMap);
+	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
+	CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, 0, &st));
+	CHECK(fn == (void *)cuMemcpyHtoD_v2);
+	CHECK_CU_EQ(cuGetProcAddress("cuMemMap", &fn, 10000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	CHECK_CU_EQ(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	/* Version selects the ABI: cuDeviceGetUuid has two. */
+	void *v1 = NULL, *v2 = NULL;
+	CHECK_CU(cuGetProcAddress("cuDeviceGetUuid", &v1, 11000, 0, &st));
+	CHECK_CU(cuGetProcAddress("cuDeviceGetUuid", &v2, 12000, 0, &st));
+	CHECK(v1 && v2 && v1 != v2);
+	CHECK(v2 == (void *)cuDeviceGetUuid_v2);
+	int ver = 0;
+	CHECK_CU(cuDriverGetVersion(&ver));
+	CHECK_EQ(ver, 13000);
+}
+
+int main(void)
+{
+	setenv("CUEMU_MEMORY", "64M", 1);
+	setenv("CUEMU_MULTICAST_TIMEOUT_MS", "200", 1);
+	CUdevice dev;
+	CHECK_CU_EQ(cuDeviceGet(&dev, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CHECK_CU(cuInit(0));
+	int n = 0;
+	CHECK_CU(cuDeviceGetCount(&n));
+	CHECK_EQ(n, 2);
+	CHECK_CU(cuDeviceGet(&dev, 1));
+	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CHECK_CU(cuCtxSetCurrent(ctx));
+	CUmemAllocationProp p = emu_prop(0);
+	CHECK_CU(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	int fds = test_count_fds();
+	test_run("reserve, create, map, access, copy, unmap, release", lifecycle);
+	test_run("release while mapped keeps the bytes; retain from an address", release_while_mapped);
+	test_run("retain counts mirror the driver", retain_counts);
+	test_run("properties and granularity", properties_and_granularity);
+	test_run("unaligned sizes and addresses rejected", unaligned_rejected);
+	test_run("access is merged per location", access_merged);
+	test_run("out of memory beyond CUEMU_MEMORY", out_of_memory);
+	test_run("NULL and unknown handles", null_and_unknown);
+	test_run("export and import in one process", export_import_same_process);
+	test_run("streams, events, host functions, async copies", streams_and_events);
+	test_run("multicast objects, binds and mappings", multicast_local);
+	test_run("cuGetProcAddress by version", proc_address);
+	CHECK_EQ(test_count_fds(), fds); /* nothing leaked (the endpoint socket predates this count) */
+	CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+	return test_done();
+}

@@ -1,0 +1,240 @@
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "test.h"
+
+int test_failures;
+const char *test_current = "main";
+static int sub_failures;
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	test_failures++;
+	sub_failures++;
+	if (sub_failures > 20) {
+		if (sub_failures == 21)
+			printf("  [%s] more failures not shown\n", test_current);
+		return;
+	}
+	fprintf(stdout, "  %s:%d: [%s] ", file, line, test_current);
+	va_start(ap, fmt);
+	vfprintf(stdout, fmt, ap);
+	va_end(ap);
+	fprintf(stdout, "\n");
+	fflush(stdout);
+}
+
+const char *test_cu_name(int result)
+{
+	/* Resolved at run time so that unit tests need no driver. */
+	static int (*name_fn)(int, const char **);
+	static bool looked;
+	if (!looked) {
+		looked = true;
+		*(void **)&name_fn = dlsym(RTLD_DEFAULT, "cuGetErrorName");
+	}
+	const char *s = NULL;
+	if (name_fn && name_fn(result, &s) == 0 && s)
+		return s;
+	return "?";
+}
+
+void test_run(const char *name, void (*fn)(void))
+{
+	test_current = name;
+	sub_failures = 0;
+	fn();
+	printf("%s %s\n", sub_failures ? "FAIL" : "ok  ", name);
+	fflush(stdout);
+	test_current = "main";
+}
+
+int test_done(void)
+{
+	return test_failures ? 1 : 0;
+}
+
+const char *test_exe_dir(void)
+{
+	static char dir[PATH_MAX];
+	if (!dir[0]) {
+		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+		if (n < 0)
+			return ".";
+		dir[n] = '\0';
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+	}
+	return dir;
+}
+
+char *test_tempdir(const char *tag)
+{
+	const char *base = getenv("TMPDIR");
+	char tmpl[PATH_MAX];
+	snprintf(tmpl, sizeof(tmpl), "%s/cusnap-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+	char *d = mkdtemp(tmpl);
+	return d ? strdup(d) : NULL;
+}
+
+char *test_read_file(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (len + 1 >= cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+		}
+		ssize_t n = read(fd, buf + len, cap - len - 1);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return buf;
+}
+
+int test_write_file(const char *path, const char *text)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	size_t len = strlen(text);
+	int rc = write(fd, text, len) == (ssize_t)len ? 0 : -1;
+	close(fd);
+	if (rc == 0)
+		rc = rename(tmp, path);
+	return rc;
+}
+
+bool test_wait_file(const char *path, int timeout_ms)
+{
+	for (int waited = 0; waited <= timeout_ms; waited += 5) {
+		if (access(path, F_OK) == 0)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+int test_count_maps(pid_t pid, const char *needle)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	char line[1024];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+int test_count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* the directory's own descriptor */
+}
+
+int test_send_fd(int sock, int fd)
+{
+	char byte = 'F';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
+}
+
+int test_recv_fd(int sock)
+{
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
+		return -1;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (!c || c->cmsg_type != SCM_RIGHTS)
+		return -1;
+	int fd;
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+int test_wait_child(pid_t pid, int timeout_ms)
+{
+	for (int waited = 0; waited <= timeout_ms; waited += 5) {
+		int status;
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			return status;
+		if (r < 0)
+			return -1;
+		usleep(5000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		if (log_path) {
+			int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+		}
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	int status = test_wait_child(pid, timeout_ms);
+	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}

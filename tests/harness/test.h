@@ -1,0 +1,86 @@
+/* The in-tree test harness: checks that print both operands, named sub-tests,
+ * skip = exit 77, and helpers for multi-process tests. */
+#ifndef CUSNAP_TESTS_HARNESS_TEST_H
+#define CUSNAP_TESTS_HARNESS_TEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+extern int test_failures;
+extern const char *test_current;
+
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define CHECK(cond)                                                        \
+	do {                                                                   \
+		if (!(cond))                                                       \
+			test_fail(__FILE__, __LINE__, "CHECK(%s) is false", #cond);    \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                     \
+	do {                                                                                   \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                \
+		if (a_ != b_)                                                                      \
+			test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld (%#llx != %#llx)", #a, #b, \
+				  a_, b_, (unsigned long long)a_, (unsigned long long)b_);                 \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                                          \
+	do {                                                                                         \
+		const char *a_ = (a), *b_ = (b);                                                         \
+		if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                   \
+			test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)", \
+				  b_ ? b_ : "(null)");                                                   \
+	} while (0)
+
+/* CUresult checks print the result's name (needs the driver's cuGetErrorName). */
+const char *test_cu_name(int result);
+#define CHECK_CU_EQ(expr, want)                                                                \
+	do {                                                                                       \
+		int got_ = (int)(expr), want_ = (int)(want);                                           \
+		if (got_ != want_)                                                                     \
+			test_fail(__FILE__, __LINE__, "%s: got %s (%d), want %s (%d)", #expr,              \
+				  test_cu_name(got_), got_, test_cu_name(want_), want_);                   \
+	} while (0)
+#define CHECK_CU(expr) CHECK_CU_EQ(expr, 0)
+
+/* Stop this test executable, counted as skipped. */
+#define SKIP(...)                           \
+	do {                                    \
+		printf("SKIP: " __VA_ARGS__);       \
+		printf("\n");                       \
+		exit(77);                           \
+	} while (0)
+
+/* Run fn as a named sub-test; prints ok/FAIL. */
+void test_run(const char *name, void (*fn)(void));
+/* Exit status for main. */
+int test_done(void);
+
+/* ---- helpers ---- */
+/* Directory of this executable (for finding sibling helpers). */
+const char *test_exe_dir(void);
+/* A fresh empty directory under $TMPDIR or /tmp; removed by the caller if wanted. */
+char *test_tempdir(const char *tag);
+/* Read a whole file (NUL-terminated, malloc'ed) or NULL. */
+char *test_read_file(const char *path);
+/* Write a file atomically (tmp + rename). Returns 0 or -1. */
+int test_write_file(const char *path, const char *text);
+/* Wait up to timeout_ms for path to exist. */
+bool test_wait_file(const char *path, int timeout_ms);
+/* Count the lines of /proc/PID/maps containing needle. */
+int test_count_maps(pid_t pid, const char *needle);
+/* Count this process's open file descriptors. */
+int test_count_fds(void);
+/* Send/receive one FD over a Unix socket with SCM_RIGHTS. */
+int test_send_fd(int sock, int fd);
+int test_recv_fd(int sock);
+/* waitpid with a timeout; returns the raw status or -1 (child then killed). */
+int test_wait_child(pid_t pid, int timeout_ms);
+/* Run argv (NULL-terminated), wait up to timeout_ms, return its exit status or -1. */
+int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms);
+
+#endif
