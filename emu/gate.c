@@ -100,7 +100,7 @@ CUresult emu_gate_lock(unsigned timeout_ms)
 	}
 	gate.locking = true;
 	while (gate.inflight || gate.async) {
-		int e = timeout_ms ? pthread_cond_timedwait(&gate.cv, &gate.mu, &deadline)
+		int e = timeout_ms ? pthread_cond_clockwait(&gate.cv, &gate.mu, CLOCK_MONOTONIC, &deadline)
 				   : pthread_cond_wait(&gate.cv, &gate.mu);
 		if (e == ETIMEDOUT && (gate.inflight || gate.async)) {
 			/* Documented: on timeout the process is left RUNNING. */

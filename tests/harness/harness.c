@@ -238,3 +238,56 @@ int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms)
 	int status = test_wait_child(pid, timeout_ms);
 	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+pid_t test_spawn(char *const argv[], char *const env[], const char *log)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	setsid();
+	int in = open("/dev/null", O_RDONLY);
+	int out = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0600);
+	if (in < 0 || out < 0)
+		_exit(126);
+	dup2(in, 0);
+	dup2(out, 1);
+	dup2(out, 2);
+	if (in > 2)
+		close(in);
+	if (out > 2)
+		close(out);
+	for (int i = 0; env && env[i]; i++)
+		putenv(env[i]);
+	execv(argv[0], argv);
+	_exit(127);
+}
+
+char *test_command(const char *dir, const char *name, const char *cmd, int timeout_ms)
+{
+	char cmd_path[PATH_MAX], out_path[PATH_MAX];
+	snprintf(cmd_path, sizeof(cmd_path), "%s/%s.cmd", dir, name);
+	snprintf(out_path, sizeof(out_path), "%s/%s.out", dir, name);
+	unlink(out_path);
+	if (test_write_file(cmd_path, cmd) < 0 || !test_wait_file(out_path, timeout_ms))
+		return NULL;
+	char *text = test_read_file(out_path);
+	unlink(out_path);
+	if (text) {
+		size_t n = strlen(text);
+		while (n && (text[n - 1] == '\n' || text[n - 1] == ' '))
+			text[--n] = '\0';
+	}
+	return text;
+}
+
+int test_wait_ready(const char *dir, const char *name, int timeout_ms, int *nspid, unsigned long long *va)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s.ready", dir, name);
+	if (!test_wait_file(path, timeout_ms))
+		return -1;
+	char *text = test_read_file(path);
+	int ok = text && sscanf(text, "%d %llx", nspid, va) == 2;
+	free(text);
+	return ok ? 0 : -1;
+}

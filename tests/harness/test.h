@@ -83,4 +83,13 @@ int test_wait_child(pid_t pid, int timeout_ms);
 /* Run argv (NULL-terminated), wait up to timeout_ms, return its exit status or -1. */
 int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms);
 
+/* Start argv[0] (a path) with extra "K=V" environment entries, in a new session,
+ * stdin from /dev/null and stdout/stderr appended to log. Returns the pid. */
+pid_t test_spawn(char *const argv[], char *const env[], const char *log);
+/* Write DIR/NAME.cmd and wait for DIR/NAME.out; returns its text (malloc'ed,
+ * trailing newline removed) or NULL on timeout. */
+char *test_command(const char *dir, const char *name, const char *cmd, int timeout_ms);
+/* Wait for DIR/NAME.ready and parse "nspid va size". Returns 0 or -1. */
+int test_wait_ready(const char *dir, const char *name, int timeout_ms, int *nspid, unsigned long long *va);
+
 #endif

@@ -1,0 +1,228 @@
+/* The checkpoint API driven from a third process: states and transitions,
+ * lock timeout, gpuPairs, documented driver behaviours. */
+#include <dirent.h>
+#include <stdio.h>
+
+#include "ckpt_util.h"
+
+static void transitions(void)
+{
+	struct target t;
+	if (target_start(&t, "a", NULL, NULL) < 0)
+		return;
+	CHECK_EQ(test_count_maps(t.pid, "memfd:cuemu"), 1);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
+	CHECK_CU_EQ(cuCheckpointProcessUnlock(t.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(cuCheckpointProcessCheckpoint(t.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(ck_restore(t.pid, NULL, 0), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU(ck_lock(t.pid, 0));
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_LOCKED);
+	CHECK_CU_EQ(ck_lock(t.pid, 0), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(ck_restore(t.pid, NULL, 0), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU(cuCheckpointProcessCheckpoint(t.pid, NULL));
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_CHECKPOINTED);
+	/* All device backing is gone; the reservation is still there. */
+	CHECK_EQ(test_count_maps(t.pid, "memfd:cuemu"), 0);
+	CHECK_CU_EQ(cuCheckpointProcessUnlock(t.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(cuCheckpointProcessCheckpoint(t.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(ck_lock(t.pid, 0), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU(ck_restore(t.pid, NULL, 0));
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_LOCKED);
+	CHECK_EQ(test_count_maps(t.pid, "memfd:cuemu"), 1);
+	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
+	char want[64];
+	snprintf(want, sizeof(want), "PASS %#llx", t.va); /* same bytes at the same address */
+	TARGET_EXPECT(&t, "check 1", want);
+	int tid = 0;
+	CHECK_CU(cuCheckpointProcessGetRestoreThreadId(t.pid, &tid));
+	char task[64];
+	snprintf(task, sizeof(task), "/proc/%d/task/%d", t.pid, tid);
+	CHECK(tid > 0 && tid != t.pid && access(task, F_OK) == 0);
+	target_stop(&t);
+}
+
+static void lock_blocks_calls(void)
+{
+	struct target t;
+	if (target_start(&t, "b", NULL, NULL) < 0)
+		return;
+	CHECK_CU(ck_lock(t.pid, 0));
+	char cmd_path[4096], out_path[4096];
+	snprintf(cmd_path, sizeof(cmd_path), "%s/b.cmd", target_dir);
+	snprintf(out_path, sizeof(out_path), "%s/b.out", target_dir);
+	test_write_file(cmd_path, "fill 2");
+	/* The target's cuMemcpyHtoD waits behind the lock. */
+	CHECK(!test_wait_file(out_path, 300));
+	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));
+	CHECK(test_wait_file(out_path, 10000));
+	unlink(out_path);
+	TARGET_EXPECT(&t, "check 2", "PASS");
+	target_stop(&t);
+}
+
+static void lock_timeout(void)
+{
+	struct target t;
+	const char *opts[] = {"--busy", "1500", NULL};
+	if (target_start(&t, "c", opts, NULL) < 0)
+		return;
+	/* Work is pending on a stream for 1.5 s: a 100 ms lock gives up. */
+	CHECK_CU_EQ(ck_lock(t.pid, 100), CUDA_ERROR_NOT_READY);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
+	TARGET_EXPECT(&t, "maps", "1"); /* and the process still runs CUDA calls */
+	CHECK_CU(ck_lock(t.pid, 20000));
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_LOCKED);
+	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));
+	target_stop(&t);
+}
+
+static void gpu_pairs(void)
+{
+	struct target t;
+	const char *opts[] = {"--dev", "0", NULL};
+	if (target_start(&t, "d", opts, NULL) < 0)
+		return;
+	CUuuid u0, u1, nowhere;
+	CHECK_CU(cuDeviceGetUuid(&u0, 0));
+	CHECK_CU(cuDeviceGetUuid(&u1, 1));
+	memset(&nowhere, 0x42, sizeof(nowhere));
+	ck_suspend(&t);
+	CUcheckpointGpuPair missing = {.oldUuid = u1, .newUuid = u0};
+	CHECK_CU_EQ(ck_restore(t.pid, &missing, 1), CUDA_ERROR_INVALID_VALUE); /* device 0 not listed */
+	CUcheckpointGpuPair absent = {.oldUuid = u0, .newUuid = nowhere};
+	CHECK_CU_EQ(ck_restore(t.pid, &absent, 1), CUDA_ERROR_INVALID_VALUE); /* no such GPU */
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_CHECKPOINTED);            /* refused, nothing changed */
+	CUcheckpointGpuPair move = {.oldUuid = u0, .newUuid = u1};
+	CHECK_CU(ck_restore(t.pid, &move, 1));
+	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));
+	TARGET_EXPECT(&t, "device", "1");
+	TARGET_EXPECT(&t, "check 1", "PASS");
+	CHECK_EQ(test_count_maps(t.pid, "memfd:cuemu-mem-d1"), 1);
+	target_stop(&t);
+}
+
+static void failed_restore_is_final(void)
+{
+	struct target t;
+	const char *opts[] = {"--dev", "0", "--also", "1", NULL};
+	char *env[] = {"CUEMU_MEMORY=6M", NULL};
+	if (target_start(&t, "e", opts, env) < 0)
+		return;
+	CUuuid u0, u1;
+	CHECK_CU(cuDeviceGetUuid(&u0, 0));
+	CHECK_CU(cuDeviceGetUuid(&u1, 1));
+	ck_suspend(&t);
+	/* Both 4 MiB allocations onto device 1 (6 MiB): out of memory. */
+	CUcheckpointGpuPair pairs[] = {{.oldUuid = u0, .newUuid = u1}, {.oldUuid = u1, .newUuid = u1}};
+	CHECK_CU_EQ(ck_restore(t.pid, pairs, 2), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_FAILED);
+	CHECK_CU_EQ(ck_restore(t.pid, NULL, 0), CUDA_ERROR_ILLEGAL_STATE);
+	CHECK_CU_EQ(cuCheckpointProcessUnlock(t.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	target_stop(&t);
+}
+
+static void not_a_cuda_process(void)
+{
+	struct target t;
+	const char *opts[] = {"--no-context", NULL};
+	if (target_start(&t, "f", opts, NULL) < 0)
+		return;
+	int tid;
+	CHECK_EQ(ck_state(t.pid), -CUDA_ERROR_NOT_INITIALIZED);
+	CHECK_CU_EQ(ck_lock(t.pid, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CHECK_CU_EQ(cuCheckpointProcessGetRestoreThreadId(t.pid, &tid), CUDA_ERROR_NOT_INITIALIZED);
+	CHECK_EQ(ck_state(0), -CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(ck_state(-5), -CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(ck_state(4194305), -CUDA_ERROR_INVALID_VALUE); /* beyond pid_max */
+	CHECK_CU_EQ(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
+	target_stop(&t);
+	/* A thread id is not a process. */
+	struct target u;
+	if (target_start(&u, "g", NULL, NULL) < 0)
+		return;
+	CHECK_CU(cuCheckpointProcessGetRestoreThreadId(u.pid, &tid));
+	CHECK_EQ(ck_state(tid), -CUDA_ERROR_INVALID_VALUE);
+	CUcheckpointLockArgs bad;
+	memset(&bad, 0, sizeof(bad));
+	bad.reserved0 = 1;
+	CHECK_CU_EQ(cuCheckpointProcessLock(u.pid, &bad), CUDA_ERROR_INVALID_VALUE);
+	target_stop(&u);
+}
+
+static void import_restored_private(void)
+{
+	struct target a, b;
+	const char *serve[] = {"--serve", "--dev", "0", NULL};
+	const char *import[] = {"--import", "h", "--dev", "1", NULL};
+	if (target_start(&a, "h", serve, NULL) < 0 || target_start(&b, "i", import, NULL) < 0)
+		return;
+	TARGET_EXPECT(&b, "check 1", "PASS"); /* the importer sees the creator's bytes */
+	TARGET_EXPECT(&b, "fill 4", "OK");
+	TARGET_EXPECT(&a, "check 4", "PASS"); /* and the creator the importer's */
+	ck_suspend(&a);
+	ck_suspend(&b);
+	ck_resume(&a);
+	ck_resume(&b);
+	TARGET_EXPECT(&a, "check 4", "PASS");
+	TARGET_EXPECT(&b, "check 4", "PASS");
+	/* Documented driver behaviour: the import came back as a private copy. */
+	TARGET_EXPECT(&b, "fill 6", "OK");
+	TARGET_EXPECT(&b, "check 6", "PASS");
+	TARGET_EXPECT(&a, "check 4", "PASS");
+	TARGET_EXPECT(&a, "check 6", "FAIL");
+	target_stop(&b);
+	target_stop(&a);
+}
+
+static void reexport_by_profile(void)
+{
+	struct target a, b;
+	char *r615[] = {"CUEMU_PROFILE=r615", NULL};
+	char *r580[] = {"CUEMU_PROFILE=r580", NULL};
+	if (target_start(&a, "j", NULL, r615) < 0 || target_start(&b, "k", NULL, r580) < 0)
+		return;
+	TARGET_EXPECT(&a, "export", "CUDA_SUCCESS");
+	TARGET_EXPECT(&b, "export", "CUDA_SUCCESS");
+	ck_suspend(&a);
+	ck_suspend(&b);
+	ck_resume(&a);
+	ck_resume(&b);
+	TARGET_EXPECT(&a, "export", "CUDA_ERROR_INVALID_VALUE"); /* r615 */
+	TARGET_EXPECT(&b, "export", "CUDA_SUCCESS");             /* r580 */
+	TARGET_EXPECT(&a, "check 1", "PASS");
+	target_stop(&a);
+	target_stop(&b);
+}
+
+static void multicast_blocks_checkpoint(void)
+{
+	struct target t;
+	const char *opts[] = {"--multicast", NULL};
+	if (target_start(&t, "l", opts, NULL) < 0)
+		return;
+	CHECK_CU(ck_lock(t.pid, 0));
+	CHECK_CU_EQ(cuCheckpointProcessCheckpoint(t.pid, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_LOCKED);
+	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));
+	TARGET_EXPECT(&t, "check 1", "PASS");
+	target_stop(&t);
+}
+
+int main(void)
+{
+	/* The driver side: no context here, just the checkpoint API. */
+	CHECK_CU(cuInit(0));
+	target_dir_make("ckpt");
+	test_run("RUNNING -> LOCKED -> CHECKPOINTED -> LOCKED -> RUNNING; illegal transitions", transitions);
+	test_run("a lock holds back the target's CUDA calls", lock_blocks_calls);
+	test_run("lock timeout leaves the target RUNNING", lock_timeout);
+	test_run("gpuPairs restore onto another device; missing pair refused", gpu_pairs);
+	test_run("a failed restore leaves the process unrestorable", failed_restore_is_final);
+	test_run("not a CUDA process, not a process, bad arguments", not_a_cuda_process);
+	test_run("an import comes back from native restore as a private copy", import_restored_private);
+	test_run("r615: no re-export after native restore; r580: re-export works", reexport_by_profile);
+	test_run("a live multicast object makes the checkpoint fail", multicast_blocks_checkpoint);
+	target_dir_remove();
+	return test_done();
+}

@@ -1,0 +1,101 @@
+/* A target is natively checkpointed, dumped by CRIU, restored by CRIU, natively
+ * restored and unlocked from another process, and has its bytes back. */
+#include <limits.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
+#include "ckpt_util.h"
+
+static char criu[PATH_MAX];
+
+/* $CRIU, else what `make test` provisioned (build/criu-path, build/criu/criu). */
+static int find_criu(void)
+{
+	const char *env = getenv("CRIU");
+	if (env && *env) {
+		snprintf(criu, sizeof(criu), "%s", env);
+		return access(criu, X_OK);
+	}
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/../../criu-path", test_exe_dir());
+	char *text = test_read_file(path);
+	if (text && *text) {
+		text[strcspn(text, "\n")] = '\0';
+		snprintf(criu, sizeof(criu), "%s", text);
+	} else {
+		snprintf(criu, sizeof(criu), "%s/../../criu/criu", test_exe_dir());
+	}
+	free(text);
+	return access(criu, X_OK);
+}
+
+static void show_log(const char *path)
+{
+	char *text = test_read_file(path);
+	if (!text)
+		return;
+	size_t n = strlen(text);
+	printf("---- last lines of %s ----\n%s\n", path, n > 3000 ? text + n - 3000 : text);
+	free(text);
+}
+
+static void dump_and_restore(void)
+{
+	struct target t;
+	const char *opts[] = {"--size", "8388608", "--seed", "9", NULL};
+	if (target_start(&t, "criu", opts, NULL) < 0)
+		return;
+	ck_suspend(&t);
+	char images[PATH_MAX - 64], pid[32], dump_log[PATH_MAX], restore_log[PATH_MAX];
+	snprintf(images, sizeof(images), "%s/images", target_dir);
+	mkdir(images, 0700);
+	snprintf(pid, sizeof(pid), "%d", t.pid);
+	snprintf(dump_log, sizeof(dump_log), "%s/dump.log", images);
+	snprintf(restore_log, sizeof(restore_log), "%s/restore.log", images);
+	char *dump[] = {criu, "dump", "-t", pid, "-D", images, "-o", "dump.log", "-v4", NULL};
+	int rc = test_run_cmd(dump, NULL, 120000);
+	CHECK_EQ(rc, 0);
+	if (rc != 0) {
+		show_log(dump_log);
+		target_stop(&t);
+		return;
+	}
+	/* CRIU killed it; reap the zombie so that its PID is free for the restore. */
+	waitpid(t.child, NULL, 0);
+	t.child = 0;
+	char *restore[] = {criu, "restore", "-d", "-D", images, "-o", "restore.log", "-v4", NULL};
+	rc = test_run_cmd(restore, NULL, 120000);
+	CHECK_EQ(rc, 0);
+	if (rc != 0) {
+		show_log(restore_log);
+		return;
+	}
+	t.child = t.pid; /* reparented to us, the subreaper */
+	CHECK(kill(t.pid, 0) == 0);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_CHECKPOINTED);
+	CHECK_EQ(test_count_maps(t.pid, "memfd:cuemu"), 0);
+	ck_resume(&t);
+	char want[64];
+	snprintf(want, sizeof(want), "PASS %#llx", t.va);
+	TARGET_EXPECT(&t, "check 9", want);
+	TARGET_EXPECT(&t, "maps", "1");
+	target_stop(&t);
+}
+
+int main(void)
+{
+	if (getenv("CUSNAP_SANITIZER"))
+		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
+	if (geteuid() != 0)
+		SKIP("CRIU needs root");
+	if (find_criu() != 0)
+		SKIP("no CRIU (run scripts/setup-criu.sh, or set CRIU=/path/to/criu)");
+	/* Restored trees are reparented to us so that we can reap them. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	CHECK_CU(cuInit(0));
+	target_dir_make("criu");
+	test_run("native checkpoint, CRIU dump, CRIU restore, native restore", dump_and_restore);
+	target_dir_remove();
+	return test_done();
+}
