@@ -1,6 +1,6 @@
 # cusnap — build, test and demo. See README.md.
 #   make            build every artifact into $(BUILD)/
-#   make test       install what the suite needs, run it, then again under ASan+UBSan
+#   make test       install what the suite needs, run it, then again under ASan+UBSan and TSan
 #   make SANITIZE=address,undefined BUILD=build-asan   a sanitizer build
 CUDA_HOME ?= /usr/local/cuda
 BUILD ?= build
@@ -77,13 +77,15 @@ criu:
 
 # The whole suite, then the same suite built with ASan+UBSan (CRIU tests skip there).
 test: deps
-	@rm -f build/test-results build-asan/test-results
+	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) tests
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
 	tests/run.sh build normal || true
 	$(MAKE) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true
-	@tests/summary.sh build/test-results build-asan/test-results
+	$(MAKE) tests BUILD=build-tsan SANITIZE=thread
+	CUSNAP_SANITIZER=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan tsan || true
+	@tests/summary.sh build/test-results build-asan/test-results build-tsan/test-results
 
 check: test
 

@@ -73,10 +73,22 @@ static inline char *target_cmd(struct target *t, const char *cmd)
 		free(got_);                                                                           \
 	} while (0)
 
+/* Ask the target to exit and check that it exits cleanly (under a sanitizer
+ * this is where its reports turn into a failure); kill it otherwise. */
 static inline void target_stop(struct target *t)
 {
 	if (t->child <= 0)
 		return;
+	char *bye = test_command(target_dir, t->name, "exit", 5000);
+	if (bye) {
+		int status = test_wait_child(t->child, 20000);
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			test_fail(__FILE__, __LINE__, "target %s exited with status %#x (see %s/%s.log)", t->name,
+				  status, target_dir, t->name);
+		free(bye);
+		t->child = 0;
+		return;
+	}
 	kill(t->pid, SIGKILL);
 	if (t->child != t->pid)
 		kill(t->child, SIGKILL);
