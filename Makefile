@@ -27,6 +27,12 @@ endif
 COMMON_SRC := $(wildcard src/common/*.c)
 EMU_SRC := $(wildcard emu/*.c)
 EMU := $(BUILD)/emu/libcuda.so.1
+SHIM_SRC := $(wildcard src/shim/*.c)
+SHIM := $(BUILD)/lib/libsnapshot_cuda_vmm.so
+LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
+COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
+COORD := $(BUILD)/bin/snapshot-cuda-vmm
+COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
@@ -35,7 +41,7 @@ HARNESS := $(BUILD)/obj/tests/harness/harness.o
 .PHONY: all tests test check clean deps criu help
 .DEFAULT_GOAL := all
 
-all: $(EMU) $(BUILD)/emu/libcuda.so
+all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD)
 
 help:
 	@sed -n '1,6p' Makefile
@@ -54,6 +60,24 @@ $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
 $(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The shim: no libcuda/libcudart at link time; exports exactly wrapped.def + dlsym.
+$(BUILD)/gen/exports.map: src/shim/exports.map.in src/shim/wrapped.def
+	@mkdir -p $(dir $@)
+	$(CC) -E -P -x c -Isrc/shim $< > $@.tmp && mv $@.tmp $@
+
+$(SHIM): $(SHIM_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ) $(BUILD)/gen/exports.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libsnapshot_cuda_vmm.so -Wl,-z,defs -Wl,--version-script=$(BUILD)/gen/exports.map \
+		$(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+
+$(LAUNCH): $(BUILD)/obj/src/launch/launch.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
+
+$(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/emu/libcuda.so: $(EMU)
 	ln -sf libcuda.so.1 $@

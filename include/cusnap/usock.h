@@ -8,6 +8,8 @@
 /* Bind and listen at path, replacing a stale socket file there. Returns the
  * listening fd or -errno. */
 int usock_listen(const char *path, int backlog);
+/* The same, then the socket file gets mode (e.g. 0600). */
+int usock_listen_mode(const char *path, int backlog, unsigned mode);
 /* Connect to path. Returns the connected fd or -errno. */
 int usock_connect(const char *path);
 

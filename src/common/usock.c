@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -44,6 +45,11 @@ static int make_addr(const char *path, struct sockaddr_un *addr, int *dirfd)
 
 int usock_listen(const char *path, int backlog)
 {
+	return usock_listen_mode(path, backlog, 0);
+}
+
+int usock_listen_mode(const char *path, int backlog, unsigned mode)
+{
 	struct sockaddr_un addr;
 	int dirfd, fd = -1;
 	int rc = make_addr(path, &addr, &dirfd);
@@ -56,7 +62,8 @@ int usock_listen(const char *path, int backlog)
 	}
 	/* A socket file left by a dead process (or by a dump) is replaced. */
 	unlink(addr.sun_path);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, backlog) < 0) {
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || (mode && chmod(addr.sun_path, mode) < 0) ||
+	    listen(fd, backlog) < 0) {
 		rc = -errno;
 		close(fd);
 		fd = -1;

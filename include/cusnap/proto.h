@@ -1,0 +1,183 @@
+/* The shim <-> coordinator <-> shim protocol (SYSTEM.md §5).
+ *
+ * Every message is a 24-byte little-endian header packed field by field,
+ * followed by payload_len bytes of records:
+ *
+ *   off size field
+ *    0   4   magic        "CSVM" (0x4d565343)
+ *    4   2   major        incompatible changes
+ *    6   2   minor        compatible additions
+ *    8   2   op           enum proto_op
+ *   10   2   flags        PROTO_FLAG_REPLY on replies
+ *   12   4   request_id   echoed in the reply
+ *   16   4   status       0 or a negative enum proto_status (replies)
+ *   20   4   payload_len  bytes, at most PROTO_MAX_PAYLOAD
+ *
+ * A record is type u16 | length u32 | value. Top-level records (REC_*) carry a
+ * stream of field records (F_*) as their value. Readers skip record and field
+ * types they do not know, so minor versions can add both; a peer with another
+ * major version gets PROTO_E_VERSION naming both versions. The shim and the
+ * coordinator ship in different images, so mixed versions are normal. */
+#ifndef CUSNAP_PROTO_H
+#define CUSNAP_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cusnap/ids.h"
+
+#define PROTO_MAGIC 0x4d565343u
+#define PROTO_MAJOR 1
+#define PROTO_MINOR 0
+#define PROTO_HEADER_LEN 24
+#define PROTO_REC_HEADER_LEN 6
+/* Sanity maximum of one payload (bytes), checked before any allocation. */
+#define PROTO_MAX_PAYLOAD (256u << 20)
+#define PROTO_FLAG_REPLY 1u
+
+enum proto_op {
+	PROTO_OP_HELLO = 1,
+	PROTO_OP_INSPECT = 2,
+	PROTO_OP_EXPORT = 3,
+	PROTO_OP_QUIESCE = 4,
+	PROTO_OP_PREPARE_MULTICAST = 5,
+	PROTO_OP_PREPARE = 6,
+	PROTO_OP_RESTORE_CREATORS = 7,
+	PROTO_OP_RESTORE_IMPORTERS = 8,
+	PROTO_OP_RESTORE_MULTICAST = 9,
+	PROTO_OP_RESUME = 10,
+	PROTO_OP_ABORT = 11,
+};
+
+enum proto_status {
+	PROTO_OK = 0,
+	PROTO_E_MAGIC = -1001,  /* not our protocol */
+	PROTO_E_VERSION = -1002, /* major version mismatch */
+	PROTO_E_OP = -1003,      /* unknown operation */
+	PROTO_E_LENGTH = -1004,  /* a length field is out of range */
+	PROTO_E_TRUNCATED = -1005,
+	PROTO_E_FD = -1006,      /* a descriptor came where none was expected (or none came) */
+	PROTO_E_MALFORMED = -1007,
+	PROTO_E_PHASE = -1008,   /* wrong phase for the operation */
+	PROTO_E_AUTH = -1009,    /* bad capability token */
+	PROTO_E_NOT_FOUND = -1010,
+	PROTO_E_DRIVER = -1011,  /* a driver call failed; the message says which */
+	PROTO_E_INTERNAL = -1012,
+	PROTO_E_TIMEOUT = -1013,
+	PROTO_E_IO = -1014,      /* the peer went away */
+	PROTO_E_DENIED = -1015,  /* peer credentials refused */
+};
+
+/* Top-level record types. */
+enum proto_rec_type {
+	REC_HELLO = 1,
+	REC_PARTICIPANT = 2,
+	REC_ALLOCATION = 3,
+	REC_MAPPING = 4,
+	REC_ERROR = 5,
+	REC_EXPORT = 6,
+};
+
+/* Field types inside records. Units: sizes, offsets and addresses in bytes. */
+enum proto_field {
+	F_ID = 1,            /* 16 bytes: participant id */
+	F_NSPID = 2,         /* u32 */
+	F_PID = 3,           /* u32: pid as the shim sees itself */
+	F_PHASE = 4,         /* u32: enum shim phase */
+	F_ENDPOINT = 5,      /* string: the endpoint path in the participant's mount namespace */
+	F_MAJOR_MIN = 6,     /* u32 */
+	F_MAJOR_MAX = 7,     /* u32 */
+	F_MINOR = 8,         /* u32 */
+	F_CAPS = 9,          /* u64: capability bits */
+	F_ALLOC_ID = 10,     /* 16 bytes */
+	F_CREATOR = 11,      /* 16 bytes: creator participant id */
+	F_ROLE = 12,         /* u32: 1 creator, 2 importer */
+	F_SHARED = 13,       /* u32: 0 or 1 */
+	F_SIZE = 14,         /* u64 */
+	F_DEVICE = 15,       /* u32 (CUmemLocation id) */
+	F_HANDLE_TYPES = 16, /* u32: requested handle types */
+	F_HANDLES = 17,      /* u32: live logical handles */
+	F_MAPPINGS = 18,     /* u32 */
+	F_KEY = 19,          /* u64: the record's key within its participant */
+	F_SHARED_TYPES = 20, /* u32: handle types it was exported as */
+	F_ALLOC_FLAGS = 21,  /* u32: compressionType | gpuDirectRDMACapable << 8 | usage << 16 */
+	F_ADDRESS = 22,      /* u64 */
+	F_OFFSET = 23,       /* u64 */
+	F_MAP_FLAGS = 24,    /* u64 */
+	F_ACCESS = 25,       /* 12 bytes: location type u32 | location id u32 | flags u32; repeated */
+	F_TOKEN = 26,        /* 16 bytes */
+	F_MESSAGE = 27,      /* string */
+	F_LOC_TYPE = 28,     /* u32: CUmemLocationType of the allocation */
+	F_ALLOC_TYPE = 29,   /* u32: CUmemAllocationType */
+};
+
+struct proto_header {
+	uint32_t magic;
+	uint16_t major;
+	uint16_t minor;
+	uint16_t op;
+	uint16_t flags;
+	uint32_t request_id;
+	int32_t status;
+	uint32_t payload_len;
+};
+
+void proto_header_pack(const struct proto_header *h, uint8_t out[PROTO_HEADER_LEN]);
+/* Unpack and check magic, major version and length. Returns 0 or a proto_status. */
+int proto_header_unpack(const uint8_t in[PROTO_HEADER_LEN], struct proto_header *h);
+const char *proto_status_name(int status);
+const char *proto_op_name(int op);
+
+/* ---- building payloads ---- */
+struct proto_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+	bool failed; /* an allocation failed: the buffer is unusable */
+};
+
+void pbuf_put(struct proto_buf *b, uint16_t type, const void *value, uint32_t len);
+void pbuf_put_u32(struct proto_buf *b, uint16_t type, uint32_t v);
+void pbuf_put_u64(struct proto_buf *b, uint16_t type, uint64_t v);
+void pbuf_put_id(struct proto_buf *b, uint16_t type, const struct cusnap_id *id);
+void pbuf_put_str(struct proto_buf *b, uint16_t type, const char *s);
+/* Open a record whose value is the fields that follow; returns its offset for pbuf_end. */
+size_t pbuf_begin(struct proto_buf *b, uint16_t type);
+void pbuf_end(struct proto_buf *b, size_t at);
+void pbuf_free(struct proto_buf *b);
+
+/* ---- reading payloads ---- */
+struct proto_rec {
+	uint16_t type;
+	uint32_t len;
+	const uint8_t *value;
+};
+
+struct proto_iter {
+	const uint8_t *p;
+	const uint8_t *end;
+	int error; /* PROTO_E_TRUNCATED when a record runs past the end */
+};
+
+void piter_init(struct proto_iter *it, const void *data, size_t len);
+/* Next record; false at the end or on error (it->error). */
+bool piter_next(struct proto_iter *it, struct proto_rec *rec);
+/* Typed values; each returns 0 or PROTO_E_LENGTH when the length is wrong. */
+int prec_u32(const struct proto_rec *r, uint32_t *v);
+int prec_u64(const struct proto_rec *r, uint64_t *v);
+int prec_id(const struct proto_rec *r, struct cusnap_id *id);
+/* Copy a string value (no NULs inside) into out; PROTO_E_LENGTH when it does not fit. */
+int prec_str(const struct proto_rec *r, char *out, size_t outlen);
+
+/* ---- messages on a socket ---- */
+/* Absolute deadline (CLOCK_MONOTONIC ms) timeout_ms from now; -1 = none. */
+int64_t proto_deadline(int timeout_ms);
+/* Send header + payload, with pass_fd (>= 0) attached by SCM_RIGHTS. Returns 0 or a proto_status. */
+int proto_send(int sock, const struct proto_header *h, const void *payload, int pass_fd, int64_t deadline);
+/* Receive one message. *payload is malloc'ed (NULL when empty). A descriptor that
+ * arrives is stored in *fd when fd is non-NULL, else closed and PROTO_E_FD returned.
+ * Returns 0 or a proto_status. */
+int proto_recv(int sock, struct proto_header *h, uint8_t **payload, int *fd, int64_t deadline);
+
+#endif

@@ -1,0 +1,61 @@
+/* A participant's tracked topology as INSPECT reports it (and as the state file
+ * stores it): decoded from, and encoded to, the protocol's record stream. */
+#ifndef CUSNAP_TOPO_H
+#define CUSNAP_TOPO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cusnap/ids.h"
+
+struct topo_access {
+	uint32_t loc_type;
+	int32_t loc_id;
+	uint32_t flags; /* CUmemAccess_flags */
+};
+
+struct topo_alloc {
+	uint64_t key;
+	struct cusnap_id id;
+	struct cusnap_id creator;
+	uint32_t role; /* 1 creator, 2 importer */
+	uint32_t shared;
+	uint32_t shared_types;
+	uint64_t size;
+	uint32_t alloc_type, loc_type;
+	int32_t device;
+	uint32_t handle_types;
+	uint32_t alloc_flags;
+	uint32_t handles;
+	uint32_t mappings;
+};
+
+struct topo_mapping {
+	uint64_t key; /* the allocation record's key */
+	struct cusnap_id alloc_id;
+	uint64_t address, size, offset, flags;
+	struct topo_access *access;
+	size_t naccess;
+};
+
+struct topo_participant {
+	struct cusnap_id id;
+	uint32_t nspid;
+	uint32_t pid;
+	uint32_t phase;
+	char endpoint[4200];
+	struct topo_alloc *allocs;
+	size_t nallocs;
+	struct topo_mapping *maps;
+	size_t nmaps;
+};
+
+/* Decode an INSPECT payload into p (zeroed first). Unknown records and fields
+ * are skipped. Returns 0 or a proto_status; on error p holds nothing to free. */
+int topo_decode(const uint8_t *payload, size_t len, struct topo_participant *p);
+void topo_free(struct topo_participant *p);
+const char *topo_role_name(uint32_t role);
+/* "rw", "r" or "none". */
+const char *topo_access_name(uint32_t flags);
+
+#endif

@@ -1,0 +1,393 @@
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cusnap/proto.h"
+#include "cusnap/wire.h"
+
+/* The header layout is frozen: mixed-version peers depend on it. */
+_Static_assert(PROTO_HEADER_LEN == 4 + 2 + 2 + 2 + 2 + 4 + 4 + 4, "header fields");
+_Static_assert(PROTO_REC_HEADER_LEN == 2 + 4, "record header fields");
+
+void proto_header_pack(const struct proto_header *h, uint8_t out[PROTO_HEADER_LEN])
+{
+	wire_put_u32(out + 0, h->magic);
+	wire_put_u16(out + 4, h->major);
+	wire_put_u16(out + 6, h->minor);
+	wire_put_u16(out + 8, h->op);
+	wire_put_u16(out + 10, h->flags);
+	wire_put_u32(out + 12, h->request_id);
+	wire_put_u32(out + 16, (uint32_t)h->status);
+	wire_put_u32(out + 20, h->payload_len);
+}
+
+int proto_header_unpack(const uint8_t in[PROTO_HEADER_LEN], struct proto_header *h)
+{
+	h->magic = wire_get_u32(in + 0);
+	h->major = wire_get_u16(in + 4);
+	h->minor = wire_get_u16(in + 6);
+	h->op = wire_get_u16(in + 8);
+	h->flags = wire_get_u16(in + 10);
+	h->request_id = wire_get_u32(in + 12);
+	h->status = (int32_t)wire_get_u32(in + 16);
+	h->payload_len = wire_get_u32(in + 20);
+	if (h->magic != PROTO_MAGIC)
+		return PROTO_E_MAGIC;
+	if (h->major != PROTO_MAJOR)
+		return PROTO_E_VERSION;
+	if (h->payload_len > PROTO_MAX_PAYLOAD)
+		return PROTO_E_LENGTH;
+	return PROTO_OK;
+}
+
+const char *proto_status_name(int status)
+{
+	switch (status) {
+	case PROTO_OK: return "ok";
+	case PROTO_E_MAGIC: return "bad magic (not the snapshot-cuda-vmm protocol)";
+	case PROTO_E_VERSION: return "protocol major version mismatch";
+	case PROTO_E_OP: return "unknown operation";
+	case PROTO_E_LENGTH: return "length out of range";
+	case PROTO_E_TRUNCATED: return "truncated message";
+	case PROTO_E_FD: return "unexpected or missing file descriptor";
+	case PROTO_E_MALFORMED: return "malformed records";
+	case PROTO_E_PHASE: return "operation not allowed in this phase";
+	case PROTO_E_AUTH: return "capability token refused";
+	case PROTO_E_NOT_FOUND: return "no such object";
+	case PROTO_E_DRIVER: return "driver call failed";
+	case PROTO_E_INTERNAL: return "internal error";
+	case PROTO_E_TIMEOUT: return "deadline passed";
+	case PROTO_E_IO: return "connection failed";
+	case PROTO_E_DENIED: return "peer not allowed";
+	default: return "unknown status";
+	}
+}
+
+const char *proto_op_name(int op)
+{
+	static const char *const names[] = {
+		[PROTO_OP_HELLO] = "HELLO",
+		[PROTO_OP_INSPECT] = "INSPECT",
+		[PROTO_OP_EXPORT] = "EXPORT",
+		[PROTO_OP_QUIESCE] = "QUIESCE",
+		[PROTO_OP_PREPARE_MULTICAST] = "PREPARE_MULTICAST",
+		[PROTO_OP_PREPARE] = "PREPARE",
+		[PROTO_OP_RESTORE_CREATORS] = "RESTORE_CREATORS",
+		[PROTO_OP_RESTORE_IMPORTERS] = "RESTORE_IMPORTERS",
+		[PROTO_OP_RESTORE_MULTICAST] = "RESTORE_MULTICAST",
+		[PROTO_OP_RESUME] = "RESUME",
+		[PROTO_OP_ABORT] = "ABORT",
+	};
+	if (op > 0 && op < (int)(sizeof(names) / sizeof(names[0])) && names[op])
+		return names[op];
+	return "UNKNOWN";
+}
+
+/* ---- building ---- */
+
+static bool reserve(struct proto_buf *b, size_t more)
+{
+	if (b->failed)
+		return false;
+	if (more > PROTO_MAX_PAYLOAD || b->len + more > PROTO_MAX_PAYLOAD) {
+		b->failed = true;
+		return false;
+	}
+	if (b->len + more <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + more)
+		cap *= 2;
+	uint8_t *d = realloc(b->data, cap);
+	if (!d) {
+		b->failed = true;
+		return false;
+	}
+	b->data = d;
+	b->cap = cap;
+	return true;
+}
+
+void pbuf_put(struct proto_buf *b, uint16_t type, const void *value, uint32_t len)
+{
+	if (!reserve(b, PROTO_REC_HEADER_LEN + (size_t)len))
+		return;
+	wire_put_u16(b->data + b->len, type);
+	wire_put_u32(b->data + b->len + 2, len);
+	if (len)
+		memcpy(b->data + b->len + PROTO_REC_HEADER_LEN, value, len);
+	b->len += PROTO_REC_HEADER_LEN + (size_t)len;
+}
+
+void pbuf_put_u32(struct proto_buf *b, uint16_t type, uint32_t v)
+{
+	uint8_t x[4];
+	wire_put_u32(x, v);
+	pbuf_put(b, type, x, sizeof(x));
+}
+
+void pbuf_put_u64(struct proto_buf *b, uint16_t type, uint64_t v)
+{
+	uint8_t x[8];
+	wire_put_u64(x, v);
+	pbuf_put(b, type, x, sizeof(x));
+}
+
+void pbuf_put_id(struct proto_buf *b, uint16_t type, const struct cusnap_id *id)
+{
+	pbuf_put(b, type, id->b, ID_LEN);
+}
+
+void pbuf_put_str(struct proto_buf *b, uint16_t type, const char *s)
+{
+	pbuf_put(b, type, s, (uint32_t)strlen(s));
+}
+
+size_t pbuf_begin(struct proto_buf *b, uint16_t type)
+{
+	size_t at = b->len;
+	pbuf_put(b, type, NULL, 0);
+	return at;
+}
+
+void pbuf_end(struct proto_buf *b, size_t at)
+{
+	if (b->failed)
+		return;
+	wire_put_u32(b->data + at + 2, (uint32_t)(b->len - at - PROTO_REC_HEADER_LEN));
+}
+
+void pbuf_free(struct proto_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+/* ---- reading ---- */
+
+void piter_init(struct proto_iter *it, const void *data, size_t len)
+{
+	it->p = data;
+	it->end = it->p + len;
+	it->error = 0;
+}
+
+bool piter_next(struct proto_iter *it, struct proto_rec *rec)
+{
+	if (it->error || it->p == it->end)
+		return false;
+	if ((size_t)(it->end - it->p) < PROTO_REC_HEADER_LEN) {
+		it->error = PROTO_E_TRUNCATED;
+		return false;
+	}
+	rec->type = wire_get_u16(it->p);
+	rec->len = wire_get_u32(it->p + 2);
+	if (rec->len > (size_t)(it->end - it->p) - PROTO_REC_HEADER_LEN) {
+		it->error = PROTO_E_TRUNCATED;
+		return false;
+	}
+	rec->value = it->p + PROTO_REC_HEADER_LEN;
+	it->p += PROTO_REC_HEADER_LEN + rec->len;
+	return true;
+}
+
+int prec_u32(const struct proto_rec *r, uint32_t *v)
+{
+	if (r->len != 4)
+		return PROTO_E_LENGTH;
+	*v = wire_get_u32(r->value);
+	return 0;
+}
+
+int prec_u64(const struct proto_rec *r, uint64_t *v)
+{
+	if (r->len != 8)
+		return PROTO_E_LENGTH;
+	*v = wire_get_u64(r->value);
+	return 0;
+}
+
+int prec_id(const struct proto_rec *r, struct cusnap_id *id)
+{
+	if (r->len != ID_LEN)
+		return PROTO_E_LENGTH;
+	memcpy(id->b, r->value, ID_LEN);
+	return 0;
+}
+
+int prec_str(const struct proto_rec *r, char *out, size_t outlen)
+{
+	if (r->len >= outlen || memchr(r->value, 0, r->len))
+		return PROTO_E_LENGTH;
+	memcpy(out, r->value, r->len);
+	out[r->len] = '\0';
+	return 0;
+}
+
+/* ---- sockets ---- */
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t proto_deadline(int timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
+/* Wait for events on sock until deadline. Returns 0 or PROTO_E_TIMEOUT / PROTO_E_IO. */
+static int wait_for(int sock, short events, int64_t deadline)
+{
+	for (;;) {
+		int left = -1;
+		if (deadline >= 0) {
+			int64_t d = deadline - now_ms();
+			if (d <= 0)
+				return PROTO_E_TIMEOUT;
+			left = d > 1 << 30 ? 1 << 30 : (int)d;
+		}
+		struct pollfd p = {.fd = sock, .events = events};
+		int r = poll(&p, 1, left);
+		if (r > 0)
+			return 0;
+		if (r == 0)
+			return PROTO_E_TIMEOUT;
+		if (errno != EINTR)
+			return PROTO_E_IO;
+	}
+}
+
+int proto_send(int sock, const struct proto_header *h, const void *payload, int pass_fd, int64_t deadline)
+{
+	uint8_t hdr[PROTO_HEADER_LEN];
+	proto_header_pack(h, hdr);
+	struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)payload, payload ? h->payload_len : 0}};
+	size_t total = sizeof(hdr) + iov[1].iov_len, sent = 0;
+	bool fd_sent = pass_fd < 0;
+	while (sent < total) {
+		int rc = wait_for(sock, POLLOUT, deadline);
+		if (rc)
+			return rc;
+		/* Skip what was sent already across the two iovecs. */
+		struct iovec cur[2];
+		int n = 0;
+		size_t skip = sent;
+		for (int i = 0; i < 2; i++) {
+			if (skip >= iov[i].iov_len) {
+				skip -= iov[i].iov_len;
+				continue;
+			}
+			cur[n].iov_base = (uint8_t *)iov[i].iov_base + skip;
+			cur[n].iov_len = iov[i].iov_len - skip;
+			skip = 0;
+			n++;
+		}
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = (size_t)n};
+		if (!fd_sent) {
+			memset(&u, 0, sizeof(u));
+			msg.msg_control = u.buf;
+			msg.msg_controllen = sizeof(u.buf);
+			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+		}
+		ssize_t w = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return PROTO_E_IO;
+		}
+		fd_sent = true;
+		sent += (size_t)w;
+	}
+	return PROTO_OK;
+}
+
+/* Read exactly len bytes, collecting at most one descriptor into *fd. */
+static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadline)
+{
+	size_t got = 0;
+	while (got < len) {
+		int rc = wait_for(sock, POLLIN, deadline);
+		if (rc)
+			return rc;
+		struct iovec iov = {buf + got, len - got};
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * 4)];
+			struct cmsghdr align;
+		} u;
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+		ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return PROTO_E_IO;
+		}
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < nfd; i++) {
+				int f;
+				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (*fd < 0)
+					*fd = f;
+				else
+					close(f); /* only one descriptor per message */
+			}
+		}
+		if (msg.msg_flags & MSG_CTRUNC)
+			return PROTO_E_FD;
+		if (r == 0)
+			return got || len ? PROTO_E_TRUNCATED : PROTO_E_IO;
+		got += (size_t)r;
+	}
+	return PROTO_OK;
+}
+
+int proto_recv(int sock, struct proto_header *h, uint8_t **payload, int *fd, int64_t deadline)
+{
+	uint8_t hdr[PROTO_HEADER_LEN];
+	int got_fd = -1;
+	*payload = NULL;
+	if (fd)
+		*fd = -1;
+	int rc = read_exact(sock, hdr, sizeof(hdr), &got_fd, deadline);
+	if (rc == PROTO_OK)
+		rc = proto_header_unpack(hdr, h);
+	if (rc == PROTO_OK && h->payload_len) {
+		/* Bounded by PROTO_MAX_PAYLOAD in proto_header_unpack. */
+		*payload = malloc(h->payload_len);
+		if (!*payload)
+			rc = PROTO_E_INTERNAL;
+		else
+			rc = read_exact(sock, *payload, h->payload_len, &got_fd, deadline);
+	}
+	if (got_fd >= 0) {
+		if (fd && rc == PROTO_OK) {
+			*fd = got_fd;
+		} else {
+			close(got_fd);
+			if (rc == PROTO_OK)
+				rc = PROTO_E_FD;
+		}
+	}
+	if (rc != PROTO_OK) {
+		free(*payload);
+		*payload = NULL;
+	}
+	return rc;
+}

@@ -1,0 +1,84 @@
+/* Printing topologies: JSON for programs, text for people. */
+#include <inttypes.h>
+
+#include "cusnap/coord.h"
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n)
+{
+	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
+	fprintf(f, "{\"participants\":[");
+	for (size_t i = 0; i < n; i++) {
+		id_hex(&p[i].id, hex);
+		fprintf(f, "%s{\"pid\":%d,\"nspid\":%d,\"id\":\"%s\",\"phase\":\"%s\",\"endpoint\":", i ? "," : "",
+			t[i].obs, t[i].ns, hex, p[i].phase == 1 ? "active" : "unknown");
+		json_str(f, p[i].endpoint);
+		fprintf(f, ",\"allocations\":[");
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			id_hex(&a->id, hex);
+			id_hex(&a->creator, hex2);
+			fprintf(f,
+				"%s{\"id\":\"%s\",\"key\":%" PRIu64 ",\"role\":\"%s\",\"creator\":\"%s\",\"shared\":%s,"
+				"\"size\":%" PRIu64 ",\"device\":%d,\"handle_types\":%u,\"shared_types\":%u,\"handles\":%u,"
+				"\"mappings\":%u}",
+				j ? "," : "", hex, a->key, topo_role_name(a->role), hex2, a->shared ? "true" : "false", a->size,
+				a->device, a->handle_types, a->shared_types, a->handles, a->mappings);
+		}
+		fprintf(f, "],\"mappings\":[");
+		for (size_t j = 0; j < p[i].nmaps; j++) {
+			const struct topo_mapping *m = &p[i].maps[j];
+			id_hex(&m->alloc_id, hex);
+			fprintf(f,
+				"%s{\"allocation\":\"%s\",\"key\":%" PRIu64 ",\"address\":%" PRIu64 ",\"size\":%" PRIu64
+				",\"offset\":%" PRIu64 ",\"flags\":%" PRIu64 ",\"access\":[",
+				j ? "," : "", hex, m->key, m->address, m->size, m->offset, m->flags);
+			for (size_t k = 0; k < m->naccess; k++)
+				fprintf(f, "%s{\"device\":%d,\"flags\":\"%s\"}", k ? "," : "", m->access[k].loc_id,
+					topo_access_name(m->access[k].flags));
+			fprintf(f, "]}");
+		}
+		fprintf(f, "]}");
+	}
+	fprintf(f, "]}\n");
+}
+
+void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n)
+{
+	char hex[ID_HEX_LEN + 1];
+	for (size_t i = 0; i < n; i++) {
+		id_hex(&p[i].id, hex);
+		fprintf(f, "participant %d (ns %d) id %s phase %s endpoint %s\n", t[i].obs, t[i].ns, hex,
+			p[i].phase == 1 ? "active" : "unknown", p[i].endpoint);
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			id_hex(&a->id, hex);
+			fprintf(f, "  allocation %s %-8s %s %" PRIu64 " bytes on device %d, %u handle(s), %u mapping(s)\n", hex,
+				topo_role_name(a->role), a->shared ? "shared " : "private", a->size, a->device, a->handles,
+				a->mappings);
+		}
+		for (size_t j = 0; j < p[i].nmaps; j++) {
+			const struct topo_mapping *m = &p[i].maps[j];
+			id_hex(&m->alloc_id, hex);
+			fprintf(f, "  mapping 0x%" PRIx64 "+%" PRIu64 " of %s at offset %" PRIu64 ", access", m->address, m->size,
+				hex, m->offset);
+			for (size_t k = 0; k < m->naccess; k++)
+				fprintf(f, " dev%d:%s", m->access[k].loc_id, topo_access_name(m->access[k].flags));
+			fprintf(f, "%s\n", m->naccess ? "" : " none");
+		}
+	}
+}

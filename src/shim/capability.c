@@ -1,0 +1,152 @@
+/* Capabilities (SYSTEM.md §4.2): what cuMemExportToShareableHandle returns for a
+ * tracked allocation instead of the driver's FD. A sealed memfd holding:
+ *
+ *   off size field
+ *    0   4   magic "CSCP" (0x50435343)
+ *    4   2   version (1)
+ *    6   2   endpoint length N (bytes, 1..4095)
+ *    8  16   creator participant id
+ *   24  16   allocation id
+ *   40  16   authorization token (random)
+ *   56   N   creator endpoint path (no NUL)
+ *
+ * It names the creator, not a driver object, so a cached capability still
+ * resolves after a restore. Anything else passed to import is a raw FD. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cusnap/proto.h"
+#include "cusnap/usock.h"
+#include "cusnap/wire.h"
+#include "shim.h"
+
+#define CAP_MAGIC 0x50435343u
+#define CAP_VERSION 1
+#define CAP_HEADER 56
+#define CAP_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
+	     const char *endpoint)
+{
+	size_t n = strlen(endpoint);
+	if (!n || n > 4095)
+		return -ENAMETOOLONG;
+	uint8_t buf[CAP_HEADER + 4096];
+	wire_put_u32(buf, CAP_MAGIC);
+	wire_put_u16(buf + 4, CAP_VERSION);
+	wire_put_u16(buf + 6, (uint16_t)n);
+	memcpy(buf + 8, creator->b, ID_LEN);
+	memcpy(buf + 24, alloc_id->b, ID_LEN);
+	memcpy(buf + 40, token->b, ID_LEN);
+	memcpy(buf + CAP_HEADER, endpoint, n);
+	int fd = memfd_create("snapshot-cuda-vmm-capability", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	size_t len = CAP_HEADER + n;
+	if (pwrite(fd, buf, len, 0) != (ssize_t)len || fcntl(fd, F_ADD_SEALS, CAP_SEALS) < 0) {
+		int e = errno ? -errno : -EIO;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+bool cap_parse(int fd, struct shim_cap *cap)
+{
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return false;
+	if (st.st_size <= CAP_HEADER || st.st_size > CAP_HEADER + 4095)
+		return false;
+	if (fcntl(fd, F_GET_SEALS) != CAP_SEALS)
+		return false;
+	uint8_t buf[CAP_HEADER + 4096];
+	size_t len = (size_t)st.st_size;
+	if (pread(fd, buf, len, 0) != (ssize_t)len)
+		return false;
+	size_t n = wire_get_u16(buf + 6);
+	if (wire_get_u32(buf) != CAP_MAGIC || wire_get_u16(buf + 4) != CAP_VERSION || n + CAP_HEADER != len)
+		return false;
+	if (memchr(buf + CAP_HEADER, 0, n) || buf[CAP_HEADER] != '/')
+		return false;
+	memcpy(cap->creator.b, buf + 8, ID_LEN);
+	memcpy(cap->alloc_id.b, buf + 24, ID_LEN);
+	memcpy(cap->token.b, buf + 40, ID_LEN);
+	if (id_is_zero(&cap->creator) || id_is_zero(&cap->alloc_id) || id_is_zero(&cap->token))
+		return false;
+	memcpy(cap->endpoint, buf + CAP_HEADER, n);
+	cap->endpoint[n] = '\0';
+	return true;
+}
+
+int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+{
+	int64_t deadline = proto_deadline(shim_deadline_ms());
+	int sock = usock_connect(cap->endpoint);
+	if (sock < 0) {
+		snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-sock));
+		return -1;
+	}
+	struct proto_buf req = {0};
+	size_t at = pbuf_begin(&req, REC_EXPORT);
+	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
+	pbuf_put_id(&req, F_TOKEN, &cap->token);
+	pbuf_end(&req, at);
+	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
+				 .op = PROTO_OP_EXPORT, .request_id = 1, .payload_len = (uint32_t)req.len};
+	int fd = -1;
+	uint8_t *payload = NULL;
+	int rc = req.failed ? PROTO_E_INTERNAL : proto_send(sock, &h, req.data, -1, deadline);
+	if (rc == PROTO_OK)
+		rc = proto_recv(sock, &h, &payload, &fd, deadline);
+	if (rc == PROTO_OK && h.status != PROTO_OK)
+		rc = h.status;
+	if (rc == PROTO_OK && fd < 0)
+		rc = PROTO_E_FD;
+	if (rc == PROTO_OK) {
+		uint64_t bytes = 0;
+		struct proto_iter it, fi;
+		struct proto_rec r, f;
+		piter_init(&it, payload, h.payload_len);
+		while (piter_next(&it, &r)) {
+			if (r.type != REC_EXPORT)
+				continue;
+			piter_init(&fi, r.value, r.len);
+			while (piter_next(&fi, &f))
+				if (f.type == F_SIZE)
+					prec_u64(&f, &bytes);
+		}
+		*size = (size_t)bytes;
+		if (!bytes)
+			rc = PROTO_E_MALFORMED;
+	}
+	if (rc != PROTO_OK) {
+		char msg[512] = "";
+		struct proto_iter it;
+		struct proto_rec r, f;
+		piter_init(&it, payload, payload ? h.payload_len : 0);
+		while (piter_next(&it, &r)) {
+			if (r.type != REC_ERROR)
+				continue;
+			struct proto_iter fi;
+			piter_init(&fi, r.value, r.len);
+			while (piter_next(&fi, &f))
+				if (f.type == F_MESSAGE)
+					prec_str(&f, msg, sizeof(msg));
+		}
+		snprintf(err, errlen, "EXPORT from %s: %s%s%s", cap->endpoint, proto_status_name(rc), msg[0] ? ": " : "",
+			 msg);
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	free(payload);
+	pbuf_free(&req);
+	close(sock);
+	return fd;
+}

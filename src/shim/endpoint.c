@@ -1,0 +1,399 @@
+/* The participant's endpoint (SYSTEM.md §4.3, §5): a Unix socket served by an
+ * accept thread and one short-lived thread per connection, all with every
+ * signal blocked and none calling into the application. Each connection has a
+ * deadline, so a silent client cannot hold anything for longer than that, and
+ * EXPORT is served from its own table under its own lock: it never waits for the
+ * table lock that wrappers hold across driver calls. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cusnap/log.h"
+#include "cusnap/proto.h"
+#include "cusnap/usock.h"
+#include "shim.h"
+
+#define MAX_CLIENTS 64
+#define CAPS_NONE 0ull
+
+/* ---- exports ---- */
+
+struct export_entry {
+	struct cusnap_id alloc_id;
+	struct cusnap_id token;
+	CUmemGenericAllocationHandle driver; /* 0: not exportable now */
+	size_t size;
+};
+
+static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct hmap exports; /* id_hash(alloc id) -> export_entry */
+
+int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
+		size_t size)
+{
+	int rc = 0;
+	pthread_mutex_lock(&exp_lock);
+	struct export_entry *e = hmap_get(&exports, id_hash(alloc_id));
+	if (!e) {
+		e = malloc(sizeof(*e));
+		if (!e || hmap_put(&exports, id_hash(alloc_id), e) < 0) {
+			free(e);
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	e->alloc_id = *alloc_id;
+	e->token = *token;
+	e->driver = driver;
+	e->size = size;
+out:
+	pthread_mutex_unlock(&exp_lock);
+	return rc;
+}
+
+void exports_drop(const struct cusnap_id *alloc_id)
+{
+	pthread_mutex_lock(&exp_lock);
+	free(hmap_del(&exports, id_hash(alloc_id)));
+	pthread_mutex_unlock(&exp_lock);
+}
+
+void exports_lock_for_fork(bool take)
+{
+	if (take)
+		pthread_mutex_lock(&exp_lock);
+	else
+		pthread_mutex_unlock(&exp_lock);
+}
+
+/* ---- the server ---- */
+
+static const struct shim_identity *me;
+static int listen_fd = -1;
+static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
+static int clients;
+
+void endpoint_after_fork_child(void)
+{
+	/* Threads are gone in the child; its own endpoint starts with its identity. */
+	if (listen_fd >= 0)
+		close(listen_fd);
+	listen_fd = -1;
+	me = NULL;
+	clients = 0;
+	pthread_mutex_init(&clients_lock, NULL);
+}
+
+static void put_identity(struct proto_buf *b, uint16_t type)
+{
+	size_t at = pbuf_begin(b, type);
+	pbuf_put_id(b, F_ID, &me->id);
+	pbuf_put_u32(b, F_NSPID, (uint32_t)me->nspid);
+	pbuf_put_u32(b, F_PID, (uint32_t)me->pid);
+	pbuf_put_u32(b, F_PHASE, SHIM_PHASE_ACTIVE);
+	pbuf_put_u32(b, F_MAJOR_MIN, PROTO_MAJOR);
+	pbuf_put_u32(b, F_MAJOR_MAX, PROTO_MAJOR);
+	pbuf_put_u32(b, F_MINOR, PROTO_MINOR);
+	pbuf_put_u64(b, F_CAPS, CAPS_NONE);
+	pbuf_put_str(b, F_ENDPOINT, me->endpoint);
+	pbuf_end(b, at);
+}
+
+static void put_alloc(struct proto_buf *b, const struct shim_alloc *a)
+{
+	size_t at = pbuf_begin(b, REC_ALLOCATION);
+	pbuf_put_u64(b, F_KEY, a->key);
+	pbuf_put_id(b, F_ALLOC_ID, &a->id);
+	pbuf_put_id(b, F_CREATOR, &a->creator);
+	pbuf_put_u32(b, F_ROLE, (uint32_t)a->role);
+	pbuf_put_u32(b, F_SHARED, a->shared);
+	pbuf_put_u32(b, F_SHARED_TYPES, a->shared_types);
+	pbuf_put_u64(b, F_SIZE, a->size);
+	pbuf_put_u32(b, F_ALLOC_TYPE, (uint32_t)a->prop.type);
+	pbuf_put_u32(b, F_LOC_TYPE, (uint32_t)a->prop.location.type);
+	pbuf_put_u32(b, F_DEVICE, (uint32_t)a->prop.location.id);
+	pbuf_put_u32(b, F_HANDLE_TYPES, (uint32_t)a->prop.requestedHandleTypes);
+	pbuf_put_u32(b, F_ALLOC_FLAGS, (uint32_t)a->prop.allocFlags.compressionType |
+					   (uint32_t)a->prop.allocFlags.gpuDirectRDMACapable << 8 |
+					   (uint32_t)a->prop.allocFlags.usage << 16);
+	pbuf_put_u32(b, F_HANDLES, (uint32_t)a->handles);
+	pbuf_put_u32(b, F_MAPPINGS, (uint32_t)a->mappings);
+	pbuf_end(b, at);
+}
+
+static void put_mapping(struct proto_buf *b, const struct shim_mapping *m)
+{
+	size_t at = pbuf_begin(b, REC_MAPPING);
+	pbuf_put_u64(b, F_KEY, m->alloc->key);
+	pbuf_put_id(b, F_ALLOC_ID, &m->alloc->id);
+	pbuf_put_u64(b, F_ADDRESS, m->node.start);
+	pbuf_put_u64(b, F_SIZE, m->node.end - m->node.start);
+	pbuf_put_u64(b, F_OFFSET, m->offset);
+	pbuf_put_u64(b, F_MAP_FLAGS, m->flags);
+	for (size_t i = 0; i < m->naccess; i++) {
+		uint8_t acc[12];
+		const struct shim_access *x = &m->access[i];
+		uint32_t v[3] = {(uint32_t)x->location.type, (uint32_t)x->location.id, (uint32_t)x->flags};
+		for (int j = 0; j < 3; j++)
+			for (int k = 0; k < 4; k++)
+				acc[j * 4 + k] = (uint8_t)(v[j] >> (8 * k));
+		pbuf_put(b, F_ACCESS, acc, sizeof(acc));
+	}
+	pbuf_end(b, at);
+}
+
+static void error_payload(struct proto_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void error_payload(struct proto_buf *b, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	size_t at = pbuf_begin(b, REC_ERROR);
+	pbuf_put_str(b, F_MESSAGE, msg);
+	pbuf_end(b, at);
+}
+
+static int do_inspect(struct proto_buf *out)
+{
+	put_identity(out, REC_PARTICIPANT);
+	pthread_mutex_lock(&tbl.lock);
+	for (size_t i = 0; i < tbl.allocs.cap; i++)
+		if (tbl.allocs.keys[i])
+			put_alloc(out, tbl.allocs.vals[i]);
+	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n))
+		put_mapping(out, (struct shim_mapping *)n);
+	pthread_mutex_unlock(&tbl.lock);
+	return out->failed ? PROTO_E_INTERNAL : PROTO_OK;
+}
+
+/* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
+static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, int *fd_out)
+{
+	struct cusnap_id id = {{0}}, token = {{0}};
+	bool have_id = false, have_token = false;
+	struct proto_iter it, fi;
+	struct proto_rec r, f;
+	piter_init(&it, payload, len);
+	while (piter_next(&it, &r)) {
+		if (r.type != REC_EXPORT)
+			continue;
+		piter_init(&fi, r.value, r.len);
+		while (piter_next(&fi, &f)) {
+			if (f.type == F_ALLOC_ID)
+				have_id = prec_id(&f, &id) == 0;
+			else if (f.type == F_TOKEN)
+				have_token = prec_id(&f, &token) == 0;
+		}
+		if (fi.error)
+			return fi.error;
+	}
+	if (it.error)
+		return it.error;
+	if (!have_id || !have_token) {
+		error_payload(out, "EXPORT needs an allocation id and a token");
+		return PROTO_E_MALFORMED;
+	}
+	char hex[ID_HEX_LEN + 1];
+	id_hex(&id, hex);
+	pthread_mutex_lock(&exp_lock);
+	struct export_entry *e = hmap_get(&exports, id_hash(&id));
+	bool found = e && id_equal(&e->alloc_id, &id);
+	bool allowed = found && id_equal_ct(&e->token, &token);
+	CUmemGenericAllocationHandle driver = allowed ? e->driver : 0;
+	size_t size = allowed ? e->size : 0;
+	pthread_mutex_unlock(&exp_lock);
+	if (!found) {
+		error_payload(out, "allocation %s is not exported by participant %d", hex, (int)me->nspid);
+		return PROTO_E_NOT_FOUND;
+	}
+	if (!allowed) {
+		error_payload(out, "allocation %s: capability token does not match", hex);
+		return PROTO_E_AUTH;
+	}
+	int fd = -1;
+	CUresult cr = driver ? real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+			     : CUDA_ERROR_INVALID_HANDLE;
+	if (cr != CUDA_SUCCESS) {
+		error_payload(out, "participant %d (ns %d): allocation %s: cuMemExportToShareableHandle failed: CUresult %d",
+			      (int)me->pid, (int)me->nspid, hex, (int)cr);
+		return PROTO_E_DRIVER;
+	}
+	size_t at = pbuf_begin(out, REC_EXPORT);
+	pbuf_put_id(out, F_ALLOC_ID, &id);
+	pbuf_put_u64(out, F_SIZE, size);
+	pbuf_end(out, at);
+	*fd_out = fd;
+	return PROTO_OK;
+}
+
+static void *serve_client(void *arg)
+{
+	int sock = (int)(intptr_t)arg;
+	int64_t deadline = proto_deadline(shim_deadline_ms());
+	for (;;) {
+		struct proto_header h;
+		uint8_t *payload = NULL;
+		int rc = proto_recv(sock, &h, &payload, NULL, deadline);
+		if (rc == PROTO_E_IO || rc == PROTO_E_TIMEOUT || rc == PROTO_E_TRUNCATED)
+			break; /* gone, silent past the deadline, or cut short: just close */
+		struct proto_buf out = {0};
+		int fd = -1;
+		struct proto_header reply = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
+					     .flags = PROTO_FLAG_REPLY};
+		if (rc != PROTO_OK) {
+			/* Bad magic, version, length or an unexpected FD: a typed error, then close. */
+			if (rc == PROTO_E_VERSION)
+				error_payload(&out, "peer speaks protocol %u.%u; this shim speaks %u.%u", h.major, h.minor,
+					      PROTO_MAJOR, PROTO_MINOR);
+			reply.status = rc;
+			reply.op = h.op;
+			reply.payload_len = (uint32_t)out.len;
+			proto_send(sock, &reply, out.data, -1, deadline);
+			pbuf_free(&out);
+			break;
+		}
+		reply.op = h.op;
+		reply.request_id = h.request_id;
+		switch (h.op) {
+		case PROTO_OP_HELLO:
+			put_identity(&out, REC_HELLO);
+			rc = out.failed ? PROTO_E_INTERNAL : PROTO_OK;
+			break;
+		case PROTO_OP_INSPECT:
+			rc = do_inspect(&out);
+			break;
+		case PROTO_OP_EXPORT:
+			rc = do_export(payload, h.payload_len, &out, &fd);
+			break;
+		default:
+			error_payload(&out, "operation %u (%s) is not served by this shim", h.op, proto_op_name(h.op));
+			rc = PROTO_E_OP;
+			break;
+		}
+		free(payload);
+		if (rc != PROTO_OK && out.failed) {
+			pbuf_free(&out);
+			memset(&out, 0, sizeof(out));
+		}
+		reply.status = rc;
+		reply.payload_len = out.failed ? 0 : (uint32_t)out.len;
+		int sent = proto_send(sock, &reply, out.data, fd, deadline);
+		if (fd >= 0)
+			close(fd); /* the raw driver FD never stays here */
+		pbuf_free(&out);
+		if (sent != PROTO_OK)
+			break;
+	}
+	close(sock);
+	pthread_mutex_lock(&clients_lock);
+	clients--;
+	pthread_mutex_unlock(&clients_lock);
+	return NULL;
+}
+
+static bool peer_allowed(int sock)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return false;
+	return cred.uid == 0 || cred.uid == getuid();
+}
+
+static void *accept_loop(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+	for (;;) {
+		int sock = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (sock < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EBADF || errno == EINVAL)
+				return NULL;
+			usleep(10000);
+			continue;
+		}
+		if (!peer_allowed(sock)) {
+			close(sock); /* no reply to other users */
+			continue;
+		}
+		pthread_mutex_lock(&clients_lock);
+		bool room = clients < MAX_CLIENTS;
+		if (room)
+			clients++;
+		pthread_mutex_unlock(&clients_lock);
+		pthread_t t;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (!room || pthread_create(&t, &attr, serve_client, (void *)(intptr_t)sock) != 0) {
+			close(sock);
+			if (room) {
+				pthread_mutex_lock(&clients_lock);
+				clients--;
+				pthread_mutex_unlock(&clients_lock);
+			}
+		}
+		pthread_attr_destroy(&attr);
+	}
+	return NULL;
+}
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int make_dirs(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int endpoint_start(const struct shim_identity *self)
+{
+	me = self;
+	int rc = make_dirs(self->control_dir);
+	if (rc < 0) {
+		LOG_AT(LOG_ERROR, "control directory %s: %s", self->control_dir, strerror(-rc));
+		return rc;
+	}
+	rc = usock_listen_mode(self->endpoint, 64, 0600);
+	if (rc < 0) {
+		LOG_AT(LOG_ERROR, "endpoint %s: %s", self->endpoint, strerror(-rc));
+		return rc;
+	}
+	listen_fd = rc;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the endpoint threads */
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, accept_loop, (void *)(intptr_t)listen_fd);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		close(listen_fd);
+		listen_fd = -1;
+		return -rc;
+	}
+	LOG_AT(LOG_INFO, "endpoint %s serving", self->endpoint);
+	return 0;
+}

@@ -1,0 +1,125 @@
+/* Who this process is: participant id, namespace PID, control directory and
+ * endpoint path (SYSTEM.md §3, §4.3), made lazily on the first tracked call so
+ * that a child forked before CUDA init gets its own. Fork safety lives here. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cusnap/log.h"
+#include "shim.h"
+
+bool shim_forked_child;
+
+static pthread_mutex_t identity_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_identity self;
+static bool have_identity;
+static bool published; /* set once self is complete; read without the lock */
+static pid_t env_pid;          /* the process that read the environment */
+static char env_participant[64];
+
+const char *shim_phase_name(int phase)
+{
+	switch (phase) {
+	case SHIM_PHASE_ACTIVE: return "active";
+	default: return "unknown";
+	}
+}
+
+void shim_control_dir(char *out, size_t len)
+{
+	const char *d = getenv("SNAPSHOT_CONTROL_DIR");
+	if (!d || !*d)
+		d = getenv("DYN_SNAPSHOT_CONTROL_DIR"); /* deprecated name, still honoured */
+	if (!d || !*d)
+		d = "/snapshot-control";
+	snprintf(out, len, "%s", d);
+}
+
+int shim_deadline_ms(void)
+{
+	const char *v = getenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS");
+	int ms = v ? atoi(v) : 0;
+	return ms > 0 ? ms : 10000;
+}
+
+const struct shim_identity *shim_identity(const char **why)
+{
+	if (shim_forked_child) {
+		*why = "this process was forked from a process that tracks CUDA VMM state; its tracked "
+		       "allocations cannot be shared with or checkpointed from the child (exec or spawn "
+		       "the child instead)";
+		return NULL;
+	}
+	pthread_mutex_lock(&identity_lock);
+	if (!have_identity) {
+		memset(&self, 0, sizeof(self));
+		self.pid = getpid();
+		self.nspid = getpid(); /* getpid() answers in our own PID namespace */
+		if (env_participant[0] && env_pid == self.pid) {
+			if (id_parse(env_participant, &self.id) < 0) {
+				LOG_AT(LOG_WARN, "SNAPSHOT_PARTICIPANT_ID is not 32 hex digits; using a random id");
+				id_random(&self.id);
+			}
+		} else {
+			id_random(&self.id);
+		}
+		shim_control_dir(self.control_dir, sizeof(self.control_dir));
+		snprintf(self.endpoint, sizeof(self.endpoint), "%s/cuda-vmm-%d.sock", self.control_dir, (int)self.nspid);
+		have_identity = true;
+		__atomic_store_n(&published, true, __ATOMIC_RELEASE);
+		if (endpoint_start(&self) < 0)
+			LOG_AT(LOG_ERROR, "endpoint %s could not be started: this process cannot be checkpointed "
+					  "with its shared VMM memory", self.endpoint);
+	}
+	pthread_mutex_unlock(&identity_lock);
+	return &self;
+}
+
+const struct shim_identity *shim_self(void)
+{
+	return __atomic_load_n(&published, __ATOMIC_ACQUIRE) && !shim_forked_child ? &self : NULL;
+}
+
+static void before_fork(void)
+{
+	pthread_mutex_lock(&identity_lock);
+	pthread_mutex_lock(&tbl.lock);
+	exports_lock_for_fork(true);
+}
+
+static void after_fork_parent(void)
+{
+	exports_lock_for_fork(false);
+	pthread_mutex_unlock(&tbl.lock);
+	pthread_mutex_unlock(&identity_lock);
+}
+
+static void after_fork_child(void)
+{
+	/* The endpoint thread did not survive the fork. A child of a process that
+	 * tracked nothing starts afresh; one that inherited tracked state must not
+	 * use it (it would share or lose it silently). */
+	if (have_identity || tbl.allocs.len)
+		shim_forked_child = true;
+	have_identity = false;
+	published = false;
+	exports_lock_for_fork(false);
+	endpoint_after_fork_child();
+	pthread_mutex_unlock(&tbl.lock);
+	pthread_mutex_unlock(&identity_lock);
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+	/* Only the environment is read here. */
+	const char *lvl = getenv("SNAPSHOT_CUDA_VMM_LOG");
+	log_init("snapshot-cuda-vmm", lvl ? atoi(lvl) : LOG_WARN, STDERR_FILENO);
+	const char *pid = getenv("SNAPSHOT_PARTICIPANT_ID");
+	if (pid && *pid) {
+		snprintf(env_participant, sizeof(env_participant), "%s", pid);
+		env_pid = getpid();
+	}
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}

@@ -1,0 +1,221 @@
+/* Finding the real driver and runtime, and handing out wrappers through every
+ * resolver a program may use: direct symbols, dlsym on libcuda/libcudart handles,
+ * cuGetProcAddress(_v2) and cudaGetDriverEntryPoint(ByVersion)(_ptsz). Calls the
+ * shim does not wrap get the driver's own pointer: zero added cost. */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "cusnap/log.h"
+#include "shim.h"
+
+struct shim_real real;
+
+/* The real dlsym, from glibc through dlvsym (our own dlsym shadows it). */
+void *(*shim_real_dlsym)(void *, const char *);
+/* Read by the dlsym trampoline: RTLD_NEXT goes straight to glibc. */
+void *(*shim_dlsym_next)(void *, const char *);
+
+static const struct wrapped {
+	const char *name;
+	void *wrapper;
+	bool runtime;
+} wrapped[SHIM_FN_COUNT] = {
+#define DRV(n) [SHIM_FN_##n] = {#n, (void *)n, false},
+#define RT(n) [SHIM_FN_##n] = {#n, (void *)n, true},
+#include "wrapped.def"
+#undef DRV
+#undef RT
+};
+
+static void *real_ptr(enum shim_fn fn)
+{
+	void **slots = (void **)&real;
+	return slots[fn];
+}
+
+static void set_real(enum shim_fn fn, void *p)
+{
+	void **slots = (void **)&real;
+	__atomic_store_n(&slots[fn], p, __ATOMIC_RELEASE);
+}
+
+static void find_dlsym(void)
+{
+	void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!p)
+		p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	*(void **)&shim_real_dlsym = p;
+	*(void **)&shim_dlsym_next = p;
+}
+
+static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static bool driver_ok;
+
+static void load_driver(void)
+{
+	pthread_once(&dlsym_once, find_dlsym);
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (!h) {
+		LOG_AT(LOG_ERROR, "cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
+		return;
+	}
+	for (int i = 0; i < SHIM_FN_COUNT; i++)
+		if (!wrapped[i].runtime)
+			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].name));
+	driver_ok = real.cuMemCreate != NULL;
+}
+
+bool shim_resolve_driver(void)
+{
+	pthread_once(&driver_once, load_driver);
+	return driver_ok;
+}
+
+void *shim_resolve_runtime(enum shim_fn fn)
+{
+	void *p = real_ptr(fn);
+	if (p)
+		return p;
+	pthread_once(&dlsym_once, find_dlsym);
+	/* From here RTLD_NEXT means "after the shim": the program's libcudart. */
+	p = shim_real_dlsym(RTLD_NEXT, wrapped[fn].name);
+	if (p)
+		set_real(fn, p);
+	return p;
+}
+
+/* The wrapper to hand out for a driver pointer p, or p itself: a pointer equal
+ * to one of the real functions we wrap (for the ABI version the caller asked
+ * for) is replaced by our wrapper of exactly that ABI. */
+static void *substitute(void *p)
+{
+	if (!p || !shim_resolve_driver())
+		return p;
+	for (int i = 0; i < SHIM_FN_COUNT; i++)
+		if (!wrapped[i].runtime && real_ptr((enum shim_fn)i) == p)
+			return wrapped[i].wrapper;
+	return p;
+}
+
+static bool from_cuda_library(void *p)
+{
+	Dl_info info;
+	if (!dladdr(p, &info) || !info.dli_fname)
+		return false;
+	const char *base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	return strncmp(base, "libcuda.so", 10) == 0 || strncmp(base, "libcudart.so", 12) == 0;
+}
+
+/* dlsym for every handle but RTLD_NEXT (the trampoline below sends that one to
+ * glibc untouched, so that glibc sees the caller's return address). */
+__attribute__((visibility("hidden"))) void *shim_dlsym_impl(void *handle, const char *name);
+void *shim_dlsym_impl(void *handle, const char *name)
+{
+	pthread_once(&dlsym_once, find_dlsym);
+	void *p = shim_real_dlsym(handle, name);
+	if (!p || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_DEFAULT)
+		return p; /* RTLD_DEFAULT already finds our exported wrappers first */
+	for (int i = 0; i < SHIM_FN_COUNT; i++) {
+		if (strcmp(wrapped[i].name, name) != 0)
+			continue;
+		if (!from_cuda_library(p))
+			return p;
+		if (wrapped[i].runtime && !real_ptr((enum shim_fn)i))
+			set_real((enum shim_fn)i, p); /* a locally loaded cudart */
+		return wrapped[i].wrapper;
+	}
+	return p;
+}
+
+#if defined(__x86_64__)
+/* dlsym(RTLD_NEXT, ...) must reach glibc with the caller's return address, so
+ * it is a tail jump; everything else goes through shim_dlsym_impl. */
+__asm__(".text\n"
+	".globl dlsym\n"
+	".type dlsym, @function\n"
+	"dlsym:\n"
+	"	cmpq $-1, %rdi\n"
+	"	jne 1f\n"
+	"	movq shim_dlsym_next(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	je 1f\n"
+	"	jmp *%rax\n"
+	"1:	jmp shim_dlsym_impl\n"
+	".size dlsym, .-dlsym\n");
+#else
+/* Elsewhere RTLD_NEXT is resolved relative to the shim, which is preloaded
+ * first: the same answer unless a later preload asks for its own symbols. */
+SHIM_API void *dlsym(void *handle, const char *name)
+{
+	return shim_dlsym_impl(handle, name);
+}
+#endif
+
+__attribute__((constructor)) static void shim_init_dlsym(void)
+{
+	pthread_once(&dlsym_once, find_dlsym);
+}
+
+/* ---- cuGetProcAddress ---- */
+
+SHIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+				      CUdriverProcAddressQueryResult *symbolStatus)
+{
+	if (!shim_resolve_driver() || !real.cuGetProcAddress_v2)
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	CUresult rc = real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+	if (rc == CUDA_SUCCESS && pfn)
+		*pfn = substitute(*pfn);
+	return rc;
+}
+
+SHIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	if (!shim_resolve_driver() || !real.cuGetProcAddress)
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	CUresult rc = real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+	if (rc == CUDA_SUCCESS && pfn)
+		*pfn = substitute(*pfn);
+	return rc;
+}
+
+/* ---- cudaGetDriverEntryPoint (NCCL, PyTorch) ---- */
+
+#define RUNTIME_CALL(fn, ...)                                                  \
+	do {                                                                       \
+		__typeof__(&fn) r = (__typeof__(&fn))shim_resolve_runtime(SHIM_FN_##fn); \
+		if (!r)                                                                \
+			return cudaErrorSharedObjectInitFailed;                            \
+		cudaError_t rc = r(__VA_ARGS__);                                       \
+		if (rc == cudaSuccess && funcPtr)                                      \
+			*funcPtr = substitute(*funcPtr);                                   \
+		return rc;                                                             \
+	} while (0)
+
+SHIM_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+					     enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	RUNTIME_CALL(cudaGetDriverEntryPoint, symbol, funcPtr, flags, driverStatus);
+}
+
+SHIM_API cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+						  enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	RUNTIME_CALL(cudaGetDriverEntryPoint_ptsz, symbol, funcPtr, flags, driverStatus);
+}
+
+SHIM_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+						      unsigned long long flags,
+						      enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	RUNTIME_CALL(cudaGetDriverEntryPointByVersion, symbol, funcPtr, cudaVersion, flags, driverStatus);
+}
+
+SHIM_API cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr,
+							   unsigned int cudaVersion, unsigned long long flags,
+							   enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	RUNTIME_CALL(cudaGetDriverEntryPointByVersion_ptsz, symbol, funcPtr, cudaVersion, flags, driverStatus);
+}

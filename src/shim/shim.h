@@ -1,0 +1,191 @@
+/* libsnapshot_cuda_vmm internals. */
+#ifndef CUSNAP_SHIM_SHIM_H
+#define CUSNAP_SHIM_SHIM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cuda.h>
+/* cudaGetDriverEntryPoint is deprecated in CUDA 13 but still what NCCL and
+ * PyTorch call: the shim must wrap it. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cuda_runtime_api.h>
+
+#include "cusnap/hmap.h"
+#include "cusnap/ids.h"
+#include "cusnap/itree.h"
+
+#define SHIM_API __attribute__((visibility("default")))
+
+/* cuda.h maps cuGetProcAddress to _v2 and hides the pre-12.0 ABI; cudart's _ptsz
+ * entry points are only declared for per-thread builds. The shim wraps them all. */
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+#undef cudaGetDriverEntryPoint
+#undef cudaGetDriverEntryPointByVersion
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+				    enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+					 enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+					     unsigned long long flags,
+					     enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+						  unsigned long long flags,
+						  enum cudaDriverEntryPointQueryResult *driverStatus);
+
+/* ---- resolve.c: the real functions ---- */
+enum shim_fn {
+#define DRV(name) SHIM_FN_##name,
+#define RT(name) SHIM_FN_##name,
+#include "wrapped.def"
+#undef DRV
+#undef RT
+	SHIM_FN_COUNT
+};
+
+struct shim_real {
+#define DRV(name) __typeof__(&name) name;
+#define RT(name) __typeof__(&name) name;
+#include "wrapped.def"
+#undef DRV
+#undef RT
+};
+
+/* Real driver functions (NULL until resolved). */
+extern struct shim_real real;
+/* Resolve the driver's functions once. Returns false when libcuda.so.1 is missing. */
+bool shim_resolve_driver(void);
+/* The real runtime function fn, looked up in the cudart the program uses. */
+void *shim_resolve_runtime(enum shim_fn fn);
+
+/* ---- phase and identity (identity.c) ---- */
+enum shim_phase {
+	SHIM_PHASE_ACTIVE = 1,
+};
+
+const char *shim_phase_name(int phase);
+
+struct shim_identity {
+	struct cusnap_id id;
+	pid_t pid;   /* getpid() when the identity was made */
+	pid_t nspid; /* pid in the innermost namespace (== getpid()) */
+	char control_dir[4096];
+	char endpoint[4200];
+};
+
+/* The participant identity; made (and the endpoint started) on the first tracked
+ * call. Returns NULL when tracking is refused in this process (a forked child of
+ * a tracking process), with *why set. */
+const struct shim_identity *shim_identity(const char **why);
+/* The identity if it was made already (never makes one; takes no lock). */
+const struct shim_identity *shim_self(void);
+/* The control directory from the environment (no identity needed). */
+void shim_control_dir(char *out, size_t len);
+
+/* ---- tables (table.c): everything under tbl_lock ---- */
+
+enum shim_role { SHIM_ROLE_CREATOR = 1, SHIM_ROLE_IMPORTER = 2 };
+
+struct shim_access {
+	CUmemLocation location;
+	unsigned long long flags;
+};
+
+/* One driver allocation this process tracks (it created it, or imported it
+ * through a capability). */
+struct shim_alloc {
+	uint64_t key;                  /* table key, stable for the record's life */
+	struct cusnap_id id;           /* allocation id (the creator's) */
+	struct cusnap_id creator;      /* creator participant id */
+	struct cusnap_id token;        /* capability token (creators, once exported) */
+	enum shim_role role;
+	bool shared;
+	unsigned shared_types;         /* handle types it was exported as */
+	size_t size;                   /* bytes */
+	CUmemAllocationProp prop;
+	CUmemGenericAllocationHandle driver; /* the driver's handle of this allocation */
+	bool driver_ref;               /* the shim holds one driver reference (while handles > 0) */
+	size_t handles;                /* live logical handles */
+	size_t mappings;               /* live tracked mappings */
+	char *creator_endpoint;        /* importers: where the capability is redeemed */
+};
+
+struct shim_handle {
+	uint64_t value; /* what the application holds */
+	struct shim_alloc *alloc;
+};
+
+struct shim_mapping {
+	struct itree_node node; /* [address, address + size) */
+	struct shim_alloc *alloc;
+	size_t offset;
+	unsigned long long flags;
+	struct shim_access *access; /* merged, one entry per location */
+	size_t naccess, access_cap;
+};
+
+struct shim_tables {
+	pthread_mutex_t lock;
+	struct hmap handles; /* logical value -> struct shim_handle */
+	struct hmap allocs;  /* key -> struct shim_alloc */
+	struct itree mappings;
+	uint64_t next_value;
+	uint64_t next_key;
+};
+
+extern struct shim_tables tbl;
+
+/* Logical handle values carry this tag in their top 16 bits. */
+#define SHIM_HANDLE_TAG 0x5ea1000000000000ULL
+#define SHIM_HANDLE_TAG_MASK 0xffff000000000000ULL
+
+struct shim_alloc *tbl_alloc_new(void);
+void tbl_alloc_free(struct shim_alloc *a);
+/* Make a logical handle for a (a->handles++). NULL when out of memory. */
+struct shim_handle *tbl_handle_new(struct shim_alloc *a);
+struct shim_handle *tbl_handle_get(CUmemGenericAllocationHandle value);
+/* Drop a logical handle (a->handles--). */
+void tbl_handle_drop(struct shim_handle *h);
+struct shim_mapping *tbl_mapping_at(uint64_t va);
+/* Free an allocation record once nothing refers to it. */
+void tbl_alloc_maybe_free(struct shim_alloc *a);
+/* Counts for tests and INSPECT. */
+size_t tbl_live_allocs(void);
+
+/* ---- fork safety ---- */
+extern bool shim_forked_child; /* a child of a process that tracked state */
+
+/* ---- capabilities (capability.c) ---- */
+struct shim_cap {
+	struct cusnap_id creator;
+	struct cusnap_id alloc_id;
+	struct cusnap_id token;
+	char endpoint[4200];
+};
+/* Is fd a capability? Fills *cap when it is. */
+bool cap_parse(int fd, struct shim_cap *cap);
+/* Redeem cap at its creator: returns a fresh driver FD or -1 (message in err);
+ * *size gets the allocation's size in bytes. */
+int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+/* A capability FD for the allocation named by these fields; -errno on failure. */
+int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
+	     const char *endpoint);
+
+/* ---- exports served to peers (endpoint.c) ---- */
+/* Register or update what EXPORT serves for an allocation (its own lock). */
+int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
+		size_t size);
+void exports_drop(const struct cusnap_id *alloc_id);
+/* Take (true) or release (false) the exports lock around fork, after tbl.lock. */
+void exports_lock_for_fork(bool take);
+int endpoint_start(const struct shim_identity *self);
+void endpoint_after_fork_child(void);
+
+/* Deadline for one endpoint connection, ms (SNAPSHOT_CUDA_VMM_DEADLINE_MS). */
+int shim_deadline_ms(void);
+
+#endif

@@ -1,0 +1,77 @@
+/* The shim's tables: allocation records, logical handles, tracked mappings.
+ * Every function here expects tbl.lock held. Lookups are O(1) (hash maps) or
+ * O(log n) (the mapping interval tree); records of released objects are freed. */
+#include <stdlib.h>
+
+#include "shim.h"
+
+struct shim_tables tbl = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.next_value = 1,
+	.next_key = 1,
+};
+
+struct shim_alloc *tbl_alloc_new(void)
+{
+	struct shim_alloc *a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->key = tbl.next_key++;
+	if (hmap_put(&tbl.allocs, a->key, a) < 0) {
+		free(a);
+		return NULL;
+	}
+	return a;
+}
+
+void tbl_alloc_free(struct shim_alloc *a)
+{
+	hmap_del(&tbl.allocs, a->key);
+	free(a->creator_endpoint);
+	free(a);
+}
+
+void tbl_alloc_maybe_free(struct shim_alloc *a)
+{
+	if (!a->handles && !a->mappings)
+		tbl_alloc_free(a);
+}
+
+struct shim_handle *tbl_handle_new(struct shim_alloc *a)
+{
+	struct shim_handle *h = malloc(sizeof(*h));
+	if (!h)
+		return NULL;
+	h->value = SHIM_HANDLE_TAG | tbl.next_value++;
+	h->alloc = a;
+	if (hmap_put(&tbl.handles, h->value, h) < 0) {
+		free(h);
+		return NULL;
+	}
+	a->handles++;
+	return h;
+}
+
+struct shim_handle *tbl_handle_get(CUmemGenericAllocationHandle value)
+{
+	if ((value & SHIM_HANDLE_TAG_MASK) != SHIM_HANDLE_TAG)
+		return NULL;
+	return hmap_get(&tbl.handles, value);
+}
+
+void tbl_handle_drop(struct shim_handle *h)
+{
+	hmap_del(&tbl.handles, h->value);
+	h->alloc->handles--;
+	free(h);
+}
+
+struct shim_mapping *tbl_mapping_at(uint64_t va)
+{
+	return (struct shim_mapping *)itree_find(&tbl.mappings, va);
+}
+
+size_t tbl_live_allocs(void)
+{
+	return tbl.allocs.len;
+}

@@ -1,0 +1,493 @@
+/* The wrapped VMM calls (SYSTEM.md §4). Each tracked call runs the driver call
+ * and the bookkeeping under tbl.lock, and prepares what bookkeeping needs before
+ * calling the driver; where it still fails after the driver succeeded, the
+ * driver call is undone: the tables never disagree with the driver. Calls on
+ * objects the shim does not track go straight to the driver. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cusnap/log.h"
+#include "shim.h"
+
+/* The identity for a tracked call, or NULL with the refusal logged. */
+static const struct shim_identity *tracking_self(const char *call)
+{
+	const char *why = NULL;
+	const struct shim_identity *me = shim_identity(&why);
+	if (!me)
+		LOG_AT(LOG_ERROR, "%s refused: %s", call, why);
+	return me;
+}
+
+static bool refuse_in_fork_child(const char *call)
+{
+	if (!shim_forked_child)
+		return false;
+	LOG_AT(LOG_ERROR, "%s on a tracked handle refused: this process was forked from a process that tracks "
+			  "CUDA VMM state (exec or spawn the child instead)", call);
+	return true;
+}
+
+/* Keep what EXPORT serves in step with the driver reference the shim holds. */
+static void publish_export(const struct shim_alloc *a)
+{
+	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
+		exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size);
+}
+
+static void forget_alloc(struct shim_alloc *a)
+{
+	if (a->handles || a->mappings)
+		return;
+	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
+		exports_drop(&a->id);
+	tbl_alloc_free(a);
+}
+
+SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			      unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	/* Only allocations that can be shared as POSIX FDs are tracked. */
+	if (!handle || !prop || !(prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return real.cuMemCreate(handle, size, prop, flags);
+	const struct shim_identity *me = tracking_self("cuMemCreate");
+	if (!me)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUmemGenericAllocationHandle drv = 0;
+	pthread_mutex_lock(&tbl.lock);
+	CUresult rc = real.cuMemCreate(&drv, size, prop, flags);
+	if (rc == CUDA_SUCCESS) {
+		struct shim_alloc *a = tbl_alloc_new();
+		struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
+		if (!h) {
+			if (a)
+				tbl_alloc_free(a);
+			real.cuMemRelease(drv);
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			id_random(&a->id);
+			a->creator = me->id;
+			a->role = SHIM_ROLE_CREATOR;
+			a->size = size;
+			a->prop = *prop;
+			a->driver = drv;
+			a->driver_ref = true;
+			*handle = h->value;
+		}
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(handle);
+	if (!h) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemRelease(handle);
+	}
+	if (refuse_in_fork_child("cuMemRelease")) {
+		pthread_mutex_unlock(&tbl.lock);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct shim_alloc *a = h->alloc;
+	CUresult rc = CUDA_SUCCESS;
+	if (a->handles == 1) {
+		/* The last logical handle: drop the driver reference the shim holds
+		 * (mappings keep the bytes, as in the driver). */
+		rc = real.cuMemRelease(a->driver);
+		if (rc == CUDA_SUCCESS)
+			a->driver_ref = false;
+	}
+	if (rc == CUDA_SUCCESS) {
+		tbl_handle_drop(h);
+		publish_export(a);
+		forget_alloc(a);
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_mapping *m = handle ? tbl_mapping_at((uintptr_t)addr) : NULL;
+	if (!m) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemRetainAllocationHandle(handle, addr);
+	}
+	if (refuse_in_fork_child("cuMemRetainAllocationHandle")) {
+		pthread_mutex_unlock(&tbl.lock);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct shim_alloc *a = m->alloc;
+	CUresult rc = CUDA_SUCCESS;
+	CUmemGenericAllocationHandle drv = a->driver;
+	bool need_ref = !a->driver_ref;
+	if (need_ref)
+		rc = real.cuMemRetainAllocationHandle(&drv, addr);
+	if (rc == CUDA_SUCCESS) {
+		/* A retain is a reference: one more logical handle, released on its own. */
+		struct shim_handle *h = tbl_handle_new(a);
+		if (!h) {
+			if (need_ref)
+				real.cuMemRelease(drv);
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			if (need_ref) {
+				a->driver = drv;
+				a->driver_ref = true;
+				publish_export(a);
+			}
+			*handle = h->value;
+		}
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			   unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(handle);
+	if (!h) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemMap(ptr, size, offset, handle, flags);
+	}
+	if (refuse_in_fork_child("cuMemMap")) {
+		pthread_mutex_unlock(&tbl.lock);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct shim_mapping *m = calloc(1, sizeof(*m));
+	if (!m) {
+		pthread_mutex_unlock(&tbl.lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	CUresult rc = real.cuMemMap(ptr, size, offset, h->alloc->driver, flags);
+	if (rc == CUDA_SUCCESS) {
+		m->node.start = ptr;
+		m->node.end = ptr + size;
+		m->alloc = h->alloc;
+		m->offset = offset;
+		m->flags = flags;
+		if (itree_insert(&tbl.mappings, &m->node) < 0) {
+			/* The driver mapped what our tables say is taken: undo. */
+			real.cuMemUnmap(ptr, size);
+			rc = CUDA_ERROR_INVALID_VALUE;
+		} else {
+			h->alloc->mappings++;
+			m = NULL;
+		}
+	}
+	free(m);
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+/* The tracked mappings overlapping [ptr, ptr + size) into *out (malloc'ed).
+ * Returns the count, or -1 when one is only partly covered (the caller refuses
+ * with CUDA_ERROR_NOT_SUPPORTED) or -2 when out of memory. */
+static ssize_t overlapping(CUdeviceptr ptr, size_t size, struct shim_mapping ***out)
+{
+	*out = NULL;
+	size_t n = 0;
+	uint64_t end = ptr + size < ptr ? UINT64_MAX : ptr + size;
+	struct itree_node *first = itree_first_from(&tbl.mappings, ptr);
+	for (struct itree_node *x = first; x && x->start < end; x = itree_next(&tbl.mappings, x)) {
+		if (x->start < ptr || x->end > end)
+			return -1;
+		n++;
+	}
+	if (!n)
+		return 0;
+	struct shim_mapping **list = malloc(n * sizeof(*list));
+	if (!list)
+		return -2;
+	size_t i = 0;
+	for (struct itree_node *x = first; x && x->start < end; x = itree_next(&tbl.mappings, x))
+		list[i++] = (struct shim_mapping *)x;
+	*out = list;
+	return (ssize_t)n;
+}
+
+SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	struct shim_mapping **list;
+	pthread_mutex_lock(&tbl.lock);
+	ssize_t n = overlapping(ptr, size, &list);
+	if (n == 0) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemUnmap(ptr, size);
+	}
+	CUresult rc;
+	if (n == -1) {
+		LOG_AT(LOG_ERROR, "cuMemUnmap(%#llx, %zu) covers part of a tracked mapping: partial unmaps of shared "
+				  "VMM memory are not supported", (unsigned long long)ptr, size);
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	} else if (n < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	} else if (refuse_in_fork_child("cuMemUnmap")) {
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	} else {
+		rc = real.cuMemUnmap(ptr, size);
+		for (ssize_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+			struct shim_mapping *m = list[i];
+			struct shim_alloc *a = m->alloc;
+			itree_remove(&tbl.mappings, &m->node);
+			free(m->access);
+			free(m);
+			a->mappings--;
+			forget_alloc(a);
+		}
+	}
+	free(list);
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+static bool same_location(const CUmemLocation *a, const CUmemLocation *b)
+{
+	return a->type == b->type && a->id == b->id;
+}
+
+SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	struct shim_mapping **list;
+	pthread_mutex_lock(&tbl.lock);
+	ssize_t n = desc && count ? overlapping(ptr, size, &list) : 0;
+	if (n == 0) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemSetAccess(ptr, size, desc, count);
+	}
+	CUresult rc = CUDA_SUCCESS;
+	if (n == -1) {
+		LOG_AT(LOG_ERROR, "cuMemSetAccess(%#llx, %zu) covers part of a tracked mapping: not supported",
+		       (unsigned long long)ptr, size);
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	} else if (n < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* Room for every location first, so that merging cannot fail after the driver call. */
+	for (ssize_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct shim_mapping *m = list[i];
+		if (m->naccess + count <= m->access_cap)
+			continue;
+		size_t cap = m->naccess + count;
+		struct shim_access *grown = realloc(m->access, cap * sizeof(*grown));
+		if (!grown) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		m->access = grown;
+		m->access_cap = cap;
+	}
+	if (rc == CUDA_SUCCESS)
+		rc = real.cuMemSetAccess(ptr, size, desc, count);
+	for (ssize_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct shim_mapping *m = list[i];
+		/* Per location: a grant to one location leaves the others as they were. */
+		for (size_t d = 0; d < count; d++) {
+			size_t j = 0;
+			while (j < m->naccess && !same_location(&m->access[j].location, &desc[d].location))
+				j++;
+			if (j == m->naccess)
+				m->access[m->naccess++].location = desc[d].location;
+			m->access[j].flags = desc[d].flags;
+		}
+	}
+	if (n > 0)
+		free(list);
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(handle);
+	CUmemGenericAllocationHandle drv = h ? h->alloc->driver : handle;
+	/* A quick local call: made under the lock so the handle cannot go away. */
+	CUresult rc = real.cuMemGetAllocationPropertiesFromHandle(prop, drv);
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+					       CUmemAllocationHandleType type, unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(handle);
+	if (!h) {
+		pthread_mutex_unlock(&tbl.lock);
+		return real.cuMemExportToShareableHandle(shareable, handle, type, flags);
+	}
+	struct shim_alloc *a = h->alloc;
+	CUresult rc = CUDA_SUCCESS;
+	const struct shim_identity *me = NULL;
+	if (refuse_in_fork_child("cuMemExportToShareableHandle")) {
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+		goto out;
+	}
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+		/* Shared some other way (FABRIC...): recorded, and refused at prepare. */
+		rc = real.cuMemExportToShareableHandle(shareable, a->driver, type, flags);
+		if (rc == CUDA_SUCCESS) {
+			a->shared = true;
+			a->shared_types |= (unsigned)type;
+		}
+		goto out;
+	}
+	if (!shareable) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	/* The driver must agree that it is exportable; its FD is not handed out. */
+	int raw = -1;
+	rc = real.cuMemExportToShareableHandle(&raw, a->driver, type, flags);
+	if (rc != CUDA_SUCCESS)
+		goto out;
+	close(raw);
+	me = shim_self(); /* made when this allocation was first tracked */
+	if (!me) {
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+		goto out;
+	}
+	bool first = id_is_zero(&a->token);
+	if (first && a->role == SHIM_ROLE_CREATOR) {
+		id_random(&a->token);
+		if (exports_put(&a->id, &a->token, a->driver, a->size) < 0) {
+			memset(&a->token, 0, sizeof(a->token));
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+	}
+	/* An importer forwards the creator's capability: it names the creator. */
+	const char *endpoint = a->role == SHIM_ROLE_CREATOR ? me->endpoint : a->creator_endpoint;
+	int fd = cap_make(&a->creator, &a->id, &a->token, endpoint);
+	if (fd < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	a->shared = true;
+	a->shared_types |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	*(int *)shareable = fd;
+out:
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+						 CUmemAllocationHandleType type)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	struct shim_cap cap;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !handle || !cap_parse((int)(intptr_t)os_handle, &cap))
+		return real.cuMemImportFromShareableHandle(handle, os_handle, type); /* a raw FD: untracked */
+	const struct shim_identity *me = tracking_self("cuMemImportFromShareableHandle");
+	if (!me)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	/* Redeemed without the table lock: the creator may be busy. */
+	char err[700];
+	size_t size = 0;
+	int raw = cap_redeem(&cap, &size, err, sizeof(err));
+	if (raw < 0) {
+		char hex[ID_HEX_LEN + 1];
+		id_hex(&cap.alloc_id, hex);
+		LOG_AT(LOG_ERROR, "cuMemImportFromShareableHandle: capability for allocation %s could not be redeemed: %s",
+		       hex, err);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_lock(&tbl.lock);
+	CUmemGenericAllocationHandle drv = 0;
+	CUmemAllocationProp prop;
+	CUresult rc = real.cuMemImportFromShareableHandle(&drv, (void *)(intptr_t)raw, type);
+	close(raw); /* the raw driver FD never reaches the application */
+	if (rc == CUDA_SUCCESS) {
+		rc = real.cuMemGetAllocationPropertiesFromHandle(&prop, drv);
+		struct shim_alloc *a = rc == CUDA_SUCCESS ? tbl_alloc_new() : NULL;
+		struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
+		char *endpoint = h ? strdup(cap.endpoint) : NULL;
+		if (!endpoint) {
+			if (h)
+				tbl_handle_drop(h);
+			if (a)
+				tbl_alloc_free(a);
+			real.cuMemRelease(drv);
+			if (rc == CUDA_SUCCESS)
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			a->id = cap.alloc_id;
+			a->creator = cap.creator;
+			a->token = cap.token;
+			a->role = SHIM_ROLE_IMPORTER;
+			a->shared = true;
+			a->shared_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+			a->size = size;
+			a->prop = prop;
+			a->driver = drv;
+			a->driver_ref = true;
+			a->creator_endpoint = endpoint;
+			*handle = h->value;
+		}
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+SHIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct itree_node *n = itree_first_from(&tbl.mappings, ptr);
+	bool mapped = n && n->start < ptr + size;
+	pthread_mutex_unlock(&tbl.lock);
+	if (mapped)
+		return CUDA_ERROR_INVALID_VALUE; /* tracked mappings still live in this range */
+	return real.cuMemAddressFree(ptr, size);
+}
+
+SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+				     CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+				     unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(memHandle);
+	uint64_t key = h ? h->alloc->key : 0;
+	CUmemGenericAllocationHandle drv = h ? h->alloc->driver : memHandle;
+	pthread_mutex_unlock(&tbl.lock);
+	if (h && refuse_in_fork_child("cuMulticastBindMem"))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	/* No lock across the bind: it waits for every device of the team. */
+	CUresult rc = real.cuMulticastBindMem(mcHandle, mcOffset, drv, memOffset, size, flags);
+	if (rc == CUDA_SUCCESS && key) {
+		pthread_mutex_lock(&tbl.lock);
+		struct shim_alloc *a = hmap_get(&tbl.allocs, key);
+		if (a)
+			a->shared = true; /* a multicast member is shared memory */
+		pthread_mutex_unlock(&tbl.lock);
+	}
+	return rc;
+}
