@@ -36,6 +36,8 @@ COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
+SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
+SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
 .PHONY: all tests test check clean deps criu help
@@ -91,7 +93,21 @@ $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
 
-tests: all $(UNIT_TESTS) $(EMU_TESTS)
+# Shim tests run under the launcher (they re-exec themselves) over cuemu.
+$(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ) $(BUILD)/emu/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
+
+# A stand-in libcudart with cudaGetDriverEntryPoint*, for the resolver tests.
+$(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/shim/check_exports: tests/shim/check_exports.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+
+tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(SHIM_TEST_EXTRA)
 
 deps:
 	@scripts/deps.sh

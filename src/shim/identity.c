@@ -37,15 +37,30 @@ void shim_control_dir(char *out, size_t len)
 	snprintf(out, len, "%s", d);
 }
 
+static int deadline_ms = 10000;
+
 int shim_deadline_ms(void)
 {
-	const char *v = getenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS");
-	int ms = v ? atoi(v) : 0;
-	return ms > 0 ? ms : 10000;
+	return deadline_ms;
+}
+
+static void before_fork(void);
+static void after_fork_parent(void);
+static void after_fork_child(void);
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+	/* Registered at the first tracked call, after the driver's own handlers
+	 * (cuInit): prepare handlers run last-registered first, so ours takes the
+	 * table lock before the driver takes its locks, the order every wrapper
+	 * uses (table lock, then the driver call). */
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 const struct shim_identity *shim_identity(const char **why)
 {
+	pthread_once(&atfork_once, register_atfork);
 	if (shim_forked_child) {
 		*why = "this process was forked from a process that tracks CUDA VMM state; its tracked "
 		       "allocations cannot be shared with or checkpointed from the child (exec or spawn "
@@ -116,10 +131,12 @@ __attribute__((constructor)) static void shim_init(void)
 	/* Only the environment is read here. */
 	const char *lvl = getenv("SNAPSHOT_CUDA_VMM_LOG");
 	log_init("snapshot-cuda-vmm", lvl ? atoi(lvl) : LOG_WARN, STDERR_FILENO);
+	const char *dl = getenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS");
+	if (dl && atoi(dl) > 0)
+		deadline_ms = atoi(dl);
 	const char *pid = getenv("SNAPSHOT_PARTICIPANT_ID");
 	if (pid && *pid) {
 		snprintf(env_participant, sizeof(env_participant), "%s", pid);
 		env_pid = getpid();
 	}
-	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }

@@ -39,22 +39,25 @@ static void set_real(enum shim_fn fn, void *p)
 	__atomic_store_n(&slots[fn], p, __ATOMIC_RELEASE);
 }
 
-static void find_dlsym(void)
+/* Lazily, without pthread_once: sanitizer runtimes intercept that and call
+ * dlsym before they are ready. Racing callers store the same pointer. */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) static void find_dlsym(void)
 {
+	if (__atomic_load_n((void **)&shim_real_dlsym, __ATOMIC_ACQUIRE))
+		return;
 	void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
 	if (!p)
 		p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	*(void **)&shim_real_dlsym = p;
-	*(void **)&shim_dlsym_next = p;
+	__atomic_store_n((void **)&shim_dlsym_next, p, __ATOMIC_RELEASE);
+	__atomic_store_n((void **)&shim_real_dlsym, p, __ATOMIC_RELEASE);
 }
 
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static bool driver_ok;
 
 static void load_driver(void)
 {
-	pthread_once(&dlsym_once, find_dlsym);
+	find_dlsym();
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (!h) {
 		LOG_AT(LOG_ERROR, "cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
@@ -77,7 +80,7 @@ void *shim_resolve_runtime(enum shim_fn fn)
 	void *p = real_ptr(fn);
 	if (p)
 		return p;
-	pthread_once(&dlsym_once, find_dlsym);
+	find_dlsym();
 	/* From here RTLD_NEXT means "after the shim": the program's libcudart. */
 	p = shim_real_dlsym(RTLD_NEXT, wrapped[fn].name);
 	if (p)
@@ -108,12 +111,25 @@ static bool from_cuda_library(void *p)
 	return strncmp(base, "libcuda.so", 10) == 0 || strncmp(base, "libcudart.so", 12) == 0;
 }
 
+/* Sanitizer runtimes call dlsym while they initialise, before any instrumented
+ * code may run: the dlsym paths are never instrumented. */
+#define NO_SANITIZE __attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined))
+
+/* The real dlsym for the trampoline's RTLD_NEXT path (which may run before our
+ * constructor). */
+__attribute__((visibility("hidden"))) void *shim_dlsym_init(void);
+NO_SANITIZE void *shim_dlsym_init(void)
+{
+	find_dlsym();
+	return (void *)shim_dlsym_next;
+}
+
 /* dlsym for every handle but RTLD_NEXT (the trampoline below sends that one to
  * glibc untouched, so that glibc sees the caller's return address). */
 __attribute__((visibility("hidden"))) void *shim_dlsym_impl(void *handle, const char *name);
-void *shim_dlsym_impl(void *handle, const char *name)
+NO_SANITIZE void *shim_dlsym_impl(void *handle, const char *name)
 {
-	pthread_once(&dlsym_once, find_dlsym);
+	find_dlsym();
 	void *p = shim_real_dlsym(handle, name);
 	if (!p || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_DEFAULT)
 		return p; /* RTLD_DEFAULT already finds our exported wrappers first */
@@ -137,12 +153,19 @@ __asm__(".text\n"
 	".type dlsym, @function\n"
 	"dlsym:\n"
 	"	cmpq $-1, %rdi\n"
-	"	jne 1f\n"
+	"	jne 2f\n"
 	"	movq shim_dlsym_next(%rip), %rax\n"
 	"	testq %rax, %rax\n"
-	"	je 1f\n"
-	"	jmp *%rax\n"
-	"1:	jmp shim_dlsym_impl\n"
+	"	jne 1f\n"
+	"	pushq %rdi\n" /* first use: find glibc's dlsym, keeping the arguments */
+	"	pushq %rsi\n"
+	"	subq $8, %rsp\n"
+	"	call shim_dlsym_init\n"
+	"	addq $8, %rsp\n"
+	"	popq %rsi\n"
+	"	popq %rdi\n"
+	"1:	jmp *%rax\n"
+	"2:	jmp shim_dlsym_impl\n"
 	".size dlsym, .-dlsym\n");
 #else
 /* Elsewhere RTLD_NEXT is resolved relative to the shim, which is preloaded
@@ -155,7 +178,7 @@ SHIM_API void *dlsym(void *handle, const char *name)
 
 __attribute__((constructor)) static void shim_init_dlsym(void)
 {
-	pthread_once(&dlsym_once, find_dlsym);
+	find_dlsym();
 }
 
 /* ---- cuGetProcAddress ---- */

@@ -2,7 +2,12 @@
  * be checkpointed, dumped by CRIU and restored without pipes to its driver.
  *
  *   target_helper DIR NAME [--dev N] [--size BYTES] [--seed S] [--also DEV]
- *                 [--serve] [--import PEER] [--multicast] [--busy MS] [--no-context]
+ *                 [--serve] [--import PEER] [--forward PEER] [--multicast] [--busy MS]
+ *                 [--no-context]
+ *
+ * --serve sends each peer that connects to DIR/NAME.share a fresh export of the
+ * allocation; --forward PEER takes one export from PEER, caches a dup of it and
+ * sends that to each peer instead (no CUDA at all).
  *
  * Writes DIR/NAME.ready ("nspid va size") once set up, then executes each command
  * written to DIR/NAME.cmd and answers in DIR/NAME.out:
@@ -27,6 +32,7 @@ static int dev;
 static CUmemGenericAllocationHandle handle;
 static CUdeviceptr va;
 static int listen_fd = -1;
+static int forward_fd = -1; /* a cached export from another process */
 
 static void die(const char *what, CUresult rc)
 {
@@ -67,7 +73,10 @@ static void *serve_exports(void *arg)
 		if (c < 0)
 			continue;
 		int fd = -1;
-		if (cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS) {
+		if (forward_fd >= 0) {
+			test_send_fd(c, forward_fd);
+		} else if (cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+			   CUDA_SUCCESS) {
 			test_send_fd(c, fd);
 			close(fd);
 		}
@@ -155,7 +164,7 @@ int main(int argc, char **argv)
 	}
 	dir = argv[1];
 	name = argv[2];
-	const char *import = NULL;
+	const char *import = NULL, *forward = NULL;
 	int serve = 0, multicast = 0, busy = 0, no_context = 0, also = -1;
 	unsigned seed = 1;
 	for (int i = 3; i < argc; i++) {
@@ -169,6 +178,8 @@ int main(int argc, char **argv)
 			also = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--import") && i + 1 < argc)
 			import = argv[++i];
+		else if (!strcmp(argv[i], "--forward") && i + 1 < argc)
+			forward = argv[++i];
 		else if (!strcmp(argv[i], "--busy") && i + 1 < argc)
 			busy = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--serve"))
@@ -182,8 +193,24 @@ int main(int argc, char **argv)
 			return 64;
 		}
 	}
-	CU(cuInit(0));
 	char path[4096];
+	if (forward) {
+		char peer[4096];
+		snprintf(peer, sizeof(peer), "%s/%s.share", dir, forward);
+		int s = connect_to(peer);
+		int fd = s >= 0 ? test_recv_fd(s) : -1;
+		if (fd < 0) {
+			fprintf(stderr, "target %s: nothing to forward from %s\n", name, peer);
+			return 3;
+		}
+		close(s);
+		forward_fd = dup(fd); /* cached as an application would, under another number */
+		close(fd);
+		serve = 1;
+		no_context = 1;
+	}
+	if (!forward)
+		CU(cuInit(0));
 	if (!no_context) {
 		CUcontext ctx;
 		CU(cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -217,23 +244,6 @@ int main(int argc, char **argv)
 			CU(cuMemCreate(&h2, size, &p, 0));
 			map_rw(h2, also);
 		}
-		if (serve) {
-			path_of(path, sizeof(path), "share");
-			struct sockaddr_un a = {.sun_family = AF_UNIX};
-			if (strlen(path) >= sizeof(a.sun_path)) {
-				fprintf(stderr, "target_helper: %s is too long for a socket\n", path);
-				return 3;
-			}
-			memcpy(a.sun_path, path, strlen(path) + 1);
-			unlink(path);
-			listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			if (bind(listen_fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(listen_fd, 8) < 0) {
-				perror("target_helper: share socket");
-				return 3;
-			}
-			pthread_t t;
-			pthread_create(&t, NULL, serve_exports, NULL);
-		}
 		if (multicast) {
 			CUmulticastObjectProp mp = {.numDevices = 1, .size = 2 * MiB,
 						    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
@@ -246,6 +256,23 @@ int main(int argc, char **argv)
 			CU(cuStreamCreate(&s, 0));
 			CU(cuLaunchHostFunc(s, sleeper, (void *)(uintptr_t)busy));
 		}
+	}
+	if (serve) {
+		path_of(path, sizeof(path), "share");
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		if (strlen(path) >= sizeof(a.sun_path)) {
+			fprintf(stderr, "target_helper: %s is too long for a socket\n", path);
+			return 3;
+		}
+		memcpy(a.sun_path, path, strlen(path) + 1);
+		unlink(path);
+		listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (bind(listen_fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(listen_fd, 8) < 0) {
+			perror("target_helper: share socket");
+			return 3;
+		}
+		pthread_t t;
+		pthread_create(&t, NULL, serve_exports, NULL);
 	}
 	char ready[256];
 	snprintf(ready, sizeof(ready), "%d %#llx %zu\n", getpid(), (unsigned long long)va, size);

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The shim exports exactly wrapped.def plus dlsym, and needs neither libcuda nor
+# libcudart at load time (SYSTEM.md §4.1).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$here/../.." && pwd)
+repo=$(cd "$build/.." && pwd)
+lib=$build/lib/libsnapshot_cuda_vmm.so
+def=$repo/src/shim/wrapped.def
+[ -f "$lib" ] || { echo "FAIL: $lib missing"; exit 1; }
+want=$( (echo dlsym; sed -n 's/^\(DRV\|RT\)(\([A-Za-z0-9_]*\))$/\2/p' "$def") | sort)
+got=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort)
+status=0
+if [ "$want" != "$got" ]; then
+	echo "FAIL: exported symbols differ from wrapped.def + dlsym:"
+	diff <(echo "$want") <(echo "$got") | sed 's/^/    /'
+	status=1
+else
+	echo "ok   exports are exactly wrapped.def + dlsym ($(echo "$got" | wc -l) symbols)"
+fi
+if readelf -d "$lib" | grep NEEDED | grep -Eq 'libcuda\.so|libcudart'; then
+	echo "FAIL: the shim has a NEEDED entry for libcuda or libcudart:"
+	readelf -d "$lib" | grep NEEDED | sed 's/^/    /'
+	status=1
+else
+	echo "ok   no NEEDED libcuda/libcudart"
+fi
+exit $status

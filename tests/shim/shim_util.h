@@ -1,0 +1,137 @@
+/* Running a test under the shim, and comparing the shim's view with cuemu's. */
+#ifndef CUSNAP_TESTS_SHIM_UTIL_H
+#define CUSNAP_TESTS_SHIM_UTIL_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../emu/emu_util.h"
+#include "../harness/test.h"
+#include "cusnap/coord.h"
+
+static char shim_ctl[PATH_MAX];
+
+/* Re-exec this test under snapshot-cuda-vmm-launch with a fresh control directory. */
+static inline void shim_reexec(int argc, char **argv)
+{
+	(void)argc;
+	const char *ctl = getenv("SNAPSHOT_CONTROL_DIR");
+	if (getenv("CUSNAP_UNDER_SHIM") && ctl) {
+		snprintf(shim_ctl, sizeof(shim_ctl), "%s", ctl);
+		return;
+	}
+	char tmpl[PATH_MAX], launcher[PATH_MAX], self[PATH_MAX];
+	snprintf(tmpl, sizeof(tmpl), "%s/tmp-ctl-XXXXXX", test_exe_dir());
+	if (!mkdtemp(tmpl))
+		SKIP("cannot make a control directory under %s", test_exe_dir());
+	snprintf(launcher, sizeof(launcher), "%s/../../bin/snapshot-cuda-vmm-launch", test_exe_dir());
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	setenv("SNAPSHOT_CONTROL_DIR", tmpl, 1);
+	setenv("CUSNAP_UNDER_SHIM", "1", 1);
+	if (getenv("CUSNAP_SANITIZER")) {
+		/* The shim is preloaded ahead of the sanitizer runtime. */
+		setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 0);
+	}
+	char *args[64];
+	int k = 0;
+	args[k++] = launcher;
+	args[k++] = self;
+	for (int i = 1; argv[i] && k < 63; i++)
+		args[k++] = argv[i];
+	args[k] = NULL;
+	execv(launcher, args);
+	printf("cannot exec %s\n", launcher);
+	exit(1);
+}
+
+static inline void shim_endpoint_of(pid_t pid, struct coord_target *t)
+{
+	t->obs = t->ns = pid;
+	coord_endpoint_path("", shim_ctl, pid, pid, t->endpoint, sizeof(t->endpoint));
+}
+
+/* INSPECT a participant (this process by default). Returns 0 or a proto_status. */
+static inline int shim_inspect(pid_t pid, struct topo_participant *p)
+{
+	struct coord_target t;
+	shim_endpoint_of(pid ? pid : getpid(), &t);
+	char err[1200];
+	int rc = coord_inspect(&t, 5000, p, err, sizeof(err));
+	if (rc)
+		printf("  inspect: %s\n", err);
+	return rc;
+}
+
+/* cuemu's view of this process: live allocations (memfds open) and mapped bytes. */
+static inline int emu_live_allocs(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char link[300], target[256];
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		n += strncmp(target, "/memfd:cuemu-mem", 16) == 0;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static inline unsigned long long emu_mapped_bytes(void)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[1024];
+	unsigned long long total = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		if (strstr(line, "memfd:cuemu-mem") && sscanf(line, "%llx-%llx", &lo, &hi) == 2)
+			total += hi - lo;
+	}
+	if (f)
+		fclose(f);
+	return total;
+}
+
+static inline unsigned long long topo_mapped_bytes(const struct topo_participant *p)
+{
+	unsigned long long total = 0;
+	for (size_t i = 0; i < p->nmaps; i++)
+		total += p->maps[i].size;
+	return total;
+}
+
+/* The shim's tables agree with the driver: the same live allocations and mapped bytes. */
+#define CHECK_VIEWS_EQUAL()                                              \
+	do {                                                                 \
+		struct topo_participant p_;                                      \
+		if (shim_inspect(0, &p_) == 0) {                                 \
+			CHECK_EQ(p_.nallocs, emu_live_allocs());                     \
+			CHECK_EQ(topo_mapped_bytes(&p_), emu_mapped_bytes());        \
+			topo_free(&p_);                                              \
+		} else {                                                         \
+			CHECK(!"inspect failed");                                    \
+		}                                                                \
+	} while (0)
+
+/* Remove the control directory when everything passed; the exit status. */
+static inline int shim_done(void)
+{
+	if (!test_failures && shim_ctl[0]) {
+		char *argv[] = {"rm", "-rf", shim_ctl, NULL};
+		test_run_cmd(argv, NULL, 30000);
+	}
+	return test_done();
+}
+
+#endif

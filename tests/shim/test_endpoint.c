@@ -1,0 +1,180 @@
+/* The endpoint: permissions, credentials, deadlines, concurrent clients, bad
+ * input, and no descriptor leaks. Runs with SNAPSHOT_CUDA_VMM_DEADLINE_MS=1500. */
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "cusnap/proto.h"
+#include "cusnap/usock.h"
+#include "shim_util.h"
+
+static char endpoint[PATH_MAX + 64];
+static CUmemGenericAllocationHandle alloc;
+
+static int connect_self(void)
+{
+	int s = usock_connect(endpoint);
+	CHECK(s >= 0);
+	return s;
+}
+
+/* Send raw bytes; return the reply's status, or 1 when the endpoint closed
+ * without replying. */
+static int exchange_raw(const void *bytes, size_t len, int pass_fd)
+{
+	int s = connect_self();
+	if (s < 0)
+		return 2;
+	struct iovec iov = {(void *)bytes, len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (pass_fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		msg.msg_control = u.buf;
+		msg.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	CHECK_EQ(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+	shutdown(s, SHUT_WR);
+	struct proto_header h;
+	uint8_t *payload = NULL;
+	int rc = proto_recv(s, &h, &payload, NULL, proto_deadline(5000));
+	free(payload);
+	close(s);
+	return rc == PROTO_OK ? h.status : 1;
+}
+
+static int request(uint16_t op, uint16_t major, uint32_t payload_len, const void *payload, size_t sent)
+{
+	uint8_t buf[PROTO_HEADER_LEN + 256];
+	struct proto_header h = {.magic = PROTO_MAGIC, .major = major, .op = op, .payload_len = payload_len};
+	proto_header_pack(&h, buf);
+	memcpy(buf + PROTO_HEADER_LEN, payload, sent);
+	return exchange_raw(buf, PROTO_HEADER_LEN + sent, -1);
+}
+
+static void permissions(void)
+{
+	struct stat st;
+	CHECK_EQ(stat(endpoint, &st), 0);
+	CHECK(S_ISSOCK(st.st_mode));
+	CHECK_EQ(st.st_mode & 0777, 0600);
+}
+
+static void other_user_gets_nothing(void)
+{
+	if (geteuid() != 0) {
+		printf("  (skipped: needs root to become another user)\n");
+		return;
+	}
+	/* Let another user reach the socket file, so that only SO_PEERCRED stands in its way. */
+	CHECK_EQ(chmod(endpoint, 0666), 0);
+	CHECK_EQ(chmod(shim_ctl, 0755), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		int s = usock_connect(endpoint);
+		if (s < 0)
+			_exit(4);
+		struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .op = PROTO_OP_HELLO};
+		proto_send(s, &h, NULL, -1, proto_deadline(2000));
+		uint8_t *payload = NULL;
+		int rc = proto_recv(s, &h, &payload, NULL, proto_deadline(5000));
+		_exit(rc == PROTO_OK ? 1 : 0); /* any reply is a failure */
+	}
+	int status = test_wait_child(pid, 10000);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	chmod(endpoint, 0600);
+	chmod(shim_ctl, 0700);
+}
+
+static void silent_client_does_not_delay_export(void)
+{
+	int silent = connect_self(); /* connects and says nothing */
+	int cap = -1;
+	CHECK_CU(cuMemExportToShareableHandle(&cap, alloc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CUmemGenericAllocationHandle imp;
+	/* Redeeming goes through the same endpoint while the silent client is connected. */
+	CHECK_CU(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)cap, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	struct pollfd p = {.fd = silent, .events = POLLIN};
+	CHECK_EQ(poll(&p, 1, 0), 0); /* served before the silent client's deadline ended */
+	/* And the silent client is cut off at its deadline. */
+	CHECK_EQ(poll(&p, 1, 10000), 1);
+	char c;
+	CHECK_EQ(read(silent, &c, 1), 0);
+	close(silent);
+	close(cap);
+	CHECK_CU(cuMemRelease(imp));
+}
+
+static void bad_input(void)
+{
+	uint8_t garbage[100];
+	for (size_t i = 0; i < sizeof(garbage); i++)
+		garbage[i] = (uint8_t)(i * 37 + 11);
+	CHECK_EQ(exchange_raw(garbage, sizeof(garbage), -1), PROTO_E_MAGIC);
+	CHECK_EQ(request(999, PROTO_MAJOR, 0, NULL, 0), PROTO_E_OP);
+	CHECK_EQ(request(PROTO_OP_HELLO, PROTO_MAJOR + 1, 0, NULL, 0), PROTO_E_VERSION);
+	CHECK_EQ(request(PROTO_OP_HELLO, PROTO_MAJOR, PROTO_MAX_PAYLOAD + 1, NULL, 0), PROTO_E_LENGTH);
+	CHECK_EQ(request(PROTO_OP_INSPECT, PROTO_MAJOR, 200, "abc", 3), 1); /* truncated: closed */
+	CHECK_EQ(exchange_raw("CSV", 3, -1), 1);                             /* truncated header: closed */
+	/* A descriptor nobody asked for. */
+	uint8_t hello[PROTO_HEADER_LEN];
+	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .op = PROTO_OP_HELLO};
+	proto_header_pack(&h, hello);
+	CHECK_EQ(exchange_raw(hello, sizeof(hello), 0), PROTO_E_FD);
+	/* EXPORT: malformed, unknown allocation, wrong token. */
+	CHECK_EQ(request(PROTO_OP_EXPORT, PROTO_MAJOR, 6, "\x06\x00\x00\x00\x00\x00", 6), PROTO_E_MALFORMED);
+	struct proto_buf b = {0};
+	struct cusnap_id id = {{1}}, token = {{2}};
+	size_t at = pbuf_begin(&b, REC_EXPORT);
+	pbuf_put_id(&b, F_ALLOC_ID, &id);
+	pbuf_put_id(&b, F_TOKEN, &token);
+	pbuf_end(&b, at);
+	CHECK_EQ(request(PROTO_OP_EXPORT, PROTO_MAJOR, (uint32_t)b.len, b.data, b.len), PROTO_E_NOT_FOUND);
+	struct topo_participant t;
+	if (shim_inspect(0, &t) == 0) {
+		/* The real allocation id with a made-up token. */
+		memcpy(b.data + PROTO_REC_HEADER_LEN + PROTO_REC_HEADER_LEN, t.allocs[0].id.b, ID_LEN);
+		CHECK_EQ(request(PROTO_OP_EXPORT, PROTO_MAJOR, (uint32_t)b.len, b.data, b.len), PROTO_E_AUTH);
+		topo_free(&t);
+	}
+	pbuf_free(&b);
+	/* Still serving. */
+	CHECK_EQ(request(PROTO_OP_HELLO, PROTO_MAJOR, 0, NULL, 0), PROTO_OK);
+}
+
+int main(int argc, char **argv)
+{
+	setenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS", "1500", 0);
+	shim_reexec(argc, argv);
+	CHECK_CU(cuInit(0));
+	int fds = test_count_fds();
+	CUmemAllocationProp p = emu_prop(0);
+	CHECK_CU(cuMemCreate(&alloc, 2 * MiB, &p, 0)); /* starts the endpoint */
+	snprintf(endpoint, sizeof(endpoint), "%s/cuda-vmm-%d.sock", shim_ctl, getpid());
+	int fds_with_endpoint = test_count_fds();
+	test_run("socket mode 0600", permissions);
+	test_run("a client of another uid gets no answer", other_user_gets_nothing);
+	test_run("a silent client does not delay an EXPORT; its deadline closes it", silent_client_does_not_delay_export);
+	test_run("garbage, truncation, versions, unknown ops, stray FDs, bad tokens", bad_input);
+	/* Connection threads finish shortly after their clients: wait, bounded. */
+	for (int i = 0; i < 500 && test_count_fds() != fds_with_endpoint; i++)
+		usleep(10000);
+	CHECK_EQ(test_count_fds(), fds_with_endpoint);
+	CHECK_CU(cuMemRelease(alloc));
+	CHECK_EQ(test_count_fds(), fds_with_endpoint - 1); /* only the allocation's memfd went */
+	/* the memfd, the shim endpoint and the emulator's checkpoint socket */
+	CHECK_EQ(fds_with_endpoint - fds, 3);
+	return shim_done();
+}

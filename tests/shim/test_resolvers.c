@@ -1,0 +1,161 @@
+/* Every resolver path hands out the shim's wrappers, and allocations made
+ * through each are tracked (seen by snapshot-cuda-vmm --inspect). */
+#include <dlfcn.h>
+
+#include "shim_util.h"
+
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+
+static void *shim_sym(const char *name)
+{
+	/* The preloaded shim comes first in the global scope. */
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+/* Create through fn; the handle must be a tracked (logical) one. */
+static CUmemGenericAllocationHandle create_with(create_fn fn, int dev)
+{
+	CUmemAllocationProp p = emu_prop(dev);
+	CUmemGenericAllocationHandle h = 0;
+	CHECK_CU(fn(&h, 2 * MiB, &p, 0));
+	CHECK_EQ(h >> 48, 0x5ea1); /* a logical handle */
+	return h;
+}
+
+/* How many tracked creators the CLI reports for this process. */
+static int cli_creators(void)
+{
+	char out[PATH_MAX + 32], cli[PATH_MAX + 32], pid[16];
+	snprintf(out, sizeof(out), "%s/inspect.json", shim_ctl);
+	snprintf(cli, sizeof(cli), "%s/../../bin/snapshot-cuda-vmm", test_exe_dir());
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	unlink(out);
+	char *argv[] = {cli, "--inspect", "--json", "--proc-root", "", "--process", pid, pid, NULL};
+	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	pid_t c = fork();
+	if (c == 0) {
+		dup2(fd, 1);
+		execv(cli, argv);
+		_exit(127);
+	}
+	close(fd);
+	int status = test_wait_child(c, 10000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	char *json = test_read_file(out);
+	int n = 0;
+	for (const char *p = json; p && (p = strstr(p, "\"role\":\"creator\"")); p++)
+		n++;
+	free(json);
+	return n;
+}
+
+static void direct(void)
+{
+	CUmemGenericAllocationHandle h = create_with(cuMemCreate, 0);
+	CHECK_EQ(cli_creators(), 1);
+	CHECK_CU(cuMemRelease(h));
+	CHECK_EQ(cli_creators(), 0);
+}
+
+static void dlsym_on_libcuda(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	CHECK(lib != NULL);
+	create_fn c = (create_fn)dlsym(lib, "cuMemCreate");
+	CHECK(c == (create_fn)shim_sym("cuMemCreate"));
+	/* An unwrapped call is the driver's own function: no added cost. */
+	void *sync = dlsym(lib, "cuCtxSynchronize");
+	Dl_info info;
+	CHECK(sync && dladdr(sync, &info) && strstr(info.dli_fname, "libcuda.so"));
+	CUmemGenericAllocationHandle h = create_with(c, 1);
+	CHECK_EQ(cli_creators(), 1);
+	release_fn r = (release_fn)dlsym(lib, "cuMemRelease");
+	CHECK_CU(r(h));
+	dlclose(lib);
+}
+
+static void get_proc_address(void)
+{
+	int versions[] = {12000, 13000};
+	for (int i = 0; i < 2; i++) {
+		void *fn = NULL;
+		CUdriverProcAddressQueryResult st;
+		CHECK_CU(cuGetProcAddress("cuMemCreate", &fn, versions[i], 0, &st));
+		CHECK(fn == shim_sym("cuMemCreate"));
+		CUmemGenericAllocationHandle h = create_with((create_fn)fn, 0);
+		CHECK_EQ(cli_creators(), 1);
+		CHECK_CU(cuMemRelease(h));
+		/* Unwrapped: the driver's pointer. */
+		CHECK_CU(cuGetProcAddress("cuMemAddressReserve", &fn, versions[i], 0, &st));
+		Dl_info info;
+		CHECK(fn && dladdr(fn, &info) && strstr(info.dli_fname, "libcuda.so"));
+	}
+	/* The resolver itself resolves to the shim's, per ABI version. */
+	void *gpa = NULL;
+	CUdriverProcAddressQueryResult st;
+	CHECK_CU(cuGetProcAddress("cuGetProcAddress", &gpa, 12000, 0, &st));
+	CHECK(gpa == shim_sym("cuGetProcAddress_v2"));
+	CHECK_CU(cuGetProcAddress("cuGetProcAddress", &gpa, 11030, 0, &st));
+	CHECK(gpa == shim_sym("cuGetProcAddress"));
+}
+
+static void driver_entry_point(void)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
+	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(rt != NULL);
+	if (!rt)
+		return;
+	typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
+	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
+	entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
+	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+	CHECK(get == (entry_fn)shim_sym("cudaGetDriverEntryPoint"));
+	void *fn = NULL;
+	int st = -1;
+	CHECK_EQ(get("cuMemCreate", &fn, 0, &st), 0);
+	CHECK(fn == shim_sym("cuMemCreate"));
+	CUmemGenericAllocationHandle h = create_with((create_fn)fn, 1);
+	fn = NULL;
+	CHECK_EQ(getv("cuMemRelease", &fn, 12080, 0, &st), 0);
+	CHECK(fn == shim_sym("cuMemRelease"));
+	CHECK_EQ(cli_creators(), 1);
+	CHECK_CU(((release_fn)fn)(h));
+	CHECK_EQ(cli_creators(), 0);
+	dlclose(rt);
+}
+
+static void untracked_passes_through(void)
+{
+	/* Without the POSIX handle type an allocation is not tracked: a driver handle. */
+	CUmemAllocationProp p = emu_prop(0);
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+	CUmemGenericAllocationHandle h;
+	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+	CHECK(h >> 48 != 0x5ea1);
+	CHECK_EQ(cli_creators(), 0);
+	CUdeviceptr va;
+	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
+	CHECK_CU(cuMemUnmap(va, 2 * MiB));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, 2 * MiB));
+	CHECK_CU_EQ(cuMemRelease(0x1234), CUDA_ERROR_INVALID_VALUE);
+}
+
+int main(int argc, char **argv)
+{
+	shim_reexec(argc, argv);
+	CHECK_CU(cuInit(0));
+	CUcontext ctx;
+	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
+	CHECK_CU(cuCtxSetCurrent(ctx));
+	test_run("direct symbols", direct);
+	test_run("dlsym on a dlopen(\"libcuda.so.1\") handle", dlsym_on_libcuda);
+	test_run("cuGetProcAddress_v2 at CUDA 12.0 and 13.0", get_proc_address);
+	test_run("cudaGetDriverEntryPoint(ByVersion) through a libcudart", driver_entry_point);
+	test_run("untracked allocations and unknown handles pass through", untracked_passes_through);
+	return shim_done();
+}
