@@ -37,10 +37,10 @@ COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
-SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports
+SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help
+.PHONY: all tests test check clean deps criu help bench install
 .DEFAULT_GOAL := all
 
 all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD)
@@ -103,11 +103,38 @@ $(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/shim/check_exports: tests/shim/check_exports.sh
+$(BUILD)/tests/shim/check_%: tests/shim/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
 
-tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(SHIM_TEST_EXTRA)
+# libFuzzer targets (clang only, in the plain build: they carry their own ASan).
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_CC ?= clang
+ifeq ($(SANITIZE),)
+ifneq ($(shell command -v $(FUZZ_CC) 2>/dev/null),)
+FUZZ_BINS := $(foreach t,$(FUZZ_TARGETS),$(BUILD)/tests/fuzz/fuzz_$(t)_helper)
+endif
+FUZZ_SCRIPTS := $(foreach t,$(FUZZ_TARGETS),$(BUILD)/tests/fuzz/test_fuzz_$(t))
+endif
+
+$(BUILD)/tests/fuzz/fuzz_%_helper: tests/fuzz/fuzz_%.c $(COMMON_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		-Iinclude -I$(CUDA_HOME)/include -o $@ $^ -lpthread
+
+$(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+
+# Benchmarks print figures; they are never part of the pass/fail suite.
+bench: $(BUILD)/bench/intercept
+	$(BUILD)/bench/intercept
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../emu' $(LDLIBS)
+
+tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(SHIM_TEST_EXTRA) $(FUZZ_BINS) $(FUZZ_SCRIPTS)
 
 deps:
 	@scripts/deps.sh
@@ -128,6 +155,14 @@ test: deps
 	@tests/summary.sh build/test-results build-asan/test-results build-tsan/test-results
 
 check: test
+
+# The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default).
+PREFIX ?= /usr/local
+install: $(SHIM) $(LAUNCH) $(COORD)
+	install -d $(DESTDIR)$(PREFIX)/lib/snapshot $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(SHIM) $(DESTDIR)$(PREFIX)/lib/snapshot/libsnapshot_cuda_vmm.so
+	install -m 0755 $(LAUNCH) $(DESTDIR)$(PREFIX)/bin/snapshot-cuda-vmm-launch
+	install -m 0755 $(COORD) $(DESTDIR)$(PREFIX)/bin/snapshot-cuda-vmm
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -124,6 +124,32 @@ static inline unsigned long long topo_mapped_bytes(const struct topo_participant
 		}                                                                \
 	} while (0)
 
+/* The endpoint closes its side of a connection shortly after the client does:
+ * the descriptor count, once it is back at want (or after 5 s). */
+static inline int shim_fds_settle(int want)
+{
+	int n = test_count_fds();
+	for (int i = 0; i < 500 && n != want; i++) {
+		usleep(10000);
+		n = test_count_fds();
+	}
+	return n;
+}
+
+/* A baseline descriptor count: once it has stopped changing. */
+static inline int shim_fds_quiet(void)
+{
+	int n = test_count_fds();
+	for (int i = 0; i < 100; i++) {
+		usleep(50000);
+		int m = test_count_fds();
+		if (m == n)
+			break;
+		n = m;
+	}
+	return n;
+}
+
 /* Remove the control directory when everything passed; the exit status. */
 static inline int shim_done(void)
 {

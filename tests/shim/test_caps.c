@@ -142,7 +142,7 @@ static void raw_fd_untracked(void)
 	char *env[] = {"LD_PRELOAD=", NULL};
 	if (target_start_wrapped(&r, "raw", NULL, serve, env) < 0)
 		return;
-	int fds = test_count_fds();
+	int fds = shim_fds_quiet();
 	int fd = fetch_fd("raw");
 	CHECK(fd >= 0);
 	CUmemGenericAllocationHandle h;
@@ -164,13 +164,13 @@ static void raw_fd_untracked(void)
 	CHECK_CU(cuMemUnmap(va, 4 * MiB));
 	CHECK_CU(cuMemRelease(h));
 	CHECK_CU(cuMemAddressFree(va, 4 * MiB));
-	CHECK_EQ(test_count_fds(), fds);
+	CHECK_EQ(shim_fds_settle(fds), fds);
 	target_stop(&r);
 }
 
 static void refusals(void)
 {
-	int fds = test_count_fds();
+	int fds = shim_fds_quiet();
 	CUmemGenericAllocationHandle h;
 	/* A capability whose creator is gone: a clear failure, nothing leaked. */
 	struct target a;
@@ -189,7 +189,7 @@ static void refusals(void)
 	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)junk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
 		    CUDA_ERROR_INVALID_VALUE);
 	close(junk);
-	CHECK_EQ(test_count_fds(), fds);
+	CHECK_EQ(shim_fds_settle(fds), fds);
 }
 
 int main(int argc, char **argv)

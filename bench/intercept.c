@@ -1,0 +1,154 @@
+/* bench/intercept: nanoseconds per wrapped VMM call through the shim against the
+ * same call made directly on cuemu, with 10, 1,000 and 100,000 live tracked
+ * objects (logical handles from retains). Prints a table; asserts nothing.
+ *
+ *   build/bench/intercept            run every case, directly and under the launcher
+ *   build/bench/intercept --one N    one process's figures for N live objects */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#define MiB ((size_t)1 << 20)
+enum { OPS = 5 };
+static const char *const op_names[OPS] = {"map+unmap", "set-access", "retain+release", "get-properties",
+					  "export+import+release"};
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+#define CU(x)                                                     \
+	do {                                                          \
+		CUresult r_ = (x);                                        \
+		if (r_) {                                                 \
+			fprintf(stderr, "%s failed: %d\n", #x, (int)r_);      \
+			exit(1);                                              \
+		}                                                         \
+	} while (0)
+
+static int one(long objects)
+{
+	CUcontext ctx;
+	CU(cuInit(0));
+	CU(cuDevicePrimaryCtxRetain(&ctx, 0));
+	CU(cuCtxSetCurrent(ctx));
+	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+				 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va, vb;
+	CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+	CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+	CU(cuMemAddressReserve(&vb, 2 * MiB, 0, 0, 0));
+	CU(cuMemMap(va, 2 * MiB, 0, h, 0));
+	/* The live objects: logical handles (references in the driver). */
+	CUmemGenericAllocationHandle *live = malloc(sizeof(*live) * (size_t)objects);
+	for (long i = 0; i < objects; i++)
+		CU(cuMemRetainAllocationHandle(&live[i], (void *)(uintptr_t)va));
+	CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000};
+	double ns[OPS];
+	for (int op = 0; op < OPS; op++) {
+		double t0 = now_ns();
+		for (int i = 0; i < iters[op]; i++) {
+			CUmemGenericAllocationHandle r;
+			CUmemAllocationProp got;
+			int fd;
+			switch (op) {
+			case 0:
+				CU(cuMemMap(vb, 2 * MiB, 0, h, 0));
+				CU(cuMemUnmap(vb, 2 * MiB));
+				break;
+			case 1:
+				CU(cuMemSetAccess(va, 2 * MiB, &acc, 1));
+				break;
+			case 2:
+				CU(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va));
+				CU(cuMemRelease(r));
+				break;
+			case 3:
+				CU(cuMemGetAllocationPropertiesFromHandle(&got, h));
+				break;
+			case 4:
+				CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+				CU(cuMemImportFromShareableHandle(&r, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+				CU(cuMemRelease(r));
+				close(fd);
+				break;
+			}
+		}
+		ns[op] = (now_ns() - t0) / iters[op];
+	}
+	for (int op = 0; op < OPS; op++)
+		printf("%.1f%c", ns[op], op == OPS - 1 ? '\n' : ' ');
+	return 0;
+}
+
+/* Run "--one N" (under the launcher when shim) and read its figures. */
+static int run(const char *self, const char *launcher, long objects, double *ns)
+{
+	int pipefd[2];
+	if (pipe(pipefd) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		char n[32];
+		snprintf(n, sizeof(n), "%ld", objects);
+		dup2(pipefd[1], 1);
+		close(pipefd[0]);
+		if (launcher)
+			execl(launcher, launcher, self, "--one", n, (char *)NULL);
+		else
+			execl(self, self, "--one", n, (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	char buf[512] = "";
+	ssize_t len = read(pipefd[0], buf, sizeof(buf) - 1);
+	close(pipefd[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	if (len <= 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	buf[len] = '\0';
+	char *p = buf;
+	for (int op = 0; op < OPS; op++)
+		ns[op] = strtod(p, &p);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "--one"))
+		return one(atol(argv[2]));
+	char self[PATH_MAX], launcher[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 1;
+	self[n] = '\0';
+	snprintf(launcher, sizeof(launcher), "%.*s/../bin/snapshot-cuda-vmm-launch", (int)(strrchr(self, '/') - self), self);
+	setenv("SNAPSHOT_CONTROL_DIR", "/tmp/cusnap-bench-ctl", 0);
+	const long sizes[] = {10, 1000, 100000};
+	printf("%-22s %10s %12s %12s %12s\n", "call", "objects", "direct ns", "shim ns", "overhead ns");
+	for (size_t s = 0; s < 3; s++) {
+		double direct[OPS], shim[OPS];
+		if (run(self, NULL, sizes[s], direct) < 0 || run(self, launcher, sizes[s], shim) < 0) {
+			fprintf(stderr, "intercept: a run with %ld objects failed\n", sizes[s]);
+			return 1;
+		}
+		for (int op = 0; op < OPS; op++)
+			printf("%-22s %10ld %12.1f %12.1f %12.1f\n", op_names[op], sizes[s], direct[op], shim[op],
+			       shim[op] - direct[op]);
+	}
+	return 0;
+}

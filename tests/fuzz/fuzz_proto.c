@@ -1,0 +1,44 @@
+/* libFuzzer target: the protocol decoder (header, record streams, INSPECT
+ * topology). Input: a 24-byte header followed by a payload. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cusnap/proto.h"
+#include "cusnap/topo.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void walk(const uint8_t *p, size_t n, int depth)
+{
+	struct proto_iter it;
+	struct proto_rec r;
+	piter_init(&it, p, n);
+	while (piter_next(&it, &r)) {
+		uint32_t u32;
+		uint64_t u64;
+		struct cusnap_id id;
+		char s[64];
+		prec_u32(&r, &u32);
+		prec_u64(&r, &u64);
+		prec_id(&r, &id);
+		prec_str(&r, s, sizeof(s));
+		if (depth < 3)
+			walk(r.value, r.len, depth + 1);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size >= PROTO_HEADER_LEN) {
+		struct proto_header h;
+		if (proto_header_unpack(data, &h) == PROTO_OK && h.payload_len > size - PROTO_HEADER_LEN)
+			h.payload_len = (uint32_t)(size - PROTO_HEADER_LEN);
+		data += PROTO_HEADER_LEN;
+		size -= PROTO_HEADER_LEN;
+	}
+	walk(data, size, 0);
+	struct topo_participant p;
+	if (topo_decode(data, size, &p) == PROTO_OK)
+		topo_free(&p);
+	return 0;
+}
