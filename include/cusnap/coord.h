@@ -40,3 +40,49 @@ void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_p
 void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n);
 
 #endif
+
+#ifndef CUSNAP_COORD_LIFECYCLE
+#define CUSNAP_COORD_LIFECYCLE
+#include <stdbool.h>
+
+#include "cusnap/state.h"
+
+/* Topology validation (SYSTEM.md §6.5), O(records). Returns 0 or -1 with the
+ * first violation, naming participant, object and rule, in err. */
+int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
+		   size_t errlen);
+/* Does the topology now (cur) match what was recorded (rec)? Returns 0 or -1 with err. */
+int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, char *err, size_t errlen);
+
+enum coord_content { COORD_CONTENT_HOST = 1, COORD_CONTENT_NATIVE = 2 };
+
+struct coord_options {
+	int timeout_ms;      /* per participant and stage */
+	int content;         /* enum coord_content */
+	const char *dir;     /* where cuda-vmm.state goes */
+	bool require_state;  /* restore: a missing state file is an error */
+	FILE *progress;      /* one line per stage, or NULL */
+};
+
+struct coord_report {
+	char op[16];
+	size_t participants, allocations, mappings, shared;
+	uint64_t bytes;      /* copied by host-mode prepare or restore */
+	double ms_inspect, ms_validate, ms_quiesce, ms_prepare, ms_state, ms_restore_creators, ms_restore_importers,
+		ms_compare, ms_resume, ms_total;
+	bool nothing_to_do;  /* restore: no state file */
+	bool aborted;        /* prepare failed and every touched participant was rebuilt */
+	char error[2048];
+};
+
+/* Prepare (SYSTEM.md §6.2): INSPECT, validate, QUIESCE, INSPECT again, PREPARE,
+ * write DIR/cuda-vmm.state. On failure after QUIESCE every touched participant
+ * is rebuilt (ABORT). Returns 0 or -1 (report.error says what failed). */
+int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
+/* Restore (SYSTEM.md §6.3) from DIR/cuda-vmm.state. */
+int coord_restore(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
+/* Rebuild every listed participant that is part way through a prepare. */
+int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
+/* The report as one JSON object on f. */
+void coord_report_json(FILE *f, const struct coord_report *r);
+#endif

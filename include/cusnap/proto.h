@@ -77,6 +77,7 @@ enum proto_rec_type {
 	REC_MAPPING = 4,
 	REC_ERROR = 5,
 	REC_EXPORT = 6,
+	REC_RESULT = 7,
 };
 
 /* Field types inside records. Units: sizes, offsets and addresses in bytes. */
@@ -110,6 +111,11 @@ enum proto_field {
 	F_MESSAGE = 27,      /* string */
 	F_LOC_TYPE = 28,     /* u32: CUmemLocationType of the allocation */
 	F_ALLOC_TYPE = 29,   /* u32: CUmemAllocationType */
+	F_GRANULARITY = 30,  /* u64: bytes */
+	F_CONTENT = 31,      /* u32: 1 host, 2 native (PREPARE) */
+	F_BYTES = 32,        /* u64: bytes copied (lifecycle results) */
+	F_COUNT = 33,        /* u32: allocations handled (lifecycle results) */
+	F_DETACHED = 34,     /* u32: 0 or 1: released by prepare, not yet restored */
 };
 
 struct proto_header {

@@ -28,6 +28,8 @@ struct topo_alloc {
 	uint32_t alloc_flags;
 	uint32_t handles;
 	uint32_t mappings;
+	uint64_t granularity; /* bytes */
+	uint32_t detached;
 };
 
 struct topo_mapping {

@@ -58,6 +58,8 @@ static int decode_alloc(const struct proto_rec *r, struct topo_alloc *a)
 		case F_ALLOC_FLAGS: rc = prec_u32(&f, &a->alloc_flags); break;
 		case F_HANDLES: rc = prec_u32(&f, &a->handles); break;
 		case F_MAPPINGS: rc = prec_u32(&f, &a->mappings); break;
+		case F_GRANULARITY: rc = prec_u64(&f, &a->granularity); break;
+		case F_DETACHED: rc = prec_u32(&f, &a->detached); break;
 		default: break;
 		}
 	}

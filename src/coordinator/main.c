@@ -1,6 +1,5 @@
-/* snapshot-cuda-vmm: the coordinator CLI (SYSTEM.md §3). A thin front over the
- * coordinator library. This version serves --inspect; --prepare, --restore and
- * --abort come with the lifecycle. */
+/* snapshot-cuda-vmm: the coordinator CLI (SYSTEM.md §3), a thin front over the
+ * coordinator library. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,15 +9,29 @@
 #include "cusnap/coord.h"
 
 #define EX_FAILED 1
+#define EX_UNKNOWN 2
 #define EX_USAGE 64
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: snapshot-cuda-vmm --inspect [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
-		"                         --process OBS NS [--process OBS NS ...]\n"
+		"usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --abort PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --inspect-state DIR [--json]\n"
+		"  PARTICIPANTS: [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
+		"                --process OBS NS [--process OBS NS ...]\n"
 		"\n"
+		"  --prepare          reduce shared VMM memory to what the native checkpoint handles and write\n"
+		"                     DIR/cuda-vmm.state; on failure every participant is rebuilt\n"
+		"  --restore          after the native restore: rebuild the sharing from DIR/cuda-vmm.state;\n"
+		"                     without that file nothing was prepared: exit 0 (unless --require-state)\n"
+		"  --abort            rebuild participants left part way through a prepare\n"
 		"  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
+		"  --inspect-state D  print the state file D/cuda-vmm.state\n"
+		"  --content MODE     host (default): save shared bytes in the processes; native: keep them on\n"
+		"                     the device for the native checkpoint to save\n"
 		"  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
 		"  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
 		"                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"
@@ -27,7 +40,8 @@ static void usage(FILE *f)
 		"  --json             one JSON object on stdout\n"
 		"  --timeout MS       deadline per participant (default 10000)\n"
 		"\n"
-		"exit status: 0 success; 1 a participant failed (named on stderr); 64 usage error\n");
+		"exit status: 0 success; 1 failed, the workload is as before (prepare rebuilt it); 2 failed\n"
+		"and the workload is in an unknown state (restore or abort failed); 64 usage error\n");
 }
 
 static int parse_int(const char *s, int *out)
@@ -41,10 +55,50 @@ static int parse_int(const char *s, int *out)
 	return 0;
 }
 
+/* --inspect-state DIR: the state file, readable or as JSON. */
+static int inspect_state(const char *dir, int json)
+{
+	char path[4200], err[1200];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	struct state st;
+	if (state_read(path, &st, err, sizeof(err)) < 0) {
+		fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
+		return EX_FAILED;
+	}
+	struct coord_target *t = calloc(st.n ? st.n : 1, sizeof(*t));
+	struct topo_participant *p = calloc(st.n ? st.n : 1, sizeof(*p));
+	if (!t || !p) {
+		free(t);
+		free(p);
+		state_free(&st);
+		return EX_FAILED;
+	}
+	for (size_t i = 0; i < st.n; i++) {
+		t[i].obs = (int)st.p[i].obs;
+		t[i].ns = (int)st.p[i].nspid;
+		p[i] = st.p[i].topo;
+	}
+	const char *content = st.content == COORD_CONTENT_NATIVE ? "native" : "host";
+	if (json) {
+		printf("{\"state\":{\"path\":\"%s\",\"version\":\"%d.%d\",\"created\":%llu,\"content\":\"%s\"},\"topology\":",
+		       path, STATE_MAJOR, STATE_MINOR, (unsigned long long)st.created, content);
+		coord_print_json(stdout, t, p, st.n);
+		printf("}\n");
+	} else {
+		printf("state file %s: format %d.%d, created %llu, content %s, %zu participant(s)\n", path, STATE_MAJOR,
+		       STATE_MINOR, (unsigned long long)st.created, content, st.n);
+		coord_print_text(stdout, t, p, st.n);
+	}
+	free(t);
+	free(p);
+	state_free(&st);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_INSPECT = 1, OPT_PROC_ROOT, OPT_CONTROL_DIR, OPT_JSON, OPT_PROCESS, OPT_TIMEOUT, OPT_HELP,
-	       OPT_PREPARE, OPT_RESTORE, OPT_ABORT };
+	       OPT_PREPARE, OPT_RESTORE, OPT_ABORT, OPT_INSPECT_STATE, OPT_DIR, OPT_CONTENT, OPT_REQUIRE_STATE };
 	static const struct option opts[] = {
 		{"inspect", no_argument, NULL, OPT_INSPECT},
 		{"proc-root", required_argument, NULL, OPT_PROC_ROOT},
@@ -56,10 +110,15 @@ int main(int argc, char **argv)
 		{"prepare", no_argument, NULL, OPT_PREPARE},
 		{"restore", no_argument, NULL, OPT_RESTORE},
 		{"abort", no_argument, NULL, OPT_ABORT},
+		{"inspect-state", required_argument, NULL, OPT_INSPECT_STATE},
+		{"checkpoint-dir", required_argument, NULL, OPT_DIR},
+		{"content", required_argument, NULL, OPT_CONTENT},
+		{"require-state", no_argument, NULL, OPT_REQUIRE_STATE},
 		{0, 0, 0, 0},
 	};
 	const char *proc_root = "/proc", *control_dir = coord_default_control_dir();
-	int mode = 0, json = 0, timeout_ms = 10000;
+	int mode = 0, json = 0, timeout_ms = 10000, content = COORD_CONTENT_HOST, require_state = 0;
+	const char *dir = NULL;
 	struct coord_target *targets = NULL;
 	size_t ntargets = 0;
 	int c;
@@ -70,6 +129,22 @@ int main(int argc, char **argv)
 		case OPT_RESTORE:
 		case OPT_ABORT:
 			mode = c;
+			break;
+		case OPT_INSPECT_STATE:
+			mode = c;
+			dir = optarg;
+			break;
+		case OPT_DIR: dir = optarg; break;
+		case OPT_REQUIRE_STATE: require_state = 1; break;
+		case OPT_CONTENT:
+			if (!strcmp(optarg, "host"))
+				content = COORD_CONTENT_HOST;
+			else if (!strcmp(optarg, "native"))
+				content = COORD_CONTENT_NATIVE;
+			else {
+				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host or native\n", optarg);
+				return EX_USAGE;
+			}
 			break;
 		case OPT_PROC_ROOT: proc_root = optarg; break;
 		case OPT_CONTROL_DIR: control_dir = optarg; break;
@@ -108,17 +183,44 @@ int main(int argc, char **argv)
 		fprintf(stderr, "snapshot-cuda-vmm: unexpected argument '%s'\n", argv[optind]);
 		return EX_USAGE;
 	}
-	if (mode != OPT_INSPECT) {
-		if (mode)
-			fprintf(stderr, "snapshot-cuda-vmm: --%s is not available in this version (only --inspect)\n",
-				mode == OPT_PREPARE ? "prepare" : mode == OPT_RESTORE ? "restore" : "abort");
-		else
-			usage(stderr);
+	if (!mode) {
+		usage(stderr);
 		return EX_USAGE;
 	}
+	if (mode == OPT_INSPECT_STATE)
+		return inspect_state(dir, json);
 	if (!ntargets) {
-		fprintf(stderr, "snapshot-cuda-vmm: --inspect needs at least one --process OBS NS\n");
+		fprintf(stderr, "snapshot-cuda-vmm: at least one --process OBS NS is needed\n");
 		return EX_USAGE;
+	}
+	if ((mode == OPT_PREPARE || mode == OPT_RESTORE) && !dir) {
+		fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n", mode == OPT_PREPARE ? "prepare" : "restore");
+		return EX_USAGE;
+	}
+	for (size_t i = 0; i < ntargets; i++) {
+		if (coord_endpoint_path(proc_root, control_dir, targets[i].obs, targets[i].ns, targets[i].endpoint,
+					sizeof(targets[i].endpoint)) < 0) {
+			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n", targets[i].obs,
+				targets[i].ns);
+			free(targets);
+			return EX_USAGE;
+		}
+	}
+	if (mode != OPT_INSPECT) {
+		struct coord_options o = {.timeout_ms = timeout_ms, .content = content, .dir = dir,
+					  .require_state = require_state, .progress = stderr};
+		struct coord_report r;
+		int rc = mode == OPT_PREPARE ? coord_prepare(targets, ntargets, &o, &r)
+			 : mode == OPT_RESTORE ? coord_restore(targets, ntargets, &o, &r)
+					       : coord_abort(targets, ntargets, &o, &r);
+		if (json)
+			coord_report_json(stdout, &r);
+		if (rc < 0)
+			fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
+		free(targets);
+		if (rc == 0)
+			return 0;
+		return mode == OPT_PREPARE && r.aborted ? EX_FAILED : EX_UNKNOWN;
 	}
 	struct topo_participant *parts = calloc(ntargets, sizeof(*parts));
 	if (!parts) {
@@ -128,13 +230,6 @@ int main(int argc, char **argv)
 	int status = 0;
 	for (size_t i = 0; i < ntargets; i++) {
 		char err[1200];
-		if (coord_endpoint_path(proc_root, control_dir, targets[i].obs, targets[i].ns, targets[i].endpoint,
-					sizeof(targets[i].endpoint)) < 0) {
-			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n", targets[i].obs,
-				targets[i].ns);
-			status = EX_FAILED;
-			continue;
-		}
 		if (coord_inspect(&targets[i], timeout_ms, &parts[i], err, sizeof(err)) != PROTO_OK) {
 			fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
 			status = EX_FAILED;

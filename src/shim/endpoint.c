@@ -96,7 +96,7 @@ static void put_identity(struct proto_buf *b, uint16_t type)
 	pbuf_put_id(b, F_ID, &me->id);
 	pbuf_put_u32(b, F_NSPID, (uint32_t)me->nspid);
 	pbuf_put_u32(b, F_PID, (uint32_t)me->pid);
-	pbuf_put_u32(b, F_PHASE, SHIM_PHASE_ACTIVE);
+	pbuf_put_u32(b, F_PHASE, (uint32_t)shim_phase());
 	pbuf_put_u32(b, F_MAJOR_MIN, PROTO_MAJOR);
 	pbuf_put_u32(b, F_MAJOR_MAX, PROTO_MAJOR);
 	pbuf_put_u32(b, F_MINOR, PROTO_MINOR);
@@ -124,6 +124,8 @@ static void put_alloc(struct proto_buf *b, const struct shim_alloc *a)
 					   (uint32_t)a->prop.allocFlags.usage << 16);
 	pbuf_put_u32(b, F_HANDLES, (uint32_t)a->handles);
 	pbuf_put_u32(b, F_MAPPINGS, (uint32_t)a->mappings);
+	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
+	pbuf_put_u32(b, F_DETACHED, a->detached);
 	pbuf_end(b, at);
 }
 
@@ -222,8 +224,8 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	CUresult cr = driver ? real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
 			     : CUDA_ERROR_INVALID_HANDLE;
 	if (cr != CUDA_SUCCESS) {
-		error_payload(out, "participant %d (ns %d): allocation %s: cuMemExportToShareableHandle failed: CUresult %d",
-			      (int)me->pid, (int)me->nspid, hex, (int)cr);
+		error_payload(out, "participant %d (ns %d): allocation %s: cuMemExportToShareableHandle failed: %s",
+			      (int)me->pid, (int)me->nspid, hex, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
 		return PROTO_E_DRIVER;
 	}
 	size_t at = pbuf_begin(out, REC_EXPORT);
@@ -272,6 +274,16 @@ static void *serve_client(void *arg)
 			break;
 		case PROTO_OP_EXPORT:
 			rc = do_export(payload, h.payload_len, &out, &fd);
+			break;
+		case PROTO_OP_QUIESCE:
+		case PROTO_OP_PREPARE:
+		case PROTO_OP_RESTORE_CREATORS:
+		case PROTO_OP_RESTORE_IMPORTERS:
+		case PROTO_OP_RESUME:
+		case PROTO_OP_ABORT:
+			rc = lifecycle_run(h.op, payload, h.payload_len, &out);
+			/* The work may have taken longer than the request's deadline. */
+			deadline = proto_deadline(shim_deadline_ms());
 			break;
 		default:
 			error_payload(&out, "operation %u (%s) is not served by this shim", h.op, proto_op_name(h.op));

@@ -23,6 +23,12 @@ const char *shim_phase_name(int phase)
 {
 	switch (phase) {
 	case SHIM_PHASE_ACTIVE: return "active";
+	case SHIM_PHASE_QUIESCED: return "quiesced";
+	case SHIM_PHASE_MULTICAST_DETACHED: return "multicast_detached";
+	case SHIM_PHASE_PREPARED: return "prepared";
+	case SHIM_PHASE_CREATORS_RESTORED: return "creators_restored";
+	case SHIM_PHASE_UNICAST_RESTORED: return "unicast_restored";
+	case SHIM_PHASE_FAILED: return "failed";
 	default: return "unknown";
 	}
 }

@@ -9,6 +9,7 @@
 #include "shim.h"
 
 struct shim_real real;
+struct shim_aux aux;
 
 /* The real dlsym, from glibc through dlvsym (our own dlsym shadows it). */
 void *(*shim_real_dlsym)(void *, const char *);
@@ -66,7 +67,27 @@ static void load_driver(void)
 	for (int i = 0; i < SHIM_FN_COUNT; i++)
 		if (!wrapped[i].runtime)
 			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].name));
-	driver_ok = real.cuMemCreate != NULL;
+#define AUX(name) *(void **)&aux.name = shim_real_dlsym(h, #name)
+	AUX(cuMemAddressReserve);
+	AUX(cuMemcpyDtoH_v2);
+	AUX(cuMemcpyHtoD_v2);
+	AUX(cuDevicePrimaryCtxRetain);
+	AUX(cuDevicePrimaryCtxRelease_v2);
+	AUX(cuCtxSetCurrent);
+	AUX(cuCtxGetCurrent);
+	AUX(cuGetErrorName);
+	AUX(cuMemGetAllocationGranularity);
+#undef AUX
+	driver_ok = real.cuMemCreate != NULL && aux.cuMemAddressReserve && aux.cuMemcpyDtoH_v2 && aux.cuMemcpyHtoD_v2 &&
+		    aux.cuDevicePrimaryCtxRetain && aux.cuCtxSetCurrent && aux.cuGetErrorName;
+}
+
+const char *shim_cu_name(CUresult r)
+{
+	const char *s = NULL;
+	if (!aux.cuGetErrorName || aux.cuGetErrorName(r, &s) != CUDA_SUCCESS || !s)
+		return "CUDA_ERROR_UNKNOWN_CODE";
+	return s;
 }
 
 bool shim_resolve_driver(void)

@@ -57,14 +57,37 @@ struct shim_real {
 
 /* Real driver functions (NULL until resolved). */
 extern struct shim_real real;
+
+/* Driver functions the shim calls but does not wrap. */
+struct shim_aux {
+	__typeof__(&cuMemAddressReserve) cuMemAddressReserve;
+	__typeof__(&cuMemcpyDtoH_v2) cuMemcpyDtoH_v2;
+	__typeof__(&cuMemcpyHtoD_v2) cuMemcpyHtoD_v2;
+	__typeof__(&cuDevicePrimaryCtxRetain) cuDevicePrimaryCtxRetain;
+	__typeof__(&cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease_v2;
+	__typeof__(&cuCtxSetCurrent) cuCtxSetCurrent;
+	__typeof__(&cuCtxGetCurrent) cuCtxGetCurrent;
+	__typeof__(&cuGetErrorName) cuGetErrorName;
+	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
+};
+extern struct shim_aux aux;
+/* "CUDA_ERROR_..." for r, from the driver. */
+const char *shim_cu_name(CUresult r);
 /* Resolve the driver's functions once. Returns false when libcuda.so.1 is missing. */
 bool shim_resolve_driver(void);
 /* The real runtime function fn, looked up in the cudart the program uses. */
 void *shim_resolve_runtime(enum shim_fn fn);
 
 /* ---- phase and identity (identity.c) ---- */
+/* SYSTEM.md §6.1. Values are on the wire (F_PHASE). */
 enum shim_phase {
 	SHIM_PHASE_ACTIVE = 1,
+	SHIM_PHASE_QUIESCED = 2,
+	SHIM_PHASE_MULTICAST_DETACHED = 3,
+	SHIM_PHASE_PREPARED = 4,
+	SHIM_PHASE_CREATORS_RESTORED = 5,
+	SHIM_PHASE_UNICAST_RESTORED = 6,
+	SHIM_PHASE_FAILED = 7,
 };
 
 const char *shim_phase_name(int phase);
@@ -112,6 +135,12 @@ struct shim_alloc {
 	size_t handles;                /* live logical handles */
 	size_t mappings;               /* live tracked mappings */
 	char *creator_endpoint;        /* importers: where the capability is redeemed */
+	size_t granularity;            /* bytes: the driver's minimum for its properties */
+	bool mc_bound;                 /* bound into a multicast object */
+	/* lifecycle (lifecycle.c) */
+	bool detached;                 /* prepare released the driver's allocation */
+	bool carrier;                  /* native mode: the shim took a reference to keep it */
+	void *saved;                   /* host mode: the bytes while detached */
 };
 
 struct shim_handle {
@@ -126,6 +155,7 @@ struct shim_mapping {
 	unsigned long long flags;
 	struct shim_access *access; /* merged, one entry per location */
 	size_t naccess, access_cap;
+	bool detached; /* unmapped by prepare; the reservation is kept */
 };
 
 struct shim_tables {
@@ -133,6 +163,7 @@ struct shim_tables {
 	struct hmap handles; /* logical value -> struct shim_handle */
 	struct hmap allocs;  /* key -> struct shim_alloc */
 	struct itree mappings;
+	struct hmap multicast; /* driver handles of multicast objects made here */
 	uint64_t next_value;
 	uint64_t next_key;
 };
@@ -155,6 +186,19 @@ struct shim_mapping *tbl_mapping_at(uint64_t va);
 void tbl_alloc_maybe_free(struct shim_alloc *a);
 /* Counts for tests and INSPECT. */
 size_t tbl_live_allocs(void);
+
+/* ---- lifecycle (lifecycle.c) ---- */
+enum shim_content { SHIM_CONTENT_HOST = 1, SHIM_CONTENT_NATIVE = 2 };
+/* The phase; tracked mutations are refused outside ACTIVE. */
+int shim_phase(void);
+/* CUDA_SUCCESS, or CUDA_ERROR_NOT_READY (logged) while a checkpoint is under way. */
+CUresult shim_mutation_allowed(const char *call);
+struct proto_buf;
+/* Run lifecycle operation op (PROTO_OP_*) with its request payload; the reply's
+ * records go to out. Returns a proto_status. */
+int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out);
+/* Multicast objects this process created (cuMulticastCreate) and still holds. */
+extern size_t shim_mc_objects;
 
 /* ---- fork safety ---- */
 extern bool shim_forked_child; /* a child of a process that tracked state */

@@ -36,6 +36,23 @@ static void publish_export(const struct shim_alloc *a)
 		exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size);
 }
 
+static size_t granularity_of(const CUmemAllocationProp *prop)
+{
+	size_t g = 0;
+	if (!aux.cuMemGetAllocationGranularity ||
+	    aux.cuMemGetAllocationGranularity(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS)
+		g = 0;
+	return g;
+}
+
+/* Refusals common to every call on a tracked object. Returns CUDA_SUCCESS to go on. */
+static CUresult tracked_call_allowed(const char *call)
+{
+	if (refuse_in_fork_child(call))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return shim_mutation_allowed(call);
+}
+
 static void forget_alloc(struct shim_alloc *a)
 {
 	if (a->handles || a->mappings)
@@ -56,6 +73,9 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	const struct shim_identity *me = tracking_self("cuMemCreate");
 	if (!me)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult allowed = shim_mutation_allowed("cuMemCreate");
+	if (allowed)
+		return allowed;
 	CUmemGenericAllocationHandle drv = 0;
 	pthread_mutex_lock(&tbl.lock);
 	CUresult rc = real.cuMemCreate(&drv, size, prop, flags);
@@ -75,6 +95,7 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 			a->prop = *prop;
 			a->driver = drv;
 			a->driver_ref = true;
+			a->granularity = granularity_of(prop);
 			*handle = h->value;
 		}
 	}
@@ -89,15 +110,18 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_handle *h = tbl_handle_get(handle);
 	if (!h) {
+		CUresult rc = real.cuMemRelease(handle);
+		if (rc == CUDA_SUCCESS && hmap_del(&tbl.multicast, handle))
+			shim_mc_objects--;
 		pthread_mutex_unlock(&tbl.lock);
-		return real.cuMemRelease(handle);
+		return rc;
 	}
-	if (refuse_in_fork_child("cuMemRelease")) {
+	CUresult rc = tracked_call_allowed("cuMemRelease");
+	if (rc) {
 		pthread_mutex_unlock(&tbl.lock);
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return rc;
 	}
 	struct shim_alloc *a = h->alloc;
-	CUresult rc = CUDA_SUCCESS;
 	if (a->handles == 1) {
 		/* The last logical handle: drop the driver reference the shim holds
 		 * (mappings keep the bytes, as in the driver). */
@@ -124,12 +148,12 @@ SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *hand
 		pthread_mutex_unlock(&tbl.lock);
 		return real.cuMemRetainAllocationHandle(handle, addr);
 	}
-	if (refuse_in_fork_child("cuMemRetainAllocationHandle")) {
+	CUresult rc = tracked_call_allowed("cuMemRetainAllocationHandle");
+	if (rc) {
 		pthread_mutex_unlock(&tbl.lock);
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return rc;
 	}
 	struct shim_alloc *a = m->alloc;
-	CUresult rc = CUDA_SUCCESS;
 	CUmemGenericAllocationHandle drv = a->driver;
 	bool need_ref = !a->driver_ref;
 	if (need_ref)
@@ -165,16 +189,13 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 		pthread_mutex_unlock(&tbl.lock);
 		return real.cuMemMap(ptr, size, offset, handle, flags);
 	}
-	if (refuse_in_fork_child("cuMemMap")) {
-		pthread_mutex_unlock(&tbl.lock);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	struct shim_mapping *m = calloc(1, sizeof(*m));
+	CUresult rc = tracked_call_allowed("cuMemMap");
+	struct shim_mapping *m = rc ? NULL : calloc(1, sizeof(*m));
 	if (!m) {
 		pthread_mutex_unlock(&tbl.lock);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return rc ? rc : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	CUresult rc = real.cuMemMap(ptr, size, offset, h->alloc->driver, flags);
+	rc = real.cuMemMap(ptr, size, offset, h->alloc->driver, flags);
 	if (rc == CUDA_SUCCESS) {
 		m->node.start = ptr;
 		m->node.end = ptr + size;
@@ -239,8 +260,8 @@ SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 		rc = CUDA_ERROR_NOT_SUPPORTED;
 	} else if (n < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	} else if (refuse_in_fork_child("cuMemUnmap")) {
-		rc = CUDA_ERROR_NOT_SUPPORTED;
+	} else if ((rc = tracked_call_allowed("cuMemUnmap")) != CUDA_SUCCESS) {
+		/* refused */
 	} else {
 		rc = real.cuMemUnmap(ptr, size);
 		for (ssize_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
@@ -281,6 +302,8 @@ SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccess
 		rc = CUDA_ERROR_NOT_SUPPORTED;
 	} else if (n < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		rc = tracked_call_allowed("cuMemSetAccess");
 	}
 	/* Room for every location first, so that merging cannot fail after the driver call. */
 	for (ssize_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
@@ -322,9 +345,14 @@ SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pr
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_handle *h = tbl_handle_get(handle);
-	CUmemGenericAllocationHandle drv = h ? h->alloc->driver : handle;
-	/* A quick local call: made under the lock so the handle cannot go away. */
-	CUresult rc = real.cuMemGetAllocationPropertiesFromHandle(prop, drv);
+	CUresult rc;
+	if (h && prop && (h->alloc->detached || !h->alloc->driver_ref)) {
+		*prop = h->alloc->prop; /* what the driver said, while it holds none */
+		rc = CUDA_SUCCESS;
+	} else {
+		/* A quick local call: made under the lock so the handle cannot go away. */
+		rc = real.cuMemGetAllocationPropertiesFromHandle(prop, h ? h->alloc->driver : handle);
+	}
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;
 }
@@ -343,10 +371,9 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	struct shim_alloc *a = h->alloc;
 	CUresult rc = CUDA_SUCCESS;
 	const struct shim_identity *me = NULL;
-	if (refuse_in_fork_child("cuMemExportToShareableHandle")) {
-		rc = CUDA_ERROR_NOT_SUPPORTED;
+	rc = tracked_call_allowed("cuMemExportToShareableHandle");
+	if (rc)
 		goto out;
-	}
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
 		/* Shared some other way (FABRIC...): recorded, and refused at prepare. */
 		rc = real.cuMemExportToShareableHandle(shareable, a->driver, type, flags);
@@ -406,6 +433,9 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	const struct shim_identity *me = tracking_self("cuMemImportFromShareableHandle");
 	if (!me)
 		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult allowed = shim_mutation_allowed("cuMemImportFromShareableHandle");
+	if (allowed)
+		return allowed;
 	/* Redeemed without the table lock: the creator may be busy. */
 	char err[700];
 	size_t size = 0;
@@ -446,6 +476,7 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 			a->prop = prop;
 			a->driver = drv;
 			a->driver_ref = true;
+			a->granularity = granularity_of(&prop);
 			a->creator_endpoint = endpoint;
 			*handle = h->value;
 		}
@@ -485,9 +516,25 @@ SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size
 	if (rc == CUDA_SUCCESS && key) {
 		pthread_mutex_lock(&tbl.lock);
 		struct shim_alloc *a = hmap_get(&tbl.allocs, key);
-		if (a)
+		if (a) {
 			a->shared = true; /* a multicast member is shared memory */
+			a->mc_bound = true;
+		}
 		pthread_mutex_unlock(&tbl.lock);
 	}
+	return rc;
+}
+
+SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	CUresult rc = real.cuMulticastCreate(mcHandle, prop);
+	/* Counted so that prepare can refuse: a native checkpoint with a multicast
+	 * object hangs. The object itself is the driver's (untracked) handle. */
+	if (rc == CUDA_SUCCESS && hmap_put(&tbl.multicast, *mcHandle, mcHandle) == 0)
+		shim_mc_objects++;
+	pthread_mutex_unlock(&tbl.lock);
 	return rc;
 }

@@ -1,0 +1,218 @@
+/* Topology validation (SYSTEM.md §6.5) and the post-restore comparison, both
+ * O(records) with hash maps. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cusnap/coord.h"
+#include "cusnap/hmap.h"
+
+#define POSIX_FD 1u
+
+struct creator_ref {
+	size_t part;
+	const struct topo_alloc *alloc;
+};
+
+int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err, size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
+	int rc = -1;
+	struct hmap ids = {0}, creators = {0};
+	struct creator_ref *refs = NULL;
+	size_t total = 0;
+	if (!n) {
+		snprintf(err, errlen, "no participants");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		total += p[i].nallocs;
+	refs = calloc(total ? total : 1, sizeof(*refs));
+	if (!refs) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	size_t nrefs = 0;
+	/* Participants: well-formed, unique ids. */
+	for (size_t i = 0; i < n; i++) {
+		id_hex(&p[i].id, hex);
+		if (id_is_zero(&p[i].id)) {
+			snprintf(err, errlen, "participant %d (ns %d): no participant id", t[i].obs, t[i].ns);
+			goto out;
+		}
+		const struct topo_participant *dup = hmap_get(&ids, id_hash(&p[i].id));
+		if (dup && id_equal(&dup->id, &p[i].id)) {
+			snprintf(err, errlen, "participant %d (ns %d): participant id %s is used twice", t[i].obs, t[i].ns, hex);
+			goto out;
+		}
+		if (hmap_put(&ids, id_hash(&p[i].id), (void *)&p[i]) < 0)
+			goto oom;
+	}
+	/* Shared allocations: exactly one creator among the participants, anchored. */
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			if (!a->shared || a->role != 1)
+				continue;
+			id_hex(&a->id, hex);
+			struct creator_ref *prev = hmap_get(&creators, id_hash(&a->id));
+			if (prev && id_equal(&prev->alloc->id, &a->id)) {
+				snprintf(err, errlen, "allocation %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
+					 t[prev->part].obs, t[prev->part].ns, t[i].obs, t[i].ns);
+				goto out;
+			}
+			if (!id_equal(&a->creator, &p[i].id)) {
+				snprintf(err, errlen, "participant %d (ns %d): allocation %s: creator record names another participant",
+					 t[i].obs, t[i].ns, hex);
+				goto out;
+			}
+			if (!a->handles && !a->mappings) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s: the creator holds neither a handle nor a mapping "
+					 "(an exported FD alone cannot anchor it)",
+					 t[i].obs, t[i].ns, hex);
+				goto out;
+			}
+			refs[nrefs] = (struct creator_ref){i, a};
+			if (hmap_put(&creators, id_hash(&a->id), &refs[nrefs++]) < 0)
+				goto oom;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct hmap keys = {0};
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			id_hex(&a->id, hex);
+			if (a->shared && (a->shared_types & ~POSIX_FD)) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s was shared as handle type %#x: only POSIX file "
+					 "descriptor sharing can be checkpointed (FABRIC and others are not)",
+					 t[i].obs, t[i].ns, hex, a->shared_types);
+				hmap_free(&keys);
+				goto out;
+			}
+			if (a->role == 2) {
+				struct creator_ref *c = hmap_get(&creators, id_hash(&a->id));
+				if (!c || !id_equal(&c->alloc->id, &a->id)) {
+					id_hex(&a->creator, hex2);
+					snprintf(err, errlen,
+						 "participant %d (ns %d): allocation %s is imported from participant %s, which is not "
+						 "in the group (partial group)",
+						 t[i].obs, t[i].ns, hex, hex2);
+					hmap_free(&keys);
+					goto out;
+				}
+				if (c->alloc->size != a->size || c->alloc->device != a->device ||
+				    c->alloc->handle_types != a->handle_types) {
+					snprintf(err, errlen,
+						 "participant %d (ns %d): allocation %s: importer and creator disagree (size %" PRIu64
+						 "/%" PRIu64 ", device %d/%d)",
+						 t[i].obs, t[i].ns, hex, a->size, c->alloc->size, a->device, c->alloc->device);
+					hmap_free(&keys);
+					goto out;
+				}
+			}
+			if (a->key && hmap_put(&keys, a->key, (void *)a) < 0) {
+				hmap_free(&keys);
+				goto oom;
+			}
+		}
+		for (size_t j = 0; j < p[i].nmaps; j++) {
+			const struct topo_mapping *m = &p[i].maps[j];
+			const struct topo_alloc *a = hmap_get(&keys, m->key);
+			id_hex(&m->alloc_id, hex);
+			if (!a) {
+				snprintf(err, errlen, "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own",
+					 t[i].obs, t[i].ns, m->address);
+				hmap_free(&keys);
+				goto out;
+			}
+			uint64_t g = a->granularity ? a->granularity : 1;
+			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g ||
+			    m->offset > a->size || m->size > a->size - m->offset) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s: mapping %#" PRIx64 "+%" PRIu64 " at offset %" PRIu64
+					 " is not inside the %" PRIu64 "-byte allocation or not aligned to %" PRIu64 " bytes",
+					 t[i].obs, t[i].ns, hex, m->address, m->size, m->offset, a->size, g);
+				hmap_free(&keys);
+				goto out;
+			}
+		}
+		hmap_free(&keys);
+	}
+	rc = 0;
+	goto out;
+oom:
+	snprintf(err, errlen, "out of memory");
+out:
+	hmap_free(&ids);
+	hmap_free(&creators);
+	free(refs);
+	return rc;
+}
+
+static bool same_access(const struct topo_mapping *a, const struct topo_mapping *b)
+{
+	if (a->naccess != b->naccess)
+		return false;
+	for (size_t i = 0; i < a->naccess; i++) {
+		bool found = false;
+		for (size_t j = 0; j < b->naccess && !found; j++)
+			found = a->access[i].loc_type == b->access[j].loc_type && a->access[i].loc_id == b->access[j].loc_id &&
+				a->access[i].flags == b->access[j].flags;
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, char *err, size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1];
+	if (!id_equal(&rec->id, &cur->id) || rec->nallocs != cur->nallocs || rec->nmaps != cur->nmaps) {
+		snprintf(err, errlen, "%zu allocations and %zu mappings recorded, %zu and %zu now", rec->nallocs, rec->nmaps,
+			 cur->nallocs, cur->nmaps);
+		return -1;
+	}
+	struct hmap allocs = {0}, maps = {0};
+	int rc = 0;
+	for (size_t i = 0; i < cur->nallocs && !rc; i++)
+		rc = hmap_put(&allocs, cur->allocs[i].key, &cur->allocs[i]);
+	for (size_t i = 0; i < cur->nmaps && !rc; i++)
+		rc = hmap_put(&maps, cur->maps[i].address, &cur->maps[i]);
+	if (rc) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < rec->nallocs; i++) {
+		const struct topo_alloc *r = &rec->allocs[i], *c = hmap_get(&allocs, r->key);
+		id_hex(&r->id, hex);
+		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size || c->device != r->device ||
+		    c->handles != r->handles) {
+			snprintf(err, errlen, "allocation %s differs after restore (or is missing)", hex);
+			rc = -1;
+			goto out;
+		}
+		if (c->detached) {
+			snprintf(err, errlen, "allocation %s is still detached", hex);
+			rc = -1;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < rec->nmaps; i++) {
+		const struct topo_mapping *r = &rec->maps[i], *c = hmap_get(&maps, r->address);
+		id_hex(&r->alloc_id, hex);
+		if (!c || c->size != r->size || c->offset != r->offset || !id_equal(&c->alloc_id, &r->alloc_id) ||
+		    c->flags != r->flags || !same_access(r, c)) {
+			snprintf(err, errlen, "allocation %s: mapping %#" PRIx64 " differs after restore (address, size, offset or access)",
+				 hex, r->address);
+			rc = -1;
+			goto out;
+		}
+	}
+out:
+	hmap_free(&allocs);
+	hmap_free(&maps);
+	return rc;
+}

@@ -1,0 +1,590 @@
+/* The lifecycle (SYSTEM.md §6): QUIESCE, PREPARE in host or native content mode,
+ * RESTORE_CREATORS, RESTORE_IMPORTERS, RESUME and ABORT, run on an endpoint
+ * thread for the coordinator.
+ *
+ * PREPARE detaches every *shared* allocation from the driver while keeping its
+ * records: mappings are unmapped (their reservations stay), importers drop their
+ * imports, and a creator either keeps one driver reference (native: the
+ * "carrier" the native checkpoint saves) or copies its bytes into memory of this
+ * process and releases the allocation (host). RESTORE_* re-attaches at the
+ * recorded addresses with the recorded access, and the application's logical
+ * handles follow their records to the new driver handles. Each allocation and
+ * each mapping carries its own detached mark, so a rebuild after a failure half
+ * way (ABORT) restores exactly what was taken down. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cusnap/log.h"
+#include "cusnap/proto.h"
+#include "shim.h"
+
+static int phase = SHIM_PHASE_ACTIVE;
+static char failure[600];
+static int content = SHIM_CONTENT_HOST;
+size_t shim_mc_objects;
+
+int shim_phase(void)
+{
+	return __atomic_load_n(&phase, __ATOMIC_ACQUIRE);
+}
+
+static void set_phase(int p)
+{
+	__atomic_store_n(&phase, p, __ATOMIC_RELEASE);
+}
+
+CUresult shim_mutation_allowed(const char *call)
+{
+	int p = shim_phase();
+	if (p == SHIM_PHASE_ACTIVE)
+		return CUDA_SUCCESS;
+	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s): the application must stay parked",
+	       call, shim_phase_name(p));
+	return CUDA_ERROR_NOT_READY;
+}
+
+struct result {
+	char msg[600];
+	uint64_t bytes;
+	uint32_t count;
+};
+
+static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, ...)
+{
+	const struct shim_identity *me = shim_self();
+	char what[400], hex[ID_HEX_LEN + 1] = "-";
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (a)
+		id_hex(&a->id, hex);
+	snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): allocation %s: %s", me ? (int)me->pid : getpid(),
+		 me ? (int)me->nspid : getpid(), hex, what);
+}
+
+/* ---- driver helpers (caller holds tbl.lock) ---- */
+
+/* Make the primary context of dev current on this (endpoint) thread. */
+static CUresult enter_device(int dev, CUcontext *ctx)
+{
+	CUresult rc = aux.cuDevicePrimaryCtxRetain(ctx, dev);
+	if (rc == CUDA_SUCCESS)
+		rc = aux.cuCtxSetCurrent(*ctx);
+	return rc;
+}
+
+static void leave_device(int dev)
+{
+	aux.cuCtxSetCurrent(NULL);
+	aux.cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+/* Copy between host memory and the allocation through a temporary mapping
+ * (the application's mappings may lack access for the copying device). */
+static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_device, struct result *r)
+{
+	CUdeviceptr va = 0;
+	CUcontext ctx;
+	int dev = a->prop.location.id;
+	CUresult rc = enter_device(dev, &ctx);
+	if (rc) {
+		fail(r, a, "cuDevicePrimaryCtxRetain(%d) failed: %s", dev, shim_cu_name(rc));
+		return rc;
+	}
+	rc = aux.cuMemAddressReserve(&va, a->size, a->granularity, 0, 0);
+	if (rc) {
+		fail(r, a, "cuMemAddressReserve(%zu) failed: %s", a->size, shim_cu_name(rc));
+		goto out;
+	}
+	rc = real.cuMemMap(va, a->size, 0, a->driver, 0);
+	if (rc) {
+		fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
+		goto free_va;
+	}
+	CUmemAccessDesc d = {.location = a->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	rc = real.cuMemSetAccess(va, a->size, &d, 1);
+	if (rc)
+		fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
+	if (!rc) {
+		rc = to_device ? aux.cuMemcpyHtoD_v2(va, host, a->size) : aux.cuMemcpyDtoH_v2(host, va, a->size);
+		if (rc)
+			fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",
+			     (unsigned long long)va, a->size, shim_cu_name(rc));
+		else
+			r->bytes += a->size;
+	}
+	real.cuMemUnmap(va, a->size);
+free_va:
+	real.cuMemAddressFree(va, a->size);
+out:
+	leave_device(dev);
+	return rc;
+}
+
+/* Map every detached mapping of a at its recorded address with its access. */
+static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
+{
+	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
+		struct shim_mapping *m = (struct shim_mapping *)n;
+		if (m->alloc != a || !m->detached)
+			continue;
+		size_t len = n->end - n->start;
+		CUresult rc = real.cuMemMap(n->start, len, m->offset, a->driver, m->flags);
+		if (rc) {
+			fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len, shim_cu_name(rc));
+			return rc;
+		}
+		for (size_t i = 0; i < m->naccess; i++) {
+			CUmemAccessDesc d = {.location = m->access[i].location, .flags = (CUmemAccess_flags)m->access[i].flags};
+			rc = real.cuMemSetAccess(n->start, len, &d, 1);
+			if (rc) {
+				real.cuMemUnmap(n->start, len);
+				fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s", (unsigned long long)n->start, len,
+				     d.location.id, shim_cu_name(rc));
+				return rc;
+			}
+		}
+		m->detached = false;
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
+{
+	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
+		struct shim_mapping *m = (struct shim_mapping *)n;
+		if (m->alloc != a || m->detached)
+			continue;
+		CUresult rc = real.cuMemUnmap(n->start, n->end - n->start);
+		if (rc) {
+			fail(r, a, "cuMemUnmap(%#llx, %llu) failed: %s", (unsigned long long)n->start,
+			     (unsigned long long)(n->end - n->start), shim_cu_name(rc));
+			return rc;
+		}
+		m->detached = true;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A driver reference the shim holds only while it needs one (no logical handle
+ * left: the mappings anchor the allocation). */
+static void drop_spare_ref(struct shim_alloc *a)
+{
+	if (a->driver_ref && !a->handles) {
+		real.cuMemRelease(a->driver);
+		a->driver_ref = false;
+	}
+}
+
+/* ---- PREPARE ---- */
+
+static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
+{
+	CUresult rc;
+	if (!a->driver_ref) {
+		/* Only mappings anchor it: take a reference before unmapping them. */
+		struct shim_mapping *any = NULL;
+		for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n && !any; n = itree_next(&tbl.mappings, n))
+			if (((struct shim_mapping *)n)->alloc == a && !((struct shim_mapping *)n)->detached)
+				any = (struct shim_mapping *)n;
+		if (!any) {
+			fail(r, a, "neither a handle nor a mapping anchors it");
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		rc = real.cuMemRetainAllocationHandle(&a->driver, (void *)(uintptr_t)any->node.start);
+		if (rc) {
+			fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s", (unsigned long long)any->node.start,
+			     shim_cu_name(rc));
+			return rc;
+		}
+		a->driver_ref = true;
+	}
+	if (content == SHIM_CONTENT_HOST && !a->saved) {
+		void *buf = malloc(a->size);
+		if (!buf) {
+			fail(r, a, "no host memory for %zu bytes", a->size);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		rc = copy_through_temp(a, buf, false, r);
+		if (rc) {
+			free(buf);
+			return rc;
+		}
+		a->saved = buf;
+	}
+	rc = detach_mappings(a, r);
+	if (rc)
+		return rc;
+	if (content == SHIM_CONTENT_NATIVE) {
+		a->carrier = true; /* the one driver reference the native checkpoint saves */
+		return CUDA_SUCCESS;
+	}
+	rc = real.cuMemRelease(a->driver);
+	if (rc) {
+		fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+		return rc;
+	}
+	a->driver_ref = false;
+	a->detached = true;
+	return CUDA_SUCCESS;
+}
+
+static CUresult prepare_importer(struct shim_alloc *a, struct result *r)
+{
+	CUresult rc = detach_mappings(a, r);
+	if (rc)
+		return rc;
+	if (a->driver_ref) {
+		rc = real.cuMemRelease(a->driver);
+		if (rc) {
+			fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+			return rc;
+		}
+		a->driver_ref = false;
+	}
+	a->detached = true;
+	return CUDA_SUCCESS;
+}
+
+static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_alloc *, struct result *),
+				struct result *r)
+{
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || !a->shared || a->role != role)
+			continue;
+		CUresult rc = fn(a, r);
+		if (rc)
+			return rc;
+		r->count++;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int op_prepare(const uint8_t *payload, size_t len, struct result *r)
+{
+	uint32_t mode = SHIM_CONTENT_HOST;
+	struct proto_iter it, fi;
+	struct proto_rec rec, f;
+	piter_init(&it, payload, len);
+	while (piter_next(&it, &rec)) {
+		piter_init(&fi, rec.value, rec.len);
+		while (rec.type == REC_RESULT && piter_next(&fi, &f))
+			if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
+				return PROTO_E_LENGTH;
+	}
+	if (mode != SHIM_CONTENT_HOST && mode != SHIM_CONTENT_NATIVE) {
+		snprintf(r->msg, sizeof(r->msg), "content mode %u is neither host (1) nor native (2)", mode);
+		return PROTO_E_MALFORMED;
+	}
+	content = (int)mode;
+	/* Importers first: a creator's allocation then has no importer left. */
+	CUresult rc = for_each_shared(SHIM_ROLE_IMPORTER, prepare_importer, r);
+	if (!rc)
+		rc = for_each_shared(SHIM_ROLE_CREATOR, prepare_creator, r);
+	if (rc) {
+		set_phase(SHIM_PHASE_FAILED);
+		snprintf(failure, sizeof(failure), "%s", r->msg);
+		return PROTO_E_DRIVER;
+	}
+	set_phase(SHIM_PHASE_PREPARED);
+	return PROTO_OK;
+}
+
+/* ---- RESTORE ---- */
+
+static CUresult restore_creator(struct shim_alloc *a, struct result *r)
+{
+	CUresult rc;
+	bool created = false;
+	if (a->detached) {
+		/* Host mode (or a host-mode prepare that got this far): a new allocation. */
+		if (!a->saved) {
+			fail(r, a, "released without a copy of its bytes");
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		CUmemGenericAllocationHandle h;
+		rc = real.cuMemCreate(&h, a->size, &a->prop, 0);
+		if (rc) {
+			fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
+			     shim_cu_name(rc));
+			return rc;
+		}
+		a->driver = h;
+		a->driver_ref = true;
+		created = true;
+		rc = copy_through_temp(a, a->saved, true, r);
+		if (rc) {
+			real.cuMemRelease(h);
+			a->driver_ref = false;
+			return rc;
+		}
+	}
+	rc = attach_mappings(a, r);
+	if (rc) {
+		if (created) {
+			detach_mappings(a, &(struct result){0});
+			real.cuMemRelease(a->driver);
+			a->driver_ref = false;
+		}
+		return rc;
+	}
+	a->detached = false;
+	a->carrier = false;
+	free(a->saved);
+	a->saved = NULL;
+	drop_spare_ref(a);
+	if (!id_is_zero(&a->token) && exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size) < 0) {
+		fail(r, a, "out of memory registering its export");
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* An importer to rebuild, copied out so that redemption runs without the lock. */
+struct pending_import {
+	uint64_t key;
+	struct shim_cap cap;
+	int fd;
+	size_t size;
+	char err[700];
+};
+
+static int op_restore_importers(struct result *r)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&tbl.lock);
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		n += tbl.allocs.keys[i] && a->role == SHIM_ROLE_IMPORTER && a->detached;
+	}
+	struct pending_import *list = calloc(n ? n : 1, sizeof(*list));
+	size_t k = 0;
+	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_IMPORTER || !a->detached)
+			continue;
+		list[k].key = a->key;
+		list[k].cap.creator = a->creator;
+		list[k].cap.alloc_id = a->id;
+		list[k].cap.token = a->token;
+		snprintf(list[k].cap.endpoint, sizeof(list[k].cap.endpoint), "%s", a->creator_endpoint);
+		list[k].fd = -1;
+		k++;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	if (!list) {
+		snprintf(r->msg, sizeof(r->msg), "out of memory");
+		return PROTO_E_INTERNAL;
+	}
+	/* Redeem every capability at its creator; creators were restored first. */
+	for (size_t i = 0; i < n; i++)
+		list[i].fd = cap_redeem(&list[i].cap, &list[i].size, list[i].err, sizeof(list[i].err));
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&tbl.lock);
+	/* Importers a failed prepare left attached may still have detached mappings. */
+	for (size_t i = 0; !rc && i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (tbl.allocs.keys[i] && a->role == SHIM_ROLE_IMPORTER && !a->detached)
+			rc = attach_mappings(a, r);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct shim_alloc *a = hmap_get(&tbl.allocs, list[i].key);
+		if (rc || !a)
+			continue;
+		if (list[i].fd < 0) {
+			fail(r, a, "redeeming its capability failed: %s", list[i].err);
+			rc = CUDA_ERROR_INVALID_VALUE;
+			continue;
+		}
+		CUmemGenericAllocationHandle h;
+		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
+							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (rc) {
+			fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
+			continue;
+		}
+		a->driver = h;
+		a->driver_ref = true;
+		rc = attach_mappings(a, r);
+		if (rc) {
+			detach_mappings(a, &(struct result){0});
+			real.cuMemRelease(h);
+			a->driver_ref = false;
+			continue;
+		}
+		a->detached = false;
+		drop_spare_ref(a);
+		r->count++;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	for (size_t i = 0; i < n; i++)
+		if (list[i].fd >= 0)
+			close(list[i].fd);
+	free(list);
+	return rc ? PROTO_E_DRIVER : PROTO_OK;
+}
+
+static bool all_attached(struct result *r)
+{
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (tbl.allocs.keys[i] && a->detached) {
+			fail(r, a, "still detached");
+			return false;
+		}
+	}
+	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
+		struct shim_mapping *m = (struct shim_mapping *)n;
+		if (m->detached) {
+			fail(r, m->alloc, "mapping %#llx still detached", (unsigned long long)n->start);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* ---- dispatch ---- */
+
+static bool phase_in(int p, unsigned mask)
+{
+	return (mask >> p) & 1;
+}
+
+#define PH(x) (1u << SHIM_PHASE_##x)
+
+int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out)
+{
+	static const struct {
+		int op;
+		unsigned from; /* phases the operation accepts */
+	} rules[] = {
+		{PROTO_OP_QUIESCE, PH(ACTIVE)},
+		{PROTO_OP_PREPARE, PH(QUIESCED)},
+		/* From QUIESCED/FAILED/PREPARED too: that is how an abort rebuilds. */
+		{PROTO_OP_RESTORE_CREATORS, PH(QUIESCED) | PH(PREPARED) | PH(FAILED)},
+		{PROTO_OP_RESTORE_IMPORTERS, PH(CREATORS_RESTORED)},
+		{PROTO_OP_RESUME, PH(UNICAST_RESTORED) | PH(QUIESCED)},
+		{PROTO_OP_ABORT, PH(ACTIVE) | PH(QUIESCED) | PH(PREPARED) | PH(FAILED) | PH(CREATORS_RESTORED) |
+					 PH(UNICAST_RESTORED)},
+	};
+	struct result r = {0};
+	int rc = PROTO_E_OP;
+	int now = shim_phase();
+	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+		if (rules[i].op != op)
+			continue;
+		if (!phase_in(now, rules[i].from)) {
+			snprintf(r.msg, sizeof(r.msg), "%s refused in phase %s%s%.400s", proto_op_name(op), shim_phase_name(now),
+				 now == SHIM_PHASE_FAILED ? ": " : "", now == SHIM_PHASE_FAILED ? failure : "");
+			rc = PROTO_E_PHASE;
+			goto reply;
+		}
+		rc = PROTO_OK;
+		break;
+	}
+	if (rc == PROTO_E_OP) {
+		snprintf(r.msg, sizeof(r.msg), "operation %d (%s) is not served by this shim", op, proto_op_name(op));
+		goto reply;
+	}
+	switch (op) {
+	case PROTO_OP_QUIESCE:
+		pthread_mutex_lock(&tbl.lock);
+		bool mc = shim_mc_objects > 0;
+		for (size_t i = 0; !mc && i < tbl.allocs.cap; i++)
+			mc = tbl.allocs.keys[i] && ((struct shim_alloc *)tbl.allocs.vals[i])->mc_bound;
+		if (mc) {
+			/* Never let the native checkpoint hang on a multicast object. */
+			fail(&r, NULL, "multicast objects are present: checkpointing them is not supported yet");
+			rc = PROTO_E_NOT_FOUND;
+		} else {
+			set_phase(SHIM_PHASE_QUIESCED);
+		}
+		pthread_mutex_unlock(&tbl.lock);
+		break;
+	case PROTO_OP_PREPARE:
+		pthread_mutex_lock(&tbl.lock);
+		rc = op_prepare(payload, len, &r);
+		pthread_mutex_unlock(&tbl.lock);
+		break;
+	case PROTO_OP_RESTORE_CREATORS: {
+		pthread_mutex_lock(&tbl.lock);
+		CUresult cr = CUDA_SUCCESS;
+		for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
+			struct shim_alloc *a = tbl.allocs.vals[i];
+			if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_CREATOR)
+				continue;
+			bool touched = a->detached || a->carrier;
+			for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); !touched && n;
+			     n = itree_next(&tbl.mappings, n))
+				touched = ((struct shim_mapping *)n)->alloc == a && ((struct shim_mapping *)n)->detached;
+			if (!touched)
+				continue;
+			cr = restore_creator(a, &r);
+			r.count += !cr;
+		}
+		if (cr) {
+			set_phase(SHIM_PHASE_FAILED);
+			snprintf(failure, sizeof(failure), "%s", r.msg);
+			rc = PROTO_E_DRIVER;
+		} else {
+			set_phase(SHIM_PHASE_CREATORS_RESTORED);
+		}
+		pthread_mutex_unlock(&tbl.lock);
+		break;
+	}
+	case PROTO_OP_RESTORE_IMPORTERS:
+		rc = op_restore_importers(&r);
+		if (rc) {
+			set_phase(SHIM_PHASE_FAILED);
+			snprintf(failure, sizeof(failure), "%s", r.msg);
+		} else {
+			set_phase(SHIM_PHASE_UNICAST_RESTORED);
+		}
+		break;
+	case PROTO_OP_RESUME:
+		pthread_mutex_lock(&tbl.lock);
+		if (!all_attached(&r)) {
+			rc = PROTO_E_PHASE;
+		} else {
+			set_phase(SHIM_PHASE_ACTIVE);
+		}
+		pthread_mutex_unlock(&tbl.lock);
+		break;
+	case PROTO_OP_ABORT:
+		/* Everything this process took down, rebuilt in place (its creators'
+		 * importers elsewhere are the coordinator's to order). */
+		if (now != SHIM_PHASE_ACTIVE && now != SHIM_PHASE_UNICAST_RESTORED) {
+			if (now != SHIM_PHASE_CREATORS_RESTORED) {
+				set_phase(SHIM_PHASE_PREPARED);
+				rc = lifecycle_run(PROTO_OP_RESTORE_CREATORS, NULL, 0, out);
+			}
+			if (rc == PROTO_OK)
+				rc = lifecycle_run(PROTO_OP_RESTORE_IMPORTERS, NULL, 0, out);
+			if (rc != PROTO_OK)
+				return rc;
+			out->len = 0;
+		}
+		if (shim_phase() != SHIM_PHASE_ACTIVE)
+			return lifecycle_run(PROTO_OP_RESUME, NULL, 0, out);
+		break;
+	}
+reply:;
+	size_t at = pbuf_begin(out, rc == PROTO_OK ? REC_RESULT : REC_ERROR);
+	if (rc == PROTO_OK) {
+		pbuf_put_u64(out, F_BYTES, r.bytes);
+		pbuf_put_u32(out, F_COUNT, r.count);
+		pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
+	} else {
+		pbuf_put_str(out, F_MESSAGE, r.msg);
+	}
+	pbuf_end(out, at);
+	if (rc != PROTO_OK)
+		LOG_AT(LOG_ERROR, "%s: %s", proto_op_name(op), r.msg);
+	return rc;
+}
