@@ -32,6 +32,7 @@ SHIM := $(BUILD)/lib/libsnapshot_cuda_vmm.so
 LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
 COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
 COORD := $(BUILD)/bin/snapshot-cuda-vmm
+CUSNAP := $(BUILD)/bin/cusnap
 COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
@@ -43,7 +44,9 @@ HARNESS := $(BUILD)/obj/tests/harness/harness.o
 .PHONY: all tests test check clean deps criu help bench install
 .DEFAULT_GOAL := all
 
-all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD)
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
+all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(EXAMPLES)
 
 help:
 	@sed -n '1,6p' Makefile
@@ -80,6 +83,16 @@ $(LAUNCH): $(BUILD)/obj/src/launch/launch.o
 $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+
+# Examples are CUDA programs: linked against libcuda (cuemu in the build tree;
+# the driver's own on a GPU node, found first through LD_LIBRARY_PATH or ldconfig).
+$(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/emu/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda $(LDLIBS)
 
 $(BUILD)/emu/libcuda.so: $(EMU)
 	ln -sf libcuda.so.1 $@

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cusnap/log.h"
+#include "cusnap/topo.h"
 #include "shim.h"
 
 bool shim_forked_child;
@@ -21,16 +22,7 @@ static char env_participant[64];
 
 const char *shim_phase_name(int phase)
 {
-	switch (phase) {
-	case SHIM_PHASE_ACTIVE: return "active";
-	case SHIM_PHASE_QUIESCED: return "quiesced";
-	case SHIM_PHASE_MULTICAST_DETACHED: return "multicast_detached";
-	case SHIM_PHASE_PREPARED: return "prepared";
-	case SHIM_PHASE_CREATORS_RESTORED: return "creators_restored";
-	case SHIM_PHASE_UNICAST_RESTORED: return "unicast_restored";
-	case SHIM_PHASE_FAILED: return "failed";
-	default: return "unknown";
-	}
+	return topo_phase_name((uint32_t)phase);
 }
 
 void shim_control_dir(char *out, size_t len)

@@ -1,0 +1,391 @@
+/* vmm_group: a zdtm-style workload for cusnap. A parent and N workers (forked
+ * before CUDA is initialised, as vLLM does) share VMM memory the way NCCL does:
+ * the parent creates K allocations across the devices, exports them, passes the
+ * FDs with SCM_RIGHTS; each worker imports and maps them at its own addresses
+ * with its own access. Every process also keeps a private allocation.
+ *
+ * Then: write <control-dir>/ready-for-snapshot, park until
+ * <control-dir>/restore-complete exists, and verify: contents, addresses, the
+ * application's old handles (properties, map/unmap, retain/release), and live
+ * sharing in both directions. Each process prints one PASS or FAIL line; the
+ * exit status is 0 only when every process passed.
+ *
+ *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS]
+ *
+ * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
+ * shared memory to survive a checkpoint; without it the same program is a plain
+ * CUDA workload. Control directory: $SNAPSHOT_CONTROL_DIR or /snapshot-control. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#define MAX_ALLOCS 64
+#define MAX_WORKERS 32
+#define PAGE 4096
+
+static int workers = 2, nallocs = 4, timeout_s = 600;
+static size_t size = 4u << 20;
+static char control[4096];
+static char role[32] = "parent";
+static int failures;
+
+struct shared {
+	CUmemGenericAllocationHandle handle;
+	CUdeviceptr va;
+	int device;
+};
+
+static struct shared allocs[MAX_ALLOCS];
+static struct shared priv;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+	if (ok)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "vmm_group %s[%d]: ", role, getpid());
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	failures++;
+}
+
+static const char *cuname(CUresult r)
+{
+	const char *s = "?";
+	cuGetErrorName(r, &s);
+	return s;
+}
+
+#define CU(call)                                                                               \
+	do {                                                                                       \
+		CUresult r_ = (call);                                                                  \
+		check(r_ == CUDA_SUCCESS, "%s failed: %s", #call, cuname(r_));                        \
+		if (r_ != CUDA_SUCCESS)                                                                \
+			return -1;                                                                         \
+	} while (0)
+
+static uint8_t pattern(size_t i, int k)
+{
+	return (uint8_t)(i * 131 + (size_t)k * 17 + (i >> 12));
+}
+
+/* Slot w (one page per process, after page 0) of allocation k: written by w. */
+static volatile uint32_t *slot(const struct shared *s, int w)
+{
+	return (volatile uint32_t *)(uintptr_t)(s->va + (size_t)(w + 1) * PAGE);
+}
+
+static int send_fd(int sock, int fd)
+{
+	char byte = 'F';
+	struct iovec iov = {&byte, 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int sock)
+{
+	char byte;
+	struct iovec iov = {&byte, 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
+		return -1;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	int fd = -1;
+	if (c && c->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+static int put(int sock, char c)
+{
+	return write(sock, &c, 1) == 1 ? 0 : -1;
+}
+
+static char get(int sock)
+{
+	char c = 0;
+	ssize_t n;
+	do
+		n = read(sock, &c, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? c : 0;
+}
+
+static int map_at_new_va(CUmemGenericAllocationHandle h, int device, int other, CUdeviceptr *out)
+{
+	CU(cuMemAddressReserve(out, size, 0, 0, 0));
+	CU(cuMemMap(*out, size, 0, h, 0));
+	/* Read-write for our device; read for another one (per-location access). */
+	CUmemAccessDesc d[2] = {
+		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = other}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ},
+	};
+	CU(cuMemSetAccess(*out, size, d, device == other ? 1 : 2));
+	return 0;
+}
+
+static int ndevices(void)
+{
+	int n = 1;
+	cuDeviceGetCount(&n);
+	return n > 0 ? n : 1;
+}
+
+static int setup_context(int device)
+{
+	CUcontext ctx;
+	CU(cuInit(0));
+	CU(cuDevicePrimaryCtxRetain(&ctx, device));
+	CU(cuCtxSetCurrent(ctx));
+	return 0;
+}
+
+static int make_private(int device)
+{
+	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+	CU(cuMemCreate(&priv.handle, size, &p, 0));
+	CU(map_at_new_va(priv.handle, device, device, &priv.va));
+	CU(cuMemsetD32(priv.va, 0xc0ffee00u | (unsigned)device, size / 4));
+	priv.device = device;
+	return 0;
+}
+
+static int wait_file(const char *name)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", control, name);
+	for (long waited = 0; waited < (long)timeout_s * 1000; waited += 10) {
+		if (access(path, F_OK) == 0)
+			return 0;
+		usleep(10000);
+	}
+	check(0, "%s did not appear within %d s", path, timeout_s);
+	return -1;
+}
+
+/* After the restore: bytes, old handles, and our private allocation. */
+static int verify_local(int me, bool parent)
+{
+	uint8_t *buf = malloc(size);
+	for (int k = 0; k < nallocs && buf; k++) {
+		struct shared *s = &allocs[k];
+		CU(cuMemcpyDtoH(buf, s->va, size));
+		int bad = 0;
+		for (size_t i = 0; i < PAGE; i++)
+			bad += buf[i] != pattern(i, k);
+		for (size_t i = (size_t)(workers + 3) * PAGE; i < size; i++)
+			bad += buf[i] != pattern(i, k);
+		check(!bad, "allocation %d: %d bytes differ from the pattern", k, bad);
+		for (int w = 0; w <= workers; w++)
+			check(*slot(s, w) == 0x5100u + (unsigned)w, "allocation %d: slot %d holds %#x, want %#x", k, w,
+			      *slot(s, w), 0x5100u + (unsigned)w);
+		/* The application's old handle still works. */
+		CUmemAllocationProp p;
+		CU(cuMemGetAllocationPropertiesFromHandle(&p, s->handle));
+		check(p.location.id == s->device, "allocation %d: device %d, want %d", k, p.location.id, s->device);
+		CUdeviceptr extra;
+		CU(map_at_new_va(s->handle, s->device, s->device, &extra));
+		check(*(volatile uint8_t *)(uintptr_t)extra == pattern(0, k), "allocation %d: a new mapping of the old handle "
+									     "shows other bytes", k);
+		CU(cuMemUnmap(extra, size));
+		CU(cuMemAddressFree(extra, size));
+		CUmemGenericAllocationHandle again;
+		CU(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)s->va));
+		CU(cuMemRelease(again));
+	}
+	free(buf);
+	volatile uint32_t *pp = (volatile uint32_t *)(uintptr_t)priv.va;
+	check(pp[0] == (0xc0ffee00u | (unsigned)priv.device) && pp[size / 4 - 1] == pp[0],
+	      "private allocation lost its bytes");
+	(void)me;
+	(void)parent;
+	return 0;
+}
+
+static int worker_main(int w, int sock)
+{
+	snprintf(role, sizeof(role), "worker%d", w);
+	int nd = ndevices();
+	int device = (w + 1) % nd;
+	if (setup_context(device) < 0)
+		return 1;
+	for (int k = 0; k < nallocs; k++) {
+		int fd = recv_fd(sock);
+		check(fd >= 0, "no FD for allocation %d", k);
+		if (fd < 0)
+			return 1;
+		CUresult rc = cuMemImportFromShareableHandle(&allocs[k].handle, (void *)(intptr_t)fd,
+							     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		close(fd);
+		check(rc == CUDA_SUCCESS, "import of allocation %d failed: %s", k, cuname(rc));
+		if (rc)
+			return 1;
+		allocs[k].device = k % nd;
+		if (map_at_new_va(allocs[k].handle, device, allocs[k].device, &allocs[k].va) < 0)
+			return 1;
+		check(*(volatile uint8_t *)(uintptr_t)allocs[k].va == pattern(0, k), "allocation %d: wrong bytes after import", k);
+		*slot(&allocs[k], w + 1) = 0x5100u + (unsigned)(w + 1);
+	}
+	if (make_private(device) < 0)
+		return 1;
+	put(sock, 'R');
+	/* Parked: the parent waits for restore-complete and says when to verify. */
+	if (get(sock) != 'V')
+		return 1;
+	verify_local(w + 1, false);
+	/* Live sharing, both directions: the parent wrote 0xA0+k; we answer 0xB0+k. */
+	for (int k = 0; k < nallocs; k++) {
+		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
+		check(mark[0] == 0xA000u + (unsigned)k, "allocation %d: the parent's write after restore is not visible "
+						       "(%#x)", k, mark[0]);
+		mark[1 + w] = 0xB000u + (unsigned)k;
+	}
+	put(sock, failures ? 'F' : 'P');
+	printf("%s vmm_group %s pid %d\n", failures ? "FAIL" : "PASS", role, getpid());
+	fflush(stdout);
+	return failures ? 1 : 0;
+}
+
+static int parent_main(int *socks, pid_t *pids)
+{
+	int nd = ndevices();
+	if (setup_context(0) < 0)
+		return 1;
+	for (int k = 0; k < nallocs; k++) {
+		CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k % nd},
+					 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+		allocs[k].device = k % nd;
+		CU(cuMemCreate(&allocs[k].handle, size, &p, 0));
+		if (map_at_new_va(allocs[k].handle, allocs[k].device, 0, &allocs[k].va) < 0)
+			return 1;
+		uint8_t *buf = malloc(size);
+		for (size_t i = 0; i < size; i++)
+			buf[i] = pattern(i, k);
+		CU(cuMemcpyHtoD(allocs[k].va, buf, size));
+		free(buf);
+		*slot(&allocs[k], 0) = 0x5100u;
+		int fd = -1;
+		CU(cuMemExportToShareableHandle(&fd, allocs[k].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		for (int w = 0; w < workers; w++)
+			check(send_fd(socks[w], fd) == 0, "sending allocation %d to worker %d failed", k, w);
+		close(fd);
+	}
+	if (make_private(0) < 0)
+		return 1;
+	for (int w = 0; w < workers; w++)
+		check(get(socks[w]) == 'R', "worker %d did not get ready", w);
+	if (failures)
+		return 1;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/ready-for-snapshot", control);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		close(fd);
+	printf("vmm_group: %d processes ready (%d allocations of %zu bytes shared), parked until restore-complete\n",
+	       workers + 1, nallocs, size);
+	fflush(stdout);
+	if (wait_file("restore-complete") < 0)
+		return 1;
+	verify_local(0, true);
+	for (int k = 0; k < nallocs; k++) {
+		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
+		mark[0] = 0xA000u + (unsigned)k;
+	}
+	for (int w = 0; w < workers; w++)
+		put(socks[w], 'V');
+	for (int w = 0; w < workers; w++)
+		check(get(socks[w]) == 'P', "worker %d failed its checks", w);
+	for (int k = 0; k < nallocs; k++) {
+		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
+		for (int w = 0; w < workers; w++)
+			check(mark[1 + w] == 0xB000u + (unsigned)k,
+			      "allocation %d: worker %d's write after restore is not visible (%#x)", k, w, mark[1 + w]);
+	}
+	int status_all = 0;
+	for (int w = 0; w < workers; w++) {
+		int status;
+		waitpid(pids[w], &status, 0);
+		status_all |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	printf("%s vmm_group parent pid %d\n", failures ? "FAIL" : "PASS", getpid());
+	fflush(stdout);
+	return failures || status_all ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+			workers = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--allocs") && i + 1 < argc)
+			nallocs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+			size = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+			timeout_s = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS]\n");
+			return 64;
+		}
+	}
+	if (workers < 0 || workers > MAX_WORKERS || nallocs < 1 || nallocs > MAX_ALLOCS ||
+	    size < (size_t)(workers + 4) * PAGE || size % (2u << 20)) {
+		fprintf(stderr, "vmm_group: 0..%d workers, 1..%d allocations, a size that is a multiple of 2 MiB and holds "
+				"a page per process\n", MAX_WORKERS, MAX_ALLOCS);
+		return 64;
+	}
+	const char *c = getenv("SNAPSHOT_CONTROL_DIR");
+	snprintf(control, sizeof(control), "%s", c && *c ? c : "/snapshot-control");
+	mkdir(control, 0700);
+	int socks[MAX_WORKERS];
+	pid_t pids[MAX_WORKERS];
+	/* Fork every worker before CUDA is initialised. */
+	for (int w = 0; w < workers; w++) {
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+			return 1;
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(sv[0]);
+			for (int j = 0; j < w; j++)
+				close(socks[j]);
+			_exit(worker_main(w, sv[1]));
+		}
+		close(sv[1]);
+		socks[w] = sv[0];
+		pids[w] = pid;
+	}
+	return parent_main(socks, pids);
+}

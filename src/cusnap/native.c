@@ -1,0 +1,63 @@
+/* The native checkpoint API, from libcuda.so.1 loaded at run time: cusnap has no
+ * link-time dependency on the driver. */
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "cusnap.h"
+
+int native_load(struct native *n, char *err, size_t errlen)
+{
+	n->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!n->lib) {
+		snprintf(err, errlen,
+			 "cannot load the CUDA driver (libcuda.so.1): %s; install the NVIDIA driver, or put cuemu "
+			 "(build/emu) on LD_LIBRARY_PATH",
+			 dlerror());
+		return -1;
+	}
+#define SYM(field, name) *(void **)&n->field = dlsym(n->lib, name)
+	SYM(init, "cuInit");
+	SYM(get_error_name, "cuGetErrorName");
+	SYM(restore_tid, "cuCheckpointProcessGetRestoreThreadId");
+	SYM(get_state, "cuCheckpointProcessGetState");
+	SYM(lock, "cuCheckpointProcessLock");
+	SYM(checkpoint, "cuCheckpointProcessCheckpoint");
+	SYM(restore, "cuCheckpointProcessRestore");
+	SYM(unlock, "cuCheckpointProcessUnlock");
+	SYM(device_count, "cuDeviceGetCount");
+	SYM(device_get, "cuDeviceGet");
+	SYM(device_uuid, "cuDeviceGetUuid_v2");
+	SYM(device_name, "cuDeviceGetName");
+#undef SYM
+	if (!n->init || !n->restore_tid || !n->get_state || !n->lock || !n->checkpoint || !n->restore || !n->unlock) {
+		snprintf(err, errlen,
+			 "libcuda.so.1 has no checkpoint API (cuCheckpointProcess*): a driver of the r570 series or newer "
+			 "is needed");
+		return -1;
+	}
+	CUresult rc = n->init(0);
+	if (rc != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuInit failed: %s", native_error(n, rc));
+		return -1;
+	}
+	return 0;
+}
+
+const char *native_error(const struct native *n, CUresult r)
+{
+	const char *s = NULL;
+	if (n->get_error_name && n->get_error_name(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "CUDA_ERROR_(unknown)";
+}
+
+void native_classify(const struct native *n, struct proc *p, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		int tid;
+		CUprocessState st;
+		/* Succeeds only for processes that hold a CUDA context. */
+		p[i].cuda = n->restore_tid(p[i].pid, &tid) == CUDA_SUCCESS;
+		p[i].state = p[i].cuda && n->get_state(p[i].pid, &st) == CUDA_SUCCESS ? (int)st : -1;
+	}
+}

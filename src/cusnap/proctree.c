@@ -1,0 +1,100 @@
+/* Process trees from /proc. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cusnap.h"
+
+pid_t proc_nspid(pid_t pid)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	pid_t ns = -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		char *last = strrchr(line, '\t');
+		ns = last ? (pid_t)atoi(last + 1) : -1;
+		break;
+	}
+	fclose(f);
+	return ns;
+}
+
+/* Append the children of every thread of pid. */
+static int children(pid_t pid, pid_t **list, size_t *n, size_t *cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char cpath[320];
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, e->d_name);
+		FILE *f = fopen(cpath, "re");
+		if (!f)
+			continue;
+		int c;
+		while (fscanf(f, "%d", &c) == 1) {
+			if (*n == *cap) {
+				*cap = *cap ? *cap * 2 : 16;
+				pid_t *g = realloc(*list, *cap * sizeof(**list));
+				if (!g) {
+					fclose(f);
+					closedir(d);
+					return -ENOMEM;
+				}
+				*list = g;
+			}
+			(*list)[(*n)++] = c;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return 0;
+}
+
+ssize_t proc_tree(pid_t root, struct proc **out)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)root);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	fclose(f);
+	pid_t *pids = malloc(16 * sizeof(*pids));
+	size_t n = 0, cap = 16;
+	if (!pids)
+		return -ENOMEM;
+	pids[n++] = root;
+	/* Breadth first: pids[] is also the queue. */
+	for (size_t i = 0; i < n; i++) {
+		int rc = children(pids[i], &pids, &n, &cap);
+		if (rc == -ENOMEM) {
+			free(pids);
+			return rc;
+		}
+	}
+	struct proc *p = calloc(n, sizeof(*p));
+	if (!p) {
+		free(pids);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		p[i].pid = pids[i];
+		p[i].nspid = proc_nspid(pids[i]);
+		p[i].state = -1;
+	}
+	free(pids);
+	*out = p;
+	return (ssize_t)n;
+}
