@@ -171,8 +171,8 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 	if (prop->location.id < 0 || prop->location.id >= emu.ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	unsigned types = (unsigned)prop->requestedHandleTypes;
-	if (types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-		return CUDA_ERROR_NOT_SUPPORTED; /* FABRIC and Win32 handles are not emulated */
+	if (types & ~(unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
+		return CUDA_ERROR_NOT_SUPPORTED; /* Win32 handles are not emulated */
 	return CUDA_SUCCESS;
 }
 
@@ -462,13 +462,21 @@ static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, C
 {
 	if (!shareable || flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && type != CU_MEM_HANDLE_TYPE_FABRIC)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&emu.lock);
 	struct emu_alloc *a = emu_alloc_get(h);
-	if (!a || !(a->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+	if (!a || !(a->prop.requestedHandleTypes & type)) {
 		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (type == CU_MEM_HANDLE_TYPE_FABRIC) {
+		/* An opaque fabric handle: exportable, never importable here (no IMEX). */
+		CUmemFabricHandle fh;
+		memset(&fh, 0, sizeof(fh));
+		snprintf((char *)fh.data, sizeof(fh.data), "cuemu-fabric-%d-%llx", getpid(), (unsigned long long)h);
+		memcpy(shareable, &fh, sizeof(fh));
 		goto out;
 	}
 	if (a->native_restored && emu.profile == EMU_PROFILE_R615) {
@@ -502,7 +510,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_han
 	if (!handle)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-		return CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED; /* FABRIC imports need an IMEX daemon: not emulated */
 	int fd = (int)(intptr_t)os_handle;
 	char link[64], target[256];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +147,22 @@ static long inspect_all(struct call *calls, struct coord_target *t, size_t n, co
 	return -1;
 }
 
+/* Named fault points for the test suite, like CRIU_FAULT: CUSNAP_FAULT=NAME:PID
+ * sends SIGKILL to PID when the coordinator reaches NAME. */
+static void fault_point(const char *name)
+{
+	const char *spec = getenv("CUSNAP_FAULT");
+	size_t len = strlen(name);
+	if (!spec || strncmp(spec, name, len) != 0 || spec[len] != ':')
+		return;
+	int pid = atoi(spec + len + 1);
+	if (pid > 0) {
+		fprintf(stderr, "snapshot-cuda-vmm: CUSNAP_FAULT: killing participant %d at %s\n", pid, name);
+		kill(pid, SIGKILL);
+		usleep(50000);
+	}
+}
+
 static void count(const struct topo_participant *p, size_t n, struct coord_report *r)
 {
 	r->participants = n;
@@ -168,10 +186,17 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 		double t0 = now_ms();
 		long bad = fan_out(calls, t, n, sel, ops[s], NULL, 0, o->timeout_ms);
 		if (tolerate_active && s == 0) {
-			/* Already ACTIVE (never touched): nothing to rebuild there. */
-			for (size_t i = 0; i < n; i++)
+			/* Already ACTIVE (never touched): nothing to rebuild there. Gone (its
+			 * endpoint refuses connections): nothing can be rebuilt there. */
+			for (size_t i = 0; i < n; i++) {
 				if (sel[i] && calls[i].status == PROTO_E_PHASE && strstr(calls[i].err, "phase active"))
 					sel[i] = false, calls[i].status = PROTO_OK;
+				if (sel[i] && calls[i].status == PROTO_E_IO && kill(t[i].obs, 0) < 0) {
+					fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",
+						t[i].obs, t[i].ns);
+					sel[i] = false, calls[i].status = PROTO_OK;
+				}
+			}
 			bad = -1;
 			for (size_t i = 0; i < n && bad < 0; i++)
 				if (calls[i].status != PROTO_OK)
@@ -238,6 +263,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	r->ms_quiesce = now_ms() - t0;
 	progress(o, "QUIESCE", r->ms_quiesce, "%s", "");
+	fault_point("kill-after-quiesce");
 	/* 3. PREPARE (multicast teardown comes before it once multicast is supported). */
 	t0 = now_ms();
 	uint8_t payload[64];
