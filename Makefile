@@ -38,6 +38,7 @@ COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
+E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
 SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
@@ -111,6 +112,11 @@ $(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
 
+# End-to-end tests drive the built tools as a user would; they link no driver.
+$(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) -ldl
+
 # A stand-in libcudart with cudaGetDriverEntryPoint*, for the resolver tests.
 $(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.o
 	@mkdir -p $(dir $@)
@@ -147,7 +153,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../emu' $(LDLIBS)
 
-tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(SHIM_TEST_EXTRA) $(FUZZ_BINS) $(FUZZ_SCRIPTS)
+tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(E2E_TESTS) $(SHIM_TEST_EXTRA) $(FUZZ_BINS) $(FUZZ_SCRIPTS)
 
 deps:
 	@scripts/deps.sh

@@ -12,6 +12,8 @@
  *
  *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS]
  *
+ * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT in that process only.
+ *
  * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
  * shared memory to survive a checkpoint; without it the same program is a plain
  * CUDA workload. Control directory: $SNAPSHOT_CONTROL_DIR or /snapshot-control. */
@@ -154,6 +156,16 @@ static int map_at_new_va(CUmemGenericAllocationHandle h, int device, int other, 
 	return 0;
 }
 
+/* For fault-injection tests: CUEMU_FAULT only in the process named by
+ * VMM_GROUP_FAULT_ROLE. Called before this process's first CUDA call (the
+ * emulator reads its environment then). */
+static void fault_role_filter(void)
+{
+	const char *only = getenv("VMM_GROUP_FAULT_ROLE");
+	if (only && strcmp(only, role) != 0)
+		unsetenv("CUEMU_FAULT");
+}
+
 static int ndevices(void)
 {
 	int n = 1;
@@ -236,6 +248,7 @@ static int verify_local(int me, bool parent)
 static int worker_main(int w, int sock)
 {
 	snprintf(role, sizeof(role), "worker%d", w);
+	fault_role_filter();
 	int nd = ndevices();
 	int device = (w + 1) % nd;
 	if (setup_context(device) < 0)
@@ -279,6 +292,7 @@ static int worker_main(int w, int sock)
 
 static int parent_main(int *socks, pid_t *pids)
 {
+	fault_role_filter();
 	int nd = ndevices();
 	if (setup_context(0) < 0)
 		return 1;

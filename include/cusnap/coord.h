@@ -72,6 +72,7 @@ struct coord_report {
 		ms_compare, ms_resume, ms_total;
 	bool nothing_to_do;  /* restore: no state file */
 	bool aborted;        /* prepare failed and every touched participant was rebuilt */
+	bool unchanged;      /* prepare failed before it changed anything */
 	char error[2048];
 };
 

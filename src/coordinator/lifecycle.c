@@ -175,6 +175,21 @@ static void count(const struct topo_participant *p, size_t n, struct coord_repor
 	}
 }
 
+/* Dead, or a zombie its parent has not reaped. */
+static bool process_gone(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return true;
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	const char *close_paren = strrchr(buf, ')');
+	return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
 /* Rebuild the selected participants: creators, then importers, then resume. */
 static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *sel, const struct coord_options *o,
 		   struct coord_report *r, bool tolerate_active)
@@ -191,7 +206,7 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 			for (size_t i = 0; i < n; i++) {
 				if (sel[i] && calls[i].status == PROTO_E_PHASE && strstr(calls[i].err, "phase active"))
 					sel[i] = false, calls[i].status = PROTO_OK;
-				if (sel[i] && calls[i].status == PROTO_E_IO && kill(t[i].obs, 0) < 0) {
+				if (sel[i] && calls[i].status == PROTO_E_IO && process_gone(t[i].obs)) {
 					fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",
 						t[i].obs, t[i].ns);
 					sel[i] = false, calls[i].status = PROTO_OK;
@@ -228,6 +243,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 		goto out;
 	}
 	/* 1. INSPECT and validate: nothing has changed yet. */
+	r->unchanged = true;
 	if (inspect_all(calls, t, n, o, before, r) >= 0)
 		goto out;
 	r->ms_inspect = now_ms() - t0;
@@ -243,6 +259,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	r->ms_validate = now_ms() - t0;
 	progress(o, "validate", r->ms_validate, "%s", "");
 	/* 2. QUIESCE: no tracked mutation from here on. */
+	r->unchanged = false;
 	t0 = now_ms();
 	long bad = fan_out(calls, t, n, NULL, PROTO_OP_QUIESCE, NULL, 0, o->timeout_ms);
 	for (size_t i = 0; i < n; i++)
@@ -309,6 +326,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	r->ms_state = now_ms() - t0;
 	progress(o, "state written", r->ms_state, "%s/" STATE_FILE, o->dir);
 	rc = 0;
+	r->unchanged = false;
 	goto out;
 abort:
 	/* Nothing half-prepared survives: rebuild every touched participant. */

@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 		free(targets);
 		if (rc == 0)
 			return 0;
-		return mode == OPT_PREPARE && r.aborted ? EX_FAILED : EX_UNKNOWN;
+		return mode == OPT_PREPARE && (r.aborted || r.unchanged) ? EX_FAILED : EX_UNKNOWN;
 	}
 	struct topo_participant *parts = calloc(ntargets, sizeof(*parts));
 	if (!parts) {

@@ -239,7 +239,7 @@ static int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 	if (vmm) {
 		struct coord_options o = {.timeout_ms = timeout_ms, .content = content, .dir = dir, .progress = stderr};
 		if (coord_prepare(t.targets, t.ncuda, &o, &r) < 0) {
-			rc = fail(r.aborted ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", r.error);
+			rc = fail(r.aborted || r.unchanged ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", r.error);
 			goto out;
 		}
 	}

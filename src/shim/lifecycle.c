@@ -118,9 +118,18 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 		else
 			r->bytes += a->size;
 	}
-	real.cuMemUnmap(va, a->size);
+	CUresult urc = real.cuMemUnmap(va, a->size);
+	if (urc != CUDA_SUCCESS)
+		urc = real.cuMemUnmap(va, a->size); /* once more: the mapping is ours and must not stay */
+	if (urc != CUDA_SUCCESS && rc == CUDA_SUCCESS) {
+		fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va, a->size,
+		     shim_cu_name(urc));
+		rc = urc;
+	}
 free_va:
-	real.cuMemAddressFree(va, a->size);
+	if (real.cuMemAddressFree(va, a->size) != CUDA_SUCCESS)
+		LOG_AT(LOG_WARN, "cuMemAddressFree of the copy reservation %#llx failed: address space leaked",
+		       (unsigned long long)va);
 out:
 	leave_device(dev);
 	return rc;
@@ -359,6 +368,19 @@ static int op_restore_importers(struct result *r)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&tbl.lock);
+	/* An import a failed prepare left in place may name an allocation its
+	 * creator has since made anew (host content): every import is taken down
+	 * and redeemed again, so that all of them name what the creators hold now. */
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_IMPORTER || a->detached)
+			continue;
+		CUresult rc = prepare_importer(a, r);
+		if (rc) {
+			pthread_mutex_unlock(&tbl.lock);
+			return PROTO_E_DRIVER;
+		}
+	}
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
 		n += tbl.allocs.keys[i] && a->role == SHIM_ROLE_IMPORTER && a->detached;
@@ -387,12 +409,6 @@ static int op_restore_importers(struct result *r)
 		list[i].fd = cap_redeem(&list[i].cap, &list[i].size, list[i].err, sizeof(list[i].err));
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
-	/* Importers a failed prepare left attached may still have detached mappings. */
-	for (size_t i = 0; !rc && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && a->role == SHIM_ROLE_IMPORTER && !a->detached)
-			rc = attach_mappings(a, r);
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct shim_alloc *a = hmap_get(&tbl.allocs, list[i].key);
 		if (rc || !a)

@@ -3,7 +3,7 @@
  *
  *   target_helper DIR NAME [--dev N] [--size BYTES] [--seed S] [--also DEV]
  *                 [--serve] [--import PEER] [--forward PEER] [--multicast] [--busy MS]
- *                 [--no-context]
+ *                 [--no-context] [--fabric]
  *
  * --serve sends each peer that connects to DIR/NAME.share a fresh export of the
  * allocation; --forward PEER takes one export from PEER, caches a dup of it and
@@ -11,7 +11,8 @@
  *
  * Writes DIR/NAME.ready ("nspid va size") once set up, then executes each command
  * written to DIR/NAME.cmd and answers in DIR/NAME.out:
- *   check S | fill S | maps | export | device | exit */
+ *   check S | fill S | maps | export | device | drop | fabric | exit
+ * (drop: unmap and release the allocation; fabric: export it as a FABRIC handle) */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -146,6 +147,19 @@ static void run(const char *cmd)
 		CUmemAllocationProp p;
 		CUresult rc = cuMemGetAllocationPropertiesFromHandle(&p, handle);
 		snprintf(reply, sizeof(reply), "%d", rc == CUDA_SUCCESS ? p.location.id : -1);
+	} else if (strncmp(cmd, "drop", 4) == 0) {
+		CUresult rc = cuMemUnmap(va, size);
+		if (rc == CUDA_SUCCESS)
+			rc = cuMemRelease(handle);
+		const char *s = "?";
+		cuGetErrorName(rc, &s);
+		snprintf(reply, sizeof(reply), "%s", s);
+	} else if (strncmp(cmd, "fabric", 6) == 0) {
+		CUmemFabricHandle fh;
+		CUresult rc = cuMemExportToShareableHandle(&fh, handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+		const char *s = "?";
+		cuGetErrorName(rc, &s);
+		snprintf(reply, sizeof(reply), "%s", s);
 	} else if (strncmp(cmd, "exit", 4) == 0) {
 		answer("BYE");
 		exit(0);
@@ -165,7 +179,7 @@ int main(int argc, char **argv)
 	dir = argv[1];
 	name = argv[2];
 	const char *import = NULL, *forward = NULL;
-	int serve = 0, multicast = 0, busy = 0, no_context = 0, also = -1;
+	int serve = 0, multicast = 0, busy = 0, no_context = 0, also = -1, fabric = 0;
 	unsigned seed = 1;
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--dev") && i + 1 < argc)
@@ -184,6 +198,8 @@ int main(int argc, char **argv)
 			busy = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--serve"))
 			serve = 1;
+		else if (!strcmp(argv[i], "--fabric"))
+			fabric = 1;
 		else if (!strcmp(argv[i], "--multicast"))
 			multicast = 1;
 		else if (!strcmp(argv[i], "--no-context"))
@@ -231,6 +247,9 @@ int main(int argc, char **argv)
 			va = map_rw(handle, dev);
 		} else {
 			CUmemAllocationProp p = emu_prop(dev);
+			if (fabric)
+				p.requestedHandleTypes = (CUmemAllocationHandleType)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
+										     CU_MEM_HANDLE_TYPE_FABRIC);
 			CU(cuMemCreate(&handle, size, &p, 0));
 			va = map_rw(handle, dev);
 			unsigned char *buf = malloc(size);

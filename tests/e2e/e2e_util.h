@@ -1,0 +1,241 @@
+/* Driving the built tools and the example workload as a user would. */
+#ifndef CUSNAP_TESTS_E2E_UTIL_H
+#define CUSNAP_TESTS_E2E_UTIL_H
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/test.h"
+
+static char e2e_root[PATH_MAX]; /* scratch for this test run */
+static char bin_dir[PATH_MAX], emu_dir[PATH_MAX], examples_dir[PATH_MAX], tests_dir[PATH_MAX];
+
+static inline void e2e_init(const char *tag)
+{
+	snprintf(bin_dir, sizeof(bin_dir), "%s/../../bin", test_exe_dir());
+	snprintf(emu_dir, sizeof(emu_dir), "%s/../../emu", test_exe_dir());
+	snprintf(examples_dir, sizeof(examples_dir), "%s/../../examples", test_exe_dir());
+	snprintf(tests_dir, sizeof(tests_dir), "%s/..", test_exe_dir());
+	char tmpl[PATH_MAX];
+	snprintf(tmpl, sizeof(tmpl), "%s/tmp-%s-XXXXXX", test_exe_dir(), tag);
+	if (!mkdtemp(tmpl))
+		SKIP("cannot make a scratch directory");
+	snprintf(e2e_root, sizeof(e2e_root), "%s", tmpl);
+	/* The tools find cuemu as libcuda.so.1. */
+	setenv("LD_LIBRARY_PATH", emu_dir, 1);
+	unsetenv("LD_PRELOAD");
+	unsetenv("SNAPSHOT_CONTROL_DIR");
+}
+
+static inline void e2e_done(void)
+{
+	if (!test_failures) {
+		char *argv[] = {"rm", "-rf", e2e_root, NULL};
+		test_run_cmd(argv, NULL, 30000);
+	} else {
+		printf("scratch kept in %s\n", e2e_root);
+	}
+}
+
+/* Run a tool; its stdout and stderr go to out (returned, malloc'ed). Exit status or -1. */
+static inline int tool(char **out, char *const env[], const char *first, ...)
+{
+	char *argv[64];
+	int n = 0;
+	va_list ap;
+	va_start(ap, first);
+	for (const char *a = first; a && n < 63; a = va_arg(ap, const char *))
+		argv[n++] = (char *)a;
+	va_end(ap);
+	argv[n] = NULL;
+	char log[PATH_MAX];
+	snprintf(log, sizeof(log), "%s/tool.out", e2e_root);
+	unlink(log);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		for (int i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status = test_wait_child(pid, 120000);
+	char *text = test_read_file(log);
+	if (out)
+		*out = text ? text : strdup("");
+	else
+		free(text);
+	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+struct group {
+	pid_t child;   /* what we forked */
+	pid_t root;    /* the workload's root process (observed PID) */
+	char ctl[PATH_MAX];
+	char log[PATH_MAX];
+	char env_ctl[PATH_MAX + 32];
+};
+
+static inline void cusnap_path(char *out, size_t len)
+{
+	snprintf(out, len, "%s/cusnap", bin_dir);
+}
+
+/* Start examples/vmm_group (under the interposer unless plain) and wait until it
+ * is ready for a snapshot. wrapper: argv prefix such as unshare (NULL-ended). */
+static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
+			      const char *const *wrapper, char *const *env_extra, const char *ctl_override)
+{
+	static int runs;
+	memset(g, 0, sizeof(*g));
+	runs++;
+	/* A fresh control directory each run: ready-for-snapshot and restore-complete are per run. */
+	if (ctl_override)
+		snprintf(g->ctl, sizeof(g->ctl), "%s", ctl_override);
+	else
+		snprintf(g->ctl, sizeof(g->ctl), "%s/%s-%d-ctl", e2e_root, name, runs);
+	snprintf(g->log, sizeof(g->log), "%s/%s-%d.log", e2e_root, name, runs);
+	snprintf(g->env_ctl, sizeof(g->env_ctl), "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	static char cusnap[PATH_MAX], group[PATH_MAX + 32], w[16], a[16];
+	cusnap_path(cusnap, sizeof(cusnap));
+	snprintf(group, sizeof(group), "%s/vmm_group", examples_dir);
+	snprintf(w, sizeof(w), "%d", workers);
+	snprintf(a, sizeof(a), "%d", allocs);
+	const char *argv[32];
+	int n = 0;
+	for (int i = 0; wrapper && wrapper[i]; i++)
+		argv[n++] = wrapper[i];
+	if (!plain) {
+		argv[n++] = cusnap;
+		argv[n++] = "run";
+		argv[n++] = "--";
+	}
+	argv[n++] = group;
+	argv[n++] = "--workers";
+	argv[n++] = w;
+	argv[n++] = "--allocs";
+	argv[n++] = a;
+	argv[n++] = "--timeout";
+	argv[n++] = "60";
+	argv[n] = NULL;
+	char *env[16];
+	int e = 0;
+	env[e++] = g->env_ctl;
+	for (int i = 0; env_extra && env_extra[i] && e < 15; i++)
+		env[e++] = env_extra[i];
+	env[e] = NULL;
+	g->child = test_spawn((char *const *)argv, env, g->log);
+	g->root = g->child;
+	char ready[PATH_MAX + 32];
+	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
+	if (!test_wait_file(ready, 30000)) {
+		char *text = test_read_file(g->log);
+		test_fail(__FILE__, __LINE__, "workload %s did not get ready; its log:\n%s", name, text ? text : "");
+		free(text);
+		return -1;
+	}
+	if (wrapper) {
+		/* unshare --fork: the workload is the wrapper's child. */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", g->child, g->child);
+		char *text = test_read_file(path);
+		g->root = text ? (pid_t)atoi(text) : 0;
+		free(text);
+	}
+	return 0;
+}
+
+/* Every process of the tree rooted at pid, into pids[] (at most max). */
+static inline int tree_pids(pid_t pid, pid_t *pids, int max)
+{
+	int n = 0;
+	pids[n++] = pid;
+	for (int i = 0; i < n; i++) {
+		char path[96];
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pids[i], pids[i]);
+		char *text = test_read_file(path);
+		for (char *p = text; p && *p && n < max;) {
+			char *end;
+			long c = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			pids[n++] = (pid_t)c;
+			p = end;
+		}
+		free(text);
+	}
+	return n;
+}
+
+/* Let the workload verify (restore-complete) and wait for it; returns its PASS
+ * line count, or -1 when it did not exit 0. */
+static inline int group_finish(struct group *g)
+{
+	char done[PATH_MAX + 32];
+	snprintf(done, sizeof(done), "%s/restore-complete", g->ctl);
+	test_write_file(done, "");
+	int status = test_wait_child(g->child, 60000);
+	g->child = 0;
+	char *text = test_read_file(g->log);
+	int pass = 0;
+	for (const char *p = text; p && (p = strstr(p, "PASS vmm_group")); p++)
+		pass++;
+	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (!ok)
+		printf("  workload exited with status %#x; its log:\n%s\n", status, text ? text : "");
+	free(text);
+	return ok ? pass : -1;
+}
+
+static inline void group_kill(struct group *g)
+{
+	if (g->child <= 0)
+		return;
+	pid_t pids[64];
+	int n = g->root > 0 ? tree_pids(g->root, pids, 64) : 0;
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGKILL);
+	kill(g->child, SIGKILL);
+	test_wait_child(g->child, 10000);
+	g->child = 0;
+}
+
+static inline bool contains(const char *text, const char *needle)
+{
+	return text && strstr(text, needle);
+}
+
+static inline int count_of(const char *text, const char *needle)
+{
+	int n = 0;
+	for (const char *p = text; p && (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+#define CHECK_CONTAINS(text, needle)                                                               \
+	do {                                                                                           \
+		if (!contains((text), (needle)))                                                           \
+			test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), (text) ? (text) : ""); \
+	} while (0)
+
+/* Command a target_helper in dir; its answer must start with want. */
+#define TARGET_EXPECT_DIR(dir, name, cmd, want)                                                      \
+	do {                                                                                             \
+		char *got_ = test_command((dir), (name), (cmd), 20000);                                      \
+		if (!got_ || strncmp(got_, (want), strlen(want)) != 0)                                       \
+			test_fail(__FILE__, __LINE__, "%s: '%s' answered '%s', want '%s...'", (name), (cmd),     \
+				  got_ ? got_ : "(nothing)", (want));                                            \
+		free(got_);                                                                                  \
+	} while (0)
+
+#endif

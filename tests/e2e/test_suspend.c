@@ -1,0 +1,407 @@
+/* cusnap suspend/resume in place, and the coordinator's contract (issue 4):
+ * both content modes, r615, abort after an injected failure at each driver call
+ * of prepare and after a participant dies, validation refusals, partial
+ * interposition, the argv shapes of SYSTEM.md §3, long control directories and
+ * PID namespaces. */
+#include "e2e_util.h"
+
+static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
+
+static int suspend(struct group *g, const char *content, char **out, char *const *env)
+{
+	char pid[16], dir[PATH_MAX + 32];
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
+	return tool(out, env, cusnap, "suspend", "--pid", pid, "--dir", dir, "--content", content, "--control-dir", g->ctl,
+		    "--timeout", "20000", NULL);
+}
+
+static int resume(struct group *g, char **out)
+{
+	char pid[16], dir[PATH_MAX + 32];
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
+	return tool(out, NULL, cusnap, "resume", "--pid", pid, "--dir", dir, "--control-dir", g->ctl, NULL);
+}
+
+/* JSON of `cusnap inspect --pid` for the group. */
+static char *inspect(struct group *g)
+{
+	char pid[16], *out = NULL;
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", g->ctl, "--json", NULL);
+	return out;
+}
+
+static int device_mappings(struct group *g)
+{
+	pid_t pids[64];
+	int n = tree_pids(g->root, pids, 64), total = 0;
+	for (int i = 0; i < n; i++)
+		total += test_count_maps(pids[i], "memfd:cuemu");
+	return total;
+}
+
+static void round_trip(const char *content)
+{
+	struct group g;
+	if (group_start(&g, content, 2, 4, false, NULL, NULL, NULL) < 0)
+		return;
+	CHECK(device_mappings(&g) > 0);
+	char *out;
+	CHECK_EQ(suspend(&g, content, &out, NULL), 0);
+	free(out);
+	/* Every process released all device memory. */
+	CHECK_EQ(device_mappings(&g), 0);
+	char *json = inspect(&g);
+	CHECK_EQ(count_of(json, "\"state\":\"checkpointed\""), 3);
+	free(json);
+	CHECK_EQ(resume(&g, &out), 0);
+	CHECK_CONTAINS(out, "topology identical");
+	free(out);
+	/* Same addresses, same bytes, old handles, sharing both ways: the workload checks. */
+	CHECK_EQ(group_finish(&g), 3);
+	group_kill(&g);
+}
+
+static void host_content(void)
+{
+	round_trip("host");
+}
+
+static void native_content(void)
+{
+	round_trip("native");
+}
+
+static void r615(void)
+{
+	char *env[] = {"CUEMU_PROFILE=r615", NULL};
+	struct group g;
+	if (group_start(&g, "r615n", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char *out;
+	CHECK_EQ(suspend(&g, "native", &out, NULL), 0);
+	free(out);
+	/* Natively restored exportable allocations cannot be exported again. */
+	CHECK_EQ(resume(&g, &out), 2);
+	CHECK_CONTAINS(out, "CUDA_ERROR_INVALID_VALUE");
+	CHECK_CONTAINS(out, "allocation ");
+	free(out);
+	group_kill(&g);
+	if (group_start(&g, "r615h", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	CHECK_EQ(resume(&g, &out), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+static void abort_on_driver_failure(void)
+{
+	/* The nth call of each driver function prepare uses is its first call in
+	 * prepare: vmm_group --allocs 2 makes 3 reservations, mappings and access
+	 * changes (2 shared, 1 private) and retains one primary context while it
+	 * sets up, and no copy to the host, unmap, release or address free. */
+	static const struct {
+		const char *fault;
+		const char *content;
+		const char *role; /* the process the fault is injected into */
+	} cases[] = {
+		{"CUEMU_FAULT=cuDevicePrimaryCtxRetain:2", "host", "parent"},
+		{"CUEMU_FAULT=cuMemAddressReserve:4", "host", "parent"},
+		{"CUEMU_FAULT=cuMemMap:4", "host", "parent"},
+		{"CUEMU_FAULT=cuMemSetAccess:4", "host", "parent"},
+		{"CUEMU_FAULT=cuMemcpyDtoH:1", "host", "parent"},
+		{"CUEMU_FAULT=cuMemcpyDtoH:2", "host", "parent"},
+		/* (cuMemUnmap:1 in the parent hits the copy mapping, whose unmap is
+		 * retried once: prepare then succeeds, as it should.) */
+		{"CUEMU_FAULT=cuMemUnmap:2", "host", "parent"},
+		{"CUEMU_FAULT=cuMemRelease:1", "host", "parent"},
+		{"CUEMU_FAULT=cuMemRelease:2", "host", "parent"},
+		{"CUEMU_FAULT=cuMemUnmap:1", "host", "worker0"},
+		{"CUEMU_FAULT=cuMemRelease:2", "host", "worker0"},
+		{"CUEMU_FAULT=cuMemUnmap:1", "native", "parent"},
+		{"CUEMU_FAULT=cuMemUnmap:2", "native", "worker0"},
+		{"CUEMU_FAULT=cuMemRelease:1", "native", "worker0"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char role[64];
+		snprintf(role, sizeof(role), "VMM_GROUP_FAULT_ROLE=%s", cases[i].role);
+		char *env[] = {(char *)cases[i].fault, role, NULL};
+		struct group g;
+		if (group_start(&g, "abort", 1, 2, false, NULL, env, NULL) < 0)
+			return;
+		char *out;
+		int rc = suspend(&g, cases[i].content, &out, NULL);
+		if (rc != 1 || !contains(out, "every participant was rebuilt"))
+			test_fail(__FILE__, __LINE__, "%s (%s, %s): suspend exited %d:\n%s", cases[i].fault, cases[i].content,
+				  cases[i].role, rc, out);
+		free(out);
+		char *json = inspect(&g);
+		/* Nothing half-prepared: every process active, running, sharing again. */
+		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2)
+			test_fail(__FILE__, __LINE__, "%s (%s): after the abort:\n%s", cases[i].fault, cases[i].role, json);
+		free(json);
+		if (group_finish(&g) != 2)
+			test_fail(__FILE__, __LINE__, "%s (%s, %s): the workload did not pass after the abort", cases[i].fault,
+				  cases[i].content, cases[i].role);
+		group_kill(&g);
+	}
+}
+
+static void abort_on_dead_participant(void)
+{
+	struct group g;
+	if (group_start(&g, "dead", 2, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 3);
+	char fault[64], *out;
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", pids[2]);
+	char *env[] = {fault, NULL};
+	CHECK_EQ(suspend(&g, "host", &out, env), 1);
+	CHECK_CONTAINS(out, "is gone");
+	free(out);
+	/* The survivors are rebuilt and running: their device memory is back. */
+	char *json = inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+	CHECK_EQ(count_of(json, "\"detached\""), 0);
+	free(json);
+	CHECK_EQ(test_count_maps(pids[0], "memfd:cuemu-mem"), 2 + 1);
+	CHECK_EQ(test_count_maps(pids[1], "memfd:cuemu-mem"), 2 + 1);
+	group_kill(&g);
+}
+
+/* A target_helper under the launcher, for the refusals. */
+static pid_t helper(const char *dir, const char *name, const char *ctl, const char *const *opts)
+{
+	static char launcher[PATH_MAX + 32], h[PATH_MAX + 32], envctl[PATH_MAX + 32];
+	snprintf(launcher, sizeof(launcher), "%s/snapshot-cuda-vmm-launch", bin_dir);
+	snprintf(h, sizeof(h), "%s/emu/target_helper", tests_dir);
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	const char *argv[16] = {launcher, h, dir, name};
+	int n = 4;
+	for (int i = 0; opts && opts[i]; i++)
+		argv[n++] = opts[i];
+	argv[n] = NULL;
+	char *env[] = {envctl, NULL};
+	char log[PATH_MAX + 32];
+	snprintf(log, sizeof(log), "%s/%s.log", dir, name);
+	pid_t pid = test_spawn((char *const *)argv, env, log);
+	int ns;
+	unsigned long long va;
+	if (test_wait_ready(dir, name, 20000, &ns, &va) < 0)
+		test_fail(__FILE__, __LINE__, "helper %s did not get ready", name);
+	return pid;
+}
+
+static int prepare(const char *ctl, const char *dir, char **out, pid_t a, pid_t b)
+{
+	char pa[16], pb[16], cd[PATH_MAX + 32];
+	snprintf(pa, sizeof(pa), "%d", a);
+	snprintf(pb, sizeof(pb), "%d", b);
+	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
+	if (b > 0)
+		return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa, "--process", pb, pb,
+			    NULL);
+	return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa, NULL);
+}
+
+static void validation_refusals(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	snprintf(dir, sizeof(dir), "%s/refusals", e2e_root);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
+	mkdir(dir, 0700);
+	const char *serve[] = {"--serve", NULL}, *import[] = {"--import", "c", "--dev", "1", NULL};
+	pid_t c = helper(dir, "c", ctl, serve), i = helper(dir, "i", ctl, import);
+	/* A partial group: the importer without its creator. */
+	CHECK_EQ(prepare(ctl, dir, &out, i, 0), 1);
+	CHECK_CONTAINS(out, "partial group");
+	free(out);
+	/* Nothing changed: the full group prepares (and is rebuilt by a restore). */
+	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
+	free(out);
+	char pc[16], pi[16], cd[PATH_MAX + 32];
+	snprintf(pc, sizeof(pc), "%d", c);
+	snprintf(pi, sizeof(pi), "%d", i);
+	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi, pi,
+		      NULL), 0);
+	free(out);
+	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
+	/* The creator drops its handle and mapping: only capabilities remain. */
+	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
+	CHECK_EQ(prepare(ctl, dir, &out, c, i), 1);
+	CHECK_CONTAINS(out, "neither a handle nor a mapping");
+	free(out);
+	kill(c, SIGKILL);
+	kill(i, SIGKILL);
+	waitpid(c, NULL, 0);
+	waitpid(i, NULL, 0);
+	/* Shared as a FABRIC handle: refused, with the handle type named. */
+	const char *fabric[] = {"--fabric", NULL};
+	pid_t f = helper(dir, "f", ctl, fabric);
+	TARGET_EXPECT_DIR(dir, "f", "fabric", "CUDA_SUCCESS");
+	CHECK_EQ(prepare(ctl, dir, &out, f, 0), 1);
+	CHECK_CONTAINS(out, "only POSIX file descriptor sharing");
+	free(out);
+	kill(f, SIGKILL);
+	waitpid(f, NULL, 0);
+}
+
+static void partial_interposition(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
+	snprintf(dir, sizeof(dir), "%s/partial", e2e_root);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
+	mkdir(dir, 0700);
+	/* One process under the interposer, one without, in one tree. */
+	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
+		 bin_dir, tests_dir, dir, tests_dir, dir);
+	char envctl[PATH_MAX + 32];
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
+	char log[PATH_MAX + 16];
+	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	pid_t sh = test_spawn(argv, env, log);
+	int ns;
+	unsigned long long va;
+	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
+	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", sh);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
+	CHECK_CONTAINS(out, "partial interposition");
+	free(out);
+	/* Refused before anything changed. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
+	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
+	free(out);
+	pid_t pids[8];
+	int n = tree_pids(sh, pids, 8);
+	for (int k = n - 1; k >= 0; k--)
+		kill(pids[k], SIGKILL);
+	waitpid(sh, NULL, 0);
+}
+
+/* The agent's exact argv shapes, with a workload in its own PID namespace. */
+static void contract_shapes(void)
+{
+	if (geteuid() != 0) {
+		printf("  (PID namespace part skipped: needs root)\n");
+		return;
+	}
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", NULL};
+	struct group g;
+	if (group_start(&g, "pidns", 2, 2, false, wrapper, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 3);
+	char obs[3][16], ns[3][16], dir[PATH_MAX + 32], *out;
+	for (int i = 0; i < 3; i++) {
+		snprintf(obs[i], sizeof(obs[i]), "%d", pids[i]);
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/status", pids[i]);
+		char *st = test_read_file(path), *line = st ? strstr(st, "NSpid:") : NULL;
+		char *nl = line ? strchr(line, '\n') : NULL;
+		if (nl)
+			*nl = '\0';
+		char *last = line ? strrchr(line, '\t') : NULL;
+		snprintf(ns[i], sizeof(ns[i]), "%s", last ? last + 1 : "0");
+		free(st);
+		CHECK(strcmp(obs[i], ns[i]) != 0); /* observed PID != namespace PID */
+	}
+	snprintf(dir, sizeof(dir), "%s/state", g.ctl);
+	mkdir(dir, 0700);
+	char *env[] = {g.env_ctl, NULL};
+	/* Prepare, as the agent runs it in the host namespaces. */
+	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", obs[0],
+		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
+	free(out);
+	CHECK_EQ(device_mappings(&g), 0 + 3); /* only the private allocations remain */
+	/* Restore, as it runs inside the container: empty proc-root, SNAPSHOT_CONTROL_DIR. */
+	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0], ns[0],
+		      "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 3);
+	group_kill(&g);
+}
+
+static void missing_state(void)
+{
+	char dir[PATH_MAX], *out;
+	snprintf(dir, sizeof(dir), "%s/empty", e2e_root);
+	mkdir(dir, 0700);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", "1", "1",
+		      NULL), 0);
+	CHECK_CONTAINS(out, "nothing was prepared");
+	free(out);
+	CHECK(tool(&out, NULL, coord, "--restore", "--require-state", "--proc-root", "", "--checkpoint-dir", dir,
+		   "--process", "1", "1", NULL) != 0);
+	CHECK_CONTAINS(out, "cuda-vmm.state");
+	free(out);
+}
+
+static void long_control_dir(void)
+{
+	/* An endpoint path beyond the 107 bytes of a socket address. */
+	char ctl[PATH_MAX];
+	snprintf(ctl, sizeof(ctl), "%s/a-control-directory-with-a-deliberately-long-name-to-push-the-socket-path-beyond-"
+				   "one-hundred-and-seven-bytes", e2e_root);
+	struct group g;
+	if (group_start(&g, "long", 1, 2, false, NULL, NULL, ctl) < 0)
+		return;
+	char *out;
+	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	CHECK_EQ(resume(&g, &out), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+static void native_only(void)
+{
+	/* Without the interposer: the native steps only (the memory comes back; the
+	 * emulated driver gives each importer a private copy, so the workload's
+	 * sharing checks fail, as they would on a GPU). */
+	struct group g;
+	if (group_start(&g, "plain", 1, 2, true, NULL, NULL, NULL) < 0)
+		return;
+	char *out;
+	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	CHECK_CONTAINS(out, "native steps only");
+	free(out);
+	CHECK_EQ(device_mappings(&g), 0);
+	CHECK_EQ(resume(&g, &out), 0);
+	free(out);
+	CHECK(device_mappings(&g) > 0);
+	group_kill(&g);
+}
+
+int main(void)
+{
+	e2e_init("suspend");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
+	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
+	test_run("suspend/resume, native content", native_content);
+	test_run("r615: native content fails at restore naming the error; host content works", r615);
+	test_run("a failure at each driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
+	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
+	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
+	test_run("partial interposition refused before anything changes", partial_interposition);
+	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
+	test_run("restore without a state file", missing_state);
+	test_run("a control directory path longer than a socket address", long_control_dir);
+	test_run("a workload without the interposer: native steps only", native_only);
+	e2e_done();
+	return test_done();
+}
