@@ -138,7 +138,8 @@ endif
 
 $(BUILD)/tests/fuzz/fuzz_%_helper: tests/fuzz/fuzz_%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	$(FUZZ_CC) -std=c17 -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -g -O1 \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-Iinclude -I$(CUDA_HOME)/include -o $@ $^ -lpthread
 
 $(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh

@@ -1,0 +1,213 @@
+/* The state sidecar: golden bytes, round trip, every refusal with its own
+ * message, and torn writes leaving the previous file intact. */
+#include <errno.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../harness/test.h"
+#include "cusnap/crc32c.h"
+#include "cusnap/proto.h"
+#include "cusnap/state.h"
+
+static char dir[4096];
+
+static void sample(struct state *s, struct proto_buf *records)
+{
+	struct cusnap_id id = {{0xaa, 0xbb}};
+	size_t at = pbuf_begin(records, REC_PARTICIPANT);
+	pbuf_put_id(records, F_ID, &id);
+	pbuf_put_u32(records, F_NSPID, 7);
+	pbuf_end(records, at);
+	at = pbuf_begin(records, REC_ALLOCATION);
+	pbuf_put_u64(records, F_SIZE, 2 << 20);
+	pbuf_end(records, at);
+	static struct state_participant p;
+	memset(&p, 0, sizeof(p));
+	p.id = id;
+	p.nspid = 7;
+	p.obs = 4242;
+	p.stream = records->data;
+	p.len = records->len;
+	*s = (struct state){.created = 1700000000, .content = 1, .n = 1, .p = &p};
+}
+
+static uint8_t *file_bytes(size_t *len)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	char *text = NULL;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	rewind(f);
+	text = malloc(*len + 1);
+	if (fread(text, 1, *len, f) != *len) {
+		free(text);
+		text = NULL;
+	}
+	fclose(f);
+	return (uint8_t *)text;
+}
+
+static void crc_vector(void)
+{
+	/* The CRC32C check value of "123456789". */
+	CHECK_EQ(crc32c(0, "123456789", 9), 0xe3069283);
+	CHECK_EQ(crc32c(crc32c(0, "1234", 4), "56789", 5), 0xe3069283);
+}
+
+static void golden_and_round_trip(void)
+{
+	struct state s, back;
+	struct proto_buf rec = {0};
+	sample(&s, &rec);
+	char err[512];
+	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	size_t len = 0;
+	uint8_t *b = file_bytes(&len);
+	CHECK(b != NULL);
+	if (!b)
+		return;
+	CHECK_EQ(len, 28 + 28 + rec.len + 4);
+	static const uint8_t head[28] = {'C', 'S', 'V', 'M', 'S', 'T', 'A', 'T', 1, 0, 0, 0, 0x00, 0xf1, 0x53, 0x65,
+					 0,   0,   0,   0,   1,   0,   0,   0,   1, 0, 0, 0};
+	CHECK(memcmp(b, head, sizeof(head)) == 0);
+	CHECK_EQ(b[28], 0xaa);                   /* participant id */
+	CHECK_EQ(b[28 + 16], 7);                 /* nspid */
+	CHECK_EQ(b[28 + 20] | b[28 + 21] << 8, 4242); /* observed pid */
+	CHECK_EQ(state_decode(b, len, &back, err, sizeof(err)), 0);
+	CHECK_EQ(back.n, 1);
+	CHECK_EQ(back.created, 1700000000);
+	CHECK_EQ(back.p[0].nspid, 7);
+	CHECK_EQ(back.p[0].topo.nallocs, 1);
+	CHECK_EQ(back.p[0].topo.allocs[0].size, 2 << 20);
+	state_free(&back);
+	free(b);
+	pbuf_free(&rec);
+}
+
+static void refusals(void)
+{
+	struct state s, back;
+	struct proto_buf rec = {0};
+	sample(&s, &rec);
+	char err[512];
+	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	size_t len = 0;
+	uint8_t *b = file_bytes(&len);
+	if (!b)
+		return;
+	CHECK_EQ(state_decode(b, 0, &back, err, sizeof(err)), -EINVAL);
+	CHECK_STR(err, "empty file");
+	CHECK_EQ(state_decode(b, len - 9, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "checksum mismatch") != NULL); /* truncated */
+	CHECK_EQ(state_decode(b, 20, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "truncated") != NULL);
+	uint8_t *flip = malloc(len);
+	memcpy(flip, b, len);
+	flip[40] ^= 0x10;
+	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "checksum mismatch") != NULL);
+	memcpy(flip, b, len);
+	flip[0] = 'X';
+	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "bad magic") != NULL);
+	/* A newer major version, correctly checksummed. */
+	memcpy(flip, b, len);
+	flip[8] = STATE_MAJOR + 1;
+	uint32_t crc = crc32c(0, flip, len - 4);
+	for (int i = 0; i < 4; i++)
+		flip[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "newer than this reader") != NULL);
+	/* A count that the bytes cannot hold, correctly checksummed. */
+	memcpy(flip, b, len);
+	flip[24] = 200;
+	crc = crc32c(0, flip, len - 4);
+	for (int i = 0; i < 4; i++)
+		flip[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "participant count") != NULL);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/nonexistent/" STATE_FILE, dir);
+	CHECK_EQ(state_read(path, &back, err, sizeof(err)), -ENOENT);
+	free(flip);
+	free(b);
+	pbuf_free(&rec);
+}
+
+static void torn_write_keeps_old(void)
+{
+	struct state s;
+	struct proto_buf rec = {0};
+	sample(&s, &rec);
+	char err[512];
+	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	size_t len0 = 0;
+	uint8_t *before = file_bytes(&len0);
+	/* The temporary file cannot be created: a directory stands at its name. */
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s/." STATE_FILE ".%d.tmp", dir, getpid());
+	CHECK_EQ(mkdir(tmp, 0700), 0);
+	s.created = 1800000000;
+	CHECK(state_write(dir, &s, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "create failed") != NULL);
+	rmdir(tmp);
+	size_t len1 = 0;
+	uint8_t *after = file_bytes(&len1);
+	CHECK(after && len1 == len0 && memcmp(before, after, len0) == 0);
+	free(after);
+	/* A full disk: a tiny tmpfs (root only). */
+	char small[4200];
+	snprintf(small, sizeof(small), "%s/small", dir);
+	mkdir(small, 0700);
+	if (geteuid() == 0 && mount("tmpfs", small, "tmpfs", 0, "size=8k") == 0) {
+		s.created = 1700000000;
+		CHECK_EQ(state_write(small, &s, err, sizeof(err)), 0);
+		size_t big = 64 << 10;
+		uint8_t *huge = calloc(1, big);
+		struct state_participant p = s.p[0];
+		p.stream = huge;
+		p.len = big;
+		struct state s2 = s;
+		s2.p = &p;
+		CHECK(state_write(small, &s2, err, sizeof(err)) < 0);
+		CHECK(strstr(err, "write failed") != NULL && strstr(err, "No space") != NULL);
+		struct state back;
+		char path[4300];
+		snprintf(path, sizeof(path), "%s/" STATE_FILE, small);
+		CHECK_EQ(state_read(path, &back, err, sizeof(err)), 0); /* the old file, intact */
+		CHECK_EQ(back.created, 1700000000);
+		state_free(&back);
+		/* and no temporary file left behind */
+		char leftover[4400];
+		snprintf(leftover, sizeof(leftover), "%s/." STATE_FILE ".%d.tmp", small, getpid());
+		CHECK(access(leftover, F_OK) != 0);
+		free(huge);
+		umount(small);
+	} else {
+		printf("  (full-disk part skipped: needs root to mount a tmpfs)\n");
+	}
+	free(before);
+	pbuf_free(&rec);
+}
+
+int main(void)
+{
+	char *d = test_tempdir("state");
+	if (!d)
+		SKIP("no temporary directory");
+	snprintf(dir, sizeof(dir), "%s", d);
+	test_run("CRC32C check value", crc_vector);
+	test_run("golden header and round trip", golden_and_round_trip);
+	test_run("empty, truncated, bit-flipped, bad magic, newer, bad count: each refused", refusals);
+	test_run("a failed write (create, full disk) leaves the old file intact", torn_write_keeps_old);
+	char *argv[] = {"rm", "-rf", dir, NULL};
+	test_run_cmd(argv, NULL, 10000);
+	free(d);
+	return test_done();
+}
