@@ -96,6 +96,17 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				struct creator_ref *c = hmap_get(&creators, id_hash(&a->id));
 				if (!c || !id_equal(&c->alloc->id, &a->id)) {
 					id_hex(&a->creator, hex2);
+					const struct topo_participant *cp = hmap_get(&ids, id_hash(&a->creator));
+					if (cp && id_equal(&cp->id, &a->creator)) {
+						size_t ci = (size_t)(cp - p);
+						snprintf(err, errlen,
+							 "participant %d (ns %d): allocation %s: its creator, participant %d (ns %d), "
+							 "holds neither a handle nor a mapping of it (an exported FD alone cannot "
+							 "anchor it)",
+							 t[i].obs, t[i].ns, hex, t[ci].obs, t[ci].ns);
+						hmap_free(&keys);
+						goto out;
+					}
 					snprintf(err, errlen,
 						 "participant %d (ns %d): allocation %s is imported from participant %s, which is not "
 						 "in the group (partial group)",

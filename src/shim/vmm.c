@@ -57,10 +57,6 @@ static void forget_alloc(struct shim_alloc *a)
 {
 	if (a->handles || a->mappings)
 		return;
-	/* An exported creator record stays: its capabilities are out there, and
-	 * prepare must be able to say that nothing anchors the allocation. */
-	if (a->role == SHIM_ROLE_CREATOR && a->shared && !id_is_zero(&a->token))
-		return;
 	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
 		exports_drop(&a->id);
 	tbl_alloc_free(a);

@@ -238,7 +238,7 @@ static void validation_refusals(void)
 	/* The creator drops its handle and mapping: only capabilities remain. */
 	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
 	CHECK_EQ(prepare(ctl, dir, &out, c, i), 1);
-	CHECK_CONTAINS(out, "neither a handle nor a mapping");
+	CHECK_CONTAINS(out, "holds neither a handle nor a mapping");
 	free(out);
 	kill(c, SIGKILL);
 	kill(i, SIGKILL);

@@ -114,8 +114,16 @@ static void properties_and_granularity(void)
 	CHECK_CU_EQ(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_CU_EQ(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_INVALID_DEVICE);
 	p = emu_prop(0);
-	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_WIN32;
 	CHECK_CU_EQ(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+	/* FABRIC: exportable (opaque bytes), never importable (no IMEX here). */
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+	CHECK_CU(cuMemCreate(&h, gran, &p, 0));
+	CUmemFabricHandle fh;
+	CHECK_CU(cuMemExportToShareableHandle(&fh, h, CU_MEM_HANDLE_TYPE_FABRIC, 0));
+	CUmemGenericAllocationHandle imp;
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&imp, &fh, CU_MEM_HANDLE_TYPE_FABRIC), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_CU(cuMemRelease(h));
 	char name[32];
 	CHECK_CU(cuDeviceGetName(name, sizeof(name), 0));
 	CHECK_STR(name, "cuemu");
