@@ -51,4 +51,76 @@ const char *native_error(const struct native *n, CUresult r);
 /* Mark which processes hold a CUDA context, and their state. */
 void native_classify(const struct native *n, struct proc *p, size_t count);
 
+/* ---- util.c: what every command shares ---- */
+#include <stdio.h>
+
+#include "cusnap/coord.h"
+
+extern bool opt_json;
+extern int opt_timeout_ms;
+extern const char *opt_control_dir;
+
+/* One progress line on stderr: step, duration, details. */
+void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
+int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double now_ms(void);
+int mkdirs(const char *path);
+/* Write path (0644) with text; returns 0 or -errno. */
+int write_file(const char *path, const char *text);
+
+struct tree {
+	struct native nat;
+	struct proc *procs;
+	size_t nprocs;
+	struct coord_target *targets; /* the CUDA processes, as coordinator participants */
+	size_t ncuda, nshim;
+	size_t *cuda_index;           /* targets[i] is procs[cuda_index[i]] */
+};
+
+/* Load the driver (exit 69 on failure), the tree of pid, its CUDA processes and
+ * which of them run under the interposer. Returns 0 or an exit code (reported). */
+int tree_load(pid_t pid, struct tree *t);
+void tree_free(struct tree *t);
+/* Partial interposition: refused (exit 1, reported). */
+int check_interposition(const struct tree *t);
+/* The native steps of a freeze: lock then checkpoint every CUDA process. On
+ * failure everything is undone (and, when prepared, the VMM state rebuilt);
+ * returns 0 or an exit code (reported). */
+int native_freeze(struct tree *t, bool prepared, const char *dir);
+/* Native restore (with device pairs) then unlock of every CUDA process that is
+ * checkpointed. Returns 0, or -1 with err. */
+int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
+/* Rebuild shared memory after a failed or undone prepare. */
+void vmm_abort(struct tree *t, const char *dir);
+const char *state_name(int s);
+
+/* ---- criu.c ---- */
+/* The criu to run: --criu, $CRIU, PATH, or the project's provisioned one.
+ * Returns 0, or -1 with err naming the fix (exit 69). */
+int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
+/* Its version string ("4.1.1"), or "". */
+void criu_version(const char *criu, char *out, size_t len);
+/* Run criu with argv (argv[0] is ignored and replaced by criu); the log file is
+ * in DIR. Returns its exit status, or -1. On failure, the last error lines of
+ * the log are printed. */
+int criu_run(const char *criu, char *const argv[], const char *log_path);
+
+/* ---- commands ---- */
+int cmd_suspend(pid_t pid, const char *dir_arg, int content);
+int cmd_resume(pid_t pid, const char *dir_arg);
+struct checkpoint_result {
+	double ms_prepare, ms_lock, ms_checkpoint, ms_dump, ms_restore_in_place;
+	double ms_criu_restore, ms_native_restore, ms_vmm_restore, ms_total;
+	unsigned long long bytes_copied, image_bytes;
+	size_t processes, cuda, shared;
+	pid_t restored_root;
+};
+int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
+		   struct checkpoint_result *res);
+int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res);
+int cmd_demo(int processes, unsigned long long size, bool in_place, const char *keep, const char *criu_arg);
+/* manifest.json of DIR, printed readably (or as it is with --json). */
+int manifest_print(const char *dir);
+
 #endif

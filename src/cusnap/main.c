@@ -1,5 +1,4 @@
-/* cusnap: the node tool (SYSTEM.md §9). This version: suspend, resume, inspect
- * and run; checkpoint, restore and demo (with CRIU) come next. */
+/* cusnap: the node tool (SYSTEM.md §9). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -14,25 +13,33 @@
 #include "cusnap.h"
 #include "cusnap/coord.h"
 
-static bool json;
-static int timeout_ms = 30000;
-static const char *control_dir;
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: cusnap run [--control-dir DIR] -- PROGRAM [ARG...]\n"
+		"       cusnap checkpoint --pid PID --dir DIR [--leave-running] [--content host|native]\n"
+		"                         [--criu PATH] [--wait-ready] [--json]\n"
+		"       cusnap restore --dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]\n"
 		"       cusnap suspend --pid PID [--dir DIR] [--content host|native] [--json]\n"
 		"       cusnap resume  --pid PID [--dir DIR] [--json]\n"
 		"       cusnap inspect (--pid PID | --dir DIR) [--json]\n"
+		"       cusnap demo [--processes N] [--size BYTES] [--in-place] [--keep DIR]\n"
 		"\n"
-		"  run       start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
+		"  run        start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
+		"  checkpoint dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock and\n"
+		"             checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
+		"             --leave-running (then it is resumed in place and snapshot-complete is written)\n"
+		"  restore    restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
+		"             shared memory, then write restore-complete for the workload\n"
+		"  demo       run the example process group under the interposer, checkpoint, kill and restore it\n"
+		"             (on cuemu when there is no GPU) and print the phases\n"
 		"  suspend   release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
 		"            VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
 		"            every CUDA process natively; the state goes to DIR (default a private directory,\n"
 		"            printed on stderr)\n"
 		"  resume    bring a suspended tree back: native restore and unlock, then rebuild the sharing\n"
-		"  inspect   show the tree's CUDA processes and what they share, or a state directory\n"
+		"  inspect   show the tree's CUDA processes and what they share, or a checkpoint directory\n"
 		"\n"
 		"options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
 		"         --timeout MS (per participant and step, default 30000), --json (summary on stdout)\n"
@@ -40,61 +47,6 @@ static void usage(FILE *f)
 		"exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
 		"2 failed, the workload was terminated or its state is unknown; 64 usage error;\n"
 		"69 a required component is missing (the CUDA driver), with the fix named\n");
-}
-
-static void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void progress(const char *step, double ms, const char *fmt, ...)
-{
-	char extra[512] = "";
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(extra, sizeof(extra), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-	char msg[2600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cusnap: %s\n", msg);
-	if (json) {
-		printf("{\"ok\":false,\"exit\":%d,\"error\":\"", code);
-		for (const char *p = msg; *p; p++) {
-			if (*p == '"' || *p == '\\')
-				putchar('\\');
-			if ((unsigned char)*p >= 0x20)
-				putchar(*p);
-		}
-		printf("\"}\n");
-	}
-	return code;
-}
-
-static int mkdirs(const char *path)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	return mkdir(buf, 0700) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 /* The default state directory of a suspended tree: private and derived from the PID. */
@@ -107,108 +59,14 @@ static void default_dir(pid_t pid, char *out, size_t len)
 		snprintf(out, len, "/tmp/cusnap-%u/suspend-%d", (unsigned)getuid(), (int)pid);
 }
 
-struct tree {
-	struct native nat;
-	struct proc *procs;
-	size_t nprocs;
-	struct coord_target *targets; /* the CUDA processes */
-	size_t ncuda, nshim;
-	size_t *cuda_index;           /* targets[i] is procs[cuda_index[i]] */
-};
-
-static void tree_free(struct tree *t)
-{
-	free(t->procs);
-	free(t->targets);
-	free(t->cuda_index);
-}
-
-/* Find the tree, its CUDA processes and which of them run under the interposer. */
-static int tree_load(pid_t pid, struct tree *t)
-{
-	memset(t, 0, sizeof(*t));
-	char err[1024];
-	if (native_load(&t->nat, err, sizeof(err)) < 0)
-		return fail(EX_UNAVAILABLE, "%s", err);
-	ssize_t n = proc_tree(pid, &t->procs);
-	if (n < 0)
-		return fail(EX_USAGE, "no process %d: %s", (int)pid, strerror((int)-n));
-	t->nprocs = (size_t)n;
-	native_classify(&t->nat, t->procs, t->nprocs);
-	t->targets = calloc(t->nprocs, sizeof(*t->targets));
-	t->cuda_index = calloc(t->nprocs, sizeof(*t->cuda_index));
-	if (!t->targets || !t->cuda_index)
-		return fail(EX_LEFT_RUNNING, "out of memory");
-	for (size_t i = 0; i < t->nprocs; i++) {
-		struct proc *p = &t->procs[i];
-		if (!p->cuda)
-			continue;
-		struct coord_target *c = &t->targets[t->ncuda];
-		c->obs = p->pid;
-		c->ns = p->nspid;
-		coord_endpoint_path("/proc", control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
-		struct stat st;
-		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
-		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
-		t->nshim += p->shim;
-		t->cuda_index[t->ncuda++] = i;
-	}
-	return 0;
-}
-
-static const char *state_name(int s)
-{
-	switch (s) {
-	case CU_PROCESS_STATE_RUNNING: return "running";
-	case CU_PROCESS_STATE_LOCKED: return "locked";
-	case CU_PROCESS_STATE_CHECKPOINTED: return "checkpointed";
-	case CU_PROCESS_STATE_FAILED: return "failed";
-	default: return "-";
-	}
-}
-
-/* Partial interposition is refused before anything changes. */
-static int check_interposition(const struct tree *t)
-{
-	if (t->nshim == 0 || t->nshim == t->ncuda)
-		return 0;
-	char list[1024] = "";
-	size_t len = 0;
-	for (size_t i = 0; i < t->ncuda; i++) {
-		const struct proc *p = &t->procs[t->cuda_index[i]];
-		if (!p->shim && len < sizeof(list) - 32)
-			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d", len ? ", " : "", (int)p->pid);
-	}
-	return fail(EX_LEFT_RUNNING,
-		    "partial interposition: %zu of %zu CUDA processes run under the interposer; without an endpoint: %s "
-		    "(refusing: their shared memory could not be rebuilt)",
-		    t->nshim, t->ncuda, list);
-}
-
-/* Undo a suspend that failed before it completed: restore what was checkpointed,
- * unlock what was locked, rebuild what was prepared. */
-static void undo_suspend(struct tree *t, size_t locked, size_t checkpointed, bool prepared, const char *dir)
-{
-	for (size_t i = 0; i < checkpointed; i++)
-		t->nat.restore(t->targets[i].obs, NULL);
-	for (size_t i = 0; i < locked; i++)
-		t->nat.unlock(t->targets[i].obs, NULL);
-	if (prepared) {
-		struct coord_options o = {.timeout_ms = timeout_ms, .dir = dir, .progress = stderr};
-		struct coord_report r;
-		if (coord_abort(t->targets, t->ncuda, &o, &r) < 0)
-			fprintf(stderr, "cusnap: rebuilding the shared memory failed too: %s\n", r.error);
-	}
-}
-
-static int cmd_suspend(pid_t pid, const char *dir_arg, int content)
+int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 {
 	struct tree t;
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
 	char dir[PATH_MAX];
-	double start = now_ms(), t0;
+	double start = now_ms();
 	if (!t.ncuda) {
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
@@ -237,36 +95,15 @@ static int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
 	struct coord_report r = {0};
 	if (vmm) {
-		struct coord_options o = {.timeout_ms = timeout_ms, .content = content, .dir = dir, .progress = stderr};
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
 		if (coord_prepare(t.targets, t.ncuda, &o, &r) < 0) {
 			rc = fail(r.aborted || r.unchanged ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", r.error);
 			goto out;
 		}
 	}
-	t0 = now_ms();
-	for (size_t i = 0; i < t.ncuda; i++) {
-		CUcheckpointLockArgs la = {.timeoutMs = (unsigned)timeout_ms};
-		CUresult cr = t.nat.lock(t.targets[i].obs, &la);
-		if (cr != CUDA_SUCCESS) {
-			undo_suspend(&t, i, 0, vmm, dir);
-			rc = fail(EX_LEFT_RUNNING, "lock of process %d failed: %s (everything undone)", t.targets[i].obs,
-				  native_error(&t.nat, cr));
-			goto out;
-		}
-	}
-	progress("lock", now_ms() - t0, "%zu processes", t.ncuda);
-	t0 = now_ms();
-	for (size_t i = 0; i < t.ncuda; i++) {
-		CUresult cr = t.nat.checkpoint(t.targets[i].obs, NULL);
-		if (cr != CUDA_SUCCESS) {
-			undo_suspend(&t, t.ncuda, i, vmm, dir);
-			rc = fail(EX_LEFT_RUNNING, "native checkpoint of process %d failed: %s (everything undone)",
-				  t.targets[i].obs, native_error(&t.nat, cr));
-			goto out;
-		}
-	}
-	progress("checkpoint", now_ms() - t0, "GPU memory released");
-	if (json)
+	if ((rc = native_freeze(&t, vmm, dir)))
+		goto out;
+	if (opt_json)
 		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":\"%s\",\"processes\":%zu,\"cuda_processes\":%zu,"
 		       "\"vmm\":%s,\"shared_allocations\":%zu,\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
 		       (int)pid, dir, t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes,
@@ -277,13 +114,13 @@ out:
 	return rc;
 }
 
-static int cmd_resume(pid_t pid, const char *dir_arg)
+int cmd_resume(pid_t pid, const char *dir_arg)
 {
 	struct tree t;
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
-	char dir[PATH_MAX], state[PATH_MAX + 32];
+	char dir[PATH_MAX], state[PATH_MAX + 32], err[1024];
 	double start = now_ms(), t0;
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
@@ -300,38 +137,22 @@ static int cmd_resume(pid_t pid, const char *dir_arg)
 	if ((rc = check_interposition(&t)))
 		goto out;
 	t0 = now_ms();
-	for (size_t i = 0; i < t.ncuda; i++) {
-		if (t.procs[t.cuda_index[i]].state != CU_PROCESS_STATE_CHECKPOINTED)
-			continue;
-		CUresult cr = t.nat.restore(t.targets[i].obs, NULL);
-		if (cr != CUDA_SUCCESS) {
-			rc = fail(EX_TERMINATED, "native restore of process %d failed: %s", t.targets[i].obs,
-				  native_error(&t.nat, cr));
-			goto out;
-		}
+	if (native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
+		rc = fail(EX_TERMINATED, "%s", err);
+		goto out;
 	}
-	for (size_t i = 0; i < t.ncuda; i++) {
-		CUprocessState st;
-		if (t.nat.get_state(t.targets[i].obs, &st) == CUDA_SUCCESS && st == CU_PROCESS_STATE_LOCKED) {
-			CUresult cr = t.nat.unlock(t.targets[i].obs, NULL);
-			if (cr != CUDA_SUCCESS) {
-				rc = fail(EX_TERMINATED, "unlock of process %d failed: %s", t.targets[i].obs, native_error(&t.nat, cr));
-				goto out;
-			}
-		}
-	}
-	progress("restore+unlock", now_ms() - t0, "%zu processes", suspended);
+	progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended);
 	struct coord_report r = {0};
 	bool vmm = t.nshim > 0;
 	if (vmm) {
-		struct coord_options o = {.timeout_ms = timeout_ms, .dir = dir, .progress = stderr,
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
 					  .require_state = access(state, F_OK) == 0};
 		if (coord_restore(t.targets, t.ncuda, &o, &r) < 0) {
 			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s", r.error);
 			goto out;
 		}
 	}
-	if (json)
+	if (opt_json)
 		printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"dir\":\"%s\",\"cuda_processes\":%zu,\"vmm\":%s,"
 		       "\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
 		       (int)pid, dir, t.ncuda, vmm ? "true" : "false", (unsigned long long)r.bytes, now_ms() - start);
@@ -344,6 +165,8 @@ out:
 static int cmd_inspect(pid_t pid, const char *dir)
 {
 	if (dir) {
+		if (!opt_json && manifest_print(dir) == -2)
+			return EX_LEFT_RUNNING;
 		char path[PATH_MAX + 32], err[1200];
 		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 		struct state st;
@@ -357,7 +180,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			p[i] = st.p[i].topo;
 		}
 		if (t && p) {
-			if (json)
+			if (opt_json)
 				coord_print_json(stdout, t, p, st.n);
 			else {
 				printf("state %s: content %s, %zu participant(s)\n", path,
@@ -374,13 +197,13 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
-	if (json)
+	if (opt_json)
 		printf("{\"pid\":%d,\"processes\":[", (int)pid);
 	else
 		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
 	for (size_t i = 0; i < t.nprocs; i++) {
 		const struct proc *p = &t.procs[i];
-		if (json)
+		if (opt_json)
 			printf("%s{\"pid\":%d,\"nspid\":%d,\"cuda\":%s,\"state\":\"%s\",\"interposed\":%s}", i ? "," : "",
 			       (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false", state_name(p->state),
 			       p->shim ? "true" : "false");
@@ -388,7 +211,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			printf("%-8d %-8d %-5s %-13s %s\n", (int)p->pid, (int)p->nspid, p->cuda ? "yes" : "no",
 			       state_name(p->state), p->cuda ? (p->shim ? "yes" : "no") : "-");
 	}
-	if (json)
+	if (opt_json)
 		printf("]");
 	if (t.nshim) {
 		struct topo_participant *parts = calloc(t.ncuda, sizeof(*parts));
@@ -397,14 +220,14 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			char err[1200];
 			if (!t.procs[t.cuda_index[i]].shim)
 				continue;
-			if (coord_inspect(&t.targets[i], timeout_ms, &parts[ok], err, sizeof(err)) == 0)
+			if (coord_inspect(&t.targets[i], opt_timeout_ms, &parts[ok], err, sizeof(err)) == 0)
 				t.targets[ok++] = t.targets[i];
 			else
 				fprintf(stderr, "cusnap: %s\n", err);
 		}
-		if (json)
+		if (opt_json)
 			printf(",\"topology\":");
-		if (json)
+		if (opt_json)
 			coord_print_json(stdout, t.targets, parts, ok);
 		else
 			coord_print_text(stdout, t.targets, parts, ok);
@@ -412,7 +235,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			topo_free(&parts[i]);
 		free(parts);
 	}
-	if (json)
+	if (opt_json)
 		printf("}\n");
 	tree_free(&t);
 	return EX_OK;
@@ -432,7 +255,7 @@ static int cmd_run(int argc, char **argv)
 	if (access(launcher, X_OK) != 0)
 		snprintf(launcher, sizeof(launcher), "/usr/local/bin/snapshot-cuda-vmm-launch");
 	if (getenv("CUSNAP_CONTROL_DIR_SET"))
-		setenv("SNAPSHOT_CONTROL_DIR", control_dir, 1);
+		setenv("SNAPSHOT_CONTROL_DIR", opt_control_dir, 1);
 	char **args = calloc((size_t)argc + 2, sizeof(*args));
 	if (!args)
 		return fail(EX_LEFT_RUNNING, "out of memory");
@@ -462,12 +285,22 @@ int main(int argc, char **argv)
 		{"timeout", required_argument, NULL, 't'},
 		{"control-dir", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
+		{"leave-running", no_argument, NULL, 'L'},
+		{"criu", required_argument, NULL, 'R'},
+		{"wait-ready", no_argument, NULL, 'W'},
+		{"device-map", required_argument, NULL, 'M'},
+		{"processes", required_argument, NULL, 'P'},
+		{"size", required_argument, NULL, 'S'},
+		{"in-place", no_argument, NULL, 'I'},
+		{"keep", required_argument, NULL, 'K'},
 		{0, 0, 0, 0},
 	};
-	control_dir = coord_default_control_dir();
+	opt_control_dir = coord_default_control_dir();
 	pid_t pid = 0;
-	const char *dir = NULL;
-	int content = COORD_CONTENT_HOST, c;
+	const char *dir = NULL, *criu = NULL, *device_map = NULL, *keep = NULL;
+	bool leave_running = false, wait_ready = false, in_place = false;
+	int content = COORD_CONTENT_HOST, c, processes = 3;
+	unsigned long long size = 64ull << 20;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		switch (c) {
@@ -488,16 +321,34 @@ int main(int argc, char **argv)
 			else
 				return fail(EX_USAGE, "--content %s: use host or native", optarg);
 			break;
-		case 'j': json = true; break;
+		case 'j': opt_json = true; break;
 		case 't':
-			timeout_ms = atoi(optarg);
-			if (timeout_ms <= 0)
+			opt_timeout_ms = atoi(optarg);
+			if (opt_timeout_ms <= 0)
 				return fail(EX_USAGE, "--timeout %s: not a positive number of milliseconds", optarg);
 			break;
 		case 'C':
-			control_dir = optarg;
+			opt_control_dir = optarg;
 			setenv("CUSNAP_CONTROL_DIR_SET", "1", 1);
 			break;
+		case 'L': leave_running = true; break;
+		case 'R': criu = optarg; break;
+		case 'W': wait_ready = true; break;
+		case 'M': device_map = optarg; break;
+		case 'P': processes = atoi(optarg); break;
+		case 'S': {
+			char *end;
+			size = strtoull(optarg, &end, 0);
+			if (*end == 'M' || *end == 'm')
+				size <<= 20, end++;
+			else if (*end == 'G' || *end == 'g')
+				size <<= 30, end++;
+			if (*end || !size)
+				return fail(EX_USAGE, "--size %s: a number of bytes (K/M/G suffixes: M, G)", optarg);
+			break;
+		}
+		case 'I': in_place = true; break;
+		case 'K': keep = optarg; break;
 		case 'h': usage(stdout); return EX_OK;
 		default: usage(stderr); return EX_USAGE;
 		}
@@ -516,7 +367,17 @@ int main(int argc, char **argv)
 			return fail(EX_USAGE, "inspect needs --pid PID or --dir DIR");
 		return cmd_inspect(pid, dir);
 	}
-	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "restore") || !strcmp(cmd, "demo"))
-		return fail(EX_USAGE, "'%s' (with CRIU) is not in this version yet: use suspend/resume", cmd);
+	if (!strcmp(cmd, "checkpoint")) {
+		if (!pid || !dir)
+			return fail(EX_USAGE, "checkpoint needs --pid PID and --dir DIR");
+		return cmd_checkpoint(pid, dir, content, criu, leave_running, wait_ready, NULL);
+	}
+	if (!strcmp(cmd, "restore")) {
+		if (!dir)
+			return fail(EX_USAGE, "restore needs --dir DIR");
+		return cmd_restore(dir, device_map, criu, NULL);
+	}
+	if (!strcmp(cmd, "demo"))
+		return cmd_demo(processes, size, in_place, keep, criu);
 	return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", cmd);
 }

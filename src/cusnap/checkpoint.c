@@ -1,0 +1,513 @@
+/* cusnap checkpoint and restore (SYSTEM.md §9): the in-place sequence of suspend
+ * and resume wrapped around a CRIU dump and restore, with manifest.json. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+#include "cusnap/ids.h"
+#include "cusnap/json.h"
+
+#define MANIFEST "manifest.json"
+
+/* <control dir of pid's mount namespace>/name, reached from here. */
+static void control_file(pid_t pid, const char *name, char *out, size_t len)
+{
+	snprintf(out, len, "/proc/%d/root%s%s/%s", (int)pid, opt_control_dir[0] == '/' ? "" : "/", opt_control_dir, name);
+}
+
+static int wait_for(const char *path, int timeout_ms)
+{
+	for (int waited = 0; waited <= timeout_ms; waited += 20) {
+		if (access(path, F_OK) == 0)
+			return 0;
+		usleep(20000);
+	}
+	return -1;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', f);
+		if ((unsigned char)*s >= 0x20)
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static unsigned long long dir_bytes(const char *dir)
+{
+	char cmd[PATH_MAX + 64];
+	snprintf(cmd, sizeof(cmd), "%s", dir);
+	unsigned long long total = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char p[PATH_MAX + 300];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode))
+			total += (unsigned long long)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+static int write_manifest(const char *dir, const struct tree *t, pid_t root, int content, bool prepared,
+			  bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r)
+{
+	char path[PATH_MAX + 32], tmp[PATH_MAX + 48], version[64], hostname[256] = "";
+	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
+	snprintf(tmp, sizeof(tmp), "%s/." MANIFEST ".tmp", dir);
+	criu_version(criu, version, sizeof(version));
+	gethostname(hostname, sizeof(hostname) - 1);
+	struct cusnap_id id;
+	id_random(&id);
+	char hex[ID_HEX_LEN + 1];
+	id_hex(&id, hex);
+	FILE *f = fopen(tmp, "we");
+	if (!f)
+		return -errno;
+	fprintf(f, "{\n  \"format\": \"cusnap-manifest\",\n  \"version\": 1,\n  \"checkpoint_id\": \"%s\",\n", hex);
+	fprintf(f, "  \"created\": %lld,\n  \"hostname\": ", (long long)time(NULL));
+	json_string(f, hostname);
+	fprintf(f, ",\n  \"root_pid\": %d,\n  \"root_nspid\": %d,\n  \"control_dir\": ", (int)root, (int)proc_nspid(root));
+	json_string(f, opt_control_dir);
+	fprintf(f, ",\n  \"content\": \"%s\",\n  \"prepared\": %s,\n  \"leave_running\": %s,\n",
+		content == COORD_CONTENT_NATIVE ? "native" : "host", prepared ? "true" : "false",
+		leave_running ? "true" : "false");
+	fprintf(f, "  \"criu\": {\"path\": ");
+	json_string(f, criu);
+	fprintf(f, ", \"version\": ");
+	json_string(f, version);
+	fprintf(f, ", \"dump_args\": [");
+	for (int i = 1; dump_argv[i]; i++) {
+		fprintf(f, "%s", i > 1 ? ", " : "");
+		json_string(f, dump_argv[i]);
+	}
+	fprintf(f, "]},\n  \"gpus\": [");
+	int ndev = 0;
+	if (t->nat.device_count && t->nat.device_uuid)
+		t->nat.device_count(&ndev);
+	for (int d = 0; d < ndev; d++) {
+		CUuuid u;
+		CUdevice dev;
+		if (t->nat.device_get(&dev, d) != CUDA_SUCCESS || t->nat.device_uuid(&u, dev) != CUDA_SUCCESS)
+			continue;
+		fprintf(f, "%s\"GPU-", d ? ", " : "");
+		for (int b = 0; b < 16; b++)
+			fprintf(f, "%02x%s", (unsigned char)u.bytes[b], b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
+		fprintf(f, "\"");
+	}
+	fprintf(f, "],\n  \"processes\": [");
+	for (size_t i = 0; i < t->nprocs; i++) {
+		const struct proc *p = &t->procs[i];
+		fprintf(f, "%s\n    {\"pid\": %d, \"nspid\": %d, \"cuda\": %s, \"interposed\": %s, \"endpoint\": ", i ? "," : "",
+			(int)p->pid, (int)p->nspid, p->cuda ? "true" : "false", p->shim ? "true" : "false");
+		char ep[PATH_MAX + 32];
+		snprintf(ep, sizeof(ep), "%s/cuda-vmm-%d.sock", opt_control_dir, (int)p->nspid);
+		json_string(f, p->shim ? ep : "");
+		fprintf(f, "}");
+	}
+	fprintf(f, "\n  ],\n  \"timings_ms\": {\"prepare\": %.1f, \"lock\": %.1f, \"checkpoint\": %.1f, \"criu_dump\": %.1f, "
+		   "\"restore_in_place\": %.1f},\n  \"bytes\": {\"host_copies\": %llu, \"images\": %llu}\n}\n",
+		r->ms_prepare, r->ms_lock, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place, r->bytes_copied,
+		r->image_bytes);
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+		fclose(f);
+		return -EIO;
+	}
+	fclose(f);
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+static bool session_leader_inside(pid_t root)
+{
+	return getsid(root) == root;
+}
+
+int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
+		   struct checkpoint_result *res)
+{
+	struct checkpoint_result local;
+	struct checkpoint_result *r = res ? res : &local;
+	memset(r, 0, sizeof(*r));
+	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
+	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
+		return fail(EX_UNAVAILABLE, "%s", err);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	if (mkdirs(images) < 0)
+		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
+	double start = now_ms(), t0;
+	if (wait_ready) {
+		char ready[PATH_MAX + 64];
+		control_file(pid, "ready-for-snapshot", ready, sizeof(ready));
+		t0 = now_ms();
+		if (wait_for(ready, opt_timeout_ms) < 0)
+			return fail(EX_LEFT_RUNNING, "%s did not appear within %d ms: nothing done", ready, opt_timeout_ms);
+		progress("wait ready", now_ms() - t0, "%s", ready);
+	}
+	struct tree t;
+	int rc = tree_load(pid, &t);
+	if (rc)
+		return rc;
+	r->processes = t.nprocs;
+	r->cuda = t.ncuda;
+	for (size_t i = 0; i < t.ncuda; i++) {
+		const struct proc *p = &t.procs[t.cuda_index[i]];
+		if (p->state != CU_PROCESS_STATE_RUNNING) {
+			rc = fail(EX_LEFT_RUNNING, "process %d is %s, not running: nothing done", (int)p->pid, state_name(p->state));
+			goto out;
+		}
+	}
+	if ((rc = check_interposition(&t)))
+		goto out;
+	bool vmm = t.nshim > 0;
+	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
+		 vmm ? "interposed: VMM steps" : t.ncuda ? "not interposed: native steps only" : "no CUDA: CRIU only");
+	t0 = now_ms();
+	if (vmm) {
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
+		struct coord_report cr;
+		if (coord_prepare(t.targets, t.ncuda, &o, &cr) < 0) {
+			rc = fail(cr.aborted || cr.unchanged ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", cr.error);
+			goto out;
+		}
+		r->bytes_copied = cr.bytes;
+		r->shared = cr.shared;
+	}
+	r->ms_prepare = now_ms() - t0;
+	t0 = now_ms();
+	if ((rc = native_freeze(&t, vmm, dir)))
+		goto out;
+	r->ms_checkpoint = now_ms() - t0;
+	/* CRIU: explicit argv, the log in the images directory. */
+	char pidstr[16];
+	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
+	char *argv[16] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4"};
+	int n = 9;
+	if (leave_running)
+		argv[n++] = "--leave-running";
+	if (!session_leader_inside(pid))
+		argv[n++] = "--shell-job";
+	argv[n] = NULL;
+	snprintf(log, sizeof(log), "%s/dump.log", images);
+	t0 = now_ms();
+	int crc = criu_run(criu, argv, log);
+	r->ms_dump = now_ms() - t0;
+	if (crc != 0) {
+		/* The dump failed: CRIU left the tree running; undo ours. */
+		char e2[1024];
+		if (native_thaw(&t, NULL, 0, e2, sizeof(e2)) < 0)
+			fprintf(stderr, "cusnap: %s\n", e2);
+		if (vmm)
+			vmm_abort(&t, dir);
+		rc = fail(EX_LEFT_RUNNING, "CRIU dump failed (exit %d); the workload was put back running (log: %s)", crc, log);
+		goto out;
+	}
+	r->image_bytes = dir_bytes(images);
+	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
+	if (leave_running) {
+		t0 = now_ms();
+		if (native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
+			rc = fail(EX_TERMINATED, "after the dump: %s", err);
+			goto out;
+		}
+		if (vmm) {
+			struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true};
+			struct coord_report cr;
+			if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
+				rc = fail(EX_TERMINATED, "after the dump: rebuilding shared memory failed: %s", cr.error);
+				goto out;
+			}
+		}
+		r->ms_restore_in_place = now_ms() - t0;
+		char done[PATH_MAX + 64];
+		control_file(pid, "snapshot-complete", done, sizeof(done));
+		if (write_file(done, "") < 0)
+			fprintf(stderr, "cusnap: warning: cannot write %s\n", done);
+		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
+	}
+	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
+		rc = fail(leave_running ? EX_LEFT_RUNNING : EX_TERMINATED, "cannot write %s/" MANIFEST, dir);
+		goto out;
+	}
+	r->ms_total = now_ms() - start;
+	if (opt_json && !res)
+		printf("{\"ok\":true,\"operation\":\"checkpoint\",\"pid\":%d,\"dir\":\"%s\",\"processes\":%zu,\"cuda_processes\":%zu,"
+		       "\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%llu,\"image_bytes\":%llu,\"timings_ms\":{\"prepare\":%.1f,"
+		       "\"checkpoint\":%.1f,\"criu_dump\":%.1f,\"restore_in_place\":%.1f,\"total\":%.1f}}\n",
+		       (int)pid, dir, t.nprocs, t.ncuda, vmm ? "true" : "false", leave_running ? "true" : "false",
+		       r->bytes_copied, r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place,
+		       r->ms_total);
+	rc = EX_OK;
+out:
+	tree_free(&t);
+	return rc;
+}
+
+/* ---- restore ---- */
+
+static int parse_uuid(const char *s, size_t len, CUuuid *out)
+{
+	if (len >= 4 && !strncmp(s, "GPU-", 4)) {
+		s += 4;
+		len -= 4;
+	}
+	int nib = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '-')
+			continue;
+		int c = tolower((unsigned char)s[i]);
+		int v = isdigit(c) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (v < 0 || nib >= 32)
+			return -1;
+		out->bytes[nib / 2] = (char)(nib % 2 ? (out->bytes[nib / 2] | v) : v << 4);
+		nib++;
+	}
+	return nib == 32 ? 0 : -1;
+}
+
+/* "OLD=NEW,OLD=NEW" into pairs. Returns the count or -1. */
+static int parse_device_map(const char *spec, CUcheckpointGpuPair *pairs, int max)
+{
+	int n = 0;
+	const char *p = spec;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		const char *eq = memchr(p, '=', len);
+		if (!eq || n == max || parse_uuid(p, (size_t)(eq - p), &pairs[n].oldUuid) < 0 ||
+		    parse_uuid(eq + 1, len - (size_t)(eq - p) - 1, &pairs[n].newUuid) < 0)
+			return -1;
+		n++;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return n;
+}
+
+static void kill_tree(pid_t root)
+{
+	struct proc *procs = NULL;
+	ssize_t n = proc_tree(root, &procs);
+	for (ssize_t i = n - 1; i >= 0; i--)
+		kill(procs[i].pid, SIGKILL);
+	free(procs);
+}
+
+struct manifest {
+	struct json *root;
+	const struct json *procs;
+	bool prepared;
+	char control_dir[4096];
+};
+
+static int manifest_load(const char *dir, struct manifest *m, char *err, size_t errlen)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	char *buf = malloc(1 << 20);
+	size_t len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	fclose(f);
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	char why[256];
+	m->root = json_parse(buf, len, why, sizeof(why));
+	free(buf);
+	if (!m->root) {
+		snprintf(err, errlen, "%s: not valid JSON: %s", path, why);
+		return -1;
+	}
+	const char *format = json_get_string(m->root, "format");
+	double version = json_get_number(m->root, "version", 0);
+	const char *ctl = json_get_string(m->root, "control_dir");
+	m->procs = json_get(m->root, "processes");
+	if (!format || strcmp(format, "cusnap-manifest") != 0 || version != 1 || !ctl || !m->procs ||
+	    m->procs->type != JSON_ARRAY) {
+		snprintf(err, errlen, "%s: not a cusnap manifest of version 1 (format, version, control_dir, processes)", path);
+		json_free(m->root);
+		return -1;
+	}
+	snprintf(m->control_dir, sizeof(m->control_dir), "%s", ctl);
+	m->prepared = json_get_bool(m->root, "prepared", false);
+	return 0;
+}
+
+int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
+{
+	struct checkpoint_result local;
+	struct checkpoint_result *r = res ? res : &local;
+	memset(r, 0, sizeof(*r));
+	char criu[PATH_MAX], err[PATH_MAX + 1200], images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32];
+	struct manifest m;
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+		return fail(EX_USAGE, "%s", err);
+	CUcheckpointGpuPair pairs[64];
+	int npairs = device_map ? parse_device_map(device_map, pairs, 64) : 0;
+	if (npairs < 0) {
+		json_free(m.root);
+		return fail(EX_USAGE, "--device-map %s: use OLD=NEW[,OLD=NEW...] with GPU UUIDs", device_map);
+	}
+	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0) {
+		json_free(m.root);
+		return fail(EX_UNAVAILABLE, "%s", err);
+	}
+	opt_control_dir = strdup(m.control_dir);
+	double start = now_ms(), t0;
+	/* Stale endpoint sockets of the dumped processes would stand in the way. */
+	for (const struct json *p = m.procs->child; p; p = p->next) {
+		const char *ep = json_get_string(p, "endpoint");
+		struct stat st;
+		if (ep && *ep && lstat(ep, &st) == 0 && S_ISSOCK(st.st_mode))
+			unlink(ep);
+	}
+	snprintf(images, sizeof(images), "%s/images", dir);
+	snprintf(log, sizeof(log), "%s/restore.log", images);
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	unlink(pidfile);
+	char *argv[16] = {"criu", "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--pidfile", pidfile};
+	int n = 10;
+	const struct json *dump_args = json_get(json_get(m.root, "criu"), "dump_args");
+	for (const struct json *a = dump_args ? dump_args->child : NULL; a; a = a->next)
+		if (a->type == JSON_STRING && !strcmp(a->string, "--shell-job"))
+			argv[n++] = "--shell-job";
+	argv[n] = NULL;
+	t0 = now_ms();
+	int crc = criu_run(criu, argv, log);
+	r->ms_criu_restore = now_ms() - t0;
+	char *pidtext = NULL;
+	FILE *pf = fopen(pidfile, "re");
+	pid_t root = 0;
+	if (pf) {
+		int v;
+		if (fscanf(pf, "%d", &v) == 1)
+			root = v;
+		fclose(pf);
+	}
+	free(pidtext);
+	if (crc != 0 || root <= 0) {
+		if (root > 0)
+			kill_tree(root);
+		json_free(m.root);
+		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
+	}
+	progress("criu restore", r->ms_criu_restore, "root process %d", (int)root);
+	r->restored_root = root;
+	struct tree t;
+	int rc = tree_load(root, &t);
+	if (rc) {
+		kill_tree(root);
+		json_free(m.root);
+		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
+	}
+	/* Every CUDA process of the manifest, found again by its namespace PID. */
+	size_t want = 0;
+	for (const struct json *p = m.procs->child; p; p = p->next) {
+		if (!json_get_bool(p, "cuda", false))
+			continue;
+		want++;
+		int ns = (int)json_get_number(p, "nspid", -1);
+		bool found = false;
+		for (size_t i = 0; i < t.ncuda && !found; i++)
+			found = t.targets[i].ns == ns;
+		if (!found) {
+			rc = fail(EX_TERMINATED, "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)", ns);
+			goto kill;
+		}
+	}
+	if (want != t.ncuda) {
+		rc = fail(EX_TERMINATED, "the manifest records %zu CUDA processes, the restored tree has %zu (killed)", want, t.ncuda);
+		goto kill;
+	}
+	r->processes = t.nprocs;
+	r->cuda = t.ncuda;
+	t0 = now_ms();
+	if (native_thaw(&t, pairs, (unsigned)npairs, err, sizeof(err)) < 0) {
+		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
+		goto kill;
+	}
+	r->ms_native_restore = now_ms() - t0;
+	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda, npairs ? ", devices remapped" : "");
+	t0 = now_ms();
+	if (m.prepared) {
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true};
+		struct coord_report cr;
+		if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
+			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)", cr.error);
+			goto kill;
+		}
+		r->bytes_copied = cr.bytes;
+	}
+	r->ms_vmm_restore = now_ms() - t0;
+	/* Only now may the workload run: the sharing is back. */
+	char done[PATH_MAX + 64];
+	control_file(root, "restore-complete", done, sizeof(done));
+	if (write_file(done, "") < 0) {
+		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", done);
+		goto kill;
+	}
+	r->ms_total = now_ms() - start;
+	progress("restore complete", r->ms_total, "%s written", done);
+	if (opt_json && !res)
+		printf("{\"ok\":true,\"operation\":\"restore\",\"dir\":\"%s\",\"root_pid\":%d,\"processes\":%zu,"
+		       "\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":{\"criu_restore\":%.1f,"
+		       "\"native_restore\":%.1f,\"vmm_restore\":%.1f,\"total\":%.1f}}\n",
+		       dir, (int)root, t.nprocs, t.ncuda, r->bytes_copied, r->ms_criu_restore, r->ms_native_restore,
+		       r->ms_vmm_restore, r->ms_total);
+	tree_free(&t);
+	json_free(m.root);
+	return EX_OK;
+kill:
+	/* A half-restored workload must never run. */
+	kill_tree(root);
+	tree_free(&t);
+	json_free(m.root);
+	return rc;
+}
+
+int manifest_print(const char *dir)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	struct manifest m;
+	char err[PATH_MAX + 1200];
+	fclose(f);
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0) {
+		fprintf(stderr, "cusnap: %s\n", err);
+		return -2;
+	}
+	printf("manifest %s: checkpoint %s, created %.0f, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n", path,
+	       json_get_string(m.root, "checkpoint_id") ? json_get_string(m.root, "checkpoint_id") : "?",
+	       json_get_number(m.root, "created", 0), json_get_number(m.root, "root_pid", 0),
+	       json_get_number(m.root, "root_nspid", 0),
+	       json_get_string(m.root, "content") ? json_get_string(m.root, "content") : "?", m.prepared ? "ran" : "did not run",
+	       json_get_string(json_get(m.root, "criu"), "version") ? json_get_string(json_get(m.root, "criu"), "version") : "?");
+	for (const struct json *p = m.procs->child; p; p = p->next)
+		printf("  process %.0f (ns %.0f)%s%s\n", json_get_number(p, "pid", 0), json_get_number(p, "nspid", 0),
+		       json_get_bool(p, "cuda", false) ? " cuda" : "", json_get_bool(p, "interposed", false) ? " interposed" : "");
+	json_free(m.root);
+	return 0;
+}

@@ -1,0 +1,141 @@
+/* Running CRIU: found explicitly, its command line built without a shell, its
+ * log kept in the checkpoint directory and its last errors shown on failure. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+
+static bool executable(const char *p)
+{
+	return p && *p && access(p, X_OK) == 0;
+}
+
+int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
+{
+	if (arg) {
+		if (!executable(arg)) {
+			snprintf(err, errlen, "--criu %s: not an executable", arg);
+			return -1;
+		}
+		snprintf(out, len, "%s", arg);
+		return 0;
+	}
+	const char *env = getenv("CRIU");
+	if (env && *env) {
+		if (!executable(env)) {
+			snprintf(err, errlen, "CRIU=%s: not an executable", env);
+			return -1;
+		}
+		snprintf(out, len, "%s", env);
+		return 0;
+	}
+	/* The project's provisioned wrapper (scripts/setup-criu.sh), beside cusnap. */
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		char cand[PATH_MAX + 32];
+		snprintf(cand, sizeof(cand), "%s/../criu/criu", self);
+		if (executable(cand)) {
+			snprintf(out, len, "%s", cand);
+			return 0;
+		}
+	}
+	const char *path = getenv("PATH");
+	char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+	for (char *save = NULL, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		char cand[PATH_MAX + 8];
+		snprintf(cand, sizeof(cand), "%s/criu", d);
+		if (executable(cand)) {
+			snprintf(out, len, "%s", cand);
+			free(copy);
+			return 0;
+		}
+	}
+	free(copy);
+	snprintf(err, errlen,
+		 "no criu found (--criu, $CRIU, PATH): run scripts/setup-criu.sh (or 'make criu') to provision CRIU >= 4.0");
+	return -1;
+}
+
+void criu_version(const char *criu, char *out, size_t len)
+{
+	out[0] = '\0';
+	int pipefd[2];
+	if (pipe(pipefd) < 0)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(pipefd[1], 1);
+		close(pipefd[0]);
+		execl(criu, criu, "--version", (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	char buf[256] = "";
+	ssize_t n = pid > 0 ? read(pipefd[0], buf, sizeof(buf) - 1) : -1;
+	close(pipefd[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	char *v = strstr(buf, "Version:");
+	if (v && sscanf(v, "Version: %63s", out) == 1)
+		return;
+	out[0] = '\0';
+	(void)len;
+}
+
+/* The last error lines of a CRIU log, on stderr. */
+static void show_errors(const char *log_path)
+{
+	FILE *f = fopen(log_path, "re");
+	if (!f) {
+		fprintf(stderr, "cusnap: (no CRIU log at %s)\n", log_path);
+		return;
+	}
+	char lines[8][512], line[512];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "Error") || strstr(line, "error"))
+			snprintf(lines[n++ % 8], sizeof(lines[0]), "%s", line);
+	fclose(f);
+	fprintf(stderr, "cusnap: CRIU failed; last errors from %s:\n", log_path);
+	for (int i = n > 8 ? n - 8 : 0; i < n; i++)
+		fprintf(stderr, "  %s", lines[i % 8]);
+}
+
+int criu_run(const char *criu, char *const argv[], const char *log_path)
+{
+	char *args[64];
+	int n = 0;
+	args[n++] = (char *)criu;
+	for (int i = 1; argv[i] && n < 63; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		/* CRIU prints little on its own; everything goes to its log. */
+		execv(criu, args);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	if (rc != 0)
+		show_errors(log_path);
+	return rc;
+}
