@@ -1,4 +1,5 @@
 # cusnap — build, test and demo. See README.md.
+#   make demo       install what it needs, build, provision CRIU, run `cusnap demo`
 #   make            build every artifact into $(BUILD)/
 #   make test       install what the suite needs, run it, then again under ASan+UBSan and TSan
 #   make SANITIZE=address,undefined BUILD=build-asan   a sanitizer build
@@ -42,7 +43,7 @@ E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/
 SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install
+.PHONY: all tests test check clean deps criu help bench install demo
 .DEFAULT_GOAL := all
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -165,6 +166,13 @@ deps:
 
 criu:
 	@scripts/setup-criu.sh $(BUILD)
+
+# The main job: the example process group checkpointed with CRIU, killed and
+# restored, on cuemu when there is no GPU (DEMO_ARGS, e.g. --in-place, --processes 4).
+demo: deps
+	$(MAKE) all
+	@scripts/setup-criu.sh $(BUILD) >/dev/null || { echo "make demo: no working CRIU (see above)"; exit 69; }
+	$(BUILD)/bin/cusnap demo $(DEMO_ARGS)
 
 # The whole suite, then the same suite built with ASan+UBSan (CRIU tests skip there).
 test: deps

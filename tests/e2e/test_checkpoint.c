@@ -1,0 +1,264 @@
+/* cusnap checkpoint / restore with CRIU (issue 5): the example group dumped,
+ * killed and restored in both content modes, in the host PID namespace and in
+ * its own; --leave-running; no interposer; partial interposition; CRIU failing;
+ * the VMM rebuild failing after the CRIU restore; inspect of the directory. */
+#include <sys/prctl.h>
+
+#include "e2e_util.h"
+
+static char cusnap[PATH_MAX], criu[PATH_MAX];
+
+static int find_criu(void)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/../../criu-path", test_exe_dir());
+	char *text = test_read_file(path);
+	if (text && *text) {
+		text[strcspn(text, "\n")] = '\0';
+		snprintf(criu, sizeof(criu), "%s", text);
+	} else {
+		snprintf(criu, sizeof(criu), "%s/../../criu/criu", test_exe_dir());
+	}
+	free(text);
+	return access(criu, X_OK);
+}
+
+/* Reap everything that died (the dumped tree's processes come to us). */
+static void reap_all(void)
+{
+	for (int i = 0; i < 200; i++) {
+		pid_t r = waitpid(-1, NULL, WNOHANG);
+		if (r < 0)
+			return;
+		if (r == 0)
+			usleep(10000);
+	}
+}
+
+static int checkpoint(struct group *g, const char *dir, const char *content, bool leave_running, const char *criu_arg,
+		      char **out)
+{
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	if (leave_running)
+		return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--content", content, "--control-dir",
+			    g->ctl, "--criu", criu_arg, "--leave-running", "--wait-ready", NULL);
+	return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--content", content, "--control-dir",
+		    g->ctl, "--criu", criu_arg, "--wait-ready", NULL);
+}
+
+static int restore(const char *dir, char **out)
+{
+	return tool(out, NULL, cusnap, "restore", "--dir", dir, "--criu", criu, NULL);
+}
+
+/* The restored root, from the pidfile CRIU wrote. */
+static pid_t restored_root(const char *dir)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/restore.pid", dir);
+	char *text = test_read_file(path);
+	pid_t pid = text ? (pid_t)atoi(text) : 0;
+	free(text);
+	return pid;
+}
+
+/* The restored workload verifies itself (restore-complete was written by
+ * cusnap restore) and exits; it is our child now (we are a subreaper). */
+static int restored_passes(struct group *g, pid_t root)
+{
+	int status = test_wait_child(root, 60000);
+	char *log = test_read_file(g->log);
+	int pass = count_of(log, "PASS vmm_group");
+	if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+		printf("  restored workload exited with %#x; log:\n%s\n", status, log ? log : "");
+	free(log);
+	return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? pass : -1;
+}
+
+static void dump_kill_restore(const char *content, const char *const *wrapper, const char *name)
+{
+	struct group g;
+	if (group_start(&g, name, 2, 3, false, wrapper, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	pid_t before[8];
+	int n = tree_pids(g.root, before, 8);
+	CHECK_EQ(n, 3);
+	int rc = checkpoint(&g, dir, content, false, criu, &out);
+	CHECK_EQ(rc, 0);
+	if (rc)
+		printf("%s\n", out);
+	free(out);
+	/* The dump killed the tree. */
+	test_wait_child(g.child, 10000);
+	g.child = 0;
+	reap_all();
+	CHECK(kill(before[0], 0) < 0 || wrapper);
+	rc = restore(dir, &out);
+	CHECK_EQ(rc, 0);
+	if (rc)
+		printf("%s\n", out);
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root <= 0)
+		return;
+	if (!wrapper)
+		CHECK_EQ(root, before[0]); /* same PIDs in the host namespace */
+	else
+		CHECK(root != before[0]); /* a new PID namespace, new observed PIDs */
+	CHECK_EQ(restored_passes(&g, root), 3);
+}
+
+static void host_pidns_host_content(void)
+{
+	dump_kill_restore("host", NULL, "hh");
+}
+
+static void host_pidns_native_content(void)
+{
+	dump_kill_restore("native", NULL, "hn");
+}
+
+static void own_pidns(void)
+{
+	if (access("/usr/bin/unshare", X_OK) || access("/usr/bin/setsid", X_OK))
+		SKIP("unshare/setsid missing");
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", "/usr/bin/setsid", NULL};
+	dump_kill_restore("host", wrapper, "nsh");
+	dump_kill_restore("native", wrapper, "nsn");
+}
+
+static void leave_running(void)
+{
+	struct group g;
+	if (group_start(&g, "lr", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], done[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", true, criu, &out), 0);
+	free(out);
+	snprintf(done, sizeof(done), "%s/snapshot-complete", g.ctl);
+	CHECK(access(done, F_OK) == 0);
+	/* Still running, still sharing: let it verify and finish. */
+	CHECK_EQ(group_finish(&g), 2);
+	reap_all();
+	/* The same directory restores later. */
+	char stale[PATH_MAX + 32];
+	snprintf(stale, sizeof(stale), "%s/restore-complete", g.ctl);
+	unlink(stale);
+	CHECK_EQ(restore(dir, &out), 0);
+	free(out);
+	pid_t root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2 + 2); /* the log holds both runs' PASS lines */
+}
+
+static void without_interposer(void)
+{
+	struct group g;
+	if (group_start(&g, "plain", 1, 2, true, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
+	CHECK_CONTAINS(out, "native steps only");
+	free(out);
+	test_wait_child(g.child, 10000);
+	g.child = 0;
+	reap_all();
+	CHECK_EQ(restore(dir, &out), 0);
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	/* Native only: the device memory is back in every process (the emulated
+	 * driver restores imports as private copies, so the workload's own sharing
+	 * check is not the point here). */
+	pid_t pids[8];
+	int n = root > 0 ? tree_pids(root, pids, 8) : 0;
+	CHECK_EQ(n, 2);
+	for (int i = 0; i < n; i++)
+		CHECK(test_count_maps(pids[i], "memfd:cuemu") > 0);
+	for (int i = n - 1; i >= 0; i--)
+		kill(pids[i], SIGKILL);
+	reap_all();
+}
+
+static void criu_failing(void)
+{
+	struct group g;
+	if (group_start(&g, "badcriu", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char fake[PATH_MAX + 32], dir[PATH_MAX + 32], *out;
+	snprintf(fake, sizeof(fake), "%s/fake-criu", e2e_root);
+	test_write_file(fake, "#!/bin/sh\necho 'Error (fake): refusing to dump' >&2\nexit 1\n");
+	chmod(fake, 0755);
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, fake, &out), 1);
+	CHECK_CONTAINS(out, "CRIU dump failed");
+	free(out);
+	/* Still running and healthy: it verifies itself. */
+	CHECK_EQ(group_finish(&g), 2);
+	reap_all();
+}
+
+static void vmm_restore_failing(void)
+{
+	/* The parent re-creates its shared allocations at restore (host content):
+	 * its 4th cuMemCreate (after 2 shared and 1 private) fails. */
+	char *env[] = {"CUEMU_FAULT=cuMemCreate:4", "VMM_GROUP_FAULT_ROLE=parent", NULL};
+	struct group g;
+	if (group_start(&g, "vmmfail", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
+	free(out);
+	test_wait_child(g.child, 10000);
+	g.child = 0;
+	reap_all();
+	CHECK_EQ(restore(dir, &out), 2);
+	CHECK_CONTAINS(out, "restored tree killed");
+	CHECK_CONTAINS(out, "cuMemCreate");
+	free(out);
+	char done[PATH_MAX + 32];
+	snprintf(done, sizeof(done), "%s/restore-complete", g.ctl);
+	CHECK(access(done, F_OK) != 0);
+	pid_t root = restored_root(dir);
+	if (root > 0) {
+		test_wait_child(root, 10000);
+		CHECK(kill(root, 0) < 0);
+	}
+	reap_all();
+	/* Manifest and state are readable. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0);
+	CHECK_CONTAINS(out, "manifest");
+	CHECK_CONTAINS(out, "prepare ran");
+	CHECK_CONTAINS(out, "creator");
+	CHECK_CONTAINS(out, "importer");
+	free(out);
+}
+
+int main(void)
+{
+	if (getenv("CUSNAP_SANITIZER"))
+		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
+	if (geteuid() != 0)
+		SKIP("CRIU needs root");
+	if (find_criu() != 0)
+		SKIP("no CRIU (run scripts/setup-criu.sh)");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	e2e_init("ckpt");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	test_run("checkpoint, kill, restore: host content, host PID namespace", host_pidns_host_content);
+	test_run("checkpoint, kill, restore: native content, host PID namespace", host_pidns_native_content);
+	test_run("checkpoint, kill, restore in the workload's own PID namespace, both contents", own_pidns);
+	test_run("--leave-running: keeps running, snapshot-complete, restorable later", leave_running);
+	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
+	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
+	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
+	e2e_done();
+	return test_done();
+}
