@@ -44,6 +44,8 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
 .PHONY: all tests test check clean deps criu help bench install demo
+# Keep objects of chained pattern rules (no needless rebuilds).
+.SECONDARY:
 .DEFAULT_GOAL := all
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -152,8 +154,13 @@ $(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh
 	cp $< $@ && chmod +x $@
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
-bench: $(BUILD)/bench/intercept
+bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worker all
 	$(BUILD)/bench/intercept
+	$(BUILD)/bench/lifecycle
+
+$(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

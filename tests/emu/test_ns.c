@@ -1,6 +1,8 @@
 /* The checkpoint API reaches a target by its observed PID across PID and mount
  * namespaces. */
+#include <dirent.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "ckpt_util.h"
 
@@ -15,10 +17,10 @@ static pid_t child_of(pid_t pid)
 	return c;
 }
 
-static void cycle_in(const char *name, const char *const *wrapper)
+static void cycle_in_env(const char *name, const char *const *wrapper, char *const *env)
 {
 	struct target t;
-	if (target_start_wrapped(&t, name, wrapper, NULL, NULL) < 0)
+	if (target_start_wrapped(&t, name, wrapper, NULL, env) < 0)
 		return;
 	t.pid = child_of(t.child);
 	CHECK(t.pid > 0);
@@ -38,6 +40,11 @@ static void cycle_in(const char *name, const char *const *wrapper)
 	target_stop(&t);
 }
 
+static void cycle_in(const char *name, const char *const *wrapper)
+{
+	cycle_in_env(name, wrapper, NULL);
+}
+
 static void pid_namespace(void)
 {
 	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", NULL};
@@ -46,10 +53,27 @@ static void pid_namespace(void)
 
 static void pid_and_mount_namespace(void)
 {
-	/* A private /tmp: the target's endpoint is only reachable via /proc/PID/root. */
-	const char *wrapper[] = {"/usr/bin/unshare", "--mount", "--pid", "--fork", "/bin/sh", "-c",
-				 "mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\"", NULL};
-	cycle_in("mntns", wrapper);
+	/* The target's run directory is a tmpfs mounted in its own mount namespace:
+	 * its checkpoint socket is only reachable through /proc/PID/root. */
+	static char run[4200], env_run[4300], script[8600];
+	snprintf(run, sizeof(run), "%s/private-run", target_dir);
+	mkdir(run, 0700);
+	snprintf(env_run, sizeof(env_run), "CUEMU_RUN_DIR=%s", run);
+	snprintf(script, sizeof(script), "mount -t tmpfs tmpfs '%s' && exec \"$0\" \"$@\"", run);
+	const char *wrapper[] = {"/usr/bin/unshare", "--mount", "--pid", "--fork", "/bin/sh", "-c", script, NULL};
+	char *env[] = {env_run, NULL};
+	cycle_in_env("mntns", wrapper, env);
+	/* Nothing of it is visible here. */
+	char sockets[4300];
+	snprintf(sockets, sizeof(sockets), "%s", run);
+	DIR *d = opendir(sockets);
+	int entries = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		entries += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	CHECK_EQ(entries, 0);
 }
 
 int main(void)
