@@ -51,6 +51,7 @@ struct shared {
 
 static struct shared allocs[MAX_ALLOCS];
 static struct shared priv;
+static int my_device; /* the device of this process's context */
 
 static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void check(int ok, const char *fmt, ...)
@@ -86,10 +87,31 @@ static uint8_t pattern(size_t i, int k)
 	return (uint8_t)(i * 131 + (size_t)k * 17 + (i >> 12));
 }
 
-/* Slot w (one page per process, after page 0) of allocation k: written by w. */
-static volatile uint32_t *slot(const struct shared *s, int w)
+/* Device memory is only touched through the driver (cuMemcpy), as on a GPU. */
+static uint32_t rd32(CUdeviceptr at)
 {
-	return (volatile uint32_t *)(uintptr_t)(s->va + (size_t)(w + 1) * PAGE);
+	uint32_t v = 0xdeadbeef;
+	CUresult rc = cuMemcpyDtoH(&v, at, sizeof(v));
+	check(rc == CUDA_SUCCESS, "cuMemcpyDtoH(%#llx) failed: %s", (unsigned long long)at, cuname(rc));
+	return v;
+}
+
+static void wr32(CUdeviceptr at, uint32_t v)
+{
+	CUresult rc = cuMemcpyHtoD(at, &v, sizeof(v));
+	check(rc == CUDA_SUCCESS, "cuMemcpyHtoD(%#llx) failed: %s", (unsigned long long)at, cuname(rc));
+}
+
+/* Slot w (one page per process, after page 0) of allocation k: written by w. */
+static CUdeviceptr slot(const struct shared *s, int w)
+{
+	return s->va + (size_t)(w + 1) * PAGE;
+}
+
+/* The page where, after the restore, the parent writes word 0 and worker w word 1 + w. */
+static CUdeviceptr mark(const struct shared *s, int word)
+{
+	return s->va + (size_t)(workers + 2) * PAGE + (size_t)word * 4;
 }
 
 static int send_fd(int sock, int fd)
@@ -176,6 +198,7 @@ static int ndevices(void)
 static int setup_context(int device)
 {
 	CUcontext ctx;
+	my_device = device;
 	CU(cuInit(0));
 	CU(cuDevicePrimaryCtxRetain(&ctx, device));
 	CU(cuCtxSetCurrent(ctx));
@@ -220,16 +243,18 @@ static int verify_local(int me, bool parent)
 			bad += buf[i] != pattern(i, k);
 		check(!bad, "allocation %d: %d bytes differ from the pattern", k, bad);
 		for (int w = 0; w <= workers; w++)
-			check(*slot(s, w) == 0x5100u + (unsigned)w, "allocation %d: slot %d holds %#x, want %#x", k, w,
-			      *slot(s, w), 0x5100u + (unsigned)w);
+		{
+			uint32_t v = rd32(slot(s, w));
+			check(v == 0x5100u + (unsigned)w, "allocation %d: slot %d holds %#x, want %#x", k, w, v,
+			      0x5100u + (unsigned)w);
+		}
 		/* The application's old handle still works. */
 		CUmemAllocationProp p;
 		CU(cuMemGetAllocationPropertiesFromHandle(&p, s->handle));
 		check(p.location.id == s->device, "allocation %d: device %d, want %d", k, p.location.id, s->device);
 		CUdeviceptr extra;
-		CU(map_at_new_va(s->handle, s->device, s->device, &extra));
-		check(*(volatile uint8_t *)(uintptr_t)extra == pattern(0, k), "allocation %d: a new mapping of the old handle "
-									     "shows other bytes", k);
+		CU(map_at_new_va(s->handle, my_device, s->device, &extra));
+		check((rd32(extra) & 0xff) == pattern(0, k), "allocation %d: a new mapping of the old handle shows other bytes", k);
 		CU(cuMemUnmap(extra, size));
 		CU(cuMemAddressFree(extra, size));
 		CUmemGenericAllocationHandle again;
@@ -237,8 +262,7 @@ static int verify_local(int me, bool parent)
 		CU(cuMemRelease(again));
 	}
 	free(buf);
-	volatile uint32_t *pp = (volatile uint32_t *)(uintptr_t)priv.va;
-	check(pp[0] == (0xc0ffee00u | (unsigned)priv.device) && pp[size / 4 - 1] == pp[0],
+	check(rd32(priv.va) == (0xc0ffee00u | (unsigned)priv.device) && rd32(priv.va + size - 4) == rd32(priv.va),
 	      "private allocation lost its bytes");
 	(void)me;
 	(void)parent;
@@ -267,8 +291,8 @@ static int worker_main(int w, int sock)
 		allocs[k].device = k % nd;
 		if (map_at_new_va(allocs[k].handle, device, allocs[k].device, &allocs[k].va) < 0)
 			return 1;
-		check(*(volatile uint8_t *)(uintptr_t)allocs[k].va == pattern(0, k), "allocation %d: wrong bytes after import", k);
-		*slot(&allocs[k], w + 1) = 0x5100u + (unsigned)(w + 1);
+		check((rd32(allocs[k].va) & 0xff) == pattern(0, k), "allocation %d: wrong bytes after import", k);
+		wr32(slot(&allocs[k], w + 1), 0x5100u + (unsigned)(w + 1));
 	}
 	if (make_private(device) < 0)
 		return 1;
@@ -279,10 +303,9 @@ static int worker_main(int w, int sock)
 	verify_local(w + 1, false);
 	/* Live sharing, both directions: the parent wrote 0xA0+k; we answer 0xB0+k. */
 	for (int k = 0; k < nallocs; k++) {
-		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
-		check(mark[0] == 0xA000u + (unsigned)k, "allocation %d: the parent's write after restore is not visible "
-						       "(%#x)", k, mark[0]);
-		mark[1 + w] = 0xB000u + (unsigned)k;
+		uint32_t v = rd32(mark(&allocs[k], 0));
+		check(v == 0xA000u + (unsigned)k, "allocation %d: the parent's write after restore is not visible (%#x)", k, v);
+		wr32(mark(&allocs[k], 1 + w), 0xB000u + (unsigned)k);
 	}
 	put(sock, failures ? 'F' : 'P');
 	printf("%s vmm_group %s pid %d\n", failures ? "FAIL" : "PASS", role, getpid());
@@ -302,14 +325,14 @@ static int parent_main(int *socks, pid_t *pids)
 					 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 		allocs[k].device = k % nd;
 		CU(cuMemCreate(&allocs[k].handle, size, &p, 0));
-		if (map_at_new_va(allocs[k].handle, allocs[k].device, 0, &allocs[k].va) < 0)
+		if (map_at_new_va(allocs[k].handle, 0, allocs[k].device, &allocs[k].va) < 0)
 			return 1;
 		uint8_t *buf = malloc(size);
 		for (size_t i = 0; i < size; i++)
 			buf[i] = pattern(i, k);
 		CU(cuMemcpyHtoD(allocs[k].va, buf, size));
 		free(buf);
-		*slot(&allocs[k], 0) = 0x5100u;
+		wr32(slot(&allocs[k], 0), 0x5100u);
 		int fd = -1;
 		CU(cuMemExportToShareableHandle(&fd, allocs[k].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		for (int w = 0; w < workers; w++)
@@ -334,18 +357,18 @@ static int parent_main(int *socks, pid_t *pids)
 		return 1;
 	verify_local(0, true);
 	for (int k = 0; k < nallocs; k++) {
-		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
-		mark[0] = 0xA000u + (unsigned)k;
+		wr32(mark(&allocs[k], 0), 0xA000u + (unsigned)k);
 	}
 	for (int w = 0; w < workers; w++)
 		put(socks[w], 'V');
 	for (int w = 0; w < workers; w++)
 		check(get(socks[w]) == 'P', "worker %d failed its checks", w);
 	for (int k = 0; k < nallocs; k++) {
-		volatile uint32_t *mark = (volatile uint32_t *)(uintptr_t)(allocs[k].va + (size_t)(workers + 2) * PAGE);
-		for (int w = 0; w < workers; w++)
-			check(mark[1 + w] == 0xB000u + (unsigned)k,
-			      "allocation %d: worker %d's write after restore is not visible (%#x)", k, w, mark[1 + w]);
+		for (int w = 0; w < workers; w++) {
+			uint32_t v = rd32(mark(&allocs[k], 1 + w));
+			check(v == 0xB000u + (unsigned)k, "allocation %d: worker %d's write after restore is not visible (%#x)", k,
+			      w, v);
+		}
 	}
 	int status_all = 0;
 	for (int w = 0; w < workers; w++) {
