@@ -86,12 +86,25 @@ bool cap_parse(int fd, struct shim_cap *cap)
 
 int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
 {
+	int sock = -1;
+	int fd = cap_redeem_on(&sock, cap, size, err, errlen);
+	if (sock >= 0)
+		close(sock);
+	return fd;
+}
+
+int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+{
 	int64_t deadline = proto_deadline(shim_deadline_ms());
-	int sock = usock_connect(cap->endpoint);
-	if (sock < 0) {
-		snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-sock));
-		return -1;
+	if (*sockp < 0) {
+		*sockp = usock_connect(cap->endpoint);
+		if (*sockp < 0) {
+			snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-*sockp));
+			*sockp = -1;
+			return -1;
+		}
 	}
+	int sock = *sockp;
 	struct proto_buf req = {0};
 	size_t at = pbuf_begin(&req, REC_EXPORT);
 	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
@@ -147,6 +160,10 @@ int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errle
 	}
 	free(payload);
 	pbuf_free(&req);
-	close(sock);
+	if (fd < 0) {
+		/* After a failure the connection is not reused. */
+		close(sock);
+		*sockp = -1;
+	}
 	return fd;
 }

@@ -303,6 +303,9 @@ static void *serve_client(void *arg)
 		pbuf_free(&out);
 		if (sent != PROTO_OK)
 			break;
+		/* The next request of a batch (a restore redeems many on one
+		 * connection) must come within a deadline of this reply. */
+		deadline = proto_deadline(shim_deadline_ms());
 	}
 	close(sock);
 	pthread_mutex_lock(&clients_lock);

@@ -69,19 +69,46 @@ static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, 
 
 /* ---- driver helpers (caller holds tbl.lock) ---- */
 
-/* Make the primary context of dev current on this (endpoint) thread. */
+/* The primary context of a device, current on this (endpoint) thread for the
+ * copies of one operation; released by leave_devices() when it ends. */
+static __thread int retained[64];
+static __thread CUcontext contexts[64];
+static __thread int current = -1;
+
 static CUresult enter_device(int dev, CUcontext *ctx)
 {
-	CUresult rc = aux.cuDevicePrimaryCtxRetain(ctx, dev);
-	if (rc == CUDA_SUCCESS)
+	if (dev < 0 || dev >= 64)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult rc = CUDA_SUCCESS;
+	if (!retained[dev]) {
+		rc = aux.cuDevicePrimaryCtxRetain(&contexts[dev], dev);
+		if (rc)
+			return rc;
+		retained[dev] = 1;
+	}
+	*ctx = contexts[dev];
+	if (rc == CUDA_SUCCESS && current != dev) {
 		rc = aux.cuCtxSetCurrent(*ctx);
+		current = rc == CUDA_SUCCESS ? dev : -1;
+	}
 	return rc;
 }
 
 static void leave_device(int dev)
 {
-	aux.cuCtxSetCurrent(NULL);
-	aux.cuDevicePrimaryCtxRelease_v2(dev);
+	(void)dev; /* kept current for the next copy of this operation */
+}
+
+static void leave_devices(void)
+{
+	if (current >= 0)
+		aux.cuCtxSetCurrent(NULL);
+	current = -1;
+	for (int d = 0; d < 64; d++) {
+		if (retained[d])
+			aux.cuDevicePrimaryCtxRelease_v2(d);
+		retained[d] = 0;
+	}
 }
 
 /* Copy between host memory and the allocation through a temporary mapping
@@ -138,9 +165,9 @@ out:
 /* Map every detached mapping of a at its recorded address with its access. */
 static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
 {
-	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
-		struct shim_mapping *m = (struct shim_mapping *)n;
-		if (m->alloc != a || !m->detached)
+	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
+		struct itree_node *n = &m->node;
+		if (!m->detached)
 			continue;
 		size_t len = n->end - n->start;
 		CUresult rc = real.cuMemMap(n->start, len, m->offset, a->driver, m->flags);
@@ -165,9 +192,9 @@ static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
 
 static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
 {
-	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
-		struct shim_mapping *m = (struct shim_mapping *)n;
-		if (m->alloc != a || m->detached)
+	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
+		struct itree_node *n = &m->node;
+		if (m->detached)
 			continue;
 		CUresult rc = real.cuMemUnmap(n->start, n->end - n->start);
 		if (rc) {
@@ -198,9 +225,9 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 	if (!a->driver_ref) {
 		/* Only mappings anchor it: take a reference before unmapping them. */
 		struct shim_mapping *any = NULL;
-		for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n && !any; n = itree_next(&tbl.mappings, n))
-			if (((struct shim_mapping *)n)->alloc == a && !((struct shim_mapping *)n)->detached)
-				any = (struct shim_mapping *)n;
+		for (struct shim_mapping *m = a->maps; m && !any; m = m->sibling)
+			if (!m->detached)
+				any = m;
 		if (!any) {
 			fail(r, a, "neither a handle nor a mapping anchors it");
 			return CUDA_ERROR_INVALID_VALUE;
@@ -404,9 +431,18 @@ static int op_restore_importers(struct result *r)
 		snprintf(r->msg, sizeof(r->msg), "out of memory");
 		return PROTO_E_INTERNAL;
 	}
-	/* Redeem every capability at its creator; creators were restored first. */
-	for (size_t i = 0; i < n; i++)
-		list[i].fd = cap_redeem(&list[i].cap, &list[i].size, list[i].err, sizeof(list[i].err));
+	/* Redeem every capability at its creator (restored first), one connection
+	 * per run of capabilities naming the same creator. */
+	int sock = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (i && sock >= 0 && strcmp(list[i].cap.endpoint, list[i - 1].cap.endpoint) != 0) {
+			close(sock);
+			sock = -1;
+		}
+		list[i].fd = cap_redeem_on(&sock, &list[i].cap, &list[i].size, list[i].err, sizeof(list[i].err));
+	}
+	if (sock >= 0)
+		close(sock);
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; i < n; i++) {
@@ -536,9 +572,8 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 			if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_CREATOR)
 				continue;
 			bool touched = a->detached || a->carrier;
-			for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); !touched && n;
-			     n = itree_next(&tbl.mappings, n))
-				touched = ((struct shim_mapping *)n)->alloc == a && ((struct shim_mapping *)n)->detached;
+			for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
+				touched = m->detached;
 			if (!touched)
 				continue;
 			cr = restore_creator(a, &r);
@@ -591,6 +626,7 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		break;
 	}
 reply:;
+	leave_devices();
 	size_t at = pbuf_begin(out, rc == PROTO_OK ? REC_RESULT : REC_ERROR);
 	if (rc == PROTO_OK) {
 		pbuf_put_u64(out, F_BYTES, r.bytes);

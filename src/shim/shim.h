@@ -134,6 +134,7 @@ struct shim_alloc {
 	bool driver_ref;               /* the shim holds one driver reference (while handles > 0) */
 	size_t handles;                /* live logical handles */
 	size_t mappings;               /* live tracked mappings */
+	struct shim_mapping *maps;     /* those mappings (list through shim_mapping.sibling) */
 	char *creator_endpoint;        /* importers: where the capability is redeemed */
 	size_t granularity;            /* bytes: the driver's minimum for its properties */
 	bool mc_bound;                 /* bound into a multicast object */
@@ -156,6 +157,7 @@ struct shim_mapping {
 	struct shim_access *access; /* merged, one entry per location */
 	size_t naccess, access_cap;
 	bool detached; /* unmapped by prepare; the reservation is kept */
+	struct shim_mapping *sibling, **back; /* the allocation's list of mappings */
 };
 
 struct shim_tables {
@@ -182,6 +184,9 @@ struct shim_handle *tbl_handle_get(CUmemGenericAllocationHandle value);
 /* Drop a logical handle (a->handles--). */
 void tbl_handle_drop(struct shim_handle *h);
 struct shim_mapping *tbl_mapping_at(uint64_t va);
+/* Link m into (or out of) the list of its allocation's mappings. */
+void tbl_mapping_link(struct shim_mapping *m);
+void tbl_mapping_unlink(struct shim_mapping *m);
 /* Free an allocation record once nothing refers to it. */
 void tbl_alloc_maybe_free(struct shim_alloc *a);
 /* Counts for tests and INSPECT. */
@@ -215,6 +220,9 @@ bool cap_parse(int fd, struct shim_cap *cap);
 /* Redeem cap at its creator: returns a fresh driver FD or -1 (message in err);
  * *size gets the allocation's size in bytes. */
 int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+/* The same on an open connection *sockp to the creator (opened when < 0, closed
+ * and reset after a failure): a restore redeems many capabilities on one. */
+int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
 /* A capability FD for the allocation named by these fields; -errno on failure. */
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	     const char *endpoint);

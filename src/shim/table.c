@@ -75,3 +75,21 @@ size_t tbl_live_allocs(void)
 {
 	return tbl.allocs.len;
 }
+
+void tbl_mapping_link(struct shim_mapping *m)
+{
+	m->sibling = m->alloc->maps;
+	if (m->sibling)
+		m->sibling->back = &m->sibling;
+	m->alloc->maps = m;
+	m->back = &m->alloc->maps;
+}
+
+void tbl_mapping_unlink(struct shim_mapping *m)
+{
+	*m->back = m->sibling;
+	if (m->sibling)
+		m->sibling->back = m->back;
+	m->sibling = NULL;
+	m->back = NULL;
+}

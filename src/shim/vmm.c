@@ -208,6 +208,7 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 			rc = CUDA_ERROR_INVALID_VALUE;
 		} else {
 			h->alloc->mappings++;
+			tbl_mapping_link(m);
 			m = NULL;
 		}
 	}
@@ -268,6 +269,7 @@ SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 			struct shim_mapping *m = list[i];
 			struct shim_alloc *a = m->alloc;
 			itree_remove(&tbl.mappings, &m->node);
+			tbl_mapping_unlink(m);
 			free(m->access);
 			free(m);
 			a->mappings--;
