@@ -40,10 +40,11 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
-SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher
+SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -129,6 +130,10 @@ $(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tests/gpu/check_%: tests/gpu/check_%.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+
 $(BUILD)/tests/shim/check_%: tests/shim/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
@@ -194,6 +199,16 @@ test: deps
 	@tests/summary.sh build/test-results build-asan/test-results build-tsan/test-results
 
 check: test
+
+# What tests/gpu/run.sh needs on a GPU host, built here too (nvcc, no GPU needed):
+# the project, a kernel workload and the copy baseline, against the real driver.
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+gpu-build: all
+	@test -x "$(NVCC)" || { echo "gpu-build: nvcc not found at $(NVCC) (set CUDA_HOME or NVCC)"; exit 69; }
+	@mkdir -p $(BUILD)/gpu
+	$(NVCC) -O2 -std=c++17 -o $(BUILD)/gpu/kernel_share tests/gpu/kernel_share.cu \
+		-L$(CUDA_HOME)/lib64/stubs -lcuda
+	$(CC) $(ALL_CFLAGS) -o $(BUILD)/gpu/copy_bench tests/gpu/copy_bench.c -L$(CUDA_HOME)/lib64/stubs -lcuda
 
 # The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default).
 PREFIX ?= /usr/local
