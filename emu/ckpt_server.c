@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ckpt_wire.h"
+#include "cusnap/hostmem.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
 #include "emu.h"
@@ -78,7 +79,7 @@ static CUresult do_checkpoint(void)
 		struct emu_alloc *a = emu.allocs.vals[i];
 		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
 			continue;
-		a->saved = malloc(a->size ? a->size : 1);
+		a->saved = hostmem_alloc(a->size);
 		size_t done = 0;
 		while (a->saved && done < a->size) {
 			ssize_t n = pread(a->fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
@@ -90,7 +91,7 @@ static CUresult do_checkpoint(void)
 			for (size_t j = 0; j <= i; j++) {
 				struct emu_alloc *b = emu.allocs.vals[j];
 				if (emu.allocs.keys[j] && b->fd >= 0) {
-					free(b->saved);
+					hostmem_free(b->saved, b->size);
 					b->saved = NULL;
 				}
 			}
@@ -191,7 +192,7 @@ static CUresult do_restore(const int *map)
 				close(fd);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		free(a->saved);
+		hostmem_free(a->saved, a->size);
 		a->saved = NULL;
 		a->fd = fd;
 		a->prop.location.id = dev;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/hostmem.h"
 #include "emu.h"
 
 static bool aligned(uint64_t v)
@@ -54,7 +55,7 @@ static void alloc_free(struct emu_alloc *a)
 		emu_mc_destroy(a);
 	if (a->fd >= 0)
 		close(a->fd);
-	free(a->saved);
+	hostmem_free(a->saved, a->size);
 	hmap_del(&emu.allocs, a->handle);
 	free(a);
 }
@@ -257,7 +258,14 @@ int emu_mapping_apply(struct emu_mapping *m)
 	if (m->alloc->kind == EMU_OBJ_MULTICAST)
 		return emu_mc_layout(m);
 	size_t len = m->node.end - m->node.start;
-	return mprotect((void *)(uintptr_t)m->node.start, len, emu_mapping_prot(m)) < 0 ? -errno : 0;
+	int prot = emu_mapping_prot(m);
+	if (mprotect((void *)(uintptr_t)m->node.start, len, prot) < 0)
+		return -errno;
+	/* Device memory is resident once accessible: fault it in now, in one call,
+	 * rather than a page at a time on first touch (best effort). */
+	if (prot != PROT_NONE)
+		madvise((void *)(uintptr_t)m->node.start, len, prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+	return 0;
 }
 
 static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,

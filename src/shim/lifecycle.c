@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
 #include "shim.h"
@@ -241,14 +242,14 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 		a->driver_ref = true;
 	}
 	if (content == SHIM_CONTENT_HOST && !a->saved) {
-		void *buf = malloc(a->size);
+		void *buf = hostmem_alloc(a->size);
 		if (!buf) {
 			fail(r, a, "no host memory for %zu bytes", a->size);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		rc = copy_through_temp(a, buf, false, r);
 		if (rc) {
-			free(buf);
+			hostmem_free(buf, a->size);
 			return rc;
 		}
 		a->saved = buf;
@@ -372,7 +373,7 @@ static CUresult restore_creator(struct shim_alloc *a, struct result *r)
 	}
 	a->detached = false;
 	a->carrier = false;
-	free(a->saved);
+	hostmem_free(a->saved, a->size);
 	a->saved = NULL;
 	drop_spare_ref(a);
 	if (!id_is_zero(&a->token) && exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size) < 0) {
