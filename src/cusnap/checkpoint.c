@@ -165,14 +165,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		return rc;
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
-	for (size_t i = 0; i < t.ncuda; i++) {
-		const struct proc *p = &t.procs[t.cuda_index[i]];
-		if (p->state != CU_PROCESS_STATE_RUNNING) {
-			rc = fail(EX_LEFT_RUNNING, "process %d is %s, not running: nothing done", (int)p->pid, state_name(p->state));
-			goto out;
-		}
-	}
-	if ((rc = check_interposition(&t)))
+	if ((rc = check_freezable(&t)))
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,

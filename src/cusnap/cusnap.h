@@ -84,6 +84,9 @@ int tree_load(pid_t pid, struct tree *t);
 void tree_free(struct tree *t);
 /* Partial interposition: refused (exit 1, reported). */
 int check_interposition(const struct tree *t);
+/* Every CUDA process running, and the interposition complete or absent:
+ * 0, or an exit code (reported) before anything changed. */
+int check_freezable(const struct tree *t);
 /* The native steps of a freeze: lock then checkpoint every CUDA process. On
  * failure everything is undone (and, when prepared, the VMM state rebuilt);
  * returns 0 or an exit code (reported). */

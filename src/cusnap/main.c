@@ -71,14 +71,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
 	}
-	for (size_t i = 0; i < t.ncuda; i++) {
-		const struct proc *p = &t.procs[t.cuda_index[i]];
-		if (p->state != CU_PROCESS_STATE_RUNNING) {
-			rc = fail(EX_LEFT_RUNNING, "process %d is %s, not running: nothing done", (int)p->pid, state_name(p->state));
-			goto out;
-		}
-	}
-	if ((rc = check_interposition(&t)))
+	if ((rc = check_freezable(&t)))
 		goto out;
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);

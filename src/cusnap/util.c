@@ -148,6 +148,17 @@ int check_interposition(const struct tree *t)
 		    t->nshim, t->ncuda, list);
 }
 
+int check_freezable(const struct tree *t)
+{
+	for (size_t i = 0; i < t->ncuda; i++) {
+		const struct proc *p = &t->procs[t->cuda_index[i]];
+		if (p->state != CU_PROCESS_STATE_RUNNING)
+			return fail(EX_LEFT_RUNNING, "process %d is %s, not running: nothing done", (int)p->pid,
+				    state_name(p->state));
+	}
+	return check_interposition(t);
+}
+
 void vmm_abort(struct tree *t, const char *dir)
 {
 	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
