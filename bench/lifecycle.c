@@ -62,7 +62,8 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 			t[i].obs = t[i].ns = pids[i];
 			coord_endpoint_path("", ctl, pids[i], pids[i], t[i].endpoint, sizeof(t[i].endpoint));
 		}
-		struct coord_options o = {.timeout_ms = 120000, .content = content, .dir = dir};
+		struct coord_options o = {.timeout_ms = 120000, .content = content, .dir = dir,
+					  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
 		struct coord_report r;
 		double t0 = now_ms();
 		int a = coord_prepare(t, (size_t)P, &o, &r);
@@ -153,6 +154,9 @@ int main(int argc, char **argv)
 		for (int pi = 0; pi < 4; pi++) {
 			for (int ai = 0; ai < 3; ai++) {
 				if (quick && (parts[pi] > 8 || allocs[ai] > 1024))
+					continue;
+				const char *only = getenv("BENCH_ONLY"); /* "P,N" */
+				if (only && (atoi(only) != parts[pi] || atoi(strchr(only, ',') ? strchr(only, ',') + 1 : "0") != allocs[ai]))
 					continue;
 				double prep = 0, rest = 0;
 				size_t records = 0;

@@ -93,18 +93,8 @@ int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errle
 	return fd;
 }
 
-int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+int cap_export_send(int sock, const struct shim_cap *cap)
 {
-	int64_t deadline = proto_deadline(shim_deadline_ms());
-	if (*sockp < 0) {
-		*sockp = usock_connect(cap->endpoint);
-		if (*sockp < 0) {
-			snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-*sockp));
-			*sockp = -1;
-			return -1;
-		}
-	}
-	int sock = *sockp;
 	struct proto_buf req = {0};
 	size_t at = pbuf_begin(&req, REC_EXPORT);
 	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
@@ -112,11 +102,17 @@ int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *er
 	pbuf_end(&req, at);
 	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
 				 .op = PROTO_OP_EXPORT, .request_id = 1, .payload_len = (uint32_t)req.len};
+	int rc = req.failed ? PROTO_E_INTERNAL : proto_send(sock, &h, req.data, -1, proto_deadline(shim_deadline_ms()));
+	pbuf_free(&req);
+	return rc;
+}
+
+int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+{
+	struct proto_header h;
 	int fd = -1;
 	uint8_t *payload = NULL;
-	int rc = req.failed ? PROTO_E_INTERNAL : proto_send(sock, &h, req.data, -1, deadline);
-	if (rc == PROTO_OK)
-		rc = proto_recv(sock, &h, &payload, &fd, deadline);
+	int rc = proto_recv(sock, &h, &payload, &fd, proto_deadline(shim_deadline_ms()));
 	if (rc == PROTO_OK && h.status != PROTO_OK)
 		rc = h.status;
 	if (rc == PROTO_OK && fd < 0)
@@ -140,13 +136,12 @@ int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *er
 	}
 	if (rc != PROTO_OK) {
 		char msg[512] = "";
-		struct proto_iter it;
+		struct proto_iter it, fi;
 		struct proto_rec r, f;
 		piter_init(&it, payload, payload ? h.payload_len : 0);
 		while (piter_next(&it, &r)) {
 			if (r.type != REC_ERROR)
 				continue;
-			struct proto_iter fi;
 			piter_init(&fi, r.value, r.len);
 			while (piter_next(&fi, &f))
 				if (f.type == F_MESSAGE)
@@ -159,10 +154,28 @@ int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *er
 		fd = -1;
 	}
 	free(payload);
-	pbuf_free(&req);
+	return fd;
+}
+
+int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+{
+	if (*sockp < 0) {
+		*sockp = usock_connect(cap->endpoint);
+		if (*sockp < 0) {
+			snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-*sockp));
+			*sockp = -1;
+			return -1;
+		}
+	}
+	int rc = cap_export_send(*sockp, cap);
+	int fd = -1;
+	if (rc == PROTO_OK)
+		fd = cap_export_recv(*sockp, cap, size, err, errlen);
+	else
+		snprintf(err, errlen, "EXPORT to %s: %s", cap->endpoint, proto_status_name(rc));
 	if (fd < 0) {
 		/* After a failure the connection is not reused. */
-		close(sock);
+		close(*sockp);
 		*sockp = -1;
 	}
 	return fd;

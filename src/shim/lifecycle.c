@@ -20,6 +20,7 @@
 #include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
+#include "cusnap/usock.h"
 #include "shim.h"
 
 static int phase = SHIM_PHASE_ACTIVE;
@@ -432,18 +433,40 @@ static int op_restore_importers(struct result *r)
 		snprintf(r->msg, sizeof(r->msg), "out of memory");
 		return PROTO_E_INTERNAL;
 	}
-	/* Redeem every capability at its creator (restored first), one connection
-	 * per run of capabilities naming the same creator. */
-	int sock = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (i && sock >= 0 && strcmp(list[i].cap.endpoint, list[i - 1].cap.endpoint) != 0) {
-			close(sock);
-			sock = -1;
+	/* Redeem every capability at its creator (restored first): one connection
+	 * per run of capabilities naming the same creator, with up to WINDOW
+	 * requests in flight (replies come back in order; a bounded window keeps
+	 * both sides' socket buffers from filling up). */
+	enum { WINDOW = 32 };
+	for (size_t start = 0; start < n;) {
+		size_t end = start + 1;
+		while (end < n && !strcmp(list[end].cap.endpoint, list[start].cap.endpoint))
+			end++;
+		int sock = usock_connect(list[start].cap.endpoint);
+		size_t sent = start, got = start;
+		if (sock < 0) {
+			for (size_t i = start; i < end; i++)
+				snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s", list[i].cap.endpoint,
+					 strerror(-sock));
+			got = end;
 		}
-		list[i].fd = cap_redeem_on(&sock, &list[i].cap, &list[i].size, list[i].err, sizeof(list[i].err));
+		while (got < end) {
+			while (sent < end && sent - got < WINDOW && cap_export_send(sock, &list[sent].cap) == PROTO_OK)
+				sent++;
+			if (sent == got) {
+				snprintf(list[got].err, sizeof(list[got].err), "EXPORT to %s: the connection failed",
+					 list[got].cap.endpoint);
+				got++;
+				continue;
+			}
+			list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].size, list[got].err,
+						       sizeof(list[got].err));
+			got++;
+		}
+		if (sock >= 0)
+			close(sock);
+		start = end;
 	}
-	if (sock >= 0)
-		close(sock);
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; i < n; i++) {

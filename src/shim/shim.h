@@ -223,6 +223,10 @@ int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errle
 /* The same on an open connection *sockp to the creator (opened when < 0, closed
  * and reset after a failure): a restore redeems many capabilities on one. */
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+/* The two halves of one redemption on a connection, for pipelining: requests go
+ * out ahead of their replies, which come back in order. */
+int cap_export_send(int sock, const struct shim_cap *cap);
+int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
 /* A capability FD for the allocation named by these fields; -errno on failure. */
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	     const char *endpoint);
