@@ -241,6 +241,45 @@ static void vmm_restore_failing(void)
 	free(out);
 }
 
+static void partial_interposition(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
+	snprintf(dir, sizeof(dir), "%s/partial", e2e_root);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
+	mkdir(dir, 0700);
+	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
+		 bin_dir, tests_dir, dir, tests_dir, dir);
+	char envctl[PATH_MAX + 32];
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
+	char log[PATH_MAX + 16], ck[PATH_MAX + 16];
+	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+	pid_t sh = test_spawn(argv, env, log);
+	int ns;
+	unsigned long long va;
+	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
+	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", sh);
+	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
+		      NULL), 1);
+	CHECK_CONTAINS(out, "partial interposition");
+	free(out);
+	/* Refused before anything changed: both still running, nothing dumped. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
+	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
+	free(out);
+	char manifest[PATH_MAX + 32];
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", ck);
+	CHECK(access(manifest, F_OK) != 0);
+	pid_t pids[8];
+	int n = tree_pids(sh, pids, 8);
+	for (int k = n - 1; k >= 0; k--)
+		kill(pids[k], SIGKILL);
+	reap_all();
+}
+
 int main(void)
 {
 	if (getenv("CUSNAP_SANITIZER"))
@@ -258,6 +297,7 @@ int main(void)
 	test_run("--leave-running: keeps running, snapshot-complete, restorable later", leave_running);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
+	test_run("partial interposition: refused before anything changes", partial_interposition);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	e2e_done();
 	return test_done();
