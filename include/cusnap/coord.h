@@ -51,8 +51,11 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
  * first violation, naming participant, object and rule, in err. */
 int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
 		   size_t errlen);
-/* Does the topology now (cur) match what was recorded (rec)? Returns 0 or -1 with err. */
-int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, char *err, size_t errlen);
+/* Does the topology now (cur) match what was recorded (rec), with recorded device
+ * ordinals translated by map (map[old] = new; NULL or nmap 0: unchanged)?
+ * Returns 0 or -1 with err. */
+int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, const int *map, size_t nmap,
+		  char *err, size_t errlen);
 
 enum coord_content { COORD_CONTENT_HOST = 1, COORD_CONTENT_NATIVE = 2 };
 
@@ -62,6 +65,8 @@ struct coord_options {
 	const char *dir;     /* where cuda-vmm.state goes */
 	bool require_state;  /* restore: a missing state file is an error */
 	FILE *progress;      /* one line per stage, or NULL */
+	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
+	size_t device_map_len;
 };
 
 struct coord_report {

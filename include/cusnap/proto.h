@@ -116,6 +116,7 @@ enum proto_field {
 	F_BYTES = 32,        /* u64: bytes copied (lifecycle results) */
 	F_COUNT = 33,        /* u32: allocations handled (lifecycle results) */
 	F_DETACHED = 34,     /* u32: 0 or 1: released by prepare, not yet restored */
+	F_DEVICE_MAP = 35,   /* 8 bytes: old device ordinal u32 | new ordinal u32; repeated (RESTORE_CREATORS) */
 };
 
 struct proto_header {

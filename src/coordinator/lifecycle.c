@@ -272,7 +272,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	if (inspect_all(calls, t, n, o, after, r) >= 0)
 		goto abort;
 	for (size_t i = 0; i < n; i++) {
-		if (coord_compare(&before[i], &after[i], why, sizeof(why)) < 0) {
+		if (coord_compare(&before[i], &after[i], NULL, 0, why, sizeof(why)) < 0) {
 			snprintf(r->error, sizeof(r->error), "participant %d (ns %d) changed during prepare: %s", t[i].obs,
 				 t[i].ns, why);
 			goto abort;
@@ -374,6 +374,7 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		snprintf(r->error, sizeof(r->error), "%s%s", why, src == -ENOENT ? " (--require-state)" : "");
 		return -1;
 	}
+	struct proto_buf map = {0};
 	struct call *calls = calloc(n ? n : 1, sizeof(*calls));
 	struct topo_participant *cur = calloc(n ? n : 1, sizeof(*cur));
 	bool *all = calloc(n ? n : 1, sizeof(*all));
@@ -410,9 +411,22 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	static const uint16_t ops[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS};
 	static const char *const names[] = {"RESTORE_CREATORS", "RESTORE_IMPORTERS"};
 	double *ms[] = {&r->ms_restore_creators, &r->ms_restore_importers};
+	/* GPUs remapped by the native restore: the shims translate their records. */
+	if (o->device_map_len) {
+		size_t at = pbuf_begin(&map, REC_RESULT);
+		for (size_t d = 0; d < o->device_map_len; d++) {
+			uint8_t pair[8];
+			uint32_t v[2] = {(uint32_t)d, (uint32_t)o->device_map[d]};
+			for (int k = 0; k < 8; k++)
+				pair[k] = (uint8_t)(v[k / 4] >> (8 * (k % 4)));
+			if (o->device_map[d] >= 0)
+				pbuf_put(&map, F_DEVICE_MAP, pair, sizeof(pair));
+		}
+		pbuf_end(&map, at);
+	}
 	for (int s = 0; s < 2; s++) {
 		t0 = now_ms();
-		long bad = fan_out(calls, t, n, all, ops[s], NULL, 0, o->timeout_ms);
+		long bad = fan_out(calls, t, n, all, ops[s], s == 0 ? map.data : NULL, s == 0 ? map.len : 0, o->timeout_ms);
 		*ms[s] = now_ms() - t0;
 		if (s == 0)
 			r->bytes = bytes_of(calls, n);
@@ -433,7 +447,7 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		for (size_t j = 0; j < st.n && !rec; j++)
 			if (id_equal(&st.p[j].id, &cur[i].id))
 				rec = &st.p[j];
-		if (coord_compare(&rec->topo, &cur[i], why, sizeof(why)) < 0) {
+		if (coord_compare(&rec->topo, &cur[i], o->device_map, o->device_map_len, why, sizeof(why)) < 0) {
 			snprintf(r->error, sizeof(r->error), "participant %d (ns %d): topology after restore: %s", t[i].obs,
 				 t[i].ns, why);
 			goto out;
@@ -457,6 +471,7 @@ out:
 	free(all);
 	free_calls(calls, n);
 	state_free(&st);
+	pbuf_free(&map);
 	r->ms_total = now_ms() - start;
 	return rc;
 }

@@ -163,22 +163,28 @@ out:
 	return rc;
 }
 
-static bool same_access(const struct topo_mapping *a, const struct topo_mapping *b)
+static int remap(int dev, const int *map, size_t nmap)
+{
+	return map && dev >= 0 && (size_t)dev < nmap && map[dev] >= 0 ? map[dev] : dev;
+}
+
+static bool same_access(const struct topo_mapping *a, const struct topo_mapping *b, const int *map, size_t nmap)
 {
 	if (a->naccess != b->naccess)
 		return false;
 	for (size_t i = 0; i < a->naccess; i++) {
 		bool found = false;
 		for (size_t j = 0; j < b->naccess && !found; j++)
-			found = a->access[i].loc_type == b->access[j].loc_type && a->access[i].loc_id == b->access[j].loc_id &&
-				a->access[i].flags == b->access[j].flags;
+			found = a->access[i].loc_type == b->access[j].loc_type &&
+				remap(a->access[i].loc_id, map, nmap) == b->access[j].loc_id && a->access[i].flags == b->access[j].flags;
 		if (!found)
 			return false;
 	}
 	return true;
 }
 
-int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, char *err, size_t errlen)
+int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, const int *map, size_t nmap,
+		  char *err, size_t errlen)
 {
 	char hex[ID_HEX_LEN + 1];
 	if (!id_equal(&rec->id, &cur->id) || rec->nallocs != cur->nallocs || rec->nmaps != cur->nmaps) {
@@ -199,7 +205,8 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 	for (size_t i = 0; i < rec->nallocs; i++) {
 		const struct topo_alloc *r = &rec->allocs[i], *c = hmap_get(&allocs, r->key);
 		id_hex(&r->id, hex);
-		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size || c->device != r->device ||
+		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size ||
+		    c->device != remap(r->device, map, nmap) ||
 		    c->handles != r->handles) {
 			snprintf(err, errlen, "allocation %s differs after restore (or is missing)", hex);
 			rc = -1;
@@ -215,7 +222,7 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 		const struct topo_mapping *r = &rec->maps[i], *c = hmap_get(&maps, r->address);
 		id_hex(&r->alloc_id, hex);
 		if (!c || c->size != r->size || c->offset != r->offset || !id_equal(&c->alloc_id, &r->alloc_id) ||
-		    c->flags != r->flags || !same_access(r, c)) {
+		    c->flags != r->flags || !same_access(r, c, map, nmap)) {
 			snprintf(err, errlen, "allocation %s: mapping %#" PRIx64 " differs after restore (address, size, offset or access)",
 				 hex, r->address);
 			rc = -1;

@@ -441,9 +441,36 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	r->ms_native_restore = now_ms() - t0;
 	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda, npairs ? ", devices remapped" : "");
+	/* Device ordinals then (the manifest's GPU list) and now, for the shims. */
+	int ordinal_map[64];
+	size_t nmap = 0;
+	if (npairs) {
+		const struct json *gpus = json_get(m.root, "gpus");
+		int ndev = 0;
+		t.nat.device_count(&ndev);
+		for (const struct json *g = gpus && gpus->type == JSON_ARRAY ? gpus->child : NULL; g && nmap < 64;
+		     g = g->next, nmap++) {
+			ordinal_map[nmap] = -1;
+			CUuuid old;
+			if (g->type != JSON_STRING || parse_uuid(g->string, strlen(g->string), &old) < 0)
+				continue;
+			for (int k = 0; k < npairs; k++) {
+				if (memcmp(pairs[k].oldUuid.bytes, old.bytes, 16) != 0)
+					continue;
+				for (int d = 0; d < ndev; d++) {
+					CUdevice dev;
+					CUuuid u;
+					if (t.nat.device_get(&dev, d) == CUDA_SUCCESS && t.nat.device_uuid(&u, dev) == CUDA_SUCCESS &&
+					    !memcmp(u.bytes, pairs[k].newUuid.bytes, 16))
+						ordinal_map[nmap] = d;
+				}
+			}
+		}
+	}
 	t0 = now_ms();
 	if (m.prepared) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true};
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true,
+					  .device_map = nmap ? ordinal_map : NULL, .device_map_len = nmap};
 		struct coord_report cr;
 		if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
 			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)", cr.error);

@@ -525,6 +525,60 @@ static bool all_attached(struct result *r)
 	return true;
 }
 
+/* After a native restore onto other GPUs: translate every recorded device
+ * ordinal (allocations' locations, mappings' access) by the F_DEVICE_MAP pairs
+ * of the request. Caller holds tbl.lock. */
+static int apply_device_map(const uint8_t *payload, size_t len, struct result *r)
+{
+	int map[64];
+	bool any = false;
+	for (int d = 0; d < 64; d++)
+		map[d] = d;
+	struct proto_iter it, fi;
+	struct proto_rec rec, f;
+	piter_init(&it, payload, len);
+	while (piter_next(&it, &rec)) {
+		if (rec.type != REC_RESULT)
+			continue;
+		piter_init(&fi, rec.value, rec.len);
+		while (piter_next(&fi, &f)) {
+			if (f.type != F_DEVICE_MAP)
+				continue;
+			if (f.len != 8) {
+				snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want 8)", f.len);
+				return PROTO_E_LENGTH;
+			}
+			uint32_t from = (uint32_t)f.value[0] | (uint32_t)f.value[1] << 8 | (uint32_t)f.value[2] << 16 |
+					(uint32_t)f.value[3] << 24;
+			uint32_t to = (uint32_t)f.value[4] | (uint32_t)f.value[5] << 8 | (uint32_t)f.value[6] << 16 |
+				      (uint32_t)f.value[7] << 24;
+			if (from >= 64 || to >= 64) {
+				snprintf(r->msg, sizeof(r->msg), "device map %u -> %u out of range", from, to);
+				return PROTO_E_MALFORMED;
+			}
+			map[from] = (int)to;
+			any = true;
+		}
+	}
+	if (it.error)
+		return it.error;
+	if (!any)
+		return PROTO_OK;
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || a->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+			continue;
+		if (a->prop.location.id >= 0 && a->prop.location.id < 64)
+			a->prop.location.id = map[a->prop.location.id];
+		for (struct shim_mapping *m = a->maps; m; m = m->sibling)
+			for (size_t k = 0; k < m->naccess; k++)
+				if (m->access[k].location.type == CU_MEM_LOCATION_TYPE_DEVICE && m->access[k].location.id >= 0 &&
+				    m->access[k].location.id < 64)
+					m->access[k].location.id = map[m->access[k].location.id];
+	}
+	return PROTO_OK;
+}
+
 /* ---- dispatch ---- */
 
 static bool phase_in(int p, unsigned mask)
@@ -590,6 +644,11 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		break;
 	case PROTO_OP_RESTORE_CREATORS: {
 		pthread_mutex_lock(&tbl.lock);
+		rc = apply_device_map(payload, len, &r);
+		if (rc != PROTO_OK) {
+			pthread_mutex_unlock(&tbl.lock);
+			break;
+		}
 		CUresult cr = CUDA_SUCCESS;
 		for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
 			struct shim_alloc *a = tbl.allocs.vals[i];

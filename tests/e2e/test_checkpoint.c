@@ -4,6 +4,7 @@
  * the VMM rebuild failing after the CRIU restore; inspect of the directory. */
 #include <sys/prctl.h>
 
+#include "cusnap/json.h"
 #include "e2e_util.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
@@ -280,6 +281,66 @@ static void partial_interposition(void)
 	reap_all();
 }
 
+static void device_map(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
+	snprintf(dir, sizeof(dir), "%s/devmap", e2e_root);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
+	mkdir(dir, 0700);
+	snprintf(script, sizeof(script),
+		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
+		 "$L $H %s b --import a --dev 1 & wait",
+		 bin_dir, tests_dir, dir, dir);
+	char envctl[PATH_MAX + 32];
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
+	char log[PATH_MAX + 16], ck[PATH_MAX + 16];
+	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+	pid_t sh = test_spawn(argv, env, log);
+	int ns;
+	unsigned long long va;
+	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
+	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", sh);
+	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
+		      NULL), 0);
+	free(out);
+	test_wait_child(sh, 10000);
+	reap_all();
+	/* Swap the two GPUs: their UUIDs are in the manifest. */
+	char mpath[PATH_MAX + 32], err[256], map[256];
+	snprintf(mpath, sizeof(mpath), "%s/manifest.json", ck);
+	char *text = test_read_file(mpath);
+	struct json *m = text ? json_parse(text, strlen(text), err, sizeof(err)) : NULL;
+	const struct json *gpus = json_get(m, "gpus");
+	CHECK(gpus && gpus->child && gpus->child->next);
+	if (!gpus || !gpus->child || !gpus->child->next) {
+		json_free(m);
+		free(text);
+		return;
+	}
+	snprintf(map, sizeof(map), "%s=%s,%s=%s", gpus->child->string, gpus->child->next->string,
+		 gpus->child->next->string, gpus->child->string);
+	json_free(m);
+	free(text);
+	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", ck, "--criu", criu, "--device-map", map, NULL), 0);
+	CHECK_CONTAINS(out, "devices remapped");
+	free(out);
+	/* The creator's allocation now lives on the other GPU, still shared. */
+	TARGET_EXPECT_DIR(dir, "a", "device", "1");
+	TARGET_EXPECT_DIR(dir, "b", "check 1", "PASS");
+	TARGET_EXPECT_DIR(dir, "b", "fill 5", "OK");
+	TARGET_EXPECT_DIR(dir, "a", "check 5", "PASS");
+	pid_t root = restored_root(ck);
+	pid_t pids[8];
+	int n = root > 0 ? tree_pids(root, pids, 8) : 0;
+	for (int k = n - 1; k >= 0; k--)
+		kill(pids[k], SIGKILL);
+	reap_all();
+}
+
 int main(void)
 {
 	if (getenv("CUSNAP_SANITIZER"))
@@ -298,6 +359,7 @@ int main(void)
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
 	test_run("partial interposition: refused before anything changes", partial_interposition);
+	test_run("--device-map: GPUs swapped at restore, sharing rebuilt on the new ones", device_map);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	e2e_done();
 	return test_done();
