@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cusnap/ids.h"
 #include "emu.h"
 
 struct emu_state emu = {
@@ -56,37 +57,6 @@ static size_t parse_size(const char *s)
 	if (*end == 'B')
 		end++;
 	return *end ? 0 : (size_t)v;
-}
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = tolower(c);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Parse "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or 32 hex digits. */
-static int parse_uuid(const char *s, size_t len, CUuuid *out)
-{
-	if (len >= 4 && strncmp(s, "GPU-", 4) == 0) {
-		s += 4;
-		len -= 4;
-	}
-	int nib = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] == '-')
-			continue;
-		int v = hexval((unsigned char)s[i]);
-		if (v < 0 || nib >= 32)
-			return -1;
-		if (nib % 2 == 0)
-			out->bytes[nib / 2] = (char)(v << 4);
-		else
-			out->bytes[nib / 2] = (char)(out->bytes[nib / 2] | v);
-		nib++;
-	}
-	return nib == 32 ? 0 : -1;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -183,7 +153,7 @@ static void read_env(void)
 		const char *p = list;
 		for (int i = 0; i < emu.ndev && *p; i++) {
 			size_t len = strcspn(p, ",");
-			if (parse_uuid(p, len, &emu.dev[i].uuid) < 0)
+			if (id_parse_uuid(p, len, (uint8_t *)emu.dev[i].uuid.bytes) < 0)
 				emu_log(1, "CUEMU_UUIDS entry %d is not a UUID; derived one kept", i);
 			p += len;
 			if (*p == ',')

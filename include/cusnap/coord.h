@@ -20,8 +20,6 @@ struct coord_target {
  * <proc_root>/<obs>/root/<control_dir>/cuda-vmm-<ns>.sock, or with an empty
  * proc_root <control_dir>/cuda-vmm-<ns>.sock. Returns 0 or -ENAMETOOLONG. */
 int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs, int ns, char *out, size_t len);
-/* The control directory: SNAPSHOT_CONTROL_DIR, DYN_SNAPSHOT_CONTROL_DIR, /snapshot-control. */
-const char *coord_default_control_dir(void);
 
 /* One request and its reply on a new connection, within timeout_ms. On success
  * returns 0 with the reply's header and payload (malloc'ed, may be NULL); a

@@ -3,6 +3,7 @@
 #define CUSNAP_IDS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define ID_LEN 16
@@ -18,6 +19,9 @@ int id_random(struct cusnap_id *id);
 void id_hex(const struct cusnap_id *id, char out[ID_HEX_LEN + 1]);
 /* Parse exactly 32 hex digits. Returns 0 or -EINVAL. */
 int id_parse(const char *hex, struct cusnap_id *id);
+/* A GPU UUID of len bytes: "GPU-xxxxxxxx-xxxx-...", or 32 hex digits with or
+ * without dashes, into 16 bytes. Returns 0 or -EINVAL. */
+int id_parse_uuid(const char *s, size_t len, uint8_t out[ID_LEN]);
 bool id_is_zero(const struct cusnap_id *id);
 bool id_equal(const struct cusnap_id *a, const struct cusnap_id *b);
 /* Constant-time comparison, for tokens. */

@@ -53,6 +53,25 @@ int id_parse(const char *hex, struct cusnap_id *id)
 	return 0;
 }
 
+int id_parse_uuid(const char *s, size_t len, uint8_t out[ID_LEN])
+{
+	if (len >= 4 && strncmp(s, "GPU-", 4) == 0) {
+		s += 4;
+		len -= 4;
+	}
+	int nib = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '-')
+			continue;
+		int v = nibble(s[i]);
+		if (v < 0 || nib >= 2 * ID_LEN)
+			return -EINVAL;
+		out[nib / 2] = (uint8_t)(nib % 2 ? out[nib / 2] | v : v << 4);
+		nib++;
+	}
+	return nib == 2 * ID_LEN ? 0 : -EINVAL;
+}
+
 bool id_is_zero(const struct cusnap_id *id)
 {
 	for (int i = 0; i < ID_LEN; i++)

@@ -8,14 +8,6 @@
 #include "cusnap/coord.h"
 #include "cusnap/usock.h"
 
-const char *coord_default_control_dir(void)
-{
-	const char *d = getenv("SNAPSHOT_CONTROL_DIR");
-	if (!d || !*d)
-		d = getenv("DYN_SNAPSHOT_CONTROL_DIR");
-	return d && *d ? d : "/snapshot-control";
-}
-
 int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs, int ns, char *out, size_t len)
 {
 	int n;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/control.h"
 #include "cusnap/coord.h"
 
 #define EX_FAILED 1
@@ -116,7 +117,7 @@ int main(int argc, char **argv)
 		{"require-state", no_argument, NULL, OPT_REQUIRE_STATE},
 		{0, 0, 0, 0},
 	};
-	const char *proc_root = "/proc", *control_dir = coord_default_control_dir();
+	const char *proc_root = "/proc", *control_dir = control_dir_from_env();
 	int mode = 0, json = 0, timeout_ms = 10000, content = COORD_CONTENT_HOST, require_state = 0;
 	const char *dir = NULL;
 	struct coord_target *targets = NULL;

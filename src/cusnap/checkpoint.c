@@ -255,22 +255,7 @@ out:
 
 static int parse_uuid(const char *s, size_t len, CUuuid *out)
 {
-	if (len >= 4 && !strncmp(s, "GPU-", 4)) {
-		s += 4;
-		len -= 4;
-	}
-	int nib = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] == '-')
-			continue;
-		int c = tolower((unsigned char)s[i]);
-		int v = isdigit(c) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (v < 0 || nib >= 32)
-			return -1;
-		out->bytes[nib / 2] = (char)(nib % 2 ? (out->bytes[nib / 2] | v) : v << 4);
-		nib++;
-	}
-	return nib == 32 ? 0 : -1;
+	return id_parse_uuid(s, len, (uint8_t *)out->bytes);
 }
 
 /* "OLD=NEW,OLD=NEW" into pairs. Returns the count or -1. */

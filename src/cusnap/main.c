@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/control.h"
 #include "cusnap/coord.h"
 
 
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
 		{"keep", required_argument, NULL, 'K'},
 		{0, 0, 0, 0},
 	};
-	opt_control_dir = coord_default_control_dir();
+	opt_control_dir = control_dir_from_env();
 	pid_t pid = 0;
 	const char *dir = NULL, *criu = NULL, *device_map = NULL, *keep = NULL;
 	bool leave_running = false, wait_ready = false, in_place = false;

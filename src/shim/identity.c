@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/control.h"
 #include "cusnap/log.h"
 #include "cusnap/topo.h"
 #include "shim.h"
@@ -23,16 +24,6 @@ static char env_participant[64];
 const char *shim_phase_name(int phase)
 {
 	return topo_phase_name((uint32_t)phase);
-}
-
-void shim_control_dir(char *out, size_t len)
-{
-	const char *d = getenv("SNAPSHOT_CONTROL_DIR");
-	if (!d || !*d)
-		d = getenv("DYN_SNAPSHOT_CONTROL_DIR"); /* deprecated name, still honoured */
-	if (!d || !*d)
-		d = "/snapshot-control";
-	snprintf(out, len, "%s", d);
 }
 
 static int deadline_ms = 10000;
@@ -78,7 +69,7 @@ const struct shim_identity *shim_identity(const char **why)
 		} else {
 			id_random(&self.id);
 		}
-		shim_control_dir(self.control_dir, sizeof(self.control_dir));
+		snprintf(self.control_dir, sizeof(self.control_dir), "%s", control_dir_from_env());
 		snprintf(self.endpoint, sizeof(self.endpoint), "%s/cuda-vmm-%d.sock", self.control_dir, (int)self.nspid);
 		have_identity = true;
 		__atomic_store_n(&published, true, __ATOMIC_RELEASE);

@@ -209,14 +209,28 @@ static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
 	return CUDA_SUCCESS;
 }
 
+/* Drop the driver reference the shim holds, if it holds one. A failure is
+ * reported in r (when given) and leaves the reference held. */
+static CUresult release_ref(struct shim_alloc *a, struct result *r)
+{
+	if (!a->driver_ref)
+		return CUDA_SUCCESS;
+	CUresult rc = real.cuMemRelease(a->driver);
+	if (rc) {
+		if (r)
+			fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+		return rc;
+	}
+	a->driver_ref = false;
+	return CUDA_SUCCESS;
+}
+
 /* A driver reference the shim holds only while it needs one (no logical handle
  * left: the mappings anchor the allocation). */
 static void drop_spare_ref(struct shim_alloc *a)
 {
-	if (a->driver_ref && !a->handles) {
-		real.cuMemRelease(a->driver);
-		a->driver_ref = false;
-	}
+	if (!a->handles)
+		release_ref(a, NULL);
 }
 
 /* ---- PREPARE ---- */
@@ -262,12 +276,9 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 		a->carrier = true; /* the one driver reference the native checkpoint saves */
 		return CUDA_SUCCESS;
 	}
-	rc = real.cuMemRelease(a->driver);
-	if (rc) {
-		fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+	rc = release_ref(a, r);
+	if (rc)
 		return rc;
-	}
-	a->driver_ref = false;
 	a->detached = true;
 	return CUDA_SUCCESS;
 }
@@ -275,16 +286,10 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 static CUresult prepare_importer(struct shim_alloc *a, struct result *r)
 {
 	CUresult rc = detach_mappings(a, r);
+	if (!rc)
+		rc = release_ref(a, r);
 	if (rc)
 		return rc;
-	if (a->driver_ref) {
-		rc = real.cuMemRelease(a->driver);
-		if (rc) {
-			fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
-			return rc;
-		}
-		a->driver_ref = false;
-	}
 	a->detached = true;
 	return CUDA_SUCCESS;
 }
@@ -358,8 +363,7 @@ static CUresult restore_creator(struct shim_alloc *a, struct result *r)
 		created = true;
 		rc = copy_through_temp(a, a->saved, true, r);
 		if (rc) {
-			real.cuMemRelease(h);
-			a->driver_ref = false;
+			release_ref(a, NULL);
 			return rc;
 		}
 	}
@@ -367,8 +371,7 @@ static CUresult restore_creator(struct shim_alloc *a, struct result *r)
 	if (rc) {
 		if (created) {
 			detach_mappings(a, &(struct result){0});
-			real.cuMemRelease(a->driver);
-			a->driver_ref = false;
+			release_ref(a, NULL);
 		}
 		return rc;
 	}
@@ -490,8 +493,7 @@ static int op_restore_importers(struct result *r)
 		rc = attach_mappings(a, r);
 		if (rc) {
 			detach_mappings(a, &(struct result){0});
-			real.cuMemRelease(h);
-			a->driver_ref = false;
+			release_ref(a, NULL);
 			continue;
 		}
 		a->detached = false;

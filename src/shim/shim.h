@@ -106,8 +106,6 @@ struct shim_identity {
 const struct shim_identity *shim_identity(const char **why);
 /* The identity if it was made already (never makes one; takes no lock). */
 const struct shim_identity *shim_self(void);
-/* The control directory from the environment (no identity needed). */
-void shim_control_dir(char *out, size_t len);
 
 /* ---- tables (table.c): everything under tbl_lock ---- */
 

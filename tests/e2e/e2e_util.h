@@ -178,6 +178,32 @@ static inline int tree_pids(pid_t pid, pid_t *pids, int max)
 	return n;
 }
 
+/* Kill every process of the tree rooted at root, leaves first. */
+static inline void tree_kill(pid_t root)
+{
+	pid_t pids[64];
+	int n = root > 0 ? tree_pids(root, pids, 64) : 0;
+	for (int i = n - 1; i >= 0; i--)
+		kill(pids[i], SIGKILL);
+}
+
+/* Run `/bin/sh -c script` (a new session, SNAPSHOT_CONTROL_DIR=ctl, its output
+ * in dir/sh.log) whose target_helpers "a" and "b" in dir must get ready.
+ * Returns the shell's PID, the root of the tree. */
+static inline pid_t helpers_start(const char *dir, const char *ctl, const char *script)
+{
+	char envctl[PATH_MAX + 32], log[PATH_MAX + 16];
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	char *argv[] = {"/bin/sh", "-c", (char *)script, NULL}, *env[] = {envctl, NULL};
+	pid_t sh = test_spawn(argv, env, log);
+	int ns;
+	unsigned long long va;
+	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
+	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	return sh;
+}
+
 /* Let the workload verify (restore-complete) and wait for it; returns its PASS
  * line count, or -1 when it did not exit 0. */
 static inline int group_finish(struct group *g)
@@ -202,10 +228,7 @@ static inline void group_kill(struct group *g)
 {
 	if (g->child <= 0)
 		return;
-	pid_t pids[64];
-	int n = g->root > 0 ? tree_pids(g->root, pids, 64) : 0;
-	for (int i = 0; i < n; i++)
-		kill(pids[i], SIGKILL);
+	tree_kill(g->root);
 	kill(g->child, SIGKILL);
 	test_wait_child(g->child, 10000);
 	g->child = 0;

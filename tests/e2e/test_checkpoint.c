@@ -9,21 +9,6 @@
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
 
-static int find_criu(void)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof(path), "%s/../../criu-path", test_exe_dir());
-	char *text = test_read_file(path);
-	if (text && *text) {
-		text[strcspn(text, "\n")] = '\0';
-		snprintf(criu, sizeof(criu), "%s", text);
-	} else {
-		snprintf(criu, sizeof(criu), "%s/../../criu/criu", test_exe_dir());
-	}
-	free(text);
-	return access(criu, X_OK);
-}
-
 /* Reap everything that died (the dumped tree's processes come to us). */
 static void reap_all(void)
 {
@@ -250,17 +235,9 @@ static void partial_interposition(void)
 	mkdir(dir, 0700);
 	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
 		 bin_dir, tests_dir, dir, tests_dir, dir);
-	char envctl[PATH_MAX + 32];
-	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
-	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
-	char log[PATH_MAX + 16], ck[PATH_MAX + 16];
-	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	char ck[PATH_MAX + 16];
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	pid_t sh = test_spawn(argv, env, log);
-	int ns;
-	unsigned long long va;
-	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
-	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	pid_t sh = helpers_start(dir, ctl, script);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
@@ -274,10 +251,7 @@ static void partial_interposition(void)
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/manifest.json", ck);
 	CHECK(access(manifest, F_OK) != 0);
-	pid_t pids[8];
-	int n = tree_pids(sh, pids, 8);
-	for (int k = n - 1; k >= 0; k--)
-		kill(pids[k], SIGKILL);
+	tree_kill(sh);
 	reap_all();
 }
 
@@ -291,17 +265,9 @@ static void device_map(void)
 		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
 		 "$L $H %s b --import a --dev 1 & wait",
 		 bin_dir, tests_dir, dir, dir);
-	char envctl[PATH_MAX + 32];
-	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
-	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
-	char log[PATH_MAX + 16], ck[PATH_MAX + 16];
-	snprintf(log, sizeof(log), "%s/sh.log", dir);
+	char ck[PATH_MAX + 16];
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	pid_t sh = test_spawn(argv, env, log);
-	int ns;
-	unsigned long long va;
-	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
-	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	pid_t sh = helpers_start(dir, ctl, script);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
@@ -333,11 +299,7 @@ static void device_map(void)
 	TARGET_EXPECT_DIR(dir, "b", "check 1", "PASS");
 	TARGET_EXPECT_DIR(dir, "b", "fill 5", "OK");
 	TARGET_EXPECT_DIR(dir, "a", "check 5", "PASS");
-	pid_t root = restored_root(ck);
-	pid_t pids[8];
-	int n = root > 0 ? tree_pids(root, pids, 8) : 0;
-	for (int k = n - 1; k >= 0; k--)
-		kill(pids[k], SIGKILL);
+	tree_kill(restored_root(ck));
 	reap_all();
 }
 
@@ -347,7 +309,7 @@ int main(void)
 		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
 	if (geteuid() != 0)
 		SKIP("CRIU needs root");
-	if (find_criu() != 0)
+	if (test_find_criu(criu, sizeof(criu)) != 0)
 		SKIP("no CRIU (run scripts/setup-criu.sh)");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	e2e_init("ckpt");

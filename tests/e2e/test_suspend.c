@@ -264,16 +264,7 @@ static void partial_interposition(void)
 	/* One process under the interposer, one without, in one tree. */
 	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
 		 bin_dir, tests_dir, dir, tests_dir, dir);
-	char envctl[PATH_MAX + 32];
-	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
-	char *argv[] = {"/bin/sh", "-c", script, NULL}, *env[] = {envctl, NULL};
-	char log[PATH_MAX + 16];
-	snprintf(log, sizeof(log), "%s/sh.log", dir);
-	pid_t sh = test_spawn(argv, env, log);
-	int ns;
-	unsigned long long va;
-	CHECK_EQ(test_wait_ready(dir, "a", 20000, &ns, &va), 0);
-	CHECK_EQ(test_wait_ready(dir, "b", 20000, &ns, &va), 0);
+	pid_t sh = helpers_start(dir, ctl, script);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
@@ -283,10 +274,7 @@ static void partial_interposition(void)
 	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
 	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
 	free(out);
-	pid_t pids[8];
-	int n = tree_pids(sh, pids, 8);
-	for (int k = n - 1; k >= 0; k--)
-		kill(pids[k], SIGKILL);
+	tree_kill(sh);
 	waitpid(sh, NULL, 0);
 }
 

@@ -9,27 +9,6 @@
 
 static char criu[PATH_MAX];
 
-/* $CRIU, else what `make test` provisioned (build/criu-path, build/criu/criu). */
-static int find_criu(void)
-{
-	const char *env = getenv("CRIU");
-	if (env && *env) {
-		snprintf(criu, sizeof(criu), "%s", env);
-		return access(criu, X_OK);
-	}
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../../criu-path", test_exe_dir());
-	char *text = test_read_file(path);
-	if (text && *text) {
-		text[strcspn(text, "\n")] = '\0';
-		snprintf(criu, sizeof(criu), "%s", text);
-	} else {
-		snprintf(criu, sizeof(criu), "%s/../../criu/criu", test_exe_dir());
-	}
-	free(text);
-	return access(criu, X_OK);
-}
-
 static void show_log(const char *path)
 {
 	char *text = test_read_file(path);
@@ -89,7 +68,7 @@ int main(void)
 		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
 	if (geteuid() != 0)
 		SKIP("CRIU needs root");
-	if (find_criu() != 0)
+	if (test_find_criu(criu, sizeof(criu)) != 0)
 		SKIP("no CRIU (run scripts/setup-criu.sh, or set CRIU=/path/to/criu)");
 	/* Restored trees are reparented to us so that we can reap them. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -291,3 +291,24 @@ int test_wait_ready(const char *dir, const char *name, int timeout_ms, int *nspi
 	free(text);
 	return ok ? 0 : -1;
 }
+
+int test_find_criu(char *out, size_t len)
+{
+	const char *env = getenv("CRIU");
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return access(out, X_OK);
+	}
+	/* Test executables live in BUILD/tests/<part>/. */
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/../../criu-path", test_exe_dir());
+	char *text = test_read_file(path);
+	if (text && *text) {
+		text[strcspn(text, "\n")] = '\0';
+		snprintf(out, len, "%s", text);
+	} else {
+		snprintf(out, len, "%s/../../criu/criu", test_exe_dir());
+	}
+	free(text);
+	return access(out, X_OK);
+}
