@@ -10,7 +10,19 @@
  * sharing in both directions. Each process prints one PASS or FAIL line; the
  * exit status is 0 only when every process passed.
  *
- *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS]
+ *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] [--multicast]
+ *
+ * --multicast adds what NVLS collectives do: the parent creates a multicast
+ * object over the devices in use, exports it to the workers, the first process
+ * on each device adds that device, every process binds memory of its own at
+ * offset rank x granularity (even ranks by handle, odd ranks by address) and
+ * maps the whole object. After the restore each process checks that its member
+ * keeps its bytes and is still reachable through its multicast mapping (as cuemu
+ * models it: a process sees there the memory it bound), that a write to the
+ * member shows through the mapping, and that the old multicast handle still
+ * unbinds and binds. VMM_GROUP_MC_REQUEST=BYTES asks for another capacity;
+ * VMM_GROUP_MC_DEFECT=no-add|no-bind leaves the last device of the team
+ * unadded (then nobody binds) or unbound, for validation tests.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT in that process only.
  *
@@ -38,6 +50,7 @@
 #define PAGE 4096
 
 static int workers = 2, nallocs = 4, timeout_s = 600;
+static bool multicast;
 static size_t size = 4u << 20;
 static char control[4096];
 static char role[32] = "parent";
@@ -191,7 +204,8 @@ static void fault_role_filter(void)
 static int ndevices(void)
 {
 	int n = 1;
-	cuDeviceGetCount(&n);
+	if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS)
+		n = 1;
 	return n > 0 ? n : 1;
 }
 
@@ -213,6 +227,97 @@ static int make_private(int device)
 	CU(map_at_new_va(priv.handle, device, device, &priv.va));
 	CU(cuMemsetD32(priv.va, 0xc0ffee00u | (unsigned)device, size / 4));
 	priv.device = device;
+	return 0;
+}
+
+/* ---- multicast ---- */
+
+static struct {
+	CUmemGenericAllocationHandle mc, member;
+	CUdeviceptr mc_va, member_va;
+	size_t unit;     /* bytes each process binds: the multicast granularity */
+	int devices;     /* in the team */
+	bool bound;
+} mc;
+
+static int team_size(int processes)
+{
+	int nd = ndevices();
+	return processes < nd ? processes : nd;
+}
+
+static uint32_t member_word(int rank)
+{
+	return 0x3c000000u | (unsigned)rank;
+}
+
+/* The parent's part before the others join: the object, exported as an FD. */
+static int mc_create(int processes, int *fd)
+{
+	CUmulticastObjectProp p = {.numDevices = (unsigned)team_size(processes),
+				   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CU(cuMulticastGetGranularity(&mc.unit, &p, CU_MULTICAST_GRANULARITY_MINIMUM));
+	const char *req = getenv("VMM_GROUP_MC_REQUEST");
+	p.size = req && *req ? strtoull(req, NULL, 0) : mc.unit * (size_t)processes;
+	CU(cuMulticastCreate(&mc.mc, &p));
+	CU(cuMemExportToShareableHandle(fd, mc.mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	return 0;
+}
+
+/* Every process: add our device (first process on it), bind our member, map
+ * the whole object. */
+static int mc_join(int rank, int processes)
+{
+	const char *defect = getenv("VMM_GROUP_MC_DEFECT");
+	defect = defect ? defect : "";
+	mc.devices = team_size(processes);
+	if (!mc.unit) {
+		CUmulticastObjectProp p = {.numDevices = (unsigned)mc.devices,
+					   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+		CU(cuMulticastGetGranularity(&mc.unit, &p, CU_MULTICAST_GRANULARITY_MINIMUM));
+	}
+	bool last = rank == mc.devices - 1;
+	if (rank < mc.devices && !(last && !strcmp(defect, "no-add")))
+		CU(cuMulticastAddDevice(mc.mc, my_device));
+	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = my_device},
+				 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CU(cuMemCreate(&mc.member, mc.unit, &p, 0));
+	CU(cuMemAddressReserve(&mc.member_va, mc.unit, 0, 0, 0));
+	CU(cuMemMap(mc.member_va, mc.unit, 0, mc.member, 0));
+	CUmemAccessDesc d = {.location = p.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CU(cuMemSetAccess(mc.member_va, mc.unit, &d, 1));
+	CU(cuMemsetD32(mc.member_va, member_word(rank), mc.unit / 4));
+	mc.bound = strcmp(defect, "no-add") != 0 && !(last && !strcmp(defect, "no-bind"));
+	size_t at = (size_t)rank * mc.unit;
+	if (mc.bound && rank % 2 == 0)
+		CU(cuMulticastBindMem(mc.mc, at, mc.member, 0, mc.unit, 0));
+	else if (mc.bound)
+		CU(cuMulticastBindAddr(mc.mc, at, mc.member_va, mc.unit, 0));
+	size_t span = mc.unit * (size_t)processes;
+	CU(cuMemAddressReserve(&mc.mc_va, span, 0, 0, 0));
+	CU(cuMemMap(mc.mc_va, span, 0, mc.mc, 0));
+	CU(cuMemSetAccess(mc.mc_va, span, &d, 1));
+	if (mc.bound)
+		check(rd32(mc.mc_va + at) == member_word(rank), "our member is not visible through the multicast mapping");
+	return 0;
+}
+
+static int mc_verify(int rank)
+{
+	size_t at = (size_t)rank * mc.unit;
+	check(rd32(mc.member_va) == member_word(rank) && rd32(mc.member_va + mc.unit - 4) == member_word(rank),
+	      "multicast member lost its bytes");
+	if (!mc.bound)
+		return 0;
+	check(rd32(mc.mc_va + at) == member_word(rank), "member not reachable through the multicast mapping after restore");
+	wr32(mc.member_va + 8, 0x77000000u | (unsigned)rank);
+	check(rd32(mc.mc_va + at + 8) == (0x77000000u | (unsigned)rank),
+	      "a write to the member does not show through the multicast mapping");
+	/* The application's old multicast handle still works. */
+	CU(cuMulticastUnbind(mc.mc, my_device, at, mc.unit));
+	CU(cuMulticastBindMem(mc.mc, at, mc.member, 0, mc.unit, 0));
+	check(rd32(mc.mc_va + at) == member_word(rank), "rebinding with the old handle does not show the member");
 	return 0;
 }
 
@@ -294,6 +399,17 @@ static int worker_main(int w, int sock)
 		check((rd32(allocs[k].va) & 0xff) == pattern(0, k), "allocation %d: wrong bytes after import", k);
 		wr32(slot(&allocs[k], w + 1), 0x5100u + (unsigned)(w + 1));
 	}
+	if (multicast) {
+		int fd = recv_fd(sock);
+		CUresult rc = fd < 0 ? CUDA_ERROR_INVALID_VALUE
+				     : cuMemImportFromShareableHandle(&mc.mc, (void *)(intptr_t)fd,
+								      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (fd >= 0)
+			close(fd);
+		check(rc == CUDA_SUCCESS, "import of the multicast object failed: %s", cuname(rc));
+		if (rc || mc_join(w + 1, workers + 1) < 0)
+			return 1;
+	}
 	if (make_private(device) < 0)
 		return 1;
 	put(sock, 'R');
@@ -301,6 +417,8 @@ static int worker_main(int w, int sock)
 	if (get(sock) != 'V')
 		return 1;
 	verify_local(w + 1, false);
+	if (multicast)
+		mc_verify(w + 1);
 	/* Live sharing, both directions: the parent wrote 0xA0+k; we answer 0xB0+k. */
 	for (int k = 0; k < nallocs; k++) {
 		uint32_t v = rd32(mark(&allocs[k], 0));
@@ -339,6 +457,16 @@ static int parent_main(int *socks, pid_t *pids)
 			check(send_fd(socks[w], fd) == 0, "sending allocation %d to worker %d failed", k, w);
 		close(fd);
 	}
+	if (multicast) {
+		int fd = -1;
+		if (mc_create(workers + 1, &fd) < 0)
+			return 1;
+		for (int w = 0; w < workers; w++)
+			check(send_fd(socks[w], fd) == 0, "sending the multicast object to worker %d failed", w);
+		close(fd);
+		if (mc_join(0, workers + 1) < 0)
+			return 1;
+	}
 	if (make_private(0) < 0)
 		return 1;
 	for (int w = 0; w < workers; w++)
@@ -356,6 +484,8 @@ static int parent_main(int *socks, pid_t *pids)
 	if (wait_file("restore-complete") < 0)
 		return 1;
 	verify_local(0, true);
+	if (multicast)
+		mc_verify(0);
 	for (int k = 0; k < nallocs; k++) {
 		wr32(mark(&allocs[k], 0), 0xA000u + (unsigned)k);
 	}
@@ -392,8 +522,11 @@ int main(int argc, char **argv)
 			size = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
 			timeout_s = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--multicast"))
+			multicast = true;
 		else {
-			fprintf(stderr, "usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS]\n");
+			fprintf(stderr, "usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
+					"[--multicast]\n");
 			return 64;
 		}
 	}

@@ -55,6 +55,13 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, const int *map, size_t nmap,
 		  char *err, size_t errlen);
 
+/* The multicast rules of SYSTEM.md §8 (called by coord_validate). */
+int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
+			     size_t errlen);
+/* The multicast part of coord_compare. */
+int coord_compare_multicast(const struct topo_participant *rec, const struct topo_participant *cur, const int *map,
+			    size_t nmap, char *err, size_t errlen);
+
 enum coord_content { COORD_CONTENT_HOST = 1, COORD_CONTENT_NATIVE = 2 };
 
 struct coord_options {
@@ -72,7 +79,7 @@ struct coord_report {
 	size_t participants, allocations, mappings, shared;
 	uint64_t bytes;      /* copied by host-mode prepare or restore */
 	double ms_inspect, ms_validate, ms_quiesce, ms_prepare, ms_state, ms_restore_creators, ms_restore_importers,
-		ms_compare, ms_resume, ms_total;
+		ms_compare, ms_resume, ms_total, ms_prepare_multicast, ms_restore_multicast;
 	bool nothing_to_do;  /* restore: no state file */
 	bool aborted;        /* prepare failed and every touched participant was rebuilt */
 	bool unchanged;      /* prepare failed before it changed anything */

@@ -29,7 +29,7 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 0
+#define PROTO_MINOR 1
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -45,9 +45,11 @@ enum proto_op {
 	PROTO_OP_PREPARE = 6,
 	PROTO_OP_RESTORE_CREATORS = 7,
 	PROTO_OP_RESTORE_IMPORTERS = 8,
-	PROTO_OP_RESTORE_MULTICAST = 9,
+	PROTO_OP_RESTORE_MULTICAST = 9, /* step 1: recorded creators make their objects anew */
 	PROTO_OP_RESUME = 10,
 	PROTO_OP_ABORT = 11,
+	PROTO_OP_RESTORE_MULTICAST_IMPORT = 12, /* step 2: others import; everyone re-adds its devices */
+	PROTO_OP_RESTORE_MULTICAST_BIND = 13,   /* step 3: binds replayed, multicast VAs mapped */
 };
 
 enum proto_status {
@@ -78,6 +80,8 @@ enum proto_rec_type {
 	REC_ERROR = 5,
 	REC_EXPORT = 6,
 	REC_RESULT = 7,
+	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
+	REC_MC_BIND = 9,   /* one of its binds made by this participant */
 };
 
 /* Field types inside records. Units: sizes, offsets and addresses in bytes. */
@@ -117,6 +121,14 @@ enum proto_field {
 	F_COUNT = 33,        /* u32: allocations handled (lifecycle results) */
 	F_DETACHED = 34,     /* u32: 0 or 1: released by prepare, not yet restored */
 	F_DEVICE_MAP = 35,   /* 8 bytes: old device ordinal u32 | new ordinal u32; repeated (RESTORE_CREATORS) */
+	F_MC_USED = 36,      /* u64: the highest multicast offset bound or mapped */
+	F_MC_DEVICES = 37,   /* u32: numDevices of the multicast object */
+	F_MC_ADDED = 38,     /* u32: a device this participant added; repeated */
+	F_MEMBER = 39,       /* 16 bytes: the bound allocation's id (absent: memory the shim does not track) */
+	F_MEMBER_OFFSET = 40, /* u64 */
+	F_BINDS = 41,        /* u32: multicast binds holding an allocation */
+	F_MC_OFFSET = 42,    /* u64 */
+	F_MC_REBUILD = 43,   /* 16 bytes: a multicast object to rebuild; repeated (RESTORE_MULTICAST*) */
 };
 
 struct proto_header {

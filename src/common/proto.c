@@ -81,6 +81,8 @@ const char *proto_op_name(int op)
 		[PROTO_OP_RESTORE_MULTICAST] = "RESTORE_MULTICAST",
 		[PROTO_OP_RESUME] = "RESUME",
 		[PROTO_OP_ABORT] = "ABORT",
+		[PROTO_OP_RESTORE_MULTICAST_IMPORT] = "RESTORE_MULTICAST_IMPORT",
+		[PROTO_OP_RESTORE_MULTICAST_BIND] = "RESTORE_MULTICAST_BIND",
 	};
 	if (op > 0 && op < (int)(sizeof(names) / sizeof(names[0])) && names[op])
 		return names[op];

@@ -13,7 +13,8 @@ const char *topo_role_name(uint32_t role)
 const char *topo_phase_name(uint32_t phase)
 {
 	static const char *const names[] = {"unknown", "active", "quiesced", "multicast_detached", "prepared",
-					    "creators_restored", "unicast_restored", "failed"};
+					    "creators_restored", "unicast_restored", "failed", "multicast_created",
+					    "multicast_imported", "restored"};
 	return phase < sizeof(names) / sizeof(names[0]) ? names[phase] : "unknown";
 }
 
@@ -67,6 +68,7 @@ static int decode_alloc(const struct proto_rec *r, struct topo_alloc *a)
 		case F_MAPPINGS: rc = prec_u32(&f, &a->mappings); break;
 		case F_GRANULARITY: rc = prec_u64(&f, &a->granularity); break;
 		case F_DETACHED: rc = prec_u32(&f, &a->detached); break;
+		case F_BINDS: rc = prec_u32(&f, &a->binds); break;
 		default: break;
 		}
 	}
@@ -90,6 +92,7 @@ static int decode_mapping(const struct proto_rec *r, struct topo_mapping *m)
 		case F_SIZE: rc = prec_u64(&f, &m->size); break;
 		case F_OFFSET: rc = prec_u64(&f, &m->offset); break;
 		case F_MAP_FLAGS: rc = prec_u64(&f, &m->flags); break;
+		case F_DETACHED: rc = prec_u32(&f, &m->detached); break;
 		case F_ACCESS:
 			if (f.len != 12) {
 				rc = PROTO_E_LENGTH;
@@ -122,6 +125,81 @@ static int decode_mapping(const struct proto_rec *r, struct topo_mapping *m)
 	return rc;
 }
 
+static int decode_mc(const struct proto_rec *r, struct topo_mc *m)
+{
+	struct proto_iter it;
+	struct proto_rec f;
+	memset(m, 0, sizeof(*m));
+	piter_init(&it, r->value, r->len);
+	size_t cap = 0;
+	uint32_t dev;
+	int rc = 0;
+	while (!rc && piter_next(&it, &f)) {
+		switch (f.type) {
+		case F_KEY: rc = prec_u64(&f, &m->key); break;
+		case F_ALLOC_ID: rc = prec_id(&f, &m->id); break;
+		case F_CREATOR: rc = prec_id(&f, &m->creator); break;
+		case F_ROLE: rc = prec_u32(&f, &m->role); break;
+		case F_SIZE: rc = prec_u64(&f, &m->size); break;
+		case F_MC_USED: rc = prec_u64(&f, &m->used); break;
+		case F_MC_DEVICES: rc = prec_u32(&f, &m->num_devices); break;
+		case F_HANDLE_TYPES: rc = prec_u32(&f, &m->handle_types); break;
+		case F_SHARED_TYPES: rc = prec_u32(&f, &m->shared_types); break;
+		case F_GRANULARITY: rc = prec_u64(&f, &m->granularity); break;
+		case F_HANDLES: rc = prec_u32(&f, &m->handles); break;
+		case F_MAPPINGS: rc = prec_u32(&f, &m->mappings); break;
+		case F_DETACHED: rc = prec_u32(&f, &m->detached); break;
+		case F_MC_ADDED:
+			rc = prec_u32(&f, &dev);
+			if (!rc && m->nadded == cap) {
+				cap = cap ? cap * 2 : 4;
+				int32_t *grown = realloc(m->added, cap * sizeof(*grown));
+				if (!grown)
+					rc = PROTO_E_INTERNAL;
+				else
+					m->added = grown;
+			}
+			if (!rc)
+				m->added[m->nadded++] = (int32_t)dev;
+			break;
+		default: break;
+		}
+	}
+	if (!rc)
+		rc = it.error;
+	if (rc) {
+		free(m->added);
+		m->added = NULL;
+	}
+	return rc;
+}
+
+static int decode_bind(const struct proto_rec *r, struct topo_mc_bind *b)
+{
+	struct proto_iter it;
+	struct proto_rec f;
+	uint32_t dev = 0;
+	memset(b, 0, sizeof(*b));
+	piter_init(&it, r->value, r->len);
+	int rc = 0;
+	while (!rc && piter_next(&it, &f)) {
+		switch (f.type) {
+		case F_KEY: rc = prec_u64(&f, &b->key); break;
+		case F_ALLOC_ID: rc = prec_id(&f, &b->mc_id); break;
+		case F_DEVICE: rc = prec_u32(&f, &dev); break;
+		case F_MC_OFFSET: rc = prec_u64(&f, &b->mc_offset); break;
+		case F_SIZE: rc = prec_u64(&f, &b->size); break;
+		case F_MEMBER: rc = prec_id(&f, &b->member); break;
+		case F_MEMBER_OFFSET: rc = prec_u64(&f, &b->member_offset); break;
+		case F_ADDRESS: rc = prec_u64(&f, &b->member_va); break;
+		case F_DETACHED: rc = prec_u32(&f, &b->detached); break;
+		default: break;
+		}
+	}
+	b->device = (int32_t)dev;
+	return rc ? rc : it.error;
+}
+
 /* Append one element of size sz to *arr (count *n, capacity *cap). */
 static void *grow(void **arr, size_t *n, size_t *cap, size_t sz)
 {
@@ -141,7 +219,7 @@ int topo_decode(const uint8_t *payload, size_t len, struct topo_participant *p)
 	memset(p, 0, sizeof(*p));
 	struct proto_iter it;
 	struct proto_rec r;
-	size_t acap = 0, mcap = 0;
+	size_t acap = 0, mcap = 0, ccap = 0, bcap = 0;
 	int rc = 0;
 	piter_init(&it, payload, len);
 	while (!rc && piter_next(&it, &r)) {
@@ -155,6 +233,14 @@ int topo_decode(const uint8_t *payload, size_t len, struct topo_participant *p)
 			rc = m ? decode_mapping(&r, m) : PROTO_E_INTERNAL;
 			if (rc && m)
 				p->nmaps--;
+		} else if (r.type == REC_MULTICAST) {
+			struct topo_mc *m = grow((void **)&p->mcs, &p->nmcs, &ccap, sizeof(*m));
+			rc = m ? decode_mc(&r, m) : PROTO_E_INTERNAL;
+			if (rc && m)
+				p->nmcs--;
+		} else if (r.type == REC_MC_BIND) {
+			struct topo_mc_bind *b = grow((void **)&p->binds, &p->nbinds, &bcap, sizeof(*b));
+			rc = b ? decode_bind(&r, b) : PROTO_E_INTERNAL;
 		}
 	}
 	if (!rc)
@@ -168,9 +254,15 @@ void topo_free(struct topo_participant *p)
 {
 	for (size_t i = 0; i < p->nmaps; i++)
 		free(p->maps[i].access);
+	for (size_t i = 0; i < p->nmcs; i++)
+		free(p->mcs[i].added);
 	free(p->maps);
 	free(p->allocs);
+	free(p->mcs);
+	free(p->binds);
 	p->maps = NULL;
 	p->allocs = NULL;
-	p->nmaps = p->nallocs = 0;
+	p->mcs = NULL;
+	p->binds = NULL;
+	p->nmaps = p->nallocs = p->nmcs = p->nbinds = 0;
 }

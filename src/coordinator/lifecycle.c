@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cusnap/coord.h"
+#include "cusnap/hmap.h"
 
 struct call {
 	const struct coord_target *t;
@@ -90,7 +91,7 @@ static void progress(const struct coord_options *o, const char *stage, double ms
 	va_start(ap, fmt);
 	vsnprintf(extra, sizeof(extra), fmt, ap);
 	va_end(ap);
-	fprintf(o->progress, "snapshot-cuda-vmm: %-18s %8.1f ms%s%s\n", stage, ms, extra[0] ? "  " : "", extra);
+	fprintf(o->progress, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, extra[0] ? "  " : "", extra);
 	fflush(o->progress);
 }
 
@@ -121,16 +122,18 @@ static void stage_error(struct coord_report *r, const struct call *c, const char
 }
 
 /* INSPECT everyone into p[] (and the raw records into raw[] when given). */
-static long inspect_all(struct call *calls, struct coord_target *t, size_t n, const struct coord_options *o,
-			struct topo_participant *p, struct coord_report *r)
+static long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bool *sel,
+			 const struct coord_options *o, struct topo_participant *p, struct coord_report *r)
 {
-	long bad = fan_out(calls, t, n, NULL, PROTO_OP_INSPECT, NULL, 0, o->timeout_ms);
+	long bad = fan_out(calls, t, n, sel, PROTO_OP_INSPECT, NULL, 0, o->timeout_ms);
 	if (bad >= 0) {
 		stage_error(r, &calls[bad], "INSPECT");
 		return bad;
 	}
 	for (size_t i = 0; i < n; i++) {
 		topo_free(&p[i]);
+		if (sel && !sel[i])
+			continue;
 		int rc = topo_decode(calls[i].reply_payload, calls[i].reply.payload_len, &p[i]);
 		if (rc) {
 			snprintf(r->error, sizeof(r->error), "INSPECT: participant %d (ns %d): reply: %s", t[i].obs, t[i].ns,
@@ -145,6 +148,77 @@ static long inspect_all(struct call *calls, struct coord_target *t, size_t n, co
 		}
 	}
 	return -1;
+}
+
+static long inspect_all(struct call *calls, struct coord_target *t, size_t n, const struct coord_options *o,
+			struct topo_participant *p, struct coord_report *r)
+{
+	return inspect_some(calls, t, n, NULL, o, p, r);
+}
+
+/* ---- multicast (SYSTEM.md §8) ---- */
+
+static bool any_multicast(const struct topo_participant *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i].nmcs)
+			return true;
+	return false;
+}
+
+/* The request of the RESTORE_MULTICAST steps: every multicast object that any
+ * selected participant has taken down in part or whole, so that all of its
+ * participants join the same new object. Returns how many. */
+static size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, struct proto_buf *b)
+{
+	struct hmap seen = {0};
+	size_t count = 0;
+	size_t at = pbuf_begin(b, REC_RESULT);
+	for (size_t i = 0; i < n; i++) {
+		if (sel && !sel[i])
+			continue;
+		struct hmap keys = {0}; /* this participant's objects with a part taken down */
+		for (size_t j = 0; j < p[i].nbinds; j++)
+			if (p[i].binds[j].detached)
+				hmap_put(&keys, p[i].binds[j].key, (void *)1);
+		for (size_t j = 0; j < p[i].nmaps; j++)
+			if (p[i].maps[j].detached)
+				hmap_put(&keys, p[i].maps[j].key, (void *)1);
+		for (size_t j = 0; j < p[i].nmcs; j++) {
+			const struct topo_mc *m = &p[i].mcs[j];
+			if (!m->detached && !hmap_get(&keys, m->key))
+				continue;
+			if (hmap_get(&seen, id_hash(&m->id)))
+				continue;
+			hmap_put(&seen, id_hash(&m->id), (void *)1);
+			pbuf_put_id(b, F_MC_REBUILD, &m->id);
+			count++;
+		}
+		hmap_free(&keys);
+	}
+	pbuf_end(b, at);
+	hmap_free(&seen);
+	return count;
+}
+
+/* The three multicast restore steps, each a barrier across the selected. */
+static int mc_restore_steps(struct call *calls, struct coord_target *t, size_t n, const bool *sel,
+			    const struct coord_options *o, const struct proto_buf *req, struct coord_report *r)
+{
+	static const uint16_t ops[] = {PROTO_OP_RESTORE_MULTICAST, PROTO_OP_RESTORE_MULTICAST_IMPORT,
+				       PROTO_OP_RESTORE_MULTICAST_BIND};
+	double t0 = now_ms();
+	for (int s = 0; s < 3; s++) {
+		double t1 = now_ms();
+		long bad = fan_out(calls, t, n, sel, ops[s], req->data, req->len, o->timeout_ms);
+		if (bad >= 0) {
+			stage_error(r, &calls[bad], proto_op_name(ops[s]));
+			return -1;
+		}
+		progress(o, proto_op_name(ops[s]), now_ms() - t1, "%s", "");
+	}
+	r->ms_restore_multicast = now_ms() - t0;
+	return 0;
 }
 
 /* Named fault points for the test suite, like CRIU_FAULT: CUSNAP_FAULT=NAME:PID
@@ -190,7 +264,34 @@ static bool process_gone(int pid)
 	return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-/* Rebuild the selected participants: creators, then importers, then resume. */
+/* Between the unicast rebuild and RESUME: multicast objects taken down
+ * anywhere among the selected are made anew. */
+static int rebuild_multicast(struct call *calls, struct coord_target *t, size_t n, const bool *sel,
+			     const struct coord_options *o, struct coord_report *r)
+{
+	struct topo_participant *p = calloc(n ? n : 1, sizeof(*p));
+	struct proto_buf req = {0};
+	int rc = -1;
+	if (!p) {
+		snprintf(r->error, sizeof(r->error), "out of memory");
+		return -1;
+	}
+	if (inspect_some(calls, t, n, sel, o, p, r) < 0) {
+		size_t wanted = mc_rebuild_request(p, n, sel, &req);
+		rc = wanted ? mc_restore_steps(calls, t, n, sel, o, &req, r) : 0;
+		if (!rc && req.failed) {
+			snprintf(r->error, sizeof(r->error), "out of memory");
+			rc = -1;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		topo_free(&p[i]);
+	free(p);
+	pbuf_free(&req);
+	return rc;
+}
+
+/* Rebuild the selected participants: creators, importers, multicast objects, then resume. */
 static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *sel, const struct coord_options *o,
 		   struct coord_report *r, bool tolerate_active)
 {
@@ -198,6 +299,8 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 	static const char *const names[] = {"RESTORE_CREATORS", "RESTORE_IMPORTERS", "RESUME"};
 	double *ms[] = {&r->ms_restore_creators, &r->ms_restore_importers, &r->ms_resume};
 	for (int s = 0; s < 3; s++) {
+		if (ops[s] == PROTO_OP_RESUME && rebuild_multicast(calls, t, n, sel, o, r) < 0)
+			return -1;
 		double t0 = now_ms();
 		long bad = fan_out(calls, t, n, sel, ops[s], NULL, 0, o->timeout_ms);
 		if (tolerate_active && s == 0) {
@@ -281,7 +384,20 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	r->ms_quiesce = now_ms() - t0;
 	progress(o, "QUIESCE", r->ms_quiesce, "%s", "");
 	fault_point("kill-after-quiesce");
-	/* 3. PREPARE (multicast teardown comes before it once multicast is supported). */
+	/* 3. Multicast teardown first, and a barrier: no process may still hold a
+	 * multicast object when any is checkpointed. (Not sent to a group without
+	 * multicast objects, which older shims do not know this operation for.) */
+	if (any_multicast(after, n)) {
+		t0 = now_ms();
+		bad = fan_out(calls, t, n, NULL, PROTO_OP_PREPARE_MULTICAST, NULL, 0, o->timeout_ms);
+		r->ms_prepare_multicast = now_ms() - t0;
+		if (bad >= 0) {
+			stage_error(r, &calls[bad], "PREPARE_MULTICAST");
+			goto abort;
+		}
+		progress(o, "PREPARE_MULTICAST", r->ms_prepare_multicast, "%s", "every multicast object released");
+	}
+	/* 4. PREPARE: unicast teardown. */
 	t0 = now_ms();
 	uint8_t payload[64];
 	struct proto_buf b = {.data = payload, .cap = sizeof(payload)};
@@ -297,7 +413,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	progress(o, "PREPARE", r->ms_prepare, "%" PRIu64 " bytes copied (%s content)", r->bytes,
 		 o->content == COORD_CONTENT_NATIVE ? "native" : "host");
-	/* 4. The state file, atomically; only then may the caller checkpoint. */
+	/* 5. The state file, atomically; only then may the caller checkpoint. */
 	t0 = now_ms();
 	struct state st = {.created = (uint64_t)time(NULL), .content = (uint32_t)o->content, .n = n};
 	st.p = calloc(n, sizeof(*st.p));
@@ -374,7 +490,7 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		snprintf(r->error, sizeof(r->error), "%s%s", why, src == -ENOENT ? " (--require-state)" : "");
 		return -1;
 	}
-	struct proto_buf map = {0};
+	struct proto_buf map = {0}, mcreq = {0};
 	struct call *calls = calloc(n ? n : 1, sizeof(*calls));
 	struct topo_participant *cur = calloc(n ? n : 1, sizeof(*cur));
 	bool *all = calloc(n ? n : 1, sizeof(*all));
@@ -439,6 +555,14 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		else
 			progress(o, names[s], *ms[s], "%s", "");
 	}
+	/* Multicast objects (the records were taken before RESTORE_CREATORS; the
+	 * unicast steps do not change them). */
+	if (mc_rebuild_request(cur, n, NULL, &mcreq) && mc_restore_steps(calls, t, n, all, o, &mcreq, r) < 0)
+		goto out;
+	if (mcreq.failed) {
+		snprintf(r->error, sizeof(r->error), "out of memory");
+		goto out;
+	}
 	t0 = now_ms();
 	if (inspect_all(calls, t, n, o, cur, r) >= 0)
 		goto out;
@@ -472,6 +596,7 @@ out:
 	free_calls(calls, n);
 	state_free(&st);
 	pbuf_free(&map);
+	pbuf_free(&mcreq);
 	r->ms_total = now_ms() - start;
 	return rc;
 }
@@ -503,11 +628,13 @@ void coord_report_json(FILE *f, const struct coord_report *r)
 		"{\"operation\":\"%s\",\"ok\":%s,\"participants\":%zu,\"allocations\":%zu,\"shared\":%zu,\"mappings\":%zu,"
 		"\"records\":%zu,\"bytes_copied\":%" PRIu64 ",\"nothing_to_do\":%s,\"aborted\":%s,\"timings_ms\":{"
 		"\"inspect\":%.3f,\"validate\":%.3f,\"quiesce\":%.3f,\"prepare\":%.3f,\"state_write\":%.3f,"
-		"\"restore_creators\":%.3f,\"restore_importers\":%.3f,\"compare\":%.3f,\"resume\":%.3f,\"total\":%.3f}",
+		"\"restore_creators\":%.3f,\"restore_importers\":%.3f,\"compare\":%.3f,\"resume\":%.3f,\"total\":%.3f,"
+		"\"prepare_multicast\":%.3f,\"restore_multicast\":%.3f}",
 		r->op, r->error[0] ? "false" : "true", r->participants, r->allocations, r->shared, r->mappings,
 		r->participants + r->allocations + r->mappings, r->bytes, r->nothing_to_do ? "true" : "false",
 		r->aborted ? "true" : "false", r->ms_inspect, r->ms_validate, r->ms_quiesce, r->ms_prepare, r->ms_state,
-		r->ms_restore_creators, r->ms_restore_importers, r->ms_compare, r->ms_resume, r->ms_total);
+		r->ms_restore_creators, r->ms_restore_importers, r->ms_compare, r->ms_resume, r->ms_total,
+		r->ms_prepare_multicast, r->ms_restore_multicast);
 	if (r->error[0]) {
 		fprintf(f, ",\"error\":\"");
 		for (const char *p = r->error; *p; p++) {

@@ -67,7 +67,7 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 					 t[i].obs, t[i].ns, hex);
 				goto out;
 			}
-			if (!a->handles && !a->mappings) {
+			if (!a->handles && !a->mappings && !a->binds) {
 				snprintf(err, errlen,
 					 "participant %d (ns %d): allocation %s: the creator holds neither a handle nor a mapping "
 					 "(an exported FD alone cannot anchor it)",
@@ -129,30 +129,46 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				goto oom;
 			}
 		}
+		struct hmap mckeys = {0};
+		for (size_t j = 0; j < p[i].nmcs; j++) {
+			if (hmap_put(&mckeys, p[i].mcs[j].key, (void *)&p[i].mcs[j]) < 0) {
+				hmap_free(&keys);
+				hmap_free(&mckeys);
+				goto oom;
+			}
+		}
 		for (size_t j = 0; j < p[i].nmaps; j++) {
 			const struct topo_mapping *m = &p[i].maps[j];
 			const struct topo_alloc *a = hmap_get(&keys, m->key);
+			const struct topo_mc *mc = a ? NULL : hmap_get(&mckeys, m->key);
 			id_hex(&m->alloc_id, hex);
-			if (!a) {
+			if (!a && !mc) {
 				snprintf(err, errlen, "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own",
 					 t[i].obs, t[i].ns, m->address);
 				hmap_free(&keys);
+				hmap_free(&mckeys);
 				goto out;
 			}
-			uint64_t g = a->granularity ? a->granularity : 1;
-			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g ||
-			    m->offset > a->size || m->size > a->size - m->offset) {
+			/* A multicast object's capacity: what was asked, or what was used of a rounded one. */
+			uint64_t size = a ? a->size : mc->used > mc->size ? mc->used : mc->size;
+			uint64_t g = a ? a->granularity : mc->granularity;
+			g = g ? g : 1;
+			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g || m->offset > size ||
+			    m->size > size - m->offset) {
 				snprintf(err, errlen,
-					 "participant %d (ns %d): allocation %s: mapping %#" PRIx64 "+%" PRIu64 " at offset %" PRIu64
-					 " is not inside the %" PRIu64 "-byte allocation or not aligned to %" PRIu64 " bytes",
-					 t[i].obs, t[i].ns, hex, m->address, m->size, m->offset, a->size, g);
+					 "participant %d (ns %d): %s %s: mapping %#" PRIx64 "+%" PRIu64 " at offset %" PRIu64
+					 " is not inside its %" PRIu64 " bytes or not aligned to %" PRIu64 " bytes",
+					 t[i].obs, t[i].ns, a ? "allocation" : "multicast object", hex, m->address, m->size,
+					 m->offset, size, g);
 				hmap_free(&keys);
+				hmap_free(&mckeys);
 				goto out;
 			}
 		}
 		hmap_free(&keys);
+		hmap_free(&mckeys);
 	}
-	rc = 0;
+	rc = coord_validate_multicast(t, p, n, err, errlen);
 	goto out;
 oom:
 	snprintf(err, errlen, "out of memory");
@@ -222,13 +238,14 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 		const struct topo_mapping *r = &rec->maps[i], *c = hmap_get(&maps, r->address);
 		id_hex(&r->alloc_id, hex);
 		if (!c || c->size != r->size || c->offset != r->offset || !id_equal(&c->alloc_id, &r->alloc_id) ||
-		    c->flags != r->flags || !same_access(r, c, map, nmap)) {
+		    c->flags != r->flags || c->detached || !same_access(r, c, map, nmap)) {
 			snprintf(err, errlen, "allocation %s: mapping %#" PRIx64 " differs after restore (address, size, offset or access)",
 				 hex, r->address);
 			rc = -1;
 			goto out;
 		}
 	}
+	rc = coord_compare_multicast(rec, cur, map, nmap, err, errlen);
 out:
 	hmap_free(&allocs);
 	hmap_free(&maps);

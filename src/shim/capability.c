@@ -84,10 +84,10 @@ bool cap_parse(int fd, struct shim_cap *cap)
 	return true;
 }
 
-int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
 {
 	int sock = -1;
-	int fd = cap_redeem_on(&sock, cap, size, err, errlen);
+	int fd = cap_redeem_on(&sock, cap, info, err, errlen);
 	if (sock >= 0)
 		close(sock);
 	return fd;
@@ -107,7 +107,7 @@ int cap_export_send(int sock, const struct shim_cap *cap)
 	return rc;
 }
 
-int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
 {
 	struct proto_header h;
 	int fd = -1;
@@ -119,6 +119,7 @@ int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *er
 		rc = PROTO_E_FD;
 	if (rc == PROTO_OK) {
 		uint64_t bytes = 0;
+		uint32_t mc_devices = 0;
 		struct proto_iter it, fi;
 		struct proto_rec r, f;
 		piter_init(&it, payload, h.payload_len);
@@ -126,11 +127,15 @@ int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *er
 			if (r.type != REC_EXPORT)
 				continue;
 			piter_init(&fi, r.value, r.len);
-			while (piter_next(&fi, &f))
+			while (piter_next(&fi, &f)) {
 				if (f.type == F_SIZE)
 					prec_u64(&f, &bytes);
+				else if (f.type == F_MC_DEVICES)
+					prec_u32(&f, &mc_devices);
+			}
 		}
-		*size = (size_t)bytes;
+		info->size = (size_t)bytes;
+		info->mc_devices = mc_devices;
 		if (!bytes)
 			rc = PROTO_E_MALFORMED;
 	}
@@ -157,7 +162,7 @@ int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *er
 	return fd;
 }
 
-int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen)
+int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
 {
 	if (*sockp < 0) {
 		*sockp = usock_connect(cap->endpoint);
@@ -170,7 +175,7 @@ int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *er
 	int rc = cap_export_send(*sockp, cap);
 	int fd = -1;
 	if (rc == PROTO_OK)
-		fd = cap_export_recv(*sockp, cap, size, err, errlen);
+		fd = cap_export_recv(*sockp, cap, info, err, errlen);
 	else
 		snprintf(err, errlen, "EXPORT to %s: %s", cap->endpoint, proto_status_name(rc));
 	if (fd < 0) {

@@ -29,13 +29,14 @@ struct export_entry {
 	struct cusnap_id token;
 	CUmemGenericAllocationHandle driver; /* 0: not exportable now */
 	size_t size;
+	unsigned mc_devices; /* a multicast object's numDevices; 0: memory */
 };
 
 static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct hmap exports; /* id_hash(alloc id) -> export_entry */
 
 int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
-		size_t size)
+		size_t size, unsigned mc_devices)
 {
 	int rc = 0;
 	pthread_mutex_lock(&exp_lock);
@@ -52,6 +53,7 @@ int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	e->token = *token;
 	e->driver = driver;
 	e->size = size;
+	e->mc_devices = mc_devices;
 out:
 	pthread_mutex_unlock(&exp_lock);
 	return rc;
@@ -126,7 +128,45 @@ static void put_alloc(struct proto_buf *b, const struct shim_alloc *a)
 	pbuf_put_u32(b, F_MAPPINGS, (uint32_t)a->mappings);
 	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
 	pbuf_put_u32(b, F_DETACHED, a->detached);
+	pbuf_put_u32(b, F_BINDS, (uint32_t)a->mc_binds);
 	pbuf_end(b, at);
+}
+
+static void put_multicast(struct proto_buf *b, const struct shim_alloc *a)
+{
+	const struct shim_mc *mc = a->mc;
+	size_t at = pbuf_begin(b, REC_MULTICAST);
+	pbuf_put_u64(b, F_KEY, a->key);
+	pbuf_put_id(b, F_ALLOC_ID, &a->id);
+	pbuf_put_id(b, F_CREATOR, &a->creator);
+	pbuf_put_u32(b, F_ROLE, (uint32_t)a->role);
+	pbuf_put_u64(b, F_SIZE, mc->prop.size);
+	pbuf_put_u64(b, F_MC_USED, mc->used);
+	pbuf_put_u32(b, F_MC_DEVICES, mc->prop.numDevices);
+	pbuf_put_u32(b, F_HANDLE_TYPES, (uint32_t)mc->prop.handleTypes);
+	pbuf_put_u32(b, F_SHARED_TYPES, a->shared_types);
+	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
+	pbuf_put_u32(b, F_HANDLES, (uint32_t)a->handles);
+	pbuf_put_u32(b, F_MAPPINGS, (uint32_t)a->mappings);
+	pbuf_put_u32(b, F_DETACHED, a->detached);
+	for (size_t i = 0; i < mc->nadded; i++)
+		pbuf_put_u32(b, F_MC_ADDED, (uint32_t)mc->added[i]);
+	pbuf_end(b, at);
+	for (size_t i = 0; i < mc->nbinds; i++) {
+		const struct shim_mc_bind *x = &mc->binds[i];
+		at = pbuf_begin(b, REC_MC_BIND);
+		pbuf_put_u64(b, F_KEY, a->key);
+		pbuf_put_id(b, F_ALLOC_ID, &a->id);
+		pbuf_put_u32(b, F_DEVICE, (uint32_t)x->device);
+		pbuf_put_u64(b, F_MC_OFFSET, x->mc_offset);
+		pbuf_put_u64(b, F_SIZE, x->size);
+		if (x->member)
+			pbuf_put_id(b, F_MEMBER, &x->member->id);
+		pbuf_put_u64(b, F_MEMBER_OFFSET, x->member_offset);
+		pbuf_put_u64(b, F_ADDRESS, x->member_va);
+		pbuf_put_u32(b, F_DETACHED, x->detached);
+		pbuf_end(b, at);
+	}
 }
 
 static void put_mapping(struct proto_buf *b, const struct shim_mapping *m)
@@ -138,6 +178,7 @@ static void put_mapping(struct proto_buf *b, const struct shim_mapping *m)
 	pbuf_put_u64(b, F_SIZE, m->node.end - m->node.start);
 	pbuf_put_u64(b, F_OFFSET, m->offset);
 	pbuf_put_u64(b, F_MAP_FLAGS, m->flags);
+	pbuf_put_u32(b, F_DETACHED, m->detached);
 	for (size_t i = 0; i < m->naccess; i++) {
 		uint8_t acc[12];
 		const struct shim_access *x = &m->access[i];
@@ -167,9 +208,15 @@ static int do_inspect(struct proto_buf *out)
 {
 	put_identity(out, REC_PARTICIPANT);
 	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; i < tbl.allocs.cap; i++)
-		if (tbl.allocs.keys[i])
-			put_alloc(out, tbl.allocs.vals[i]);
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		const struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i])
+			continue;
+		if (a->mc)
+			put_multicast(out, a);
+		else
+			put_alloc(out, a);
+	}
 	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n))
 		put_mapping(out, (struct shim_mapping *)n);
 	pthread_mutex_unlock(&tbl.lock);
@@ -211,6 +258,7 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	bool allowed = found && id_equal_ct(&e->token, &token);
 	CUmemGenericAllocationHandle driver = allowed ? e->driver : 0;
 	size_t size = allowed ? e->size : 0;
+	unsigned mc_devices = allowed ? e->mc_devices : 0;
 	pthread_mutex_unlock(&exp_lock);
 	if (!found) {
 		error_payload(out, "allocation %s is not exported by participant %d", hex, (int)me->nspid);
@@ -231,6 +279,8 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	size_t at = pbuf_begin(out, REC_EXPORT);
 	pbuf_put_id(out, F_ALLOC_ID, &id);
 	pbuf_put_u64(out, F_SIZE, size);
+	if (mc_devices)
+		pbuf_put_u32(out, F_MC_DEVICES, mc_devices);
 	pbuf_end(out, at);
 	*fd_out = fd;
 	return PROTO_OK;
@@ -276,7 +326,11 @@ static void *serve_client(void *arg)
 			rc = do_export(payload, h.payload_len, &out, &fd);
 			break;
 		case PROTO_OP_QUIESCE:
+		case PROTO_OP_PREPARE_MULTICAST:
 		case PROTO_OP_PREPARE:
+		case PROTO_OP_RESTORE_MULTICAST:
+		case PROTO_OP_RESTORE_MULTICAST_IMPORT:
+		case PROTO_OP_RESTORE_MULTICAST_BIND:
 		case PROTO_OP_RESTORE_CREATORS:
 		case PROTO_OP_RESTORE_IMPORTERS:
 		case PROTO_OP_RESUME:

@@ -48,14 +48,7 @@ CUresult shim_mutation_allowed(const char *call)
 	return CUDA_ERROR_NOT_READY;
 }
 
-struct result {
-	char msg[600];
-	uint64_t bytes;
-	uint32_t count;
-};
-
-static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, ...)
+void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 {
 	const struct shim_identity *me = shim_self();
 	char what[400], hex[ID_HEX_LEN + 1] = "-";
@@ -65,8 +58,8 @@ static void fail(struct result *r, const struct shim_alloc *a, const char *fmt, 
 	va_end(ap);
 	if (a)
 		id_hex(&a->id, hex);
-	snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): allocation %s: %s", me ? (int)me->pid : getpid(),
-		 me ? (int)me->nspid : getpid(), hex, what);
+	snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): %s %s: %s", me ? (int)me->pid : getpid(),
+		 me ? (int)me->nspid : getpid(), a && a->mc ? "multicast object" : "allocation", hex, what);
 }
 
 /* ---- driver helpers (caller holds tbl.lock) ---- */
@@ -115,34 +108,34 @@ static void leave_devices(void)
 
 /* Copy between host memory and the allocation through a temporary mapping
  * (the application's mappings may lack access for the copying device). */
-static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_device, struct result *r)
+static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_device, struct life_result *r)
 {
 	CUdeviceptr va = 0;
 	CUcontext ctx;
 	int dev = a->prop.location.id;
 	CUresult rc = enter_device(dev, &ctx);
 	if (rc) {
-		fail(r, a, "cuDevicePrimaryCtxRetain(%d) failed: %s", dev, shim_cu_name(rc));
+		life_fail(r, a, "cuDevicePrimaryCtxRetain(%d) failed: %s", dev, shim_cu_name(rc));
 		return rc;
 	}
 	rc = aux.cuMemAddressReserve(&va, a->size, a->granularity, 0, 0);
 	if (rc) {
-		fail(r, a, "cuMemAddressReserve(%zu) failed: %s", a->size, shim_cu_name(rc));
+		life_fail(r, a, "cuMemAddressReserve(%zu) failed: %s", a->size, shim_cu_name(rc));
 		goto out;
 	}
 	rc = real.cuMemMap(va, a->size, 0, a->driver, 0);
 	if (rc) {
-		fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
+		life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
 		goto free_va;
 	}
 	CUmemAccessDesc d = {.location = a->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	rc = real.cuMemSetAccess(va, a->size, &d, 1);
 	if (rc)
-		fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
+		life_fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
 	if (!rc) {
 		rc = to_device ? aux.cuMemcpyHtoD_v2(va, host, a->size) : aux.cuMemcpyDtoH_v2(host, va, a->size);
 		if (rc)
-			fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",
+			life_fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",
 			     (unsigned long long)va, a->size, shim_cu_name(rc));
 		else
 			r->bytes += a->size;
@@ -151,7 +144,7 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 	if (urc != CUDA_SUCCESS)
 		urc = real.cuMemUnmap(va, a->size); /* once more: the mapping is ours and must not stay */
 	if (urc != CUDA_SUCCESS && rc == CUDA_SUCCESS) {
-		fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va, a->size,
+		life_fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va, a->size,
 		     shim_cu_name(urc));
 		rc = urc;
 	}
@@ -165,7 +158,7 @@ out:
 }
 
 /* Map every detached mapping of a at its recorded address with its access. */
-static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
+CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 {
 	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
 		struct itree_node *n = &m->node;
@@ -174,7 +167,7 @@ static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
 		size_t len = n->end - n->start;
 		CUresult rc = real.cuMemMap(n->start, len, m->offset, a->driver, m->flags);
 		if (rc) {
-			fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len, shim_cu_name(rc));
+			life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len, shim_cu_name(rc));
 			return rc;
 		}
 		for (size_t i = 0; i < m->naccess; i++) {
@@ -182,7 +175,7 @@ static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
 			rc = real.cuMemSetAccess(n->start, len, &d, 1);
 			if (rc) {
 				real.cuMemUnmap(n->start, len);
-				fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s", (unsigned long long)n->start, len,
+				life_fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s", (unsigned long long)n->start, len,
 				     d.location.id, shim_cu_name(rc));
 				return rc;
 			}
@@ -192,7 +185,7 @@ static CUresult attach_mappings(struct shim_alloc *a, struct result *r)
 	return CUDA_SUCCESS;
 }
 
-static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
+CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r)
 {
 	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
 		struct itree_node *n = &m->node;
@@ -200,7 +193,7 @@ static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
 			continue;
 		CUresult rc = real.cuMemUnmap(n->start, n->end - n->start);
 		if (rc) {
-			fail(r, a, "cuMemUnmap(%#llx, %llu) failed: %s", (unsigned long long)n->start,
+			life_fail(r, a, "cuMemUnmap(%#llx, %llu) failed: %s", (unsigned long long)n->start,
 			     (unsigned long long)(n->end - n->start), shim_cu_name(rc));
 			return rc;
 		}
@@ -211,14 +204,14 @@ static CUresult detach_mappings(struct shim_alloc *a, struct result *r)
 
 /* Drop the driver reference the shim holds, if it holds one. A failure is
  * reported in r (when given) and leaves the reference held. */
-static CUresult release_ref(struct shim_alloc *a, struct result *r)
+CUresult life_release_ref(struct shim_alloc *a, struct life_result *r)
 {
 	if (!a->driver_ref)
 		return CUDA_SUCCESS;
 	CUresult rc = real.cuMemRelease(a->driver);
 	if (rc) {
 		if (r)
-			fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+			life_fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
 		return rc;
 	}
 	a->driver_ref = false;
@@ -227,15 +220,15 @@ static CUresult release_ref(struct shim_alloc *a, struct result *r)
 
 /* A driver reference the shim holds only while it needs one (no logical handle
  * left: the mappings anchor the allocation). */
-static void drop_spare_ref(struct shim_alloc *a)
+void life_drop_spare_ref(struct shim_alloc *a)
 {
-	if (!a->handles)
-		release_ref(a, NULL);
+	if (!a->handles && !a->mc_binds)
+		life_release_ref(a, NULL);
 }
 
 /* ---- PREPARE ---- */
 
-static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
+static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 {
 	CUresult rc;
 	if (!a->driver_ref) {
@@ -245,12 +238,12 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 			if (!m->detached)
 				any = m;
 		if (!any) {
-			fail(r, a, "neither a handle nor a mapping anchors it");
+			life_fail(r, a, "neither a handle nor a mapping anchors it");
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		rc = real.cuMemRetainAllocationHandle(&a->driver, (void *)(uintptr_t)any->node.start);
 		if (rc) {
-			fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s", (unsigned long long)any->node.start,
+			life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s", (unsigned long long)any->node.start,
 			     shim_cu_name(rc));
 			return rc;
 		}
@@ -259,7 +252,7 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 	if (content == SHIM_CONTENT_HOST && !a->saved) {
 		void *buf = hostmem_alloc(a->size);
 		if (!buf) {
-			fail(r, a, "no host memory for %zu bytes", a->size);
+			life_fail(r, a, "no host memory for %zu bytes", a->size);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		rc = copy_through_temp(a, buf, false, r);
@@ -269,37 +262,37 @@ static CUresult prepare_creator(struct shim_alloc *a, struct result *r)
 		}
 		a->saved = buf;
 	}
-	rc = detach_mappings(a, r);
+	rc = life_detach_mappings(a, r);
 	if (rc)
 		return rc;
 	if (content == SHIM_CONTENT_NATIVE) {
 		a->carrier = true; /* the one driver reference the native checkpoint saves */
 		return CUDA_SUCCESS;
 	}
-	rc = release_ref(a, r);
+	rc = life_release_ref(a, r);
 	if (rc)
 		return rc;
 	a->detached = true;
 	return CUDA_SUCCESS;
 }
 
-static CUresult prepare_importer(struct shim_alloc *a, struct result *r)
+static CUresult prepare_importer(struct shim_alloc *a, struct life_result *r)
 {
-	CUresult rc = detach_mappings(a, r);
+	CUresult rc = life_detach_mappings(a, r);
 	if (!rc)
-		rc = release_ref(a, r);
+		rc = life_release_ref(a, r);
 	if (rc)
 		return rc;
 	a->detached = true;
 	return CUDA_SUCCESS;
 }
 
-static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_alloc *, struct result *),
-				struct result *r)
+static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_alloc *, struct life_result *),
+				struct life_result *r)
 {
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || !a->shared || a->role != role)
+		if (!tbl.allocs.keys[i] || a->mc || !a->shared || a->role != role)
 			continue;
 		CUresult rc = fn(a, r);
 		if (rc)
@@ -309,7 +302,7 @@ static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_
 	return CUDA_SUCCESS;
 }
 
-static int op_prepare(const uint8_t *payload, size_t len, struct result *r)
+static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 {
 	uint32_t mode = SHIM_CONTENT_HOST;
 	struct proto_iter it, fi;
@@ -326,6 +319,16 @@ static int op_prepare(const uint8_t *payload, size_t len, struct result *r)
 		return PROTO_E_MALFORMED;
 	}
 	content = (int)mode;
+	if (shim_phase() == SHIM_PHASE_QUIESCED) {
+		/* Only a coordinator that skips PREPARE_MULTICAST gets here. */
+		for (size_t i = 0; i < tbl.allocs.cap; i++) {
+			struct shim_alloc *a = tbl.allocs.vals[i];
+			if (tbl.allocs.keys[i] && a->mc) {
+				life_fail(r, a, "PREPARE before PREPARE_MULTICAST: multicast objects must be taken down first");
+				return PROTO_E_PHASE;
+			}
+		}
+	}
 	/* Importers first: a creator's allocation then has no importer left. */
 	CUresult rc = for_each_shared(SHIM_ROLE_IMPORTER, prepare_importer, r);
 	if (!rc)
@@ -341,20 +344,20 @@ static int op_prepare(const uint8_t *payload, size_t len, struct result *r)
 
 /* ---- RESTORE ---- */
 
-static CUresult restore_creator(struct shim_alloc *a, struct result *r)
+static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 {
 	CUresult rc;
 	bool created = false;
 	if (a->detached) {
 		/* Host mode (or a host-mode prepare that got this far): a new allocation. */
 		if (!a->saved) {
-			fail(r, a, "released without a copy of its bytes");
+			life_fail(r, a, "released without a copy of its bytes");
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		CUmemGenericAllocationHandle h;
 		rc = real.cuMemCreate(&h, a->size, &a->prop, 0);
 		if (rc) {
-			fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
+			life_fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
 			     shim_cu_name(rc));
 			return rc;
 		}
@@ -363,15 +366,15 @@ static CUresult restore_creator(struct shim_alloc *a, struct result *r)
 		created = true;
 		rc = copy_through_temp(a, a->saved, true, r);
 		if (rc) {
-			release_ref(a, NULL);
+			life_release_ref(a, NULL);
 			return rc;
 		}
 	}
-	rc = attach_mappings(a, r);
+	rc = life_attach_mappings(a, r);
 	if (rc) {
 		if (created) {
-			detach_mappings(a, &(struct result){0});
-			release_ref(a, NULL);
+			life_detach_mappings(a, &(struct life_result){0});
+			life_release_ref(a, NULL);
 		}
 		return rc;
 	}
@@ -379,9 +382,9 @@ static CUresult restore_creator(struct shim_alloc *a, struct result *r)
 	a->carrier = false;
 	hostmem_free(a->saved, a->size);
 	a->saved = NULL;
-	drop_spare_ref(a);
-	if (!id_is_zero(&a->token) && exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size) < 0) {
-		fail(r, a, "out of memory registering its export");
+	life_drop_spare_ref(a);
+	if (publish_export(a) < 0) {
+		life_fail(r, a, "out of memory registering its export");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	return CUDA_SUCCESS;
@@ -392,11 +395,11 @@ struct pending_import {
 	uint64_t key;
 	struct shim_cap cap;
 	int fd;
-	size_t size;
+	struct shim_export_info info;
 	char err[700];
 };
 
-static int op_restore_importers(struct result *r)
+static int op_restore_importers(struct life_result *r)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&tbl.lock);
@@ -405,7 +408,7 @@ static int op_restore_importers(struct result *r)
 	 * and redeemed again, so that all of them name what the creators hold now. */
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_IMPORTER || a->detached)
+		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER || a->detached)
 			continue;
 		CUresult rc = prepare_importer(a, r);
 		if (rc) {
@@ -415,13 +418,13 @@ static int op_restore_importers(struct result *r)
 	}
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		n += tbl.allocs.keys[i] && a->role == SHIM_ROLE_IMPORTER && a->detached;
+		n += tbl.allocs.keys[i] && !a->mc && a->role == SHIM_ROLE_IMPORTER && a->detached;
 	}
 	struct pending_import *list = calloc(n ? n : 1, sizeof(*list));
 	size_t k = 0;
 	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_IMPORTER || !a->detached)
+		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER || !a->detached)
 			continue;
 		list[k].key = a->key;
 		list[k].cap.creator = a->creator;
@@ -462,7 +465,7 @@ static int op_restore_importers(struct result *r)
 				got++;
 				continue;
 			}
-			list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].size, list[got].err,
+			list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].info, list[got].err,
 						       sizeof(list[got].err));
 			got++;
 		}
@@ -477,7 +480,7 @@ static int op_restore_importers(struct result *r)
 		if (rc || !a)
 			continue;
 		if (list[i].fd < 0) {
-			fail(r, a, "redeeming its capability failed: %s", list[i].err);
+			life_fail(r, a, "redeeming its capability failed: %s", list[i].err);
 			rc = CUDA_ERROR_INVALID_VALUE;
 			continue;
 		}
@@ -485,19 +488,19 @@ static int op_restore_importers(struct result *r)
 		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
 							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		if (rc) {
-			fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
+			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 			continue;
 		}
 		a->driver = h;
 		a->driver_ref = true;
-		rc = attach_mappings(a, r);
+		rc = life_attach_mappings(a, r);
 		if (rc) {
-			detach_mappings(a, &(struct result){0});
-			release_ref(a, NULL);
+			life_detach_mappings(a, &(struct life_result){0});
+			life_release_ref(a, NULL);
 			continue;
 		}
 		a->detached = false;
-		drop_spare_ref(a);
+		life_drop_spare_ref(a);
 		r->count++;
 	}
 	pthread_mutex_unlock(&tbl.lock);
@@ -508,19 +511,27 @@ static int op_restore_importers(struct result *r)
 	return rc ? PROTO_E_DRIVER : PROTO_OK;
 }
 
-static bool all_attached(struct result *r)
+static bool all_attached(struct life_result *r)
 {
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && a->detached) {
-			fail(r, a, "still detached");
+		if (!tbl.allocs.keys[i])
+			continue;
+		if (a->detached) {
+			life_fail(r, a, "still detached");
 			return false;
+		}
+		for (size_t j = 0; a->mc && j < a->mc->nbinds; j++) {
+			if (a->mc->binds[j].detached) {
+				life_fail(r, a, "its bind at offset %zu is still undone", a->mc->binds[j].mc_offset);
+				return false;
+			}
 		}
 	}
 	for (struct itree_node *n = itree_first_from(&tbl.mappings, 0); n; n = itree_next(&tbl.mappings, n)) {
 		struct shim_mapping *m = (struct shim_mapping *)n;
 		if (m->detached) {
-			fail(r, m->alloc, "mapping %#llx still detached", (unsigned long long)n->start);
+			life_fail(r, m->alloc, "mapping %#llx still detached", (unsigned long long)n->start);
 			return false;
 		}
 	}
@@ -530,7 +541,7 @@ static bool all_attached(struct result *r)
 /* After a native restore onto other GPUs: translate every recorded device
  * ordinal (allocations' locations, mappings' access) by the F_DEVICE_MAP pairs
  * of the request. Caller holds tbl.lock. */
-static int apply_device_map(const uint8_t *payload, size_t len, struct result *r)
+static int apply_device_map(const uint8_t *payload, size_t len, struct life_result *r)
 {
 	int map[64];
 	bool any = false;
@@ -568,9 +579,12 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct result *r
 		return PROTO_OK;
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		if (!tbl.allocs.keys[i])
 			continue;
-		if (a->prop.location.id >= 0 && a->prop.location.id < 64)
+		if (a->mc)
+			mc_apply_device_map(a, map);
+		else if (a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && a->prop.location.id >= 0 &&
+			 a->prop.location.id < 64)
 			a->prop.location.id = map[a->prop.location.id];
 		for (struct shim_mapping *m = a->maps; m; m = m->sibling)
 			for (size_t k = 0; k < m->naccess; k++)
@@ -590,22 +604,58 @@ static bool phase_in(int p, unsigned mask)
 
 #define PH(x) (1u << SHIM_PHASE_##x)
 
+/* A failure inside a destructive step: the process is FAILED, with the message. */
+static int failed(struct life_result *r, int rc)
+{
+	set_phase(SHIM_PHASE_FAILED);
+	snprintf(failure, sizeof(failure), "%s", r->msg);
+	return rc;
+}
+
+/* After a step: its next phase, or FAILED. */
+static int step_done(struct life_result *r, int rc, int next)
+{
+	if (rc != PROTO_OK)
+		return failed(r, rc);
+	set_phase(next);
+	return rc;
+}
+
+static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *out);
+
+/* Lifecycle operations run one at a time, whichever connection asks. */
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out)
+{
+	pthread_mutex_lock(&life_lock);
+	int rc = run_op(op, payload, len, out);
+	pthread_mutex_unlock(&life_lock);
+	return rc;
+}
+
+static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *out)
 {
 	static const struct {
 		int op;
 		unsigned from; /* phases the operation accepts */
 	} rules[] = {
 		{PROTO_OP_QUIESCE, PH(ACTIVE)},
-		{PROTO_OP_PREPARE, PH(QUIESCED)},
-		/* From QUIESCED/FAILED/PREPARED too: that is how an abort rebuilds. */
-		{PROTO_OP_RESTORE_CREATORS, PH(QUIESCED) | PH(PREPARED) | PH(FAILED)},
+		{PROTO_OP_PREPARE_MULTICAST, PH(QUIESCED)},
+		/* From QUIESCED only without multicast objects (op_prepare checks). */
+		{PROTO_OP_PREPARE, PH(MULTICAST_DETACHED) | PH(QUIESCED)},
+		/* From QUIESCED/MULTICAST_DETACHED/FAILED/PREPARED: that is how an abort rebuilds. */
+		{PROTO_OP_RESTORE_CREATORS, PH(QUIESCED) | PH(MULTICAST_DETACHED) | PH(PREPARED) | PH(FAILED)},
 		{PROTO_OP_RESTORE_IMPORTERS, PH(CREATORS_RESTORED)},
-		{PROTO_OP_RESUME, PH(UNICAST_RESTORED) | PH(QUIESCED)},
-		{PROTO_OP_ABORT, PH(ACTIVE) | PH(QUIESCED) | PH(PREPARED) | PH(FAILED) | PH(CREATORS_RESTORED) |
-					 PH(UNICAST_RESTORED)},
+		{PROTO_OP_RESTORE_MULTICAST, PH(UNICAST_RESTORED)},
+		{PROTO_OP_RESTORE_MULTICAST_IMPORT, PH(MC_CREATED)},
+		{PROTO_OP_RESTORE_MULTICAST_BIND, PH(MC_IMPORTED)},
+		{PROTO_OP_RESUME, PH(UNICAST_RESTORED) | PH(RESTORED) | PH(QUIESCED)},
+		{PROTO_OP_ABORT, PH(ACTIVE) | PH(QUIESCED) | PH(MULTICAST_DETACHED) | PH(PREPARED) | PH(FAILED) |
+					 PH(CREATORS_RESTORED) | PH(UNICAST_RESTORED) | PH(MC_CREATED) | PH(MC_IMPORTED) |
+					 PH(RESTORED)},
 	};
-	struct result r = {0};
+	struct life_result r = {0};
 	int rc = PROTO_E_OP;
 	int now = shim_phase();
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
@@ -627,22 +677,33 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 	switch (op) {
 	case PROTO_OP_QUIESCE:
 		pthread_mutex_lock(&tbl.lock);
-		bool mc = shim_mc_objects > 0;
-		for (size_t i = 0; !mc && i < tbl.allocs.cap; i++)
-			mc = tbl.allocs.keys[i] && ((struct shim_alloc *)tbl.allocs.vals[i])->mc_bound;
-		if (mc) {
-			/* Never let the native checkpoint hang on a multicast object. */
-			fail(&r, NULL, "multicast objects are present: checkpointing them is not supported yet");
+		if (shim_mc_objects > 0) {
+			/* Never let the native checkpoint hang on a multicast object it cannot take down. */
+			life_fail(&r, NULL, "%zu multicast handle(s) were imported from raw file descriptors, not through "
+					    "the shim's capabilities: they cannot be taken down and rebuilt",
+				  shim_mc_objects);
 			rc = PROTO_E_NOT_FOUND;
 		} else {
 			set_phase(SHIM_PHASE_QUIESCED);
 		}
 		pthread_mutex_unlock(&tbl.lock);
 		break;
+	case PROTO_OP_PREPARE_MULTICAST:
+		rc = step_done(&r, mc_prepare(&r), SHIM_PHASE_MULTICAST_DETACHED);
+		break;
 	case PROTO_OP_PREPARE:
 		pthread_mutex_lock(&tbl.lock);
 		rc = op_prepare(payload, len, &r);
 		pthread_mutex_unlock(&tbl.lock);
+		break;
+	case PROTO_OP_RESTORE_MULTICAST:
+		rc = step_done(&r, mc_restore_create(payload, len, &r), SHIM_PHASE_MC_CREATED);
+		break;
+	case PROTO_OP_RESTORE_MULTICAST_IMPORT:
+		rc = step_done(&r, mc_restore_import(payload, len, &r), SHIM_PHASE_MC_IMPORTED);
+		break;
+	case PROTO_OP_RESTORE_MULTICAST_BIND:
+		rc = step_done(&r, mc_restore_bind(payload, len, &r), SHIM_PHASE_RESTORED);
 		break;
 	case PROTO_OP_RESTORE_CREATORS: {
 		pthread_mutex_lock(&tbl.lock);
@@ -654,7 +715,7 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		CUresult cr = CUDA_SUCCESS;
 		for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
 			struct shim_alloc *a = tbl.allocs.vals[i];
-			if (!tbl.allocs.keys[i] || a->role != SHIM_ROLE_CREATOR)
+			if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_CREATOR)
 				continue;
 			bool touched = a->detached || a->carrier;
 			for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
@@ -664,24 +725,12 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 			cr = restore_creator(a, &r);
 			r.count += !cr;
 		}
-		if (cr) {
-			set_phase(SHIM_PHASE_FAILED);
-			snprintf(failure, sizeof(failure), "%s", r.msg);
-			rc = PROTO_E_DRIVER;
-		} else {
-			set_phase(SHIM_PHASE_CREATORS_RESTORED);
-		}
+		rc = step_done(&r, cr ? PROTO_E_DRIVER : PROTO_OK, SHIM_PHASE_CREATORS_RESTORED);
 		pthread_mutex_unlock(&tbl.lock);
 		break;
 	}
 	case PROTO_OP_RESTORE_IMPORTERS:
-		rc = op_restore_importers(&r);
-		if (rc) {
-			set_phase(SHIM_PHASE_FAILED);
-			snprintf(failure, sizeof(failure), "%s", r.msg);
-		} else {
-			set_phase(SHIM_PHASE_UNICAST_RESTORED);
-		}
+		rc = step_done(&r, op_restore_importers(&r), SHIM_PHASE_UNICAST_RESTORED);
 		break;
 	case PROTO_OP_RESUME:
 		pthread_mutex_lock(&tbl.lock);
@@ -694,20 +743,27 @@ int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		break;
 	case PROTO_OP_ABORT:
 		/* Everything this process took down, rebuilt in place (its creators'
-		 * importers elsewhere are the coordinator's to order). */
-		if (now != SHIM_PHASE_ACTIVE && now != SHIM_PHASE_UNICAST_RESTORED) {
-			if (now != SHIM_PHASE_CREATORS_RESTORED) {
-				set_phase(SHIM_PHASE_PREPARED);
-				rc = lifecycle_run(PROTO_OP_RESTORE_CREATORS, NULL, 0, out);
-			}
-			if (rc == PROTO_OK)
-				rc = lifecycle_run(PROTO_OP_RESTORE_IMPORTERS, NULL, 0, out);
+		 * importers elsewhere are the coordinator's to order). Multicast objects are rebuilt here alone: right for a group of one
+		 * process; a group of several needs the coordinator's staged rebuild. */
+		if (now == SHIM_PHASE_ACTIVE || now == SHIM_PHASE_RESTORED)
+			goto resume;
+		static const int steps[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS, PROTO_OP_RESTORE_MULTICAST,
+					    PROTO_OP_RESTORE_MULTICAST_IMPORT, PROTO_OP_RESTORE_MULTICAST_BIND};
+		size_t first = now == SHIM_PHASE_CREATORS_RESTORED ? 1 : now == SHIM_PHASE_UNICAST_RESTORED ? 2
+			       : now == SHIM_PHASE_MC_CREATED ? 3 : now == SHIM_PHASE_MC_IMPORTED ? 4 : 0;
+		if (first == 0)
+			set_phase(SHIM_PHASE_PREPARED);
+		for (size_t s = first; s < sizeof(steps) / sizeof(steps[0]); s++) {
+			if (steps[s] == PROTO_OP_RESTORE_MULTICAST && !mc_any_detached())
+				break; /* no multicast object was taken down */
+			rc = run_op(steps[s], NULL, 0, out);
 			if (rc != PROTO_OK)
 				return rc;
 			out->len = 0;
 		}
+	resume:
 		if (shim_phase() != SHIM_PHASE_ACTIVE)
-			return lifecycle_run(PROTO_OP_RESUME, NULL, 0, out);
+			return run_op(PROTO_OP_RESUME, NULL, 0, out);
 		break;
 	}
 reply:;

@@ -77,6 +77,7 @@ static void load_driver(void)
 	AUX(cuCtxGetCurrent);
 	AUX(cuGetErrorName);
 	AUX(cuMemGetAllocationGranularity);
+	AUX(cuMulticastGetGranularity);
 #undef AUX
 	driver_ok = real.cuMemCreate != NULL && aux.cuMemAddressReserve && aux.cuMemcpyDtoH_v2 && aux.cuMemcpyHtoD_v2 &&
 		    aux.cuDevicePrimaryCtxRetain && aux.cuCtxSetCurrent && aux.cuGetErrorName;

@@ -69,6 +69,7 @@ struct shim_aux {
 	__typeof__(&cuCtxGetCurrent) cuCtxGetCurrent;
 	__typeof__(&cuGetErrorName) cuGetErrorName;
 	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
+	__typeof__(&cuMulticastGetGranularity) cuMulticastGetGranularity;
 };
 extern struct shim_aux aux;
 /* "CUDA_ERROR_..." for r, from the driver. */
@@ -88,6 +89,9 @@ enum shim_phase {
 	SHIM_PHASE_CREATORS_RESTORED = 5,
 	SHIM_PHASE_UNICAST_RESTORED = 6,
 	SHIM_PHASE_FAILED = 7,
+	SHIM_PHASE_MC_CREATED = 8,  /* multicast objects made anew by their creators */
+	SHIM_PHASE_MC_IMPORTED = 9, /* imported by the others, devices re-added */
+	SHIM_PHASE_RESTORED = 10,   /* binds and multicast mappings back: ready to RESUME */
 };
 
 const char *shim_phase_name(int phase);
@@ -135,11 +139,34 @@ struct shim_alloc {
 	struct shim_mapping *maps;     /* those mappings (list through shim_mapping.sibling) */
 	char *creator_endpoint;        /* importers: where the capability is redeemed */
 	size_t granularity;            /* bytes: the driver's minimum for its properties */
-	bool mc_bound;                 /* bound into a multicast object */
+	size_t mc_binds;               /* multicast binds of this memory (the shim keeps a reference meanwhile) */
+	struct shim_mc *mc;            /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
 	bool detached;                 /* prepare released the driver's allocation */
 	bool carrier;                  /* native mode: the shim took a reference to keep it */
 	void *saved;                   /* host mode: the bytes while detached */
+};
+
+/* One bind this process made into a multicast object. */
+struct shim_mc_bind {
+	size_t mc_offset, size;
+	CUdevice device;           /* the member memory's device */
+	struct shim_alloc *member; /* NULL: memory the shim does not track (refused at validation) */
+	size_t member_offset;
+	CUdeviceptr member_va;     /* cuMulticastBindAddr: the address bound (0: cuMulticastBindMem) */
+	bool detached;             /* unbound by PREPARE_MULTICAST */
+};
+
+/* What a multicast record (struct shim_alloc with mc set) adds. */
+struct shim_mc {
+	CUmulticastObjectProp prop; /* as the application asked: prop.size is the requested capacity */
+	size_t used;                /* bytes: the highest offset bound or mapped (may pass prop.size
+				     * where the driver rounded the capacity up) */
+	CUdevice *added;            /* devices this process added */
+	size_t nadded;
+	struct shim_mc_bind *binds;
+	size_t nbinds;
+	bool fresh;                 /* rebuilt and not yet joined by this process's devices */
 };
 
 struct shim_handle {
@@ -163,7 +190,7 @@ struct shim_tables {
 	struct hmap handles; /* logical value -> struct shim_handle */
 	struct hmap allocs;  /* key -> struct shim_alloc */
 	struct itree mappings;
-	struct hmap multicast; /* driver handles of multicast objects made here */
+	struct hmap multicast; /* raw multicast handles the shim does not track (imported from raw FDs) */
 	uint64_t next_value;
 	uint64_t next_key;
 };
@@ -200,8 +227,49 @@ struct proto_buf;
 /* Run lifecycle operation op (PROTO_OP_*) with its request payload; the reply's
  * records go to out. Returns a proto_status. */
 int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out);
-/* Multicast objects this process created (cuMulticastCreate) and still holds. */
+/* Untracked multicast handles seen in use (a native checkpoint would hang on them). */
 extern size_t shim_mc_objects;
+
+/* ---- lifecycle internals shared by lifecycle.c and mc_lifecycle.c ---- */
+struct life_result {
+	char msg[600];
+	uint64_t bytes;
+	uint32_t count;
+};
+/* Record the failure: participant, object (a may be NULL) and what failed. */
+void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r);
+CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r);
+CUresult life_release_ref(struct shim_alloc *a, struct life_result *r);
+void life_drop_spare_ref(struct shim_alloc *a);
+/* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
+int mc_prepare(struct life_result *r);
+int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);
+int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r);
+int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r);
+/* Multicast objects of this process with any part taken down (abort's rebuild list). */
+bool mc_any_detached(void);
+/* Translate recorded devices by map[old] = new. Caller holds tbl.lock. */
+void mc_apply_device_map(struct shim_alloc *a, const int *map);
+
+/* ---- the wrapped calls (vmm.c, multicast.c) ---- */
+/* The identity for a tracked call, or NULL with the refusal logged. */
+const struct shim_identity *tracking_self(const char *call);
+/* True (logged) in a forked child of a tracking process. */
+bool refuse_in_fork_child(const char *call);
+/* Refusals common to every call on a tracked object: CUDA_SUCCESS to go on. */
+CUresult tracked_call_allowed(const char *call);
+/* A multicast record's extra part, for an object of num_devices and size bytes. */
+struct shim_mc *mc_record_new(unsigned num_devices, size_t size);
+/* The driver's minimum multicast granularity for prop (0 when it will not say). */
+size_t mc_granularity(const CUmulticastObjectProp *prop);
+
+/* Keep what EXPORT serves for a creator's record in step with the driver
+ * reference the shim holds. Returns 0 or -ENOMEM. */
+int publish_export(const struct shim_alloc *a);
+/* Free a record nothing refers to any more (handles, mappings, binds). */
+void forget_alloc(struct shim_alloc *a);
 
 /* ---- fork safety ---- */
 extern bool shim_forked_child; /* a child of a process that tracked state */
@@ -215,24 +283,29 @@ struct shim_cap {
 };
 /* Is fd a capability? Fills *cap when it is. */
 bool cap_parse(int fd, struct shim_cap *cap);
-/* Redeem cap at its creator: returns a fresh driver FD or -1 (message in err);
- * *size gets the allocation's size in bytes. */
-int cap_redeem(const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+/* What EXPORT says of the object it hands out. */
+struct shim_export_info {
+	size_t size;         /* bytes (a multicast object: its requested capacity) */
+	unsigned mc_devices; /* a multicast object's numDevices; 0 for memory */
+};
+/* Redeem cap at its creator: returns a fresh driver FD or -1 (message in err). */
+int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* The same on an open connection *sockp to the creator (opened when < 0, closed
  * and reset after a failure): a restore redeems many capabilities on one. */
-int cap_redeem_on(int *sockp, const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* The two halves of one redemption on a connection, for pipelining: requests go
  * out ahead of their replies, which come back in order. */
 int cap_export_send(int sock, const struct shim_cap *cap);
-int cap_export_recv(int sock, const struct shim_cap *cap, size_t *size, char *err, size_t errlen);
+int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* A capability FD for the allocation named by these fields; -errno on failure. */
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	     const char *endpoint);
 
 /* ---- exports served to peers (endpoint.c) ---- */
-/* Register or update what EXPORT serves for an allocation (its own lock). */
+/* Register or update what EXPORT serves for an allocation (its own lock).
+ * mc_devices: the numDevices of a multicast object, 0 for memory. */
 int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
-		size_t size);
+		size_t size, unsigned mc_devices);
 void exports_drop(const struct cusnap_id *alloc_id);
 /* Take (true) or release (false) the exports lock around fork, after tbl.lock. */
 void exports_lock_for_fork(bool take);

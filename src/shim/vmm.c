@@ -11,7 +11,7 @@
 #include "shim.h"
 
 /* The identity for a tracked call, or NULL with the refusal logged. */
-static const struct shim_identity *tracking_self(const char *call)
+const struct shim_identity *tracking_self(const char *call)
 {
 	const char *why = NULL;
 	const struct shim_identity *me = shim_identity(&why);
@@ -20,7 +20,7 @@ static const struct shim_identity *tracking_self(const char *call)
 	return me;
 }
 
-static bool refuse_in_fork_child(const char *call)
+bool refuse_in_fork_child(const char *call)
 {
 	if (!shim_forked_child)
 		return false;
@@ -29,11 +29,12 @@ static bool refuse_in_fork_child(const char *call)
 	return true;
 }
 
-/* Keep what EXPORT serves in step with the driver reference the shim holds. */
-static void publish_export(const struct shim_alloc *a)
+int publish_export(const struct shim_alloc *a)
 {
-	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
-		exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->size);
+	if (a->role != SHIM_ROLE_CREATOR || id_is_zero(&a->token))
+		return 0;
+	return exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->mc ? a->mc->prop.size : a->size,
+			   a->mc ? a->mc->prop.numDevices : 0);
 }
 
 static size_t granularity_of(const CUmemAllocationProp *prop)
@@ -46,20 +47,34 @@ static size_t granularity_of(const CUmemAllocationProp *prop)
 }
 
 /* Refusals common to every call on a tracked object. Returns CUDA_SUCCESS to go on. */
-static CUresult tracked_call_allowed(const char *call)
+CUresult tracked_call_allowed(const char *call)
 {
 	if (refuse_in_fork_child(call))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return shim_mutation_allowed(call);
 }
 
-static void forget_alloc(struct shim_alloc *a)
+void forget_alloc(struct shim_alloc *a)
 {
-	if (a->handles || a->mappings)
+	if (a->handles || a->mappings || a->mc_binds)
 		return;
 	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
 		exports_drop(&a->id);
+	struct shim_mc *mc = a->mc;
 	tbl_alloc_free(a);
+	if (!mc)
+		return;
+	/* The object is gone, and with it its binds: their members may go too. */
+	for (size_t i = 0; i < mc->nbinds; i++) {
+		struct shim_alloc *m = mc->binds[i].member;
+		if (m && !--m->mc_binds) {
+			life_drop_spare_ref(m);
+			forget_alloc(m);
+		}
+	}
+	free(mc->binds);
+	free(mc->added);
+	free(mc);
 }
 
 SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
@@ -122,9 +137,10 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		return rc;
 	}
 	struct shim_alloc *a = h->alloc;
-	if (a->handles == 1) {
+	if (a->handles == 1 && !a->mc_binds) {
 		/* The last logical handle: drop the driver reference the shim holds
-		 * (mappings keep the bytes, as in the driver). */
+		 * (mappings keep the bytes, as in the driver). Memory bound into a
+		 * multicast object keeps it: prepare needs a handle to save it by. */
 		rc = real.cuMemRelease(a->driver);
 		if (rc == CUDA_SUCCESS)
 			a->driver_ref = false;
@@ -209,6 +225,8 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 		} else {
 			h->alloc->mappings++;
 			tbl_mapping_link(m);
+			if (h->alloc->mc && offset + size > h->alloc->mc->used)
+				h->alloc->mc->used = offset + size;
 			m = NULL;
 		}
 	}
@@ -403,7 +421,7 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	bool first = id_is_zero(&a->token);
 	if (first && a->role == SHIM_ROLE_CREATOR) {
 		id_random(&a->token);
-		if (exports_put(&a->id, &a->token, a->driver, a->size) < 0) {
+		if (publish_export(a) < 0) {
 			memset(&a->token, 0, sizeof(a->token));
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
@@ -440,8 +458,8 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 		return allowed;
 	/* Redeemed without the table lock: the creator may be busy. */
 	char err[700];
-	size_t size = 0;
-	int raw = cap_redeem(&cap, &size, err, sizeof(err));
+	struct shim_export_info info = {0};
+	int raw = cap_redeem(&cap, &info, err, sizeof(err));
 	if (raw < 0) {
 		char hex[ID_HEX_LEN + 1];
 		id_hex(&cap.alloc_id, hex);
@@ -451,11 +469,16 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	}
 	pthread_mutex_lock(&tbl.lock);
 	CUmemGenericAllocationHandle drv = 0;
-	CUmemAllocationProp prop;
+	CUmemAllocationProp prop = {0};
 	CUresult rc = real.cuMemImportFromShareableHandle(&drv, (void *)(intptr_t)raw, type);
 	close(raw); /* the raw driver FD never reaches the application */
 	if (rc == CUDA_SUCCESS) {
-		rc = real.cuMemGetAllocationPropertiesFromHandle(&prop, drv);
+		/* A multicast object has no allocation properties; EXPORT said what it is. */
+		struct shim_mc *mc = info.mc_devices ? mc_record_new(info.mc_devices, info.size) : NULL;
+		if (!info.mc_devices)
+			rc = real.cuMemGetAllocationPropertiesFromHandle(&prop, drv);
+		else if (!mc)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		struct shim_alloc *a = rc == CUDA_SUCCESS ? tbl_alloc_new() : NULL;
 		struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
 		char *endpoint = h ? strdup(cap.endpoint) : NULL;
@@ -464,6 +487,7 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 				tbl_handle_drop(h);
 			if (a)
 				tbl_alloc_free(a);
+			free(mc);
 			real.cuMemRelease(drv);
 			if (rc == CUDA_SUCCESS)
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -474,11 +498,12 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 			a->role = SHIM_ROLE_IMPORTER;
 			a->shared = true;
 			a->shared_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-			a->size = size;
+			a->size = info.size;
 			a->prop = prop;
 			a->driver = drv;
 			a->driver_ref = true;
-			a->granularity = granularity_of(&prop);
+			a->mc = mc;
+			a->granularity = mc ? mc_granularity(&mc->prop) : granularity_of(&prop);
 			a->creator_endpoint = endpoint;
 			*handle = h->value;
 		}
@@ -498,45 +523,4 @@ SHIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	if (mapped)
 		return CUDA_ERROR_INVALID_VALUE; /* tracked mappings still live in this range */
 	return real.cuMemAddressFree(ptr, size);
-}
-
-SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
-				     CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
-				     unsigned long long flags)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_handle *h = tbl_handle_get(memHandle);
-	uint64_t key = h ? h->alloc->key : 0;
-	CUmemGenericAllocationHandle drv = h ? h->alloc->driver : memHandle;
-	pthread_mutex_unlock(&tbl.lock);
-	if (h && refuse_in_fork_child("cuMulticastBindMem"))
-		return CUDA_ERROR_NOT_SUPPORTED;
-	/* No lock across the bind: it waits for every device of the team. */
-	CUresult rc = real.cuMulticastBindMem(mcHandle, mcOffset, drv, memOffset, size, flags);
-	if (rc == CUDA_SUCCESS && key) {
-		pthread_mutex_lock(&tbl.lock);
-		struct shim_alloc *a = hmap_get(&tbl.allocs, key);
-		if (a) {
-			a->shared = true; /* a multicast member is shared memory */
-			a->mc_bound = true;
-		}
-		pthread_mutex_unlock(&tbl.lock);
-	}
-	return rc;
-}
-
-SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	CUresult rc = real.cuMulticastCreate(mcHandle, prop);
-	/* Counted so that prepare can refuse: a native checkpoint with a multicast
-	 * object hangs. The object itself is the driver's (untracked) handle. */
-	if (rc == CUDA_SUCCESS && hmap_put(&tbl.multicast, *mcHandle, mcHandle) == 0)
-		shim_mc_objects++;
-	pthread_mutex_unlock(&tbl.lock);
-	return rc;
 }

@@ -1,0 +1,283 @@
+/* Multicast validation and comparison (SYSTEM.md §8): complete same-node
+ * groups only. O(records) with hash maps (the comparison sorts binds). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cusnap/coord.h"
+#include "cusnap/hmap.h"
+
+#define POSIX_FD 1u
+#define MAX_DEVICE 64
+
+/* One multicast object across the group. */
+struct mc_group {
+	const struct topo_mc *first, *creator;
+	size_t first_part, creator_part;
+	uint64_t added, bound; /* device bits */
+};
+
+static int first_bit(uint64_t v)
+{
+	return v ? __builtin_ctzll(v) : -1;
+}
+
+int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
+			     size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += p[i].nmcs;
+	if (!total) {
+		for (size_t i = 0; i < n; i++) {
+			if (p[i].nbinds) {
+				snprintf(err, errlen, "participant %d (ns %d): multicast binds without a multicast object",
+					 t[i].obs, t[i].ns);
+				return -1;
+			}
+		}
+		return 0;
+	}
+	int rc = -1;
+	struct hmap groups = {0};
+	struct mc_group *g = calloc(total, sizeof(*g));
+	size_t ng = 0;
+	if (!g)
+		goto oom;
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < p[i].nmcs; j++) {
+			const struct topo_mc *m = &p[i].mcs[j];
+			id_hex(&m->id, hex);
+			struct mc_group *x = hmap_get(&groups, id_hash(&m->id));
+			if (x && !id_equal(&x->first->id, &m->id))
+				x = NULL; /* a hash collision: the ids differ */
+			if (!x) {
+				x = &g[ng++];
+				x->first = m;
+				x->first_part = i;
+				if (hmap_put(&groups, id_hash(&m->id), x) < 0)
+					goto oom;
+			} else if (x->first->num_devices != m->num_devices || x->first->size != m->size) {
+				snprintf(err, errlen,
+					 "multicast object %s: participants %d (ns %d) and %d (ns %d) disagree on it (%u/%u devices, "
+					 "%" PRIu64 "/%" PRIu64 " bytes)",
+					 hex, t[x->first_part].obs, t[x->first_part].ns, t[i].obs, t[i].ns, x->first->num_devices,
+					 m->num_devices, x->first->size, m->size);
+				goto out;
+			}
+			if (m->shared_types & ~POSIX_FD) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): multicast object %s was shared as handle type %#x: only POSIX file "
+					 "descriptor sharing can be checkpointed",
+					 t[i].obs, t[i].ns, hex, m->shared_types);
+				goto out;
+			}
+			if (m->role == 1) {
+				if (x->creator) {
+					snprintf(err, errlen,
+						 "multicast object %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
+						 t[x->creator_part].obs, t[x->creator_part].ns, t[i].obs, t[i].ns);
+					goto out;
+				}
+				if (!id_equal(&m->creator, &p[i].id)) {
+					snprintf(err, errlen,
+						 "participant %d (ns %d): multicast object %s: creator record names another participant",
+						 t[i].obs, t[i].ns, hex);
+					goto out;
+				}
+				x->creator = m;
+				x->creator_part = i;
+			}
+			for (size_t d = 0; d < m->nadded; d++) {
+				int dev = m->added[d];
+				if (dev < 0 || dev >= MAX_DEVICE) {
+					snprintf(err, errlen, "participant %d (ns %d): multicast object %s: device %d is out of range",
+						 t[i].obs, t[i].ns, hex, dev);
+					goto out;
+				}
+				if (x->added & (1ull << dev)) {
+					snprintf(err, errlen,
+						 "participant %d (ns %d): multicast object %s: device %d was added twice in the group",
+						 t[i].obs, t[i].ns, hex, dev);
+					goto out;
+				}
+				x->added |= 1ull << dev;
+			}
+		}
+	}
+	/* Binds: of tracked memory this participant holds, in bounds, aligned. */
+	for (size_t i = 0; i < n; i++) {
+		struct hmap mine = {0};
+		for (size_t j = 0; j < p[i].nallocs; j++)
+			if (hmap_put(&mine, id_hash(&p[i].allocs[j].id), (void *)&p[i].allocs[j]) < 0) {
+				hmap_free(&mine);
+				goto oom;
+			}
+		const char *bad = NULL;
+		const struct topo_mc_bind *b = NULL;
+		for (size_t j = 0; j < p[i].nbinds && !bad; j++) {
+			b = &p[i].binds[j];
+			struct mc_group *x = hmap_get(&groups, id_hash(&b->mc_id));
+			const struct topo_alloc *member = hmap_get(&mine, id_hash(&b->member));
+			uint64_t gran = x && x->first->granularity ? x->first->granularity : 1;
+			if (!x || !id_equal(&x->first->id, &b->mc_id))
+				bad = "names a multicast object the participant does not hold";
+			else if (id_is_zero(&b->member))
+				bad = "binds memory the shim does not track (made without the POSIX handle type): it cannot be "
+				      "rebuilt";
+			else if (!member || !id_equal(&member->id, &b->member))
+				bad = "binds an allocation the participant does not hold";
+			else if (!b->size || b->member_offset > member->size || b->size > member->size - b->member_offset)
+				bad = "lies outside the bound allocation";
+			else if (b->mc_offset % gran || b->size % gran)
+				bad = "is not aligned to the multicast granularity";
+			else if (b->device < 0 || b->device >= MAX_DEVICE)
+				bad = "names a device out of range";
+			else
+				x->bound |= 1ull << b->device;
+		}
+		hmap_free(&mine);
+		if (bad) {
+			id_hex(&b->mc_id, hex);
+			snprintf(err, errlen,
+				 "participant %d (ns %d): multicast object %s: the bind at offset %" PRIu64 " (%" PRIu64
+				 " bytes, device %d) %s",
+				 t[i].obs, t[i].ns, hex, b->mc_offset, b->size, b->device, bad);
+			goto out;
+		}
+	}
+	/* Each object: one creator in the group, its team complete and bound. */
+	for (size_t k = 0; k < ng; k++) {
+		struct mc_group *x = &g[k];
+		id_hex(&x->first->id, hex);
+		if (!x->creator) {
+			id_hex(&x->first->creator, hex2);
+			snprintf(err, errlen,
+				 "participant %d (ns %d): multicast object %s is imported from participant %s, which is not in "
+				 "the group (partial group)",
+				 t[x->first_part].obs, t[x->first_part].ns, hex, hex2);
+			goto out;
+		}
+		unsigned added = (unsigned)__builtin_popcountll(x->added);
+		if (added != x->first->num_devices) {
+			snprintf(err, errlen,
+				 "multicast object %s: the participants added %u of its %u devices (a device is missing, or "
+				 "was added by a process outside the group: partial group)",
+				 hex, added, x->first->num_devices);
+			goto out;
+		}
+		if (x->added & ~x->bound) {
+			snprintf(err, errlen, "multicast object %s: device %d was added but nothing is bound on it", hex,
+				 first_bit(x->added & ~x->bound));
+			goto out;
+		}
+		if (x->bound & ~x->added) {
+			snprintf(err, errlen, "multicast object %s: device %d has binds but no participant added it", hex,
+				 first_bit(x->bound & ~x->added));
+			goto out;
+		}
+	}
+	rc = 0;
+	goto out;
+oom:
+	snprintf(err, errlen, "out of memory");
+out:
+	hmap_free(&groups);
+	free(g);
+	return rc;
+}
+
+static int remap(int dev, const int *map, size_t nmap)
+{
+	return map && dev >= 0 && (size_t)dev < nmap && map[dev] >= 0 ? map[dev] : dev;
+}
+
+static int bind_order(const void *x, const void *y)
+{
+	const struct topo_mc_bind *a = x, *b = y;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	if (a->mc_offset != b->mc_offset)
+		return a->mc_offset < b->mc_offset ? -1 : 1;
+	return a->device < b->device ? -1 : a->device > b->device;
+}
+
+static bool same_devices(const struct topo_mc *r, const struct topo_mc *c, const int *map, size_t nmap)
+{
+	if (r->nadded != c->nadded)
+		return false;
+	uint64_t want = 0, have = 0;
+	for (size_t i = 0; i < r->nadded; i++)
+		want |= 1ull << (remap(r->added[i], map, nmap) & 63);
+	for (size_t i = 0; i < c->nadded; i++)
+		have |= 1ull << (c->added[i] & 63);
+	return want == have;
+}
+
+int coord_compare_multicast(const struct topo_participant *rec, const struct topo_participant *cur, const int *map,
+			    size_t nmap, char *err, size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1];
+	if (rec->nmcs != cur->nmcs || rec->nbinds != cur->nbinds) {
+		snprintf(err, errlen, "%zu multicast objects and %zu binds recorded, %zu and %zu now", rec->nmcs, rec->nbinds,
+			 cur->nmcs, cur->nbinds);
+		return -1;
+	}
+	if (!rec->nmcs)
+		return 0;
+	struct hmap mcs = {0};
+	int rc = 0;
+	struct topo_mc_bind *rb = NULL, *cb = NULL;
+	for (size_t i = 0; i < cur->nmcs && !rc; i++)
+		rc = hmap_put(&mcs, cur->mcs[i].key, &cur->mcs[i]);
+	if (!rc && rec->nbinds) {
+		rb = malloc(rec->nbinds * sizeof(*rb));
+		cb = malloc(rec->nbinds * sizeof(*cb));
+		rc = rb && cb ? 0 : -1;
+	}
+	if (rc) {
+		snprintf(err, errlen, "out of memory");
+		rc = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < rec->nmcs; i++) {
+		const struct topo_mc *r = &rec->mcs[i], *c = hmap_get(&mcs, r->key);
+		id_hex(&r->id, hex);
+		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size || c->used != r->used ||
+		    c->num_devices != r->num_devices || c->handles != r->handles || !same_devices(r, c, map, nmap)) {
+			snprintf(err, errlen, "multicast object %s differs after restore (or is missing)", hex);
+			rc = -1;
+			goto out;
+		}
+		if (c->detached) {
+			snprintf(err, errlen, "multicast object %s is still taken down", hex);
+			rc = -1;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < rec->nbinds; i++) {
+		rb[i] = rec->binds[i];
+		rb[i].device = remap(rb[i].device, map, nmap);
+		cb[i] = cur->binds[i];
+	}
+	qsort(rb, rec->nbinds, sizeof(*rb), bind_order);
+	qsort(cb, rec->nbinds, sizeof(*cb), bind_order);
+	for (size_t i = 0; i < rec->nbinds; i++) {
+		const struct topo_mc_bind *r = &rb[i], *c = &cb[i];
+		if (bind_order(r, c) || c->size != r->size || !id_equal(&c->member, &r->member) ||
+		    c->member_offset != r->member_offset || c->member_va != r->member_va || c->detached) {
+			id_hex(&r->mc_id, hex);
+			snprintf(err, errlen, "multicast object %s: the bind at offset %" PRIu64 " on device %d differs after restore",
+				 hex, r->mc_offset, r->device);
+			rc = -1;
+			goto out;
+		}
+	}
+out:
+	hmap_free(&mcs);
+	free(rb);
+	free(cb);
+	return rc;
+}
