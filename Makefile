@@ -106,7 +106,7 @@ $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/emu/libcuda.so
 $(BUILD)/emu/libcuda.so: $(EMU)
 	ln -sf libcuda.so.1 $@
 
-$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

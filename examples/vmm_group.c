@@ -21,7 +21,7 @@
  * models it: a process sees there the memory it bound), that a write to the
  * member shows through the mapping, and that the old multicast handle still
  * unbinds and binds. VMM_GROUP_MC_REQUEST=BYTES asks for another capacity;
- * VMM_GROUP_MC_DEFECT=no-add|no-bind leaves the last device of the team
+ * VMM_GROUP_MULTICAST=1 does the same as --multicast; VMM_GROUP_MC_DEFECT=no-add|no-bind leaves the last device of the team
  * unadded (then nobody binds) or unbound, for validation tests.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT in that process only.
@@ -536,6 +536,8 @@ int main(int argc, char **argv)
 				"a page per process\n", MAX_WORKERS, MAX_ALLOCS);
 		return 64;
 	}
+	const char *mcenv = getenv("VMM_GROUP_MULTICAST");
+	multicast = multicast || (mcenv && !strcmp(mcenv, "1"));
 	const char *c = getenv("SNAPSHOT_CONTROL_DIR");
 	snprintf(control, sizeof(control), "%s", c && *c ? c : "/snapshot-control");
 	mkdir(control, 0700);

@@ -78,7 +78,7 @@ enum proto_rec_type {
 	REC_ALLOCATION = 3,
 	REC_MAPPING = 4,
 	REC_ERROR = 5,
-	REC_EXPORT = 6,
+	REC_EXPORT = 6,      /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID (the redeemer); reply: F_SIZE, F_MC_DEVICES */
 	REC_RESULT = 7,
 	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
 	REC_MC_BIND = 9,   /* one of its binds made by this participant */
@@ -129,6 +129,7 @@ enum proto_field {
 	F_BINDS = 41,        /* u32: multicast binds holding an allocation */
 	F_MC_OFFSET = 42,    /* u64 */
 	F_MC_REBUILD = 43,   /* 16 bytes: a multicast object to rebuild; repeated (RESTORE_MULTICAST*) */
+	F_MC_IMPORTER = 44,  /* 16 bytes: a participant that imported this multicast object; repeated */
 };
 
 struct proto_header {

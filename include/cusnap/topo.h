@@ -56,6 +56,8 @@ struct topo_mc {
 	uint32_t handles, mappings, detached;
 	int32_t *added;       /* devices this participant added */
 	size_t nadded;
+	struct cusnap_id *importers; /* the creator's record: participants that imported it */
+	size_t nimporters;
 };
 
 struct topo_mc_bind {

@@ -131,7 +131,7 @@ static int decode_mc(const struct proto_rec *r, struct topo_mc *m)
 	struct proto_rec f;
 	memset(m, 0, sizeof(*m));
 	piter_init(&it, r->value, r->len);
-	size_t cap = 0;
+	size_t cap = 0, icap = 0;
 	uint32_t dev;
 	int rc = 0;
 	while (!rc && piter_next(&it, &f)) {
@@ -162,6 +162,19 @@ static int decode_mc(const struct proto_rec *r, struct topo_mc *m)
 			if (!rc)
 				m->added[m->nadded++] = (int32_t)dev;
 			break;
+		case F_MC_IMPORTER:
+			if (m->nimporters == icap) {
+				icap = icap ? icap * 2 : 4;
+				struct cusnap_id *grown = realloc(m->importers, icap * sizeof(*grown));
+				if (!grown) {
+					rc = PROTO_E_INTERNAL;
+					break;
+				}
+				m->importers = grown;
+			}
+			rc = prec_id(&f, &m->importers[m->nimporters]);
+			m->nimporters += !rc;
+			break;
 		default: break;
 		}
 	}
@@ -169,7 +182,9 @@ static int decode_mc(const struct proto_rec *r, struct topo_mc *m)
 		rc = it.error;
 	if (rc) {
 		free(m->added);
+		free(m->importers);
 		m->added = NULL;
+		m->importers = NULL;
 	}
 	return rc;
 }
@@ -254,8 +269,10 @@ void topo_free(struct topo_participant *p)
 {
 	for (size_t i = 0; i < p->nmaps; i++)
 		free(p->maps[i].access);
-	for (size_t i = 0; i < p->nmcs; i++)
+	for (size_t i = 0; i < p->nmcs; i++) {
 		free(p->mcs[i].added);
+		free(p->mcs[i].importers);
+	}
 	free(p->maps);
 	free(p->allocs);
 	free(p->mcs);

@@ -33,6 +33,11 @@ static void print_multicast_json(FILE *f, const struct topo_participant *p)
 			m->detached ? "true" : "false");
 		for (size_t d = 0; d < m->nadded; d++)
 			fprintf(f, "%s%d", d ? "," : "", m->added[d]);
+		fprintf(f, "],\"importers\":[");
+		for (size_t q = 0; q < m->nimporters; q++) {
+			id_hex(&m->importers[q], hex2);
+			fprintf(f, "%s\"%s\"", q ? "," : "", hex2);
+		}
 		fprintf(f, "],\"bindings\":[");
 		size_t k = 0;
 		for (size_t b = 0; b < p->nbinds; b++) {

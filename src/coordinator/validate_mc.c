@@ -41,11 +41,14 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 		return 0;
 	}
 	int rc = -1;
-	struct hmap groups = {0};
+	struct hmap groups = {0}, parts = {0};
 	struct mc_group *g = calloc(total, sizeof(*g));
 	size_t ng = 0;
 	if (!g)
 		goto oom;
+	for (size_t i = 0; i < n; i++)
+		if (hmap_put(&parts, id_hash(&p[i].id), (void *)&p[i]) < 0)
+			goto oom;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = 0; j < p[i].nmcs; j++) {
 			const struct topo_mc *m = &p[i].mcs[j];
@@ -160,6 +163,23 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 				 t[x->first_part].obs, t[x->first_part].ns, hex, hex2);
 			goto out;
 		}
+		/* Every participant that imported it (the creator's list) must be here and hold it. */
+		for (size_t q = 0; q < x->creator->nimporters; q++) {
+			const struct cusnap_id *who = &x->creator->importers[q];
+			const struct topo_participant *holder = hmap_get(&parts, id_hash(who));
+			if (holder && !id_equal(&holder->id, who))
+				holder = NULL;
+			bool holds = false;
+			for (size_t j = 0; holder && j < holder->nmcs && !holds; j++)
+				holds = id_equal(&holder->mcs[j].id, &x->first->id);
+			if (!holds) {
+				id_hex(who, hex2);
+				snprintf(err, errlen,
+					 "multicast object %s was imported by participant %s, which %s (partial group)", hex, hex2,
+					 holder ? "no longer holds it" : "is not in the group");
+				goto out;
+			}
+		}
 		unsigned added = (unsigned)__builtin_popcountll(x->added);
 		if (added != x->first->num_devices) {
 			snprintf(err, errlen,
@@ -185,6 +205,7 @@ oom:
 	snprintf(err, errlen, "out of memory");
 out:
 	hmap_free(&groups);
+	hmap_free(&parts);
 	free(g);
 	return rc;
 }

@@ -99,6 +99,9 @@ int cap_export_send(int sock, const struct shim_cap *cap)
 	size_t at = pbuf_begin(&req, REC_EXPORT);
 	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
 	pbuf_put_id(&req, F_TOKEN, &cap->token);
+	const struct shim_identity *me = shim_self();
+	if (me) /* who redeems: a creator lists the importers of its multicast objects */
+		pbuf_put_id(&req, F_ID, &me->id);
 	pbuf_end(&req, at);
 	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
 				 .op = PROTO_OP_EXPORT, .request_id = 1, .payload_len = (uint32_t)req.len};

@@ -30,6 +30,8 @@ struct export_entry {
 	CUmemGenericAllocationHandle driver; /* 0: not exportable now */
 	size_t size;
 	unsigned mc_devices; /* a multicast object's numDevices; 0: memory */
+	struct cusnap_id *importers; /* multicast objects: the participants that redeemed it */
+	size_t nimporters;
 };
 
 static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -42,7 +44,7 @@ int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	pthread_mutex_lock(&exp_lock);
 	struct export_entry *e = hmap_get(&exports, id_hash(alloc_id));
 	if (!e) {
-		e = malloc(sizeof(*e));
+		e = calloc(1, sizeof(*e));
 		if (!e || hmap_put(&exports, id_hash(alloc_id), e) < 0) {
 			free(e);
 			rc = -ENOMEM;
@@ -62,7 +64,33 @@ out:
 void exports_drop(const struct cusnap_id *alloc_id)
 {
 	pthread_mutex_lock(&exp_lock);
-	free(hmap_del(&exports, id_hash(alloc_id)));
+	struct export_entry *e = hmap_del(&exports, id_hash(alloc_id));
+	if (e)
+		free(e->importers);
+	free(e);
+	pthread_mutex_unlock(&exp_lock);
+}
+
+/* Remember that participant who redeemed multicast object e. Caller holds exp_lock. */
+static void note_importer(struct export_entry *e, const struct cusnap_id *who)
+{
+	for (size_t i = 0; i < e->nimporters; i++)
+		if (id_equal(&e->importers[i], who))
+			return;
+	struct cusnap_id *grown = realloc(e->importers, (e->nimporters + 1) * sizeof(*grown));
+	if (!grown)
+		return; /* unlisted: validation then cannot tell this importer was left out */
+	e->importers = grown;
+	e->importers[e->nimporters++] = *who;
+}
+
+/* The importers of a multicast object this participant created, as F_MC_IMPORTER fields. */
+static void put_importers(struct proto_buf *b, const struct cusnap_id *alloc_id)
+{
+	pthread_mutex_lock(&exp_lock);
+	const struct export_entry *e = hmap_get(&exports, id_hash(alloc_id));
+	for (size_t i = 0; e && id_equal(&e->alloc_id, alloc_id) && i < e->nimporters; i++)
+		pbuf_put_id(b, F_MC_IMPORTER, &e->importers[i]);
 	pthread_mutex_unlock(&exp_lock);
 }
 
@@ -151,6 +179,8 @@ static void put_multicast(struct proto_buf *b, const struct shim_alloc *a)
 	pbuf_put_u32(b, F_DETACHED, a->detached);
 	for (size_t i = 0; i < mc->nadded; i++)
 		pbuf_put_u32(b, F_MC_ADDED, (uint32_t)mc->added[i]);
+	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
+		put_importers(b, &a->id);
 	pbuf_end(b, at);
 	for (size_t i = 0; i < mc->nbinds; i++) {
 		const struct shim_mc_bind *x = &mc->binds[i];
@@ -226,7 +256,7 @@ static int do_inspect(struct proto_buf *out)
 /* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
 static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, int *fd_out)
 {
-	struct cusnap_id id = {{0}}, token = {{0}};
+	struct cusnap_id id = {{0}}, token = {{0}}, who = {{0}};
 	bool have_id = false, have_token = false;
 	struct proto_iter it, fi;
 	struct proto_rec r, f;
@@ -240,6 +270,8 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 				have_id = prec_id(&f, &id) == 0;
 			else if (f.type == F_TOKEN)
 				have_token = prec_id(&f, &token) == 0;
+			else if (f.type == F_ID && prec_id(&f, &who) != 0)
+				memset(&who, 0, sizeof(who));
 		}
 		if (fi.error)
 			return fi.error;
@@ -259,6 +291,8 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	CUmemGenericAllocationHandle driver = allowed ? e->driver : 0;
 	size_t size = allowed ? e->size : 0;
 	unsigned mc_devices = allowed ? e->mc_devices : 0;
+	if (mc_devices && !id_is_zero(&who))
+		note_importer(e, &who);
 	pthread_mutex_unlock(&exp_lock);
 	if (!found) {
 		error_payload(out, "allocation %s is not exported by participant %d", hex, (int)me->nspid);

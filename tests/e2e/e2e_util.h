@@ -234,6 +234,47 @@ static inline void group_kill(struct group *g)
 	g->child = 0;
 }
 
+/* ---- cusnap on a running group (in place) ---- */
+
+static inline int group_suspend(struct group *g, const char *content, char **out, char *const *env)
+{
+	char tool_path[PATH_MAX], pid[16], dir[PATH_MAX + 32];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
+	return tool(out, env, tool_path, "suspend", "--pid", pid, "--dir", dir, "--content", content, "--control-dir",
+		    g->ctl, "--timeout", "20000", NULL);
+}
+
+static inline int group_resume(struct group *g, char **out, char *const *env)
+{
+	char tool_path[PATH_MAX], pid[16], dir[PATH_MAX + 32];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
+	return tool(out, env, tool_path, "resume", "--pid", pid, "--dir", dir, "--control-dir", g->ctl, NULL);
+}
+
+/* JSON of `cusnap inspect --pid` for the group (malloc'ed). */
+static inline char *group_inspect(struct group *g)
+{
+	char tool_path[PATH_MAX], pid[16], *out = NULL;
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	tool(&out, NULL, tool_path, "inspect", "--pid", pid, "--control-dir", g->ctl, "--json", NULL);
+	return out;
+}
+
+/* How many cuemu device-memory objects the group's processes have mapped. */
+static inline int group_device_mappings(struct group *g, const char *what)
+{
+	pid_t pids[64];
+	int n = tree_pids(g->root, pids, 64), total = 0;
+	for (int i = 0; i < n; i++)
+		total += test_count_maps(pids[i], what);
+	return total;
+}
+
 static inline bool contains(const char *text, const char *needle)
 {
 	return text && strstr(text, needle);

@@ -1,7 +1,8 @@
 /* cusnap checkpoint / restore with CRIU (issue 5): the example group dumped,
  * killed and restored in both content modes, in the host PID namespace and in
  * its own; --leave-running; no interposer; partial interposition; CRIU failing;
- * the VMM rebuild failing after the CRIU restore; inspect of the directory. */
+ * the VMM rebuild failing after the CRIU restore; inspect of the directory;
+ * multicast groups (issue 6). */
 #include <sys/prctl.h>
 
 #include "cusnap/json.h"
@@ -62,20 +63,23 @@ static int restored_passes(struct group *g, pid_t root)
 	return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? pass : -1;
 }
 
-static void dump_kill_restore(const char *content, const char *const *wrapper, const char *name)
+static void dump_kill_restore_group(const char *content, const char *const *wrapper, const char *name, int workers,
+				    char *const *env)
 {
 	struct group g;
-	if (group_start(&g, name, 2, 3, false, wrapper, NULL, NULL) < 0)
+	if (group_start(&g, name, workers, 3, false, wrapper, env, NULL) < 0)
 		return;
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	pid_t before[8];
 	int n = tree_pids(g.root, before, 8);
-	CHECK_EQ(n, 3);
+	CHECK_EQ(n, workers + 1);
 	int rc = checkpoint(&g, dir, content, false, criu, &out);
 	CHECK_EQ(rc, 0);
 	if (rc)
 		printf("%s\n", out);
+	if (env) /* the multicast groups: taken down before the native checkpoint */
+		CHECK_CONTAINS(out, "PREPARE_MULTICAST");
 	free(out);
 	/* The dump killed the tree. */
 	test_wait_child(g.child, 10000);
@@ -86,6 +90,9 @@ static void dump_kill_restore(const char *content, const char *const *wrapper, c
 	CHECK_EQ(rc, 0);
 	if (rc)
 		printf("%s\n", out);
+	CHECK_CONTAINS(out, "topology identical");
+	if (env)
+		CHECK_CONTAINS(out, "RESTORE_MULTICAST_BIND");
 	free(out);
 	pid_t root = restored_root(dir);
 	CHECK(root > 0);
@@ -95,7 +102,22 @@ static void dump_kill_restore(const char *content, const char *const *wrapper, c
 		CHECK_EQ(root, before[0]); /* same PIDs in the host namespace */
 	else
 		CHECK(root != before[0]); /* a new PID namespace, new observed PIDs */
-	CHECK_EQ(restored_passes(&g, root), 3);
+	CHECK_EQ(restored_passes(&g, root), workers + 1);
+}
+
+static void dump_kill_restore(const char *content, const char *const *wrapper, const char *name)
+{
+	dump_kill_restore_group(content, wrapper, name, 2, NULL);
+}
+
+/* NVLS-style groups: the multicast object is taken down before the native
+ * checkpoint (cuemu's would fail otherwise) and rebuilt after the restore. */
+static void multicast(void)
+{
+	char *env[] = {"VMM_GROUP_MULTICAST=1", NULL};
+	dump_kill_restore_group("host", NULL, "mc2", 1, env);
+	dump_kill_restore_group("host", NULL, "mc4", 3, env);
+	dump_kill_restore_group("native", NULL, "mc4n", 3, env);
 }
 
 static void host_pidns_host_content(void)
@@ -322,6 +344,7 @@ int main(void)
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
 	test_run("partial interposition: refused before anything changes", partial_interposition);
 	test_run("--device-map: GPUs swapped at restore, sharing rebuilt on the new ones", device_map);
+	test_run("multicast groups of 2 and 4 processes over 2 devices: checkpoint, kill, restore", multicast);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	e2e_done();
 	return test_done();

@@ -7,56 +7,21 @@
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
 
-static int suspend(struct group *g, const char *content, char **out, char *const *env)
-{
-	char pid[16], dir[PATH_MAX + 32];
-	snprintf(pid, sizeof(pid), "%d", g->root);
-	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
-	return tool(out, env, cusnap, "suspend", "--pid", pid, "--dir", dir, "--content", content, "--control-dir", g->ctl,
-		    "--timeout", "20000", NULL);
-}
-
-static int resume(struct group *g, char **out)
-{
-	char pid[16], dir[PATH_MAX + 32];
-	snprintf(pid, sizeof(pid), "%d", g->root);
-	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
-	return tool(out, NULL, cusnap, "resume", "--pid", pid, "--dir", dir, "--control-dir", g->ctl, NULL);
-}
-
-/* JSON of `cusnap inspect --pid` for the group. */
-static char *inspect(struct group *g)
-{
-	char pid[16], *out = NULL;
-	snprintf(pid, sizeof(pid), "%d", g->root);
-	tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", g->ctl, "--json", NULL);
-	return out;
-}
-
-static int device_mappings(struct group *g)
-{
-	pid_t pids[64];
-	int n = tree_pids(g->root, pids, 64), total = 0;
-	for (int i = 0; i < n; i++)
-		total += test_count_maps(pids[i], "memfd:cuemu");
-	return total;
-}
-
 static void round_trip(const char *content)
 {
 	struct group g;
 	if (group_start(&g, content, 2, 4, false, NULL, NULL, NULL) < 0)
 		return;
-	CHECK(device_mappings(&g) > 0);
+	CHECK(group_device_mappings(&g, "memfd:cuemu") > 0);
 	char *out;
-	CHECK_EQ(suspend(&g, content, &out, NULL), 0);
+	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
 	free(out);
 	/* Every process released all device memory. */
-	CHECK_EQ(device_mappings(&g), 0);
-	char *json = inspect(&g);
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0);
+	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"state\":\"checkpointed\""), 3);
 	free(json);
-	CHECK_EQ(resume(&g, &out), 0);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	CHECK_CONTAINS(out, "topology identical");
 	free(out);
 	/* Same addresses, same bytes, old handles, sharing both ways: the workload checks. */
@@ -81,19 +46,19 @@ static void r615(void)
 	if (group_start(&g, "r615n", 1, 2, false, NULL, env, NULL) < 0)
 		return;
 	char *out;
-	CHECK_EQ(suspend(&g, "native", &out, NULL), 0);
+	CHECK_EQ(group_suspend(&g, "native", &out, NULL), 0);
 	free(out);
 	/* Natively restored exportable allocations cannot be exported again. */
-	CHECK_EQ(resume(&g, &out), 2);
+	CHECK_EQ(group_resume(&g, &out, NULL), 2);
 	CHECK_CONTAINS(out, "CUDA_ERROR_INVALID_VALUE");
 	CHECK_CONTAINS(out, "allocation ");
 	free(out);
 	group_kill(&g);
 	if (group_start(&g, "r615h", 1, 2, false, NULL, env, NULL) < 0)
 		return;
-	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	free(out);
-	CHECK_EQ(resume(&g, &out), 0);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
@@ -135,12 +100,12 @@ static void abort_on_driver_failure(void)
 		if (group_start(&g, "abort", 1, 2, false, NULL, env, NULL) < 0)
 			return;
 		char *out;
-		int rc = suspend(&g, cases[i].content, &out, NULL);
+		int rc = group_suspend(&g, cases[i].content, &out, NULL);
 		if (rc != 1 || !contains(out, "every participant was rebuilt"))
 			test_fail(__FILE__, __LINE__, "%s (%s, %s): suspend exited %d:\n%s", cases[i].fault, cases[i].content,
 				  cases[i].role, rc, out);
 		free(out);
-		char *json = inspect(&g);
+		char *json = group_inspect(&g);
 		/* Nothing half-prepared: every process active, running, sharing again. */
 		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2)
 			test_fail(__FILE__, __LINE__, "%s (%s): after the abort:\n%s", cases[i].fault, cases[i].role, json);
@@ -163,11 +128,11 @@ static void abort_on_dead_participant(void)
 	char fault[64], *out;
 	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", pids[2]);
 	char *env[] = {fault, NULL};
-	CHECK_EQ(suspend(&g, "host", &out, env), 1);
+	CHECK_EQ(group_suspend(&g, "host", &out, env), 1);
 	CHECK_CONTAINS(out, "is gone");
 	free(out);
 	/* The survivors are rebuilt and running: their device memory is back. */
-	char *json = inspect(&g);
+	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
 	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
 	CHECK_EQ(count_of(json, "\"detached\""), 0);
@@ -313,7 +278,7 @@ static void contract_shapes(void)
 	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", obs[0],
 		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
 	free(out);
-	CHECK_EQ(device_mappings(&g), 0 + 3); /* only the private allocations remain */
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0 + 3); /* only the private allocations remain */
 	/* Restore, as it runs inside the container: empty proc-root, SNAPSHOT_CONTROL_DIR. */
 	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0], ns[0],
 		      "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
@@ -347,9 +312,9 @@ static void long_control_dir(void)
 	if (group_start(&g, "long", 1, 2, false, NULL, NULL, ctl) < 0)
 		return;
 	char *out;
-	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	free(out);
-	CHECK_EQ(resume(&g, &out), 0);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
@@ -364,13 +329,13 @@ static void native_only(void)
 	if (group_start(&g, "plain", 1, 2, true, NULL, NULL, NULL) < 0)
 		return;
 	char *out;
-	CHECK_EQ(suspend(&g, "host", &out, NULL), 0);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	CHECK_CONTAINS(out, "native steps only");
 	free(out);
-	CHECK_EQ(device_mappings(&g), 0);
-	CHECK_EQ(resume(&g, &out), 0);
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK(device_mappings(&g) > 0);
+	CHECK(group_device_mappings(&g, "memfd:cuemu") > 0);
 	group_kill(&g);
 }
 
