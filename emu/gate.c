@@ -30,7 +30,7 @@ CUresult emu_enter(enum emu_fn fn)
 {
 	emu_config();
 	unsigned flags = fn_flags[fn];
-	if (!(flags & EMU_NOINIT) && (!emu.initialized || emu.forked_after_init))
+	if (!(flags & EMU_NOINIT) && (!__atomic_load_n(&emu.initialized, __ATOMIC_ACQUIRE) || emu.forked_after_init))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!(flags & EMU_NOGATE)) {
 		pthread_mutex_lock(&gate.mu);

@@ -178,8 +178,9 @@ static CUresult emu_init(unsigned int flags)
 	if (emu.forked_after_init) {
 		emu_log(1, "cuInit in a child forked after CUDA was initialised in its parent");
 		rc = CUDA_ERROR_NOT_INITIALIZED;
-	} else {
-		emu.initialized = true;
+	} else if (!__atomic_load_n(&emu.initialized, __ATOMIC_RELAXED)) {
+		/* Written once: other threads read it without the lock. */
+		__atomic_store_n(&emu.initialized, true, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&emu.lock);
 	return rc;

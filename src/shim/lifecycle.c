@@ -51,15 +51,19 @@ CUresult shim_mutation_allowed(const char *call)
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 {
 	const struct shim_identity *me = shim_self();
-	char what[400], hex[ID_HEX_LEN + 1] = "-";
+	char what[400], hex[ID_HEX_LEN + 1];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	if (a)
-		id_hex(&a->id, hex);
-	snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): %s %s: %s", me ? (int)me->pid : getpid(),
-		 me ? (int)me->nspid : getpid(), a && a->mc ? "multicast object" : "allocation", hex, what);
+	int pid = me ? (int)me->pid : getpid(), nspid = me ? (int)me->nspid : getpid();
+	if (!a) {
+		snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): %s", pid, nspid, what);
+		return;
+	}
+	id_hex(&a->id, hex);
+	snprintf(r->msg, sizeof(r->msg), "participant %d (ns %d): %s %s: %s", pid, nspid,
+		 a->mc ? "multicast object" : "allocation", hex, what);
 }
 
 /* ---- driver helpers (caller holds tbl.lock) ---- */

@@ -145,6 +145,54 @@ static void untracked_passes_through(void)
 	CHECK_CU_EQ(cuMemRelease(0x1234), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* Every multicast wrapper through every resolver; an object created through a
+ * resolved pointer is tracked. cuMulticastGetGranularity is not wrapped. */
+static void multicast_resolvers(void)
+{
+	static const char *const names[] = {"cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
+					     "cuMulticastBindAddr", "cuMulticastUnbind"};
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
+	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(lib && rt);
+	if (!lib || !rt)
+		return;
+	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
+	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		void *want = shim_sym(names[i]), *fn = NULL;
+		CHECK(want != NULL);
+		CHECK(dlsym(lib, names[i]) == want);
+		CUdriverProcAddressQueryResult st;
+		CHECK_CU(cuGetProcAddress(names[i], &fn, 12010, 0, &st));
+		CHECK(fn == want);
+		CHECK_CU(cuGetProcAddress(names[i], &fn, 13000, 0, &st));
+		CHECK(fn == want);
+		int rst = -1;
+		fn = NULL;
+		CHECK_EQ(getv(names[i], &fn, 12080, 0, &rst), 0);
+		CHECK(fn == want);
+	}
+	void *gran = NULL;
+	CUdriverProcAddressQueryResult st;
+	CHECK_CU(cuGetProcAddress("cuMulticastGetGranularity", &gran, 13000, 0, &st));
+	Dl_info info;
+	CHECK(gran && dladdr(gran, &info) && strstr(info.dli_fname, "libcuda.so"));
+	/* Created through a resolved pointer: a logical, tracked handle. */
+	void *fn = NULL;
+	CHECK_CU(cuGetProcAddress("cuMulticastCreate", &fn, 12010, 0, &st));
+	CUmulticastObjectProp p = {.numDevices = 1, .size = 2 * MiB, .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmemGenericAllocationHandle mc = 0;
+	CHECK_CU(((CUresult(*)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *))fn)(&mc, &p));
+	CHECK_EQ(mc >> 48, 0x5ea1);
+	CHECK_EQ(cli_creators(), 1); /* the multicast record is its creator's */
+	CHECK_CU(cuMemRelease(mc));
+	CHECK_EQ(cli_creators(), 0);
+	dlclose(rt);
+	dlclose(lib);
+}
+
 int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
@@ -157,5 +205,6 @@ int main(int argc, char **argv)
 	test_run("cuGetProcAddress_v2 at CUDA 12.0 and 13.0", get_proc_address);
 	test_run("cudaGetDriverEntryPoint(ByVersion) through a libcudart", driver_entry_point);
 	test_run("untracked allocations and unknown handles pass through", untracked_passes_through);
+	test_run("the multicast wrappers through every resolver", multicast_resolvers);
 	return shim_done();
 }
