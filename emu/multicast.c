@@ -186,9 +186,11 @@ EMU_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUd
 	EMU_CALL(cuMulticastAddDevice, mc_add_device(mcHandle, dev));
 }
 
-/* Validate a bind under emu.lock; returns the member and its device. */
+/* Validate a bind under emu.lock; returns the object. Whether the member's
+ * device joined the team is only known once the team is complete (the driver
+ * waits for that first): checked when team_complete. */
 static CUresult bind_check(CUmemGenericAllocationHandle h, size_t mc_offset, struct emu_alloc *member,
-			   size_t member_offset, size_t size, struct emu_alloc **mc_out)
+			   size_t member_offset, size_t size, bool team_complete, struct emu_alloc **mc_out)
 {
 	struct emu_alloc *a = mc_get(h);
 	if (!a || !member || member->kind != EMU_OBJ_MEMORY || !size || !aligned(mc_offset) ||
@@ -196,7 +198,7 @@ static CUresult bind_check(CUmemGenericAllocationHandle h, size_t mc_offset, str
 	    member_offset > member->size || size > member->size - member_offset)
 		return CUDA_ERROR_INVALID_VALUE;
 	int dev = member->prop.location.id;
-	if (!(atomic_load(&a->mc->added_mask) & (1ull << dev)))
+	if (team_complete && !(atomic_load(&a->mc->added_mask) & (1ull << dev)))
 		return CUDA_ERROR_INVALID_DEVICE; /* the member's device was never added */
 	for (size_t i = 0; i < a->nbindings; i++) {
 		struct emu_mc_binding *b = &a->bindings[i];
@@ -244,7 +246,7 @@ static CUresult mc_bind(CUmemGenericAllocationHandle h, size_t mc_offset, CUmemG
 		} else {
 			member = emu_alloc_get(mem);
 		}
-		CUresult rc = bind_check(h, mc_offset, member, off, size, &a);
+		CUresult rc = bind_check(h, mc_offset, member, off, size, pass == 1, &a);
 		if (rc || pass == 0) {
 			struct emu_mc_shared *mc = a ? a->mc : NULL;
 			/* The shared page stays mapped while the handle lives; a concurrent

@@ -183,6 +183,18 @@ struct proto_iter {
 void piter_init(struct proto_iter *it, const void *data, size_t len);
 /* Next record; false at the end or on error (it->error). */
 bool piter_next(struct proto_iter *it, struct proto_rec *rec);
+/* The fields of every record of one type in a payload, in order (requests
+ * carry their parameters as fields of REC_RESULT or REC_EXPORT records). */
+struct proto_field_iter {
+	struct proto_iter recs, fields;
+	uint16_t type;
+	bool inside;
+	int error; /* a record or field ran past its end */
+};
+
+void pfield_init(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type);
+bool pfield_next(struct proto_field_iter *it, struct proto_rec *field);
+
 /* Typed values; each returns 0 or PROTO_E_LENGTH when the length is wrong. */
 int prec_u32(const struct proto_rec *r, uint32_t *v);
 int prec_u64(const struct proto_rec *r, uint64_t *v);

@@ -197,6 +197,35 @@ bool piter_next(struct proto_iter *it, struct proto_rec *rec)
 	return true;
 }
 
+void pfield_init(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type)
+{
+	memset(it, 0, sizeof(*it));
+	piter_init(&it->recs, data, len);
+	it->type = rec_type;
+}
+
+bool pfield_next(struct proto_field_iter *it, struct proto_rec *field)
+{
+	for (;;) {
+		if (it->inside && piter_next(&it->fields, field))
+			return true;
+		if (it->inside && it->fields.error) {
+			it->error = it->fields.error;
+			return false;
+		}
+		it->inside = false;
+		struct proto_rec rec;
+		if (!piter_next(&it->recs, &rec)) {
+			it->error = it->recs.error;
+			return false;
+		}
+		if (rec.type == it->type) {
+			piter_init(&it->fields, rec.value, rec.len);
+			it->inside = true;
+		}
+	}
+}
+
 int prec_u32(const struct proto_rec *r, uint32_t *v)
 {
 	if (r->len != 4)

@@ -22,17 +22,12 @@ int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs,
 /* The message of an error reply, if it carries one. */
 static void reply_message(const uint8_t *payload, size_t len, char *out, size_t outlen)
 {
-	struct proto_iter it, fi;
-	struct proto_rec r, f;
-	piter_init(&it, payload, len);
-	while (piter_next(&it, &r)) {
-		if (r.type != REC_ERROR)
-			continue;
-		piter_init(&fi, r.value, r.len);
-		while (piter_next(&fi, &f))
-			if (f.type == F_MESSAGE && prec_str(&f, out, outlen) == 0)
-				return;
-	}
+	struct proto_field_iter it;
+	struct proto_rec f;
+	pfield_init(&it, payload, len, REC_ERROR);
+	while (pfield_next(&it, &f))
+		if (f.type == F_MESSAGE && prec_str(&f, out, outlen) == 0)
+			return;
 }
 
 int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t len, int timeout_ms,

@@ -100,18 +100,13 @@ static uint64_t bytes_of(const struct call *calls, size_t n)
 {
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
-		struct proto_iter it, fi;
-		struct proto_rec r, f;
-		piter_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0);
-		while (piter_next(&it, &r)) {
-			if (r.type != REC_RESULT)
-				continue;
-			piter_init(&fi, r.value, r.len);
-			uint64_t b;
-			while (piter_next(&fi, &f))
-				if (f.type == F_BYTES && prec_u64(&f, &b) == 0)
-					total += b;
-		}
+		struct proto_field_iter it;
+		struct proto_rec f;
+		uint64_t b;
+		pfield_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0, REC_RESULT);
+		while (pfield_next(&it, &f))
+			if (f.type == F_BYTES && prec_u64(&f, &b) == 0)
+				total += b;
 	}
 	return total;
 }

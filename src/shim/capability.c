@@ -123,19 +123,14 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 	if (rc == PROTO_OK) {
 		uint64_t bytes = 0;
 		uint32_t mc_devices = 0;
-		struct proto_iter it, fi;
-		struct proto_rec r, f;
-		piter_init(&it, payload, h.payload_len);
-		while (piter_next(&it, &r)) {
-			if (r.type != REC_EXPORT)
-				continue;
-			piter_init(&fi, r.value, r.len);
-			while (piter_next(&fi, &f)) {
-				if (f.type == F_SIZE)
-					prec_u64(&f, &bytes);
-				else if (f.type == F_MC_DEVICES)
-					prec_u32(&f, &mc_devices);
-			}
+		struct proto_field_iter it;
+		struct proto_rec f;
+		pfield_init(&it, payload, h.payload_len, REC_EXPORT);
+		while (pfield_next(&it, &f)) {
+			if (f.type == F_SIZE)
+				prec_u64(&f, &bytes);
+			else if (f.type == F_MC_DEVICES)
+				prec_u32(&f, &mc_devices);
 		}
 		info->size = (size_t)bytes;
 		info->mc_devices = mc_devices;
@@ -144,17 +139,12 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 	}
 	if (rc != PROTO_OK) {
 		char msg[512] = "";
-		struct proto_iter it, fi;
-		struct proto_rec r, f;
-		piter_init(&it, payload, payload ? h.payload_len : 0);
-		while (piter_next(&it, &r)) {
-			if (r.type != REC_ERROR)
-				continue;
-			piter_init(&fi, r.value, r.len);
-			while (piter_next(&fi, &f))
-				if (f.type == F_MESSAGE)
-					prec_str(&f, msg, sizeof(msg));
-		}
+		struct proto_field_iter it;
+		struct proto_rec f;
+		pfield_init(&it, payload, payload ? h.payload_len : 0, REC_ERROR);
+		while (pfield_next(&it, &f))
+			if (f.type == F_MESSAGE)
+				prec_str(&f, msg, sizeof(msg));
 		snprintf(err, errlen, "EXPORT from %s: %s%s%s", cap->endpoint, proto_status_name(rc), msg[0] ? ": " : "",
 			 msg);
 		if (fd >= 0)

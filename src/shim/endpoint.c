@@ -258,23 +258,16 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 {
 	struct cusnap_id id = {{0}}, token = {{0}}, who = {{0}};
 	bool have_id = false, have_token = false;
-	struct proto_iter it, fi;
-	struct proto_rec r, f;
-	piter_init(&it, payload, len);
-	while (piter_next(&it, &r)) {
-		if (r.type != REC_EXPORT)
-			continue;
-		piter_init(&fi, r.value, r.len);
-		while (piter_next(&fi, &f)) {
-			if (f.type == F_ALLOC_ID)
-				have_id = prec_id(&f, &id) == 0;
-			else if (f.type == F_TOKEN)
-				have_token = prec_id(&f, &token) == 0;
-			else if (f.type == F_ID && prec_id(&f, &who) != 0)
-				memset(&who, 0, sizeof(who));
-		}
-		if (fi.error)
-			return fi.error;
+	struct proto_field_iter it;
+	struct proto_rec f;
+	pfield_init(&it, payload, len, REC_EXPORT);
+	while (pfield_next(&it, &f)) {
+		if (f.type == F_ALLOC_ID)
+			have_id = prec_id(&f, &id) == 0;
+		else if (f.type == F_TOKEN)
+			have_token = prec_id(&f, &token) == 0;
+		else if (f.type == F_ID && prec_id(&f, &who) != 0)
+			memset(&who, 0, sizeof(who));
 	}
 	if (it.error)
 		return it.error;

@@ -21,6 +21,7 @@
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
+#include "cusnap/wire.h"
 #include "shim.h"
 
 static int phase = SHIM_PHASE_ACTIVE;
@@ -309,15 +310,12 @@ static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_
 static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 {
 	uint32_t mode = SHIM_CONTENT_HOST;
-	struct proto_iter it, fi;
-	struct proto_rec rec, f;
-	piter_init(&it, payload, len);
-	while (piter_next(&it, &rec)) {
-		piter_init(&fi, rec.value, rec.len);
-		while (rec.type == REC_RESULT && piter_next(&fi, &f))
-			if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
-				return PROTO_E_LENGTH;
-	}
+	struct proto_field_iter it;
+	struct proto_rec f;
+	pfield_init(&it, payload, len, REC_RESULT);
+	while (pfield_next(&it, &f))
+		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
+			return PROTO_E_LENGTH;
 	if (mode != SHIM_CONTENT_HOST && mode != SHIM_CONTENT_NATIVE) {
 		snprintf(r->msg, sizeof(r->msg), "content mode %u is neither host (1) nor native (2)", mode);
 		return PROTO_E_MALFORMED;
@@ -551,31 +549,23 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 	bool any = false;
 	for (int d = 0; d < 64; d++)
 		map[d] = d;
-	struct proto_iter it, fi;
-	struct proto_rec rec, f;
-	piter_init(&it, payload, len);
-	while (piter_next(&it, &rec)) {
-		if (rec.type != REC_RESULT)
+	struct proto_field_iter it;
+	struct proto_rec f;
+	pfield_init(&it, payload, len, REC_RESULT);
+	while (pfield_next(&it, &f)) {
+		if (f.type != F_DEVICE_MAP)
 			continue;
-		piter_init(&fi, rec.value, rec.len);
-		while (piter_next(&fi, &f)) {
-			if (f.type != F_DEVICE_MAP)
-				continue;
-			if (f.len != 8) {
-				snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want 8)", f.len);
-				return PROTO_E_LENGTH;
-			}
-			uint32_t from = (uint32_t)f.value[0] | (uint32_t)f.value[1] << 8 | (uint32_t)f.value[2] << 16 |
-					(uint32_t)f.value[3] << 24;
-			uint32_t to = (uint32_t)f.value[4] | (uint32_t)f.value[5] << 8 | (uint32_t)f.value[6] << 16 |
-				      (uint32_t)f.value[7] << 24;
-			if (from >= 64 || to >= 64) {
-				snprintf(r->msg, sizeof(r->msg), "device map %u -> %u out of range", from, to);
-				return PROTO_E_MALFORMED;
-			}
-			map[from] = (int)to;
-			any = true;
+		if (f.len != 8) {
+			snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want 8)", f.len);
+			return PROTO_E_LENGTH;
 		}
+		uint32_t from = wire_get_u32(f.value), to = wire_get_u32(f.value + 4);
+		if (from >= 64 || to >= 64) {
+			snprintf(r->msg, sizeof(r->msg), "device map %u -> %u out of range", from, to);
+			return PROTO_E_MALFORMED;
+		}
+		map[from] = (int)to;
+		any = true;
 	}
 	if (it.error)
 		return it.error;

@@ -85,78 +85,68 @@ static CUresult teardown(struct shim_alloc *a, struct life_result *r)
 	return rc;
 }
 
-/* The objects a step works on: named in the request, or every one of this
- * process with a part taken down. Caller holds tbl.lock. */
-struct selection {
-	struct cusnap_id *ids;
-	size_t n;
-	bool named;
-};
-
-static int select_parse(const uint8_t *payload, size_t len, struct selection *s, struct life_result *r)
+/* Does a step work on a? It does on the objects named in the request, or
+ * with none named, on those with a part taken down (or made anew and not yet
+ * joined). */
+static bool selected(const struct cusnap_id *ids, size_t n, const struct shim_alloc *a)
 {
-	memset(s, 0, sizeof(*s));
-	struct proto_iter it, fi;
-	struct proto_rec rec, f;
-	size_t cap = 0;
-	piter_init(&it, payload, len);
-	while (piter_next(&it, &rec)) {
-		if (rec.type != REC_RESULT)
-			continue;
-		piter_init(&fi, rec.value, rec.len);
-		while (piter_next(&fi, &f)) {
-			if (f.type != F_MC_REBUILD)
-				continue;
-			if (s->n == cap) {
-				cap = cap ? cap * 2 : 8;
-				struct cusnap_id *grown = realloc(s->ids, cap * sizeof(*grown));
-				if (!grown) {
-					free(s->ids);
-					snprintf(r->msg, sizeof(r->msg), "out of memory");
-					return PROTO_E_INTERNAL;
-				}
-				s->ids = grown;
-			}
-			if (prec_id(&f, &s->ids[s->n]) != 0) {
-				free(s->ids);
-				snprintf(r->msg, sizeof(r->msg), "multicast rebuild entry of %u bytes (want 16)", f.len);
-				return PROTO_E_LENGTH;
-			}
-			s->n++;
-			s->named = true;
-		}
-		if (fi.error)
-			it.error = fi.error;
-	}
-	if (it.error) {
-		free(s->ids);
-		snprintf(r->msg, sizeof(r->msg), "malformed multicast step request");
-		return it.error;
-	}
-	return PROTO_OK;
-}
-
-static bool selected(const struct selection *s, const struct shim_alloc *a)
-{
-	if (!s->named)
+	if (!n)
 		return any_part_detached(a) || a->mc->fresh;
-	for (size_t i = 0; i < s->n; i++)
-		if (id_equal(&s->ids[i], &a->id))
+	for (size_t i = 0; i < n; i++)
+		if (id_equal(&ids[i], &a->id))
 			return true;
 	return false;
 }
 
-/* Keys of the selected multicast records (so work can go on without the lock). */
-static uint64_t *selected_keys(const struct selection *s, size_t *n)
+/* The keys of the multicast records a step works on (malloc'ed, *n of them),
+ * so that the work can go on without the lock. Returns a proto_status. */
+static int selection(const uint8_t *payload, size_t len, uint64_t **keys, size_t *n, struct life_result *r)
 {
-	uint64_t *keys = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(*keys));
+	struct cusnap_id *ids = NULL;
+	size_t nids = 0, cap = 0;
+	struct proto_field_iter it;
+	struct proto_rec f;
+	*keys = NULL;
 	*n = 0;
-	for (size_t i = 0; keys && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && a->mc && selected(s, a))
-			keys[(*n)++] = a->key;
+	pfield_init(&it, payload, len, REC_RESULT);
+	while (pfield_next(&it, &f)) {
+		if (f.type != F_MC_REBUILD)
+			continue;
+		if (nids == cap) {
+			cap = cap ? cap * 2 : 8;
+			struct cusnap_id *grown = realloc(ids, cap * sizeof(*grown));
+			if (!grown) {
+				free(ids);
+				snprintf(r->msg, sizeof(r->msg), "out of memory");
+				return PROTO_E_INTERNAL;
+			}
+			ids = grown;
+		}
+		if (prec_id(&f, &ids[nids++]) != 0) {
+			free(ids);
+			snprintf(r->msg, sizeof(r->msg), "multicast rebuild entry of %u bytes (want 16)", f.len);
+			return PROTO_E_LENGTH;
+		}
 	}
-	return keys;
+	if (it.error) {
+		free(ids);
+		snprintf(r->msg, sizeof(r->msg), "malformed multicast step request");
+		return it.error;
+	}
+	pthread_mutex_lock(&tbl.lock);
+	*keys = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(**keys));
+	for (size_t i = 0; *keys && i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (tbl.allocs.keys[i] && a->mc && selected(ids, nids, a))
+			(*keys)[(*n)++] = a->key;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	free(ids);
+	if (!*keys) {
+		snprintf(r->msg, sizeof(r->msg), "out of memory");
+		return PROTO_E_INTERNAL;
+	}
+	return PROTO_OK;
 }
 
 int mc_prepare(struct life_result *r)
@@ -187,15 +177,16 @@ static size_t capacity(const struct shim_alloc *a)
 
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 {
-	struct selection s;
-	int prc = select_parse(payload, len, &s, r);
+	uint64_t *keys;
+	size_t n;
+	int prc = selection(payload, len, &keys, &n, r);
 	if (prc)
 		return prc;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; !rc && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || !a->mc || !selected(&s, a))
+	for (size_t i = 0; !rc && i < n; i++) {
+		struct shim_alloc *a = hmap_get(&tbl.allocs, keys[i]);
+		if (!a)
 			continue;
 		rc = teardown(a, r);
 		if (rc || a->role != SHIM_ROLE_CREATOR)
@@ -220,7 +211,7 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 		r->count += !rc;
 	}
 	pthread_mutex_unlock(&tbl.lock);
-	free(s.ids);
+	free(keys);
 	return rc ? PROTO_E_DRIVER : PROTO_OK;
 }
 
@@ -273,19 +264,11 @@ static CUresult reimport(uint64_t key, struct life_result *r)
 
 int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
 {
-	struct selection s;
-	int prc = select_parse(payload, len, &s, r);
+	uint64_t *keys;
+	size_t n;
+	int prc = selection(payload, len, &keys, &n, r);
 	if (prc)
 		return prc;
-	size_t n;
-	pthread_mutex_lock(&tbl.lock);
-	uint64_t *keys = selected_keys(&s, &n);
-	pthread_mutex_unlock(&tbl.lock);
-	free(s.ids);
-	if (!keys) {
-		snprintf(r->msg, sizeof(r->msg), "out of memory");
-		return PROTO_E_INTERNAL;
-	}
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++) {
 		pthread_mutex_lock(&tbl.lock);
@@ -333,20 +316,22 @@ struct pending_bind {
 
 int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 {
-	struct selection s;
-	int prc = select_parse(payload, len, &s, r);
+	uint64_t *keys;
+	size_t n, nb = 0, k = 0;
+	int prc = selection(payload, len, &keys, &n, r);
 	if (prc)
 		return prc;
-	size_t n, nb = 0, k = 0;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
-	uint64_t *keys = selected_keys(&s, &n);
-	free(s.ids);
-	for (size_t i = 0; keys && i < n; i++)
-		nb += ((struct shim_alloc *)hmap_get(&tbl.allocs, keys[i]))->mc->nbinds;
-	struct pending_bind *list = calloc(nb ? nb : 1, sizeof(*list));
-	for (size_t i = 0; keys && list && i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		struct shim_alloc *a = hmap_get(&tbl.allocs, keys[i]);
+		nb += a ? a->mc->nbinds : 0;
+	}
+	struct pending_bind *list = calloc(nb ? nb : 1, sizeof(*list));
+	for (size_t i = 0; list && i < n; i++) {
+		struct shim_alloc *a = hmap_get(&tbl.allocs, keys[i]);
+		if (!a)
+			continue;
 		for (size_t j = 0; j < a->mc->nbinds; j++) {
 			struct shim_mc_bind *b = &a->mc->binds[j];
 			if (!b->detached)
@@ -364,9 +349,8 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);
-	if (!keys || !list) {
+	if (!list) {
 		free(keys);
-		free(list);
 		snprintf(r->msg, sizeof(r->msg), "out of memory");
 		return PROTO_E_INTERNAL;
 	}

@@ -71,24 +71,13 @@ SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, cons
 	pthread_mutex_lock(&tbl.lock);
 	rc = real.cuMulticastCreate(&drv, prop);
 	if (rc == CUDA_SUCCESS) {
-		struct shim_alloc *a = tbl_alloc_new();
-		struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
-		if (!h) {
-			if (a)
-				tbl_alloc_free(a);
-			real.cuMemRelease(drv);
+		struct shim_alloc *a = track_created(me, drv, prop->size, mcHandle);
+		if (!a) {
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		} else {
-			id_random(&a->id);
-			a->creator = me->id;
-			a->role = SHIM_ROLE_CREATOR;
-			a->size = prop->size;
-			a->driver = drv;
-			a->driver_ref = true;
 			a->granularity = granularity;
 			a->mc = mc;
 			mc = NULL;
-			*mcHandle = h->value;
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);

@@ -260,6 +260,11 @@ const struct shim_identity *tracking_self(const char *call);
 bool refuse_in_fork_child(const char *call);
 /* Refusals common to every call on a tracked object: CUDA_SUCCESS to go on. */
 CUresult tracked_call_allowed(const char *call);
+/* The record of what this process just created (driver handle drv, size
+ * bytes) and its first logical handle, stored in *handle. NULL when out of
+ * memory, drv then released. Caller holds tbl.lock. */
+struct shim_alloc *track_created(const struct shim_identity *me, CUmemGenericAllocationHandle drv, size_t size,
+				 CUmemGenericAllocationHandle *handle);
 /* A multicast record's extra part, for an object of num_devices and size bytes. */
 struct shim_mc *mc_record_new(unsigned num_devices, size_t size);
 /* The driver's minimum multicast granularity for prop (0 when it will not say). */

@@ -77,6 +77,27 @@ void forget_alloc(struct shim_alloc *a)
 	free(mc);
 }
 
+struct shim_alloc *track_created(const struct shim_identity *me, CUmemGenericAllocationHandle drv, size_t size,
+				 CUmemGenericAllocationHandle *handle)
+{
+	struct shim_alloc *a = tbl_alloc_new();
+	struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
+	if (!h) {
+		if (a)
+			tbl_alloc_free(a);
+		real.cuMemRelease(drv);
+		return NULL;
+	}
+	id_random(&a->id);
+	a->creator = me->id;
+	a->role = SHIM_ROLE_CREATOR;
+	a->size = size;
+	a->driver = drv;
+	a->driver_ref = true;
+	*handle = h->value;
+	return a;
+}
+
 SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 			      unsigned long long flags)
 {
@@ -95,23 +116,12 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	pthread_mutex_lock(&tbl.lock);
 	CUresult rc = real.cuMemCreate(&drv, size, prop, flags);
 	if (rc == CUDA_SUCCESS) {
-		struct shim_alloc *a = tbl_alloc_new();
-		struct shim_handle *h = a ? tbl_handle_new(a) : NULL;
-		if (!h) {
-			if (a)
-				tbl_alloc_free(a);
-			real.cuMemRelease(drv);
+		struct shim_alloc *a = track_created(me, drv, size, handle);
+		if (!a) {
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		} else {
-			id_random(&a->id);
-			a->creator = me->id;
-			a->role = SHIM_ROLE_CREATOR;
-			a->size = size;
 			a->prop = *prop;
-			a->driver = drv;
-			a->driver_ref = true;
 			a->granularity = granularity_of(prop);
-			*handle = h->value;
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);

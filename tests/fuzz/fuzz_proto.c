@@ -1,5 +1,5 @@
-/* libFuzzer target: the protocol decoder (header, record streams, INSPECT
- * topology). Input: a 24-byte header followed by a payload. */
+/* libFuzzer target: the protocol decoder (header, record streams, request
+ * fields, INSPECT topology with multicast records). Input: a 24-byte header followed by a payload. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +37,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size -= PROTO_HEADER_LEN;
 	}
 	walk(data, size, 0);
+	/* Request parameters as the shim and coordinator read them. */
+	static const uint16_t types[] = {REC_RESULT, REC_EXPORT, REC_ERROR};
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct proto_field_iter it;
+		struct proto_rec f;
+		struct cusnap_id id;
+		pfield_init(&it, data, size, types[t]);
+		while (pfield_next(&it, &f))
+			prec_id(&f, &id);
+	}
 	struct topo_participant p;
 	if (topo_decode(data, size, &p) == PROTO_OK)
 		topo_free(&p);
