@@ -12,7 +12,7 @@ logs=$build/test-logs
 mkdir -p "$logs"
 pass=0 fail=0 skip=0
 failed=()
-for t in $(find "$build/tests" -type f -perm -u+x ! -name '*_helper' ! -name '*.so*' 2>/dev/null | sort); do
+for t in $(find "$build/tests" -path '*/tmp-*' -prune -o -type f -perm -u+x ! -name '*_helper' ! -name '*.so*' -print 2>/dev/null | sort); do
 	name=${t#"$build/tests/"}
 	log=$logs/${name//\//_}.log
 	start=${EPOCHREALTIME/./}
