@@ -55,6 +55,8 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 int coord_compare(const struct topo_participant *rec, const struct topo_participant *cur, const int *map, size_t nmap,
 		  char *err, size_t errlen);
 
+/* A recorded device ordinal as it is after a restore onto other GPUs (map[old] = new). */
+int coord_remap_device(int dev, const int *map, size_t nmap);
 /* The multicast rules of SYSTEM.md §8 (called by coord_validate). */
 int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
 			     size_t errlen);

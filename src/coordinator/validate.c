@@ -179,7 +179,7 @@ out:
 	return rc;
 }
 
-static int remap(int dev, const int *map, size_t nmap)
+int coord_remap_device(int dev, const int *map, size_t nmap)
 {
 	return map && dev >= 0 && (size_t)dev < nmap && map[dev] >= 0 ? map[dev] : dev;
 }
@@ -192,7 +192,8 @@ static bool same_access(const struct topo_mapping *a, const struct topo_mapping 
 		bool found = false;
 		for (size_t j = 0; j < b->naccess && !found; j++)
 			found = a->access[i].loc_type == b->access[j].loc_type &&
-				remap(a->access[i].loc_id, map, nmap) == b->access[j].loc_id && a->access[i].flags == b->access[j].flags;
+				coord_remap_device(a->access[i].loc_id, map, nmap) == b->access[j].loc_id &&
+				a->access[i].flags == b->access[j].flags;
 		if (!found)
 			return false;
 	}
@@ -222,7 +223,7 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 		const struct topo_alloc *r = &rec->allocs[i], *c = hmap_get(&allocs, r->key);
 		id_hex(&r->id, hex);
 		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size ||
-		    c->device != remap(r->device, map, nmap) ||
+		    c->device != coord_remap_device(r->device, map, nmap) ||
 		    c->handles != r->handles) {
 			snprintf(err, errlen, "allocation %s differs after restore (or is missing)", hex);
 			rc = -1;

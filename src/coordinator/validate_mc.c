@@ -210,11 +210,6 @@ out:
 	return rc;
 }
 
-static int remap(int dev, const int *map, size_t nmap)
-{
-	return map && dev >= 0 && (size_t)dev < nmap && map[dev] >= 0 ? map[dev] : dev;
-}
-
 static int bind_order(const void *x, const void *y)
 {
 	const struct topo_mc_bind *a = x, *b = y;
@@ -231,7 +226,7 @@ static bool same_devices(const struct topo_mc *r, const struct topo_mc *c, const
 		return false;
 	uint64_t want = 0, have = 0;
 	for (size_t i = 0; i < r->nadded; i++)
-		want |= 1ull << (remap(r->added[i], map, nmap) & 63);
+		want |= 1ull << (coord_remap_device(r->added[i], map, nmap) & 63);
 	for (size_t i = 0; i < c->nadded; i++)
 		have |= 1ull << (c->added[i] & 63);
 	return want == have;
@@ -280,7 +275,7 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 	}
 	for (size_t i = 0; i < rec->nbinds; i++) {
 		rb[i] = rec->binds[i];
-		rb[i].device = remap(rb[i].device, map, nmap);
+		rb[i].device = coord_remap_device(rb[i].device, map, nmap);
 		cb[i] = cur->binds[i];
 	}
 	qsort(rb, rec->nbinds, sizeof(*rb), bind_order);
