@@ -85,7 +85,7 @@ $(SHIM): $(SHIM_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ) $(BUILD)/gen/exports.map
 	$(CC) -shared -Wl,-soname,libsnapshot_cuda_vmm.so -Wl,-z,defs -Wl,--version-script=$(BUILD)/gen/exports.map \
 		$(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-$(LAUNCH): $(BUILD)/obj/src/launch/launch.o
+$(LAUNCH): $(BUILD)/obj/src/launch/launch.o $(BUILD)/obj/src/common/paths.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^
 

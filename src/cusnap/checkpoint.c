@@ -148,7 +148,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	snprintf(images, sizeof(images), "%s/images", dir);
-	if (mkdirs(images) < 0)
+	if (path_mkdirs(images) < 0)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
 	double start = now_ms(), t0;
 	if (wait_ready) {

@@ -36,12 +36,7 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 	}
 	/* The project's provisioned wrapper (scripts/setup-criu.sh), beside cusnap. */
 	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash)
-			*slash = '\0';
+	if (path_self_dir(self, sizeof(self))) {
 		char cand[PATH_MAX + 32];
 		snprintf(cand, sizeof(cand), "%s/../criu/criu", self);
 		if (executable(cand)) {

@@ -55,6 +55,7 @@ void native_classify(const struct native *n, struct proc *p, size_t count);
 #include <stdio.h>
 
 #include "cusnap/coord.h"
+#include "cusnap/paths.h"
 
 extern bool opt_json;
 extern int opt_timeout_ms;
@@ -65,7 +66,6 @@ void progress(const char *step, double ms, const char *fmt, ...) __attribute__((
 /* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double now_ms(void);
-int mkdirs(const char *path);
 /* Write path (0644) with text; returns 0 or -errno. */
 int write_file(const char *path, const char *text);
 

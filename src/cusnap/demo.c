@@ -33,15 +33,6 @@ static bool real_driver(char *name, size_t len)
 	return gpu;
 }
 
-static void self_dir(char *out, size_t len)
-{
-	ssize_t n = readlink("/proc/self/exe", out, len - 1);
-	out[n > 0 ? n : 0] = '\0';
-	char *slash = strrchr(out, '/');
-	if (slash)
-		*slash = '\0';
-}
-
 static int count_pass(const char *log, int *fails)
 {
 	FILE *f = fopen(log, "re");
@@ -74,7 +65,7 @@ static int wait_exit(pid_t pid, int timeout_ms)
 int cmd_demo(int processes, unsigned long long size, bool in_place, const char *keep, const char *criu_arg)
 {
 	char bin[PATH_MAX], emu[PATH_MAX + 16], group[PATH_MAX + 32], launcher[PATH_MAX + 32], gpu[128] = "";
-	self_dir(bin, sizeof(bin));
+	path_self_dir(bin, sizeof(bin));
 	snprintf(emu, sizeof(emu), "%s/../emu", bin);
 	snprintf(group, sizeof(group), "%s/../examples/vmm_group", bin);
 	snprintf(launcher, sizeof(launcher), "%s/snapshot-cuda-vmm-launch", bin);
@@ -113,7 +104,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	char work[PATH_MAX];
 	if (keep) {
 		snprintf(work, sizeof(work), "%s", keep);
-		if (mkdirs(work) < 0)
+		if (path_mkdirs(work) < 0)
 			return fail(EX_USAGE, "--keep %s: cannot create it", keep);
 	} else {
 		snprintf(work, sizeof(work), "/tmp/cusnap-demo-XXXXXX");
@@ -124,7 +115,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	snprintf(ctl, sizeof(ctl), "%s/control", work);
 	snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", work);
 	snprintf(log, sizeof(log), "%s/workload.log", work);
-	mkdirs(ctl);
+	path_mkdirs(ctl);
 	setenv("SNAPSHOT_CONTROL_DIR", ctl, 1);
 	opt_control_dir = strdup(ctl);
 	/* Restored trees are reparented to us: we wait for them to verify. */

@@ -78,7 +78,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
 		default_dir(pid, dir, sizeof(dir));
-	if (mkdirs(dir) < 0) {
+	if (path_mkdirs(dir) < 0) {
 		rc = fail(EX_LEFT_RUNNING, "cannot create %s: %s", dir, strerror(errno));
 		goto out;
 	}
@@ -240,11 +240,8 @@ static int cmd_run(int argc, char **argv)
 	if (argc < 1)
 		return fail(EX_USAGE, "run: PROGRAM missing (cusnap run [--control-dir DIR] -- PROGRAM [ARG...])");
 	char self[PATH_MAX], launcher[PATH_MAX + 64];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
+	if (!path_self_dir(self, sizeof(self)))
 		return fail(EX_UNAVAILABLE, "cannot find cusnap's own directory");
-	self[n] = '\0';
-	*strrchr(self, '/') = '\0';
 	snprintf(launcher, sizeof(launcher), "%s/snapshot-cuda-vmm-launch", self);
 	if (access(launcher, X_OK) != 0)
 		snprintf(launcher, sizeof(launcher), "/usr/local/bin/snapshot-cuda-vmm-launch");

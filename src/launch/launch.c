@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/paths.h"
+
 #define SHIM_NAME "libsnapshot_cuda_vmm.so"
 #define EX_USAGE 64
 #define EX_UNAVAILABLE 69
@@ -42,12 +44,7 @@ static int find_library(char *out, size_t len)
 		return 0;
 	}
 	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash)
-			*slash = '\0';
+	if (path_self_dir(self, sizeof(self))) {
 		static const char *const rel[] = {"/../lib/" SHIM_NAME, "/../lib/snapshot/" SHIM_NAME};
 		for (size_t i = 0; i < 2; i++) {
 			char cand[PATH_MAX + 64], abs[PATH_MAX];

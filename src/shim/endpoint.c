@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cusnap/log.h"
+#include "cusnap/paths.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
 #include "shim.h"
@@ -443,28 +444,10 @@ static void *accept_loop(void *arg)
 	return NULL;
 }
 
-/* mkdir -p with mode 0700 for what it creates. */
-static int make_dirs(const char *path)
-{
-	char buf[4096];
-	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 int endpoint_start(const struct shim_identity *self)
 {
 	me = self;
-	int rc = make_dirs(self->control_dir);
+	int rc = path_mkdirs(self->control_dir);
 	if (rc < 0) {
 		LOG_AT(LOG_ERROR, "control directory %s: %s", self->control_dir, strerror(-rc));
 		return rc;

@@ -1,0 +1,14 @@
+/* Paths the tools and the shim make or find on their own. */
+#ifndef CUSNAP_PATHS_H
+#define CUSNAP_PATHS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* mkdir -p: every missing directory of path is made with mode 0700.
+ * Returns 0 or -errno. */
+int path_mkdirs(const char *path);
+/* The directory of the running executable into out. False when it cannot be read. */
+bool path_self_dir(char *out, size_t len);
+
+#endif
