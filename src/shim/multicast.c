@@ -56,10 +56,8 @@ SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, cons
 	if (!mcHandle || !prop)
 		return real.cuMulticastCreate(mcHandle, prop);
 	/* Every multicast object is tracked: a native checkpoint hangs on any. */
-	const struct shim_identity *me = tracking_self("cuMulticastCreate");
-	if (!me)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	CUresult rc = shim_mutation_allowed("cuMulticastCreate");
+	const struct shim_identity *me;
+	CUresult rc = tracking_begin("cuMulticastCreate", &me);
 	if (rc)
 		return rc;
 	struct shim_mc *mc = mc_record_new(prop->numDevices, prop->size);

@@ -254,8 +254,10 @@ bool mc_any_detached(void);
 void mc_apply_device_map(struct shim_alloc *a, const int *map);
 
 /* ---- the wrapped calls (vmm.c, multicast.c) ---- */
-/* The identity for a tracked call, or NULL with the refusal logged. */
-const struct shim_identity *tracking_self(const char *call);
+/* Before a call that starts tracking something: this process's identity in
+ * *me and CUDA_SUCCESS, or why not: CUDA_ERROR_NOT_SUPPORTED (no identity here,
+ * logged) or CUDA_ERROR_NOT_READY (a checkpoint is under way). */
+CUresult tracking_begin(const char *call, const struct shim_identity **me);
 /* True (logged) in a forked child of a tracking process. */
 bool refuse_in_fork_child(const char *call);
 /* Refusals common to every call on a tracked object: CUDA_SUCCESS to go on. */

@@ -10,14 +10,15 @@
 #include "cusnap/log.h"
 #include "shim.h"
 
-/* The identity for a tracked call, or NULL with the refusal logged. */
-const struct shim_identity *tracking_self(const char *call)
+CUresult tracking_begin(const char *call, const struct shim_identity **me)
 {
 	const char *why = NULL;
-	const struct shim_identity *me = shim_identity(&why);
-	if (!me)
+	*me = shim_identity(&why);
+	if (!*me) {
 		LOG_AT(LOG_ERROR, "%s refused: %s", call, why);
-	return me;
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return shim_mutation_allowed(call);
 }
 
 bool refuse_in_fork_child(const char *call)
@@ -106,10 +107,8 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	/* Only allocations that can be shared as POSIX FDs are tracked. */
 	if (!handle || !prop || !(prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		return real.cuMemCreate(handle, size, prop, flags);
-	const struct shim_identity *me = tracking_self("cuMemCreate");
-	if (!me)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	CUresult allowed = shim_mutation_allowed("cuMemCreate");
+	const struct shim_identity *me;
+	CUresult allowed = tracking_begin("cuMemCreate", &me);
 	if (allowed)
 		return allowed;
 	CUmemGenericAllocationHandle drv = 0;
@@ -460,10 +459,8 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	struct shim_cap cap;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !handle || !cap_parse((int)(intptr_t)os_handle, &cap))
 		return real.cuMemImportFromShareableHandle(handle, os_handle, type); /* a raw FD: untracked */
-	const struct shim_identity *me = tracking_self("cuMemImportFromShareableHandle");
-	if (!me)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	CUresult allowed = shim_mutation_allowed("cuMemImportFromShareableHandle");
+	const struct shim_identity *me;
+	CUresult allowed = tracking_begin("cuMemImportFromShareableHandle", &me);
 	if (allowed)
 		return allowed;
 	/* Redeemed without the table lock: the creator may be busy. */
