@@ -204,6 +204,24 @@ static inline pid_t helpers_start(const char *dir, const char *ctl, const char *
 	return sh;
 }
 
+/* A scratch directory e2e_root/name, made, and its control directory name/ctl. */
+static inline void e2e_scratch(const char *name, char dir[PATH_MAX], char ctl[PATH_MAX + 16])
+{
+	snprintf(dir, PATH_MAX, "%s/%s", e2e_root, name);
+	snprintf(ctl, PATH_MAX + 16, "%s/ctl", dir);
+	mkdir(dir, 0700);
+}
+
+/* A tree of two target_helpers in dir, "a" under the interposer and "b"
+ * without it (partial interposition). Returns the shell's PID, its root. */
+static inline pid_t partial_tree_start(const char *dir, const char *ctl)
+{
+	char script[4 * PATH_MAX];
+	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
+		 bin_dir, tests_dir, dir, tests_dir, dir);
+	return helpers_start(dir, ctl, script);
+}
+
 /* Let the workload verify (restore-complete) and wait for it; returns its PASS
  * line count, or -1 when it did not exit 0. */
 static inline int group_finish(struct group *g)
@@ -254,6 +272,17 @@ static inline int group_resume(struct group *g, char **out, char *const *env)
 	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
 	return tool(out, env, tool_path, "resume", "--pid", pid, "--dir", dir, "--control-dir", g->ctl, NULL);
 }
+
+/* Suspend (host content) and resume in place; both must succeed (a macro, so
+ * that a failure names the calling line). */
+#define group_suspend_resume(g)                                   \
+	do {                                                          \
+		char *out_;                                               \
+		CHECK_EQ(group_suspend((g), "host", &out_, NULL), 0);     \
+		free(out_);                                               \
+		CHECK_EQ(group_resume((g), &out_, NULL), 0);              \
+		free(out_);                                               \
+	} while (0)
 
 /* JSON of `cusnap inspect --pid` for the group (malloc'ed). */
 static inline char *group_inspect(struct group *g)

@@ -3,8 +3,6 @@
  * its own; --leave-running; no interposer; partial interposition; CRIU failing;
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
  * multicast groups (issue 6). */
-#include <sys/prctl.h>
-
 #include "cusnap/json.h"
 #include "e2e_util.h"
 
@@ -251,15 +249,11 @@ static void vmm_restore_failing(void)
 
 static void partial_interposition(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
-	snprintf(dir, sizeof(dir), "%s/partial", e2e_root);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-	mkdir(dir, 0700);
-	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
-		 bin_dir, tests_dir, dir, tests_dir, dir);
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	e2e_scratch("partial", dir, ctl);
 	char ck[PATH_MAX + 16];
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	pid_t sh = helpers_start(dir, ctl, script);
+	pid_t sh = partial_tree_start(dir, ctl);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
@@ -280,9 +274,7 @@ static void partial_interposition(void)
 static void device_map(void)
 {
 	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
-	snprintf(dir, sizeof(dir), "%s/devmap", e2e_root);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-	mkdir(dir, 0700);
+	e2e_scratch("devmap", dir, ctl);
 	snprintf(script, sizeof(script),
 		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
 		 "$L $H %s b --import a --dev 1 & wait",
@@ -327,13 +319,7 @@ static void device_map(void)
 
 int main(void)
 {
-	if (getenv("CUSNAP_SANITIZER"))
-		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
-	if (geteuid() != 0)
-		SKIP("CRIU needs root");
-	if (test_find_criu(criu, sizeof(criu)) != 0)
-		SKIP("no CRIU (run scripts/setup-criu.sh)");
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	test_require_criu(criu, sizeof(criu));
 	e2e_init("ckpt");
 	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
 	test_run("checkpoint, kill, restore: host content, host PID namespace", host_pidns_host_content);

@@ -56,10 +56,7 @@ static void r615(void)
 	group_kill(&g);
 	if (group_start(&g, "r615h", 1, 2, false, NULL, env, NULL) < 0)
 		return;
-	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
-	free(out);
-	CHECK_EQ(group_resume(&g, &out, NULL), 0);
-	free(out);
+	group_suspend_resume(&g);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
 }
@@ -180,9 +177,7 @@ static int prepare(const char *ctl, const char *dir, char **out, pid_t a, pid_t 
 static void validation_refusals(void)
 {
 	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
-	snprintf(dir, sizeof(dir), "%s/refusals", e2e_root);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-	mkdir(dir, 0700);
+	e2e_scratch("refusals", dir, ctl);
 	const char *serve[] = {"--serve", NULL}, *import[] = {"--import", "c", "--dev", "1", NULL};
 	pid_t c = helper(dir, "c", ctl, serve), i = helper(dir, "i", ctl, import);
 	/* A partial group: the importer without its creator. */
@@ -222,14 +217,9 @@ static void validation_refusals(void)
 
 static void partial_interposition(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
-	snprintf(dir, sizeof(dir), "%s/partial", e2e_root);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-	mkdir(dir, 0700);
-	/* One process under the interposer, one without, in one tree. */
-	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
-		 bin_dir, tests_dir, dir, tests_dir, dir);
-	pid_t sh = helpers_start(dir, ctl, script);
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	e2e_scratch("partial", dir, ctl);
+	pid_t sh = partial_tree_start(dir, ctl);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
@@ -311,11 +301,7 @@ static void long_control_dir(void)
 	struct group g;
 	if (group_start(&g, "long", 1, 2, false, NULL, NULL, ctl) < 0)
 		return;
-	char *out;
-	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
-	free(out);
-	CHECK_EQ(group_resume(&g, &out, NULL), 0);
-	free(out);
+	group_suspend_resume(&g);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
 }

@@ -6,6 +6,18 @@
 
 #define MiB ((size_t)1 << 20)
 
+/* cuInit, then device dev's primary context current on this thread. */
+static inline CUresult emu_use_device(int dev)
+{
+	CUcontext ctx;
+	CUresult rc = cuInit(0);
+	if (rc == CUDA_SUCCESS)
+		rc = cuDevicePrimaryCtxRetain(&ctx, dev);
+	if (rc == CUDA_SUCCESS)
+		rc = cuCtxSetCurrent(ctx);
+	return rc;
+}
+
 static inline CUmemAllocationProp emu_prop(int dev)
 {
 	CUmemAllocationProp p = {0};

@@ -2,7 +2,6 @@
  * restored and unlocked from another process, and has its bytes back. */
 #include <limits.h>
 #include <stdio.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "ckpt_util.h"
@@ -64,14 +63,7 @@ static void dump_and_restore(void)
 
 int main(void)
 {
-	if (getenv("CUSNAP_SANITIZER"))
-		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
-	if (geteuid() != 0)
-		SKIP("CRIU needs root");
-	if (test_find_criu(criu, sizeof(criu)) != 0)
-		SKIP("no CRIU (run scripts/setup-criu.sh, or set CRIU=/path/to/criu)");
-	/* Restored trees are reparented to us so that we can reap them. */
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	test_require_criu(criu, sizeof(criu));
 	CHECK_CU(cuInit(0));
 	target_dir_make("criu");
 	test_run("native checkpoint, CRIU dump, CRIU restore, native restore", dump_and_restore);

@@ -10,10 +10,7 @@
 
 static void setup(void)
 {
-	CUcontext ctx;
-	CHECK_CU(cuInit(0));
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 }
 
 /* Run body in a child with CUEMU_FAULT=spec; its failures count here. */

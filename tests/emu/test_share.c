@@ -37,10 +37,7 @@ static volatile unsigned char *map_handle(CUmemGenericAllocationHandle h, int de
 /* The importer: its own device and its own address. */
 static int importer(int sock)
 {
-	CUcontext ctx;
-	CHECK_CU(cuInit(0));
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 1));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(1));
 	int fd = test_recv_fd(sock);
 	CHECK(fd >= 0);
 	CUmemGenericAllocationHandle h;
@@ -76,10 +73,7 @@ static void two_processes(void)
 	}
 	close(sv[1]);
 	int sock = sv[0];
-	CUcontext ctx;
-	CHECK_CU(cuInit(0));
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
 	CHECK_CU(cuMemCreate(&h, SIZE, &p, 0));

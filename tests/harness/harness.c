@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -290,6 +291,17 @@ int test_wait_ready(const char *dir, const char *name, int timeout_ms, int *nspi
 	int ok = text && sscanf(text, "%d %llx", nspid, va) == 2;
 	free(text);
 	return ok ? 0 : -1;
+}
+
+void test_require_criu(char *out, size_t len)
+{
+	if (getenv("CUSNAP_SANITIZER"))
+		SKIP("CRIU does not dump sanitizer runtimes' shadow memory");
+	if (geteuid() != 0)
+		SKIP("CRIU needs root");
+	if (test_find_criu(out, len) != 0)
+		SKIP("no CRIU (run scripts/setup-criu.sh, or set CRIU=/path/to/criu)");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
 int test_find_criu(char *out, size_t len)

@@ -86,6 +86,10 @@ int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms);
 /* The criu the tests use: $CRIU, else what `make test` provisioned
  * (BUILD/criu-path, else BUILD/criu/criu). Returns 0 when it is executable. */
 int test_find_criu(char *out, size_t len);
+/* For a test that dumps and restores with CRIU: skip it under a sanitizer,
+ * without root or without CRIU; otherwise the criu into out, and this process
+ * made the subreaper of the trees CRIU restores (so that it can reap them). */
+void test_require_criu(char *out, size_t len);
 /* Start argv[0] (a path) with extra "K=V" environment entries, in a new session,
  * stdin from /dev/null and stdout/stderr appended to log. Returns the pid. */
 pid_t test_spawn(char *const argv[], char *const env[], const char *log);

@@ -7,10 +7,7 @@
 
 static void setup(void)
 {
-	CUcontext ctx;
-	CHECK_CU(cuInit(0));
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 }
 
 static void sequences(void)

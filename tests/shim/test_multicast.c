@@ -167,10 +167,7 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "--raw-multicast-child"))
 		return raw_child(atoi(argv[2]));
 	shim_reexec(argc, argv);
-	CHECK_CU(cuInit(0));
-	CUcontext ctx;
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 	snprintf(state_dir, sizeof(state_dir), "%s/state", shim_ctl);
 	mkdir(state_dir, 0700);
 	test_run("a bound member stays anchored after its handle is released", member_anchored_by_bind);

@@ -196,10 +196,7 @@ static void multicast_resolvers(void)
 int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
-	CHECK_CU(cuInit(0));
-	CUcontext ctx;
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 	test_run("direct symbols", direct);
 	test_run("dlsym on a dlopen(\"libcuda.so.1\") handle", dlsym_on_libcuda);
 	test_run("cuGetProcAddress_v2 at CUDA 12.0 and 13.0", get_proc_address);

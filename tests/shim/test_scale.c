@@ -65,10 +65,7 @@ static void many_handles(void)
 int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
-	CHECK_CU(cuInit(0));
-	CUcontext ctx;
-	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
-	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(emu_use_device(0));
 	test_run("100,000 live logical handles", many_handles);
 	return shim_done();
 }
