@@ -14,6 +14,8 @@
 
 #include <cuda.h>
 
+#include "cu_check.h"
+
 #define MiB ((size_t)1 << 20)
 enum { OPS = 5 };
 static const char *const op_names[OPS] = {"map+unmap", "set-access", "retain+release", "get-properties",
@@ -25,15 +27,6 @@ static double now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
-
-#define CU(x)                                                     \
-	do {                                                          \
-		CUresult r_ = (x);                                        \
-		if (r_) {                                                 \
-			fprintf(stderr, "%s failed: %d\n", #x, (int)r_);      \
-			exit(1);                                              \
-		}                                                         \
-	} while (0)
 
 static int one(long objects)
 {

@@ -11,14 +11,7 @@
 
 #include <cuda.h>
 
-#define CU(x)                                                    \
-	do {                                                         \
-		CUresult r_ = (x);                                       \
-		if (r_) {                                                \
-			fprintf(stderr, "lc_worker: %s: %d\n", #x, (int)r_); \
-			exit(1);                                             \
-		}                                                        \
-	} while (0)
+#include "cu_check.h"
 
 static size_t gran;
 
