@@ -41,6 +41,7 @@ EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
 SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
@@ -73,7 +74,7 @@ $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
 
 $(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-Bsymbolic-functions $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The shim: no libcuda/libcudart at link time; exports exactly wrapped.def + dlsym.
 $(BUILD)/gen/exports.map: src/shim/exports.map.in src/shim/wrapped.def

@@ -20,6 +20,7 @@
 /* Flags of api.def. */
 #define EMU_NOINIT 1u
 #define EMU_NOGATE 2u
+#define EMU_PTDS 4u
 
 enum emu_fn {
 #define X(sym, name, ver, flags) EMU_FN_##sym,

@@ -105,7 +105,7 @@ static void after_fork_child(void)
 	/* The endpoint thread did not survive the fork. A child of a process that
 	 * tracked nothing starts afresh; one that inherited tracked state must not
 	 * use it (it would share or lose it silently). */
-	if (have_identity || tbl.allocs.len)
+	if (tbl.allocs.len)
 		shim_forked_child = true;
 	have_identity = false;
 	published = false;

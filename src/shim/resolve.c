@@ -3,6 +3,7 @@
  * cuGetProcAddress(_v2) and cudaGetDriverEntryPoint(ByVersion)(_ptsz). Calls the
  * shim does not wrap get the driver's own pointer: zero added cost. */
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cusnap/log.h"
@@ -16,17 +17,72 @@ void *(*shim_real_dlsym)(void *, const char *);
 /* Read by the dlsym trampoline: RTLD_NEXT goes straight to glibc. */
 void *(*shim_dlsym_next)(void *, const char *);
 
+/* What each wrapped symbol is, from wrapped.def. */
 static const struct wrapped {
-	const char *name;
+	const char *sym;  /* the exported symbol (what dlsym is asked) */
+	const char *name; /* what cuGetProcAddress is asked */
+	int since;        /* first CUDA version whose ABI of name this is */
+	bool ptds;        /* the per-thread default stream variant */
 	void *wrapper;
 	bool runtime;
 } wrapped[SHIM_FN_COUNT] = {
-#define DRV(n) [SHIM_FN_##n] = {#n, (void *)n, false},
-#define RT(n) [SHIM_FN_##n] = {#n, (void *)n, true},
+#define DRV(s, n, v) [SHIM_FN_##s] = {#s, #n, v, false, (void *)s, false},
+#define DRV_PTDS(s, n, v) [SHIM_FN_##s] = {#s, #n, v, true, (void *)s, false},
+#define RT(s) [SHIM_FN_##s] = {#s, #s, 0, false, (void *)s, true},
 #include "wrapped.def"
 #undef DRV
 #undef RT
 };
+
+/* Driver ABIs the shim does not wrap (wrapped.def UNWRAPPED). */
+static const struct unwrapped {
+	const char *sym, *name;
+	int since;
+} unwrapped[] = {
+#define DRV(s, n, v)
+#define RT(s)
+#define UNWRAPPED(s, n, v) {#s, #n, v},
+#include "wrapped.def"
+#undef DRV
+#undef RT
+};
+
+/* SNAPSHOT_CUDA_VMM_TEST_NO_SUBSTITUTE=1: resolvers hand out the driver's own
+ * pointers. A test-only mutation switch: the resolver tests must fail under it. */
+static int no_substitute = -1;
+
+static bool substitution_off(void)
+{
+	int v = __atomic_load_n(&no_substitute, __ATOMIC_RELAXED);
+	if (v < 0) {
+		const char *e = getenv("SNAPSHOT_CUDA_VMM_TEST_NO_SUBSTITUTE");
+		v = e && *e == '1';
+		__atomic_store_n(&no_substitute, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+void *shim_wrapper_for(const char *name, int version, unsigned long long flags)
+{
+	if (!name || name[0] != 'c' || name[1] != 'u')
+		return NULL;
+	for (size_t i = 0; i < sizeof(unwrapped) / sizeof(unwrapped[0]); i++)
+		if (version >= unwrapped[i].since && strcmp(unwrapped[i].name, name) == 0)
+			return SHIM_REFUSED;
+	/* The newest ABI of name not newer than version, of the stream mode asked
+	 * (a call without a per-thread variant has one ABI for both modes). */
+	bool ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+	const struct wrapped *best[2] = {NULL, NULL}; /* [0] legacy, [1] per-thread */
+	for (int i = 0; i < SHIM_FN_COUNT; i++) {
+		const struct wrapped *w = &wrapped[i];
+		if (w->runtime || w->since > version || strcmp(w->name, name) != 0)
+			continue;
+		if (!best[w->ptds] || w->since > best[w->ptds]->since)
+			best[w->ptds] = w;
+	}
+	const struct wrapped *w = ptds && best[1] ? best[1] : best[0];
+	return w ? w->wrapper : NULL;
+}
 
 static void *real_ptr(enum shim_fn fn)
 {
@@ -66,7 +122,7 @@ static void load_driver(void)
 	}
 	for (int i = 0; i < SHIM_FN_COUNT; i++)
 		if (!wrapped[i].runtime)
-			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].name));
+			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].sym));
 #define AUX(name) *(void **)&aux.name = shim_real_dlsym(h, #name)
 	AUX(cuMemAddressReserve);
 	AUX(cuMemcpyDtoH_v2);
@@ -104,23 +160,30 @@ void *shim_resolve_runtime(enum shim_fn fn)
 		return p;
 	find_dlsym();
 	/* From here RTLD_NEXT means "after the shim": the program's libcudart. */
-	p = shim_real_dlsym(RTLD_NEXT, wrapped[fn].name);
+	p = shim_real_dlsym(RTLD_NEXT, wrapped[fn].sym);
 	if (p)
 		set_real(fn, p);
 	return p;
 }
 
-/* The wrapper to hand out for a driver pointer p, or p itself: a pointer equal
- * to one of the real functions we wrap (for the ABI version the caller asked
- * for) is replaced by our wrapper of exactly that ABI. */
-static void *substitute(void *p)
+/* What a resolver hands out for name (asked at version with flags) when the
+ * driver answered *pfn with rc: the shim's wrapper of exactly that ABI, chosen by
+ * name and version, never by comparing pointers (a driver may hand out internal
+ * entry points). Returns the result to give the caller. */
+static CUresult substitute(const char *name, int version, unsigned long long flags, void **pfn, CUresult rc)
 {
-	if (!p || !shim_resolve_driver())
-		return p;
-	for (int i = 0; i < SHIM_FN_COUNT; i++)
-		if (!wrapped[i].runtime && real_ptr((enum shim_fn)i) == p)
-			return wrapped[i].wrapper;
-	return p;
+	if (rc != CUDA_SUCCESS || !pfn || !*pfn || substitution_off())
+		return rc;
+	void *w = shim_wrapper_for(name, version, flags);
+	if (w == SHIM_REFUSED) {
+		LOG_AT(LOG_WARN, "%s at CUDA %d is an ABI the interposer does not wrap: answered CUDA_ERROR_NOT_FOUND", name,
+		       version);
+		*pfn = NULL;
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	if (w)
+		*pfn = w;
+	return rc;
 }
 
 static bool from_cuda_library(void *p)
@@ -155,14 +218,17 @@ NO_SANITIZE void *shim_dlsym_impl(void *handle, const char *name)
 	void *p = shim_real_dlsym(handle, name);
 	if (!p || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_DEFAULT)
 		return p; /* RTLD_DEFAULT already finds our exported wrappers first */
+	for (size_t i = 0; i < sizeof(unwrapped) / sizeof(unwrapped[0]); i++)
+		if (strcmp(unwrapped[i].sym, name) == 0 && from_cuda_library(p))
+			return NULL; /* an ABI the shim does not wrap: not handed out */
 	for (int i = 0; i < SHIM_FN_COUNT; i++) {
-		if (strcmp(wrapped[i].name, name) != 0)
+		if (strcmp(wrapped[i].sym, name) != 0)
 			continue;
 		if (!from_cuda_library(p))
 			return p;
 		if (wrapped[i].runtime && !real_ptr((enum shim_fn)i))
 			set_real((enum shim_fn)i, p); /* a locally loaded cudart */
-		return wrapped[i].wrapper;
+		return substitution_off() ? p : wrapped[i].wrapper;
 	}
 	return p;
 }
@@ -210,9 +276,10 @@ SHIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVe
 {
 	if (!shim_resolve_driver() || !real.cuGetProcAddress_v2)
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	CUresult rc = real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
-	if (rc == CUDA_SUCCESS && pfn)
-		*pfn = substitute(*pfn);
+	CUresult found = real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+	CUresult rc = substitute(symbol, cudaVersion, flags, pfn, found);
+	if (rc != found && symbolStatus)
+		*symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND; /* refused by the shim */
 	return rc;
 }
 
@@ -221,46 +288,71 @@ SHIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersi
 	if (!shim_resolve_driver() || !real.cuGetProcAddress)
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	CUresult rc = real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
-	if (rc == CUDA_SUCCESS && pfn)
-		*pfn = substitute(*pfn);
-	return rc;
+	return substitute(symbol, cudaVersion, flags, pfn, rc);
 }
 
 /* ---- cudaGetDriverEntryPoint (NCCL, PyTorch) ---- */
 
-#define RUNTIME_CALL(fn, ...)                                                  \
+/* The CUDA version cudaGetDriverEntryPoint (without a version) resolves at: the
+ * runtime's own, as the real libcudart does. */
+static int runtime_version(void)
+{
+	find_dlsym();
+	cudaError_t (*get)(int *) = NULL;
+	*(void **)&get = shim_real_dlsym(RTLD_NEXT, "cudaRuntimeGetVersion");
+	int v = 0;
+	if (!get || get(&v) != cudaSuccess || v <= 0)
+		v = CUDA_VERSION;
+	return v;
+}
+
+/* cudaEnableDefault/LegacyStream/PerThreadDefaultStream are the driver's flag
+ * values; the runtime passes them through. */
+static cudaError_t runtime_substitute(const char *symbol, int version, unsigned long long flags, void **funcPtr,
+				      cudaError_t rc, enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	if (rc != cudaSuccess || !funcPtr)
+		return rc;
+	if (substitute(symbol, version, flags, funcPtr, CUDA_SUCCESS) == CUDA_SUCCESS)
+		return rc;
+	if (driverStatus)
+		*driverStatus = cudaDriverEntryPointSymbolNotFound;
+	return cudaErrorSymbolNotFound;
+}
+
+#define RUNTIME_CALL(fn, version, ...)                                         \
 	do {                                                                       \
 		__typeof__(&fn) r = (__typeof__(&fn))shim_resolve_runtime(SHIM_FN_##fn); \
 		if (!r)                                                                \
 			return cudaErrorSharedObjectInitFailed;                            \
 		cudaError_t rc = r(__VA_ARGS__);                                       \
-		if (rc == cudaSuccess && funcPtr)                                      \
-			*funcPtr = substitute(*funcPtr);                                   \
-		return rc;                                                             \
+		return runtime_substitute(symbol, version, flags, funcPtr, rc, driverStatus); \
 	} while (0)
 
 SHIM_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
 					     enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPoint, symbol, funcPtr, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPoint, runtime_version(), symbol, funcPtr, flags, driverStatus);
 }
 
 SHIM_API cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
 						  enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPoint_ptsz, symbol, funcPtr, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPoint_ptsz, runtime_version(), symbol, funcPtr, flags, driverStatus);
 }
 
 SHIM_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
 						      unsigned long long flags,
 						      enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPointByVersion, symbol, funcPtr, cudaVersion, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPointByVersion, (int)cudaVersion, symbol, funcPtr, cudaVersion, flags,
+		     driverStatus);
 }
 
 SHIM_API cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr,
 							   unsigned int cudaVersion, unsigned long long flags,
 							   enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPointByVersion_ptsz, symbol, funcPtr, cudaVersion, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPointByVersion_ptsz, (int)cudaVersion, symbol, funcPtr, cudaVersion, flags,
+		     driverStatus);
 }

@@ -24,6 +24,9 @@
  * entry points are only declared for per-thread builds. The shim wraps them all. */
 #undef cuGetProcAddress
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+/* The per-thread default stream ABI of cuMemMapArrayAsync (declared by cuda.h
+ * only for per-thread builds). */
+CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 #undef cudaGetDriverEntryPoint
 #undef cudaGetDriverEntryPointByVersion
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
@@ -39,8 +42,8 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fun
 
 /* ---- resolve.c: the real functions ---- */
 enum shim_fn {
-#define DRV(name) SHIM_FN_##name,
-#define RT(name) SHIM_FN_##name,
+#define DRV(sym, name, since) SHIM_FN_##sym,
+#define RT(sym) SHIM_FN_##sym,
 #include "wrapped.def"
 #undef DRV
 #undef RT
@@ -48,8 +51,8 @@ enum shim_fn {
 };
 
 struct shim_real {
-#define DRV(name) __typeof__(&name) name;
-#define RT(name) __typeof__(&name) name;
+#define DRV(sym, name, since) __typeof__(&sym) sym;
+#define RT(sym) __typeof__(&sym) sym;
 #include "wrapped.def"
 #undef DRV
 #undef RT
@@ -74,6 +77,11 @@ struct shim_aux {
 extern struct shim_aux aux;
 /* "CUDA_ERROR_..." for r, from the driver. */
 const char *shim_cu_name(CUresult r);
+/* The wrapper to hand out for name asked at CUDA version (flags: the
+ * CU_GET_PROC_ADDRESS_* stream mode), NULL when the shim does not wrap it, or
+ * SHIM_REFUSED when it is an ABI the shim cannot wrap (answer NOT_FOUND). */
+void *shim_wrapper_for(const char *name, int version, unsigned long long flags);
+#define SHIM_REFUSED ((void *)-1)
 /* Resolve the driver's functions once. Returns false when libcuda.so.1 is missing. */
 bool shim_resolve_driver(void);
 /* The real runtime function fn, looked up in the cudart the program uses. */

@@ -99,6 +99,21 @@ struct shim_alloc *track_created(const struct shim_identity *me, CUmemGenericAll
 	return a;
 }
 
+SHIM_API CUresult cuInit(unsigned int flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	CUresult rc = real.cuInit(flags);
+	/* Every CUDA process of an interposed tree is a participant, even one that
+	 * never shares anything (SYSTEM.md §4.1): identity and endpoint start here. */
+	if (rc == CUDA_SUCCESS && !shim_forked_child && !shim_self()) {
+		const char *why = NULL;
+		if (!shim_identity(&why))
+			LOG_AT(LOG_WARN, "cuInit: no participant identity: %s", why);
+	}
+	return rc;
+}
+
 SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 			      unsigned long long flags)
 {
@@ -530,4 +545,36 @@ SHIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	if (mapped)
 		return CUDA_ERROR_INVALID_VALUE; /* tracked mappings still live in this range */
 	return real.cuMemAddressFree(ptr, size);
+}
+
+/* Sparse array mapping is not tracked: a logical handle must never reach the
+ * driver through it (undefined behaviour on a real driver). */
+static CUresult map_array_refused(const CUarrayMapInfo *info, unsigned int count)
+{
+	for (unsigned i = 0; info && i < count; i++) {
+		if (info[i].memHandleType != CU_MEM_HANDLE_TYPE_GENERIC ||
+		    (info[i].memHandle.memHandle & SHIM_HANDLE_TAG_MASK) != SHIM_HANDLE_TAG)
+			continue;
+		LOG_AT(LOG_ERROR, "cuMemMapArrayAsync: entry %u maps tracked (POSIX-shareable) VMM memory %#llx into a "
+				  "sparse array: not supported by the interposer", i,
+		       (unsigned long long)info[i].memHandle.memHandle);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_SUCCESS;
+}
+
+SHIM_API CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
+{
+	if (!shim_resolve_driver() || !real.cuMemMapArrayAsync)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = map_array_refused(mapInfoList, count);
+	return rc ? rc : real.cuMemMapArrayAsync(mapInfoList, count, hStream);
+}
+
+SHIM_API CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
+{
+	if (!shim_resolve_driver() || !real.cuMemMapArrayAsync_ptsz)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = map_array_refused(mapInfoList, count);
+	return rc ? rc : real.cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
 }

@@ -1,5 +1,6 @@
 /* cuemu in one process: the VMM lifecycle, reference counting, access, errors,
  * copies, streams, multicast objects and the resolver. */
+#include <dlfcn.h>
 #include <signal.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -420,15 +421,29 @@ static void multicast_local(void)
 	CHECK_CU(cuMemRelease(m0));
 }
 
+/* In cuemu's own library: the driver's internal entry points are not its exported
+ * symbols, but they are its functions. */
+static bool in_cuemu(void *fn)
+{
+	Dl_info info;
+	return fn && dladdr(fn, &info) && info.dli_fname && strstr(info.dli_fname, "libcuda.so");
+}
+
 static void proc_address(void)
 {
 	void *fn = NULL;
 	CUdriverProcAddressQueryResult st;
 	CHECK_CU(cuGetProcAddress("cuMemMap", &fn, 12000, 0, &st));
-	CHECK(fn == (void *)cuMemMap);
+	/* An internal entry point (as the driver's): not the exported symbol. */
+	CHECK(fn != (void *)cuMemMap);
+	CHECK(in_cuemu(fn));
 	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
-	CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, 0, &st));
-	CHECK(fn == (void *)cuMemcpyHtoD_v2);
+	CHECK_CU_EQ(((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))fn)(
+			    0, 0, 0, 0, 0),
+		    CUDA_ERROR_INVALID_VALUE); /* and it is cuMemMap */
+	void *htod = NULL;
+	CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &htod, 13000, 0, &st));
+	CHECK(in_cuemu(htod) && htod != fn);
 	CHECK_CU_EQ(cuGetProcAddress("cuMemMap", &fn, 10000, 0, &st), CUDA_ERROR_NOT_FOUND);
 	CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
 	CHECK_CU_EQ(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
@@ -438,7 +453,20 @@ static void proc_address(void)
 	CHECK_CU(cuGetProcAddress("cuDeviceGetUuid", &v1, 11000, 0, &st));
 	CHECK_CU(cuGetProcAddress("cuDeviceGetUuid", &v2, 12000, 0, &st));
 	CHECK(v1 && v2 && v1 != v2);
-	CHECK(v2 == (void *)cuDeviceGetUuid_v2);
+	/* Flags: per-thread default stream variants of stream-ordered calls only. */
+	void *legacy = NULL, *ptds = NULL, *dflt = NULL;
+	CHECK_CU(cuGetProcAddress("cuMemcpyAsync", &legacy, 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st));
+	CHECK_CU(cuGetProcAddress("cuMemcpyAsync", &ptds, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	CHECK_CU(cuGetProcAddress("cuMemcpyAsync", &dflt, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+	CHECK(legacy && ptds && legacy != ptds && dflt == legacy);
+	CHECK(in_cuemu(ptds));
+	void *m1 = NULL, *m2 = NULL;
+	CHECK_CU(cuGetProcAddress("cuMemMap", &m1, 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st));
+	CHECK_CU(cuGetProcAddress("cuMemMap", &m2, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	CHECK(m1 && m1 == m2);
+	/* Unknown bits, or both stream modes at once, are refused. */
+	CHECK_CU_EQ(cuGetProcAddress("cuMemMap", &fn, 13000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuGetProcAddress("cuMemMap", &fn, 13000, 3, &st), CUDA_ERROR_INVALID_VALUE);
 	int ver = 0;
 	CHECK_CU(cuDriverGetVersion(&ver));
 	CHECK_EQ(ver, 13000);

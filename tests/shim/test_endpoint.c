@@ -159,11 +159,14 @@ int main(int argc, char **argv)
 {
 	setenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS", "1500", 0);
 	shim_reexec(argc, argv);
-	CHECK_CU(cuInit(0));
 	int fds = test_count_fds();
-	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuMemCreate(&alloc, 2 * MiB, &p, 0)); /* starts the endpoint */
 	snprintf(endpoint, sizeof(endpoint), "%s/cuda-vmm-%d.sock", shim_ctl, getpid());
+	struct stat st;
+	CHECK(stat(endpoint, &st) < 0);
+	CHECK_CU(cuInit(0)); /* starts the endpoint (SYSTEM.md §4.3) */
+	CHECK(stat(endpoint, &st) == 0 && S_ISSOCK(st.st_mode));
+	CUmemAllocationProp p = emu_prop(0);
+	CHECK_CU(cuMemCreate(&alloc, 2 * MiB, &p, 0));
 	int fds_with_endpoint = test_count_fds();
 	test_run("socket mode 0600", permissions);
 	test_run("a client of another uid gets no answer", other_user_gets_nothing);

@@ -193,6 +193,92 @@ static void multicast_resolvers(void)
 	dlclose(lib);
 }
 
+/* The ABI and stream mode asked select the wrapper; ABIs the shim does not wrap
+ * are refused; unwrapped calls that take allocation handles never see logical
+ * ones. */
+static void versions_and_flags(void)
+{
+	CUdriverProcAddressQueryResult st;
+	/* Asked as static cudart asks: each name at the version of its ABI, stream
+	 * calls with the per-thread flag. */
+	static const struct {
+		const char *name;
+		int version;
+		cuuint64_t flags;
+		const char *want;
+	} asks[] = {
+		{"cuMemCreate", 10020, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemCreate"},
+		{"cuMemCreate", 10020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemCreate"},
+		{"cuMemRelease", 10020, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemRelease"},
+		{"cuMemMap", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemMap"},
+		{"cuMemRetainAllocationHandle", 11000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemRetainAllocationHandle"},
+		{"cuInit", 2000, CU_GET_PROC_ADDRESS_DEFAULT, "cuInit"},
+		{"cuMulticastBindMem", 13000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMulticastBindMem"},
+	};
+	for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+		void *fn = NULL;
+		CHECK_CU(cuGetProcAddress(asks[i].name, &fn, asks[i].version, asks[i].flags, &st));
+		if (fn != shim_sym(asks[i].want))
+			test_fail(__FILE__, __LINE__, "%s at %d flags %llu: not the shim's wrapper", asks[i].name,
+				  asks[i].version, (unsigned long long)asks[i].flags);
+	}
+	/* Created through a pointer asked at 10020 with the per-thread flag: tracked. */
+	void *fn = NULL;
+	CHECK_CU(cuGetProcAddress("cuMemCreate", &fn, 10020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	CUmemGenericAllocationHandle h = create_with((create_fn)fn, 0);
+	CHECK_EQ(cli_creators(), 1);
+	CHECK_CU(cuMemRelease(h));
+	/* Too old an ABI: the driver's answer stands. */
+	CHECK_CU_EQ(cuGetProcAddress("cuMemCreate", &fn, 10000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	/* Bad flags: the driver's refusal stands. */
+	CHECK_CU_EQ(cuGetProcAddress("cuMemCreate", &fn, 13000, 8, &st), CUDA_ERROR_INVALID_VALUE);
+	/* CUDA 13.1's device-explicit binds are not wrapped: not handed out. */
+	fn = (void *)1;
+	CHECK_CU_EQ(cuGetProcAddress("cuMulticastBindMem", &fn, 13010, 0, &st), CUDA_ERROR_NOT_FOUND);
+	CHECK(fn == NULL);
+	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	CHECK_CU_EQ(cuGetProcAddress("cuMulticastBindAddr", &fn, 13020, 0, &st), CUDA_ERROR_NOT_FOUND);
+	/* The same through the runtime, without a version (its own, 13.0) and with. */
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
+	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(rt != NULL);
+	if (rt) {
+		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
+		typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
+		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
+		entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+		int rst = -1;
+		fn = NULL;
+		CHECK_EQ(get("cuMemMap", &fn, 2 /* cudaEnablePerThreadDefaultStream */, &rst), 0);
+		CHECK(fn == shim_sym("cuMemMap"));
+		CHECK_EQ(get("cuMulticastBindMem", &fn, 0, &rst), 0);
+		CHECK(fn == shim_sym("cuMulticastBindMem"));
+		CHECK(getv("cuMulticastBindMem", &fn, 13010, 0, &rst) != 0);
+		CHECK_EQ(rst, 1 /* cudaDriverEntryPointSymbolNotFound */);
+		dlclose(rt);
+	}
+	/* cuMemMapArrayAsync takes allocation handles: a logical one is refused
+	 * before it can reach the driver; both stream ABIs. */
+	CUmemAllocationProp p = emu_prop(0);
+	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+	CUarrayMapInfo mi;
+	memset(&mi, 0, sizeof(mi));
+	mi.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+	mi.memHandle.memHandle = h;
+	/* (cuemu has no sparse arrays: the shim's symbols are called directly.) */
+	typedef CUresult (*map_array_fn)(CUarrayMapInfo *, unsigned int, CUstream);
+	static const char *const abis[] = {"cuMemMapArrayAsync", "cuMemMapArrayAsync_ptsz"};
+	for (int i = 0; i < 2; i++) {
+		map_array_fn map_array = (map_array_fn)shim_sym(abis[i]);
+		CHECK(map_array != NULL);
+		if (map_array)
+			CHECK_CU_EQ(map_array(&mi, 1, 0), CUDA_ERROR_NOT_SUPPORTED);
+	}
+	CHECK_CU(cuMemRelease(h));
+}
+
 int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
@@ -203,5 +289,6 @@ int main(int argc, char **argv)
 	test_run("cudaGetDriverEntryPoint(ByVersion) through a libcudart", driver_entry_point);
 	test_run("untracked allocations and unknown handles pass through", untracked_passes_through);
 	test_run("the multicast wrappers through every resolver", multicast_resolvers);
+	test_run("cuGetProcAddress by ABI version and stream flags", versions_and_flags);
 	return shim_done();
 }
