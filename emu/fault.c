@@ -1,9 +1,16 @@
 /* CUEMU_FAULT=<call>[:<nth>][:<CUresult>][,...]: the nth call (default 1st) of
  * <call> in this process fails with <CUresult> (a name such as
  * CUDA_ERROR_OUT_OF_MEMORY or a number; default CUDA_ERROR_UNKNOWN) before it
- * does anything. <call> is the exported symbol or its cuGetProcAddress name. */
+ * does anything. <call> is the exported symbol or its cuGetProcAddress name.
+ *
+ * CUEMU_FAULT_REPORT=<file>: each fault that fires appends one line
+ * "<pid> <call> <nth> <CUresult name>" to file, so that a countdown sweep knows
+ * when an operation ran to the end with no fault fired. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "emu.h"
 
@@ -87,14 +94,34 @@ void emu_fault_parse(const char *spec)
 	}
 }
 
+static void report(enum emu_fn fn, const struct fault *f)
+{
+	emu_log(2, "CUEMU_FAULT: call %u of %s fails with %s", f->nth, fn_symbol[fn], emu_result_name(f->result));
+	const char *path = getenv("CUEMU_FAULT_REPORT");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	char line[200];
+	const char *rn = emu_result_name(f->result);
+	int n = snprintf(line, sizeof(line), "%d %s %u %s\n", (int)getpid(), fn_symbol[fn], f->nth, rn ? rn : "?");
+	if (n > 0 && write(fd, line, (size_t)n) < 0) {
+		/* best effort: the sweep then sees no fault and stops */
+	}
+	close(fd);
+}
+
 CUresult emu_fault_check(enum emu_fn fn)
 {
 	for (int i = 0; i < nfaults; i++) {
 		struct fault *f = &faults[i];
 		if (strcmp(f->name, fn_symbol[fn]) != 0 && strcmp(f->name, fn_base[fn]) != 0)
 			continue;
-		if (atomic_fetch_add(&f->calls, 1) + 1 == f->nth)
+		if (atomic_fetch_add(&f->calls, 1) + 1 == f->nth) {
+			report(fn, f);
 			return f->result;
+		}
 	}
 	return CUDA_SUCCESS;
 }

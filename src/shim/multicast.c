@@ -91,7 +91,10 @@ SHIM_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CU
 	struct shim_alloc *a = mc_of(mcHandle);
 	if (!a) {
 		pthread_mutex_unlock(&tbl.lock);
-		CUresult rc = real.cuMulticastAddDevice(mcHandle, dev);
+		CUresult rc = tbl_refuse_tagged("cuMulticastAddDevice", mcHandle);
+		if (rc)
+			return rc;
+		rc = real.cuMulticastAddDevice(mcHandle, dev);
 		if (rc == CUDA_SUCCESS)
 			note_untracked(mcHandle);
 		return rc;
@@ -142,14 +145,16 @@ static CUresult bind(const char *call, CUmemGenericAllocationHandle mcHandle, si
 		}
 	} else {
 		struct shim_handle *h = tbl_handle_get(mem);
-		member = h ? h->alloc : NULL;
+		member = h && !h->alloc->mc ? h->alloc : NULL;
 	}
 	uint64_t mc_key = a ? a->key : 0, member_key = member ? member->key : 0;
 	CUmemGenericAllocationHandle mc_drv = a ? a->driver : mcHandle;
 	CUmemGenericAllocationHandle mem_drv = member && !va ? member->driver : mem;
 	CUdevice device = member ? member->prop.location.id : -1;
-	CUresult rc = CUDA_SUCCESS;
-	if (a || member)
+	CUresult rc = a ? CUDA_SUCCESS : tbl_refuse_tagged(call, mcHandle);
+	if (!rc && !va && !member)
+		rc = tbl_refuse_tagged(call, mem);
+	if (!rc && (a || member))
 		rc = tracked_call_allowed(call);
 	pthread_mutex_unlock(&tbl.lock);
 	if (rc)
@@ -223,7 +228,8 @@ SHIM_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdev
 	struct shim_alloc *a = mc_of(mcHandle);
 	if (!a) {
 		pthread_mutex_unlock(&tbl.lock);
-		return real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
+		CUresult refused = tbl_refuse_tagged("cuMulticastUnbind", mcHandle);
+		return refused ? refused : real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
 	}
 	CUresult rc = tracked_call_allowed("cuMulticastUnbind");
 	if (!rc)

@@ -142,7 +142,9 @@ struct shim_alloc {
 	CUmemAllocationProp prop;
 	CUmemGenericAllocationHandle driver; /* the driver's handle of this allocation */
 	bool driver_ref;               /* the shim holds one driver reference (while handles > 0) */
-	size_t handles;                /* live logical handles */
+	uint64_t value;                /* its logical handle value (0 until the first) */
+	struct shim_handle *handle;    /* that handle's table entry while handles > 0 */
+	size_t handles;                /* references to it (create/import + retains - releases) */
 	size_t mappings;               /* live tracked mappings */
 	struct shim_mapping *maps;     /* those mappings (list through shim_mapping.sibling) */
 	char *creator_endpoint;        /* importers: where the capability is redeemed */
@@ -211,11 +213,16 @@ extern struct shim_tables tbl;
 
 struct shim_alloc *tbl_alloc_new(void);
 void tbl_alloc_free(struct shim_alloc *a);
-/* Make a logical handle for a (a->handles++). NULL when out of memory. */
+/* One more reference to a's logical handle (a->handles++), made on the first:
+ * every reference has the same value. NULL when out of memory. */
 struct shim_handle *tbl_handle_new(struct shim_alloc *a);
 struct shim_handle *tbl_handle_get(CUmemGenericAllocationHandle value);
-/* Drop a logical handle (a->handles--). */
+/* Drop one reference (a->handles--); the value leaves the table with the last. */
 void tbl_handle_drop(struct shim_handle *h);
+/* For a handle the caller's lookup did not find: CUDA_ERROR_INVALID_VALUE
+ * (logged) when it carries the shim's tag (a stale or wrong-kind logical value
+ * must never reach the driver), else CUDA_SUCCESS (a driver handle). */
+CUresult tbl_refuse_tagged(const char *call, CUmemGenericAllocationHandle value);
 struct shim_mapping *tbl_mapping_at(uint64_t va);
 /* Link m into (or out of) the list of its allocation's mappings. */
 void tbl_mapping_link(struct shim_mapping *m);

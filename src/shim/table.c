@@ -3,6 +3,7 @@
  * O(log n) (the mapping interval tree); records of released objects are freed. */
 #include <stdlib.h>
 
+#include "cusnap/log.h"
 #include "shim.h"
 
 struct shim_tables tbl = {
@@ -39,16 +40,27 @@ void tbl_alloc_maybe_free(struct shim_alloc *a)
 
 struct shim_handle *tbl_handle_new(struct shim_alloc *a)
 {
+	/* One value per allocation, as the driver's: a retain or a second reference
+	 * is the same value, counted. */
+	if (a->handle) {
+		a->handles++;
+		return a->handle;
+	}
 	struct shim_handle *h = malloc(sizeof(*h));
 	if (!h)
 		return NULL;
-	h->value = SHIM_HANDLE_TAG | tbl.next_value++;
+	/* The value is the allocation's for its record's life: a retain from an
+	 * address after every handle was released gives it back. */
+	if (!a->value)
+		a->value = SHIM_HANDLE_TAG | tbl.next_value++;
+	h->value = a->value;
 	h->alloc = a;
 	if (hmap_put(&tbl.handles, h->value, h) < 0) {
 		free(h);
 		return NULL;
 	}
-	a->handles++;
+	a->handle = h;
+	a->handles = 1;
 	return h;
 }
 
@@ -59,10 +71,22 @@ struct shim_handle *tbl_handle_get(CUmemGenericAllocationHandle value)
 	return hmap_get(&tbl.handles, value);
 }
 
+CUresult tbl_refuse_tagged(const char *call, CUmemGenericAllocationHandle value)
+{
+	if ((value & SHIM_HANDLE_TAG_MASK) != SHIM_HANDLE_TAG)
+		return CUDA_SUCCESS;
+	LOG_AT(LOG_WARN, "%s: handle %#llx is not (or no longer) a live handle of the kind this call takes: "
+			 "CUDA_ERROR_INVALID_VALUE", call, (unsigned long long)value);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
 void tbl_handle_drop(struct shim_handle *h)
 {
+	struct shim_alloc *a = h->alloc;
+	if (--a->handles)
+		return;
 	hmap_del(&tbl.handles, h->value);
-	h->alloc->handles--;
+	a->handle = NULL;
 	free(h);
 }
 

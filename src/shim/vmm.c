@@ -149,7 +149,9 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_handle *h = tbl_handle_get(handle);
 	if (!h) {
-		CUresult rc = real.cuMemRelease(handle);
+		CUresult rc = tbl_refuse_tagged("cuMemRelease", handle);
+		if (!rc)
+			rc = real.cuMemRelease(handle);
 		if (rc == CUDA_SUCCESS && hmap_del(&tbl.multicast, handle))
 			shim_mc_objects--;
 		pthread_mutex_unlock(&tbl.lock);
@@ -227,7 +229,8 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 	struct shim_handle *h = tbl_handle_get(handle);
 	if (!h) {
 		pthread_mutex_unlock(&tbl.lock);
-		return real.cuMemMap(ptr, size, offset, handle, flags);
+		CUresult refused = tbl_refuse_tagged("cuMemMap", handle);
+		return refused ? refused : real.cuMemMap(ptr, size, offset, handle, flags);
 	}
 	CUresult rc = tracked_call_allowed("cuMemMap");
 	struct shim_mapping *m = rc ? NULL : calloc(1, sizeof(*m));
@@ -389,8 +392,12 @@ SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pr
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_handle *h = tbl_handle_get(handle);
-	CUresult rc;
-	if (h && prop && (h->alloc->detached || !h->alloc->driver_ref)) {
+	CUresult rc = h ? CUDA_SUCCESS : tbl_refuse_tagged("cuMemGetAllocationPropertiesFromHandle", handle);
+	if (rc) {
+		/* refused */
+	} else if (h && h->alloc->mc) {
+		rc = CUDA_ERROR_INVALID_VALUE; /* a multicast object has no allocation properties */
+	} else if (h && prop && (h->alloc->detached || !h->alloc->driver_ref)) {
 		*prop = h->alloc->prop; /* what the driver said, while it holds none */
 		rc = CUDA_SUCCESS;
 	} else {
@@ -410,7 +417,8 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	struct shim_handle *h = tbl_handle_get(handle);
 	if (!h) {
 		pthread_mutex_unlock(&tbl.lock);
-		return real.cuMemExportToShareableHandle(shareable, handle, type, flags);
+		CUresult refused = tbl_refuse_tagged("cuMemExportToShareableHandle", handle);
+		return refused ? refused : real.cuMemExportToShareableHandle(shareable, handle, type, flags);
 	}
 	struct shim_alloc *a = h->alloc;
 	CUresult rc = CUDA_SUCCESS;

@@ -21,19 +21,28 @@ static void sequences(void)
 	CHECK_VIEWS_EQUAL();
 	CHECK_CU(cuMemRetainAllocationHandle(&r1, (void *)(uintptr_t)va));
 	CHECK_CU(cuMemRetainAllocationHandle(&r2, (void *)(uintptr_t)(va + MiB)));
-	CHECK(r1 != a && r2 != r1); /* each retain is a handle of its own */
+	/* cuda.h: the same handle value that was mapped; each retain one more reference. */
+	CHECK_EQ(r1, a);
+	CHECK_EQ(r2, a);
 	CUmemAllocationProp got;
 	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&got, r2));
 	CHECK_EQ(got.location.id, 0);
 	CHECK_CU(cuMemRelease(a));
 	CHECK_CU(cuMemRelease(r1));
 	CHECK_VIEWS_EQUAL();
-	CHECK_CU_EQ(cuMemRelease(r1), CUDA_ERROR_INVALID_VALUE); /* released: unknown to shim and driver */
-	CHECK_CU(cuMemRelease(r2));
+	struct topo_participant t;
+	if (shim_inspect(0, &t) == 0) {
+		CHECK_EQ(t.nallocs, 1);
+		CHECK_EQ(t.allocs[0].handles, 1); /* one reference left */
+		topo_free(&t);
+	}
+	CHECK_CU(cuMemRelease(r2)); /* the last reference */
+	CHECK_CU_EQ(cuMemRelease(r2), CUDA_ERROR_INVALID_VALUE); /* released: unknown to shim and driver */
 	/* No handle left, the mapping keeps the allocation (in both views). */
 	CHECK_VIEWS_EQUAL();
 	CHECK_EQ(emu_live_allocs(), 1);
 	CHECK_CU(cuMemRetainAllocationHandle(&r1, (void *)(uintptr_t)va)); /* a reference again */
+	CHECK_EQ(r1, a); /* still the value that was mapped */
 	CHECK_CU(cuMemUnmap(va, 4 * MiB));
 	CHECK_VIEWS_EQUAL();
 	CHECK_EQ(emu_live_allocs(), 1);
@@ -41,7 +50,6 @@ static void sequences(void)
 	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
 	CHECK_CU(cuMemSetAccess(va + 4 * MiB, 4 * MiB, &d0, 1));
 	CHECK_CU(cuMemSetAccess(va + 4 * MiB, 4 * MiB, &d1, 1));
-	struct topo_participant t;
 	if (shim_inspect(0, &t) == 0) {
 		CHECK_EQ(t.nmaps, 1);
 		CHECK_EQ(t.maps[0].naccess, 2); /* merged per location */
@@ -56,6 +64,110 @@ static void sequences(void)
 	CHECK_VIEWS_EQUAL();
 	CHECK_EQ(emu_live_allocs(), 0);
 	CHECK_CU(cuMemAddressFree(va, 8 * MiB));
+}
+
+/* NCCL's free path (ncclCuMemFree): retain the handle from the pointer, release
+ * it, unmap, release the same value again, free the reservation. Every call
+ * succeeds and nothing stays behind, in the shim or in the driver. */
+static void nccl_free_path(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	size_t free0, total;
+	CHECK_CU(cuMemGetInfo(&free0, &total));
+	for (int round = 0; round < 3; round++) {
+		CUmemGenericAllocationHandle h, r;
+		CUdeviceptr va;
+		CHECK_CU(cuMemCreate(&h, 4 * MiB, &p, 0));
+		CHECK_CU(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));
+		CHECK_CU(cuMemMap(va, 4 * MiB, 0, h, 0));
+		CUmemAccessDesc d = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		CHECK_CU(cuMemSetAccess(va, 4 * MiB, &d, 1));
+		/* free */
+		CHECK_CU(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va));
+		CHECK_EQ(r, h);
+		CHECK_CU(cuMemRelease(r));
+		CHECK_CU(cuMemUnmap(va, 4 * MiB));
+		CHECK_CU(cuMemRelease(r));
+		CHECK_CU(cuMemAddressFree(va, 4 * MiB));
+		CHECK_VIEWS_EQUAL();
+		CHECK_EQ(emu_live_allocs(), 0);
+	}
+	size_t free1;
+	CHECK_CU(cuMemGetInfo(&free1, &total));
+	CHECK_EQ(free1, free0); /* nothing leaked */
+}
+
+/* A released (stale) logical value given to every wrapped call that takes a
+ * handle: CUDA_ERROR_INVALID_VALUE from the shim, and the driver never sees it
+ * (each call runs in a child where the driver's first call of that name fails
+ * with CUDA_ERROR_UNKNOWN: reaching it would change the answer). */
+static void stale_handles(void)
+{
+	/* name, and how many driver calls of that name the set-up makes first */
+	static const struct {
+		const char *call;
+		int before;
+	} calls[] = {{"cuMemRelease", 1}, {"cuMemMap", 0}, {"cuMemExportToShareableHandle", 0},
+		     {"cuMemGetAllocationPropertiesFromHandle", 0}, {"cuMulticastAddDevice", 0},
+		     {"cuMulticastBindMem", 0}, {"cuMulticastUnbind", 0}};
+	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+		const char *call = calls[i].call;
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0) {
+			char spec[96];
+			snprintf(spec, sizeof(spec), "%s:%d:CUDA_ERROR_UNKNOWN", call, calls[i].before + 1);
+			setenv("CUEMU_FAULT", spec, 1);
+			setenv("SNAPSHOT_CUDA_VMM_LOG", "0", 1);
+			setup();
+			CUmemAllocationProp p = emu_prop(0);
+			CUmemGenericAllocationHandle h = 0, mc = 0, stale = 0;
+			CUdeviceptr va = 0;
+			CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+			CUmulticastObjectProp mp = {.numDevices = 1, .size = 2 * MiB,
+						    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+			if (strncmp(call, "cuMulticast", 11) == 0) {
+				CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+				CHECK_CU(cuMulticastCreate(&mc, &mp));
+			}
+			/* The stale value: a tracked allocation's handle after its last release. */
+			CHECK_CU(cuMemCreate(&stale, 2 * MiB, &p, 0));
+			CHECK_CU(cuMemRelease(stale));
+			int fd = -1;
+			CUresult rc = CUDA_ERROR_UNKNOWN;
+			if (!strcmp(call, "cuMemRelease"))
+				rc = cuMemRelease(stale);
+			else if (!strcmp(call, "cuMemMap"))
+				rc = cuMemMap(va, 2 * MiB, 0, stale, 0);
+			else if (!strcmp(call, "cuMemExportToShareableHandle"))
+				rc = cuMemExportToShareableHandle(&fd, stale, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+			else if (!strcmp(call, "cuMemGetAllocationPropertiesFromHandle"))
+				rc = cuMemGetAllocationPropertiesFromHandle(&p, stale);
+			else if (!strcmp(call, "cuMulticastAddDevice"))
+				rc = cuMulticastAddDevice(stale, 0);
+			else if (!strcmp(call, "cuMulticastBindMem")) {
+				rc = cuMulticastBindMem(stale, 0, h, 0, 2 * MiB, 0);
+				CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
+				rc = cuMulticastBindMem(mc, 0, stale, 0, 2 * MiB, 0); /* a stale member */
+			} else if (!strcmp(call, "cuMulticastUnbind")) {
+				rc = cuMulticastUnbind(stale, 0, 0, 2 * MiB);
+			}
+			CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
+			/* A live handle of the wrong kind is refused the same way. */
+			if (mc && strcmp(call, "cuMulticastBindMem") != 0)
+				CHECK_CU_EQ(strcmp(call, "cuMulticastAddDevice") == 0 ? cuMulticastAddDevice(h, 0)
+										     : cuMulticastUnbind(h, 0, 0, 2 * MiB),
+					    CUDA_ERROR_INVALID_VALUE);
+			if (fd >= 0)
+				close(fd);
+			CHECK_VIEWS_EQUAL();
+			fflush(stdout);
+			_exit(test_failures ? 1 : 0);
+		}
+		int status = test_wait_child(pid, 30000);
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			test_fail(__FILE__, __LINE__, "stale handle given to %s: not refused by the shim alone", call);
+	}
 }
 
 /* A scenario touching every wrapped call; results are ignored, views compared. */
@@ -138,7 +250,9 @@ int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
 	test_run("fault sweep over every wrapped call: shim and driver agree", fault_sweep);
+	test_run("stale logical handles: CUDA_ERROR_INVALID_VALUE, never the driver", stale_handles);
 	setup();
 	test_run("retain/release/map/unmap: shim and driver agree", sequences);
+	test_run("NCCL's free path: retain, release, unmap, release the same value", nccl_free_path);
 	return shim_done();
 }
