@@ -21,6 +21,7 @@
 #define EMU_NOINIT 1u
 #define EMU_NOGATE 2u
 #define EMU_PTDS 4u
+#define EMU_NEEDCTX 8u
 
 enum emu_fn {
 #define X(sym, name, ver, flags) EMU_FN_##sym,
@@ -109,6 +110,7 @@ struct emu_state {
 	int ndev;
 	size_t granularity;
 	unsigned mc_timeout_ms;
+	bool require_context; /* CUEMU_REQUIRE_CONTEXT=1: EMU_NEEDCTX calls need a current context */
 	struct emu_device dev[EMU_MAX_DEVICES];
 	struct hmap allocs; /* handle -> struct emu_alloc */
 	uint64_t next_handle;

@@ -5,7 +5,16 @@
  *
  * CUEMU_FAULT_REPORT=<file>: each fault that fires appends one line
  * "<pid> <call> <nth> <CUresult name>" to file, so that a countdown sweep knows
- * when an operation ran to the end with no fault fired. */
+ * when an operation ran to the end with no fault fired.
+ *
+ * CUEMU_FAULT_ARM=<file>: calls are counted only once file exists, so that a
+ * sweep injects its faults into one operation (created by the test at the
+ * operation's start) and never into the workload's own set-up.
+ *
+ * CUEMU_TRACE=<file>: once armed, the first call of each entry point appends
+ * its symbol to file: the census of the calls an operation makes, from which a
+ * sweep takes the names it counts down. */
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +67,12 @@ static CUresult parse_result(const char *s)
 	return CUDA_ERROR_UNKNOWN;
 }
 
+static bool tracing;
+
 void emu_fault_parse(const char *spec)
 {
+	const char *t = getenv("CUEMU_TRACE");
+	tracing = t && *t;
 	if (!spec || !*spec)
 		return;
 	spec_copy = strdup(spec);
@@ -112,8 +125,40 @@ static void report(enum emu_fn fn, const struct fault *f)
 	close(fd);
 }
 
+/* Faults and the census count while the arming file exists (always, without
+ * CUEMU_FAULT_ARM): a test arms one operation and disarms after it. */
+static bool armed(void)
+{
+	const char *path = getenv("CUEMU_FAULT_ARM");
+	struct stat st;
+	return !path || !*path || stat(path, &st) == 0;
+}
+
+static void trace(enum emu_fn fn)
+{
+	static atomic_bool seen[EMU_FN_COUNT];
+	const char *path = getenv("CUEMU_TRACE");
+	if (!path || !*path || atomic_exchange(&seen[fn], true))
+		return;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	char line[96];
+	int n = snprintf(line, sizeof(line), "%s\n", fn_symbol[fn]);
+	if (n > 0 && write(fd, line, (size_t)n) < 0) {
+		/* best effort */
+	}
+	close(fd);
+}
+
 CUresult emu_fault_check(enum emu_fn fn)
 {
+	if (!nfaults && !tracing)
+		return CUDA_SUCCESS;
+	if (!armed())
+		return CUDA_SUCCESS;
+	if (tracing)
+		trace(fn);
 	for (int i = 0; i < nfaults; i++) {
 		struct fault *f = &faults[i];
 		if (strcmp(f->name, fn_symbol[fn]) != 0 && strcmp(f->name, fn_base[fn]) != 0)

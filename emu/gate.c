@@ -32,6 +32,10 @@ CUresult emu_enter(enum emu_fn fn)
 	unsigned flags = fn_flags[fn];
 	if (!(flags & EMU_NOINIT) && (!__atomic_load_n(&emu.initialized, __ATOMIC_ACQUIRE) || emu.forked_after_init))
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if ((flags & EMU_NEEDCTX) && emu.require_context && !emu_current) {
+		emu_log(1, "%s without a current context: CUDA_ERROR_INVALID_CONTEXT (CUEMU_REQUIRE_CONTEXT)", emu_fn_name(fn));
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	if (!(flags & EMU_NOGATE)) {
 		pthread_mutex_lock(&gate.mu);
 		while ((gate.state != CU_PROCESS_STATE_RUNNING || gate.locking) &&

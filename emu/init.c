@@ -139,6 +139,8 @@ static void read_env(void)
 			emu_log(1, "CUEMU_MEMORY=%s is not a size; using 16 GiB", v);
 	}
 	emu.mc_timeout_ms = 10000;
+	if ((v = getenv("CUEMU_REQUIRE_CONTEXT")) && *v == '1')
+		emu.require_context = true;
 	if ((v = getenv("CUEMU_MULTICAST_TIMEOUT_MS")) && *v)
 		emu.mc_timeout_ms = (unsigned)atoi(v);
 	const char *seed = getenv("CUEMU_UUID_SEED");

@@ -24,7 +24,7 @@
  * VMM_GROUP_MULTICAST=1 does the same as --multicast; VMM_GROUP_MC_DEFECT=no-add|no-bind leaves the last device of the team
  * unadded (then nobody binds) or unbound, for validation tests.
  *
- * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT in that process only.
+ * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
  * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
  * shared memory to survive a checkpoint; without it the same program is a plain
@@ -197,8 +197,10 @@ static int map_at_new_va(CUmemGenericAllocationHandle h, int device, int other, 
 static void fault_role_filter(void)
 {
 	const char *only = getenv("VMM_GROUP_FAULT_ROLE");
-	if (only && strcmp(only, role) != 0)
+	if (only && strcmp(only, role) != 0) {
 		unsetenv("CUEMU_FAULT");
+		unsetenv("CUEMU_TRACE");
+	}
 }
 
 static int ndevices(void)

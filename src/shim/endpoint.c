@@ -31,6 +31,7 @@ struct export_entry {
 	CUmemGenericAllocationHandle driver; /* 0: not exportable now */
 	size_t size;
 	unsigned mc_devices; /* a multicast object's numDevices; 0: memory */
+	int device;          /* whose primary context serves the export */
 	struct cusnap_id *importers; /* multicast objects: the participants that redeemed it */
 	size_t nimporters;
 };
@@ -39,7 +40,7 @@ static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct hmap exports; /* id_hash(alloc id) -> export_entry */
 
 int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
-		size_t size, unsigned mc_devices)
+		size_t size, unsigned mc_devices, int device)
 {
 	int rc = 0;
 	pthread_mutex_lock(&exp_lock);
@@ -57,6 +58,7 @@ int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	e->driver = driver;
 	e->size = size;
 	e->mc_devices = mc_devices;
+	e->device = device;
 out:
 	pthread_mutex_unlock(&exp_lock);
 	return rc;
@@ -285,6 +287,7 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	CUmemGenericAllocationHandle driver = allowed ? e->driver : 0;
 	size_t size = allowed ? e->size : 0;
 	unsigned mc_devices = allowed ? e->mc_devices : 0;
+	int device = allowed ? e->device : 0;
 	if (mc_devices && !id_is_zero(&who))
 		note_importer(e, &who);
 	pthread_mutex_unlock(&exp_lock);
@@ -297,8 +300,11 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 		return PROTO_E_AUTH;
 	}
 	int fd = -1;
-	CUresult cr = driver ? real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-			     : CUDA_ERROR_INVALID_HANDLE;
+	/* This thread has no context of its own (SYSTEM.md §4.1). */
+	CUresult cr = driver ? ctx_enter_device(device) : CUDA_ERROR_INVALID_HANDLE;
+	if (cr == CUDA_SUCCESS)
+		cr = real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	ctx_leave_all();
 	if (cr != CUDA_SUCCESS) {
 		error_payload(out, "participant %d (ns %d): allocation %s: cuMemExportToShareableHandle failed: %s",
 			      (int)me->pid, (int)me->nspid, hex, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");

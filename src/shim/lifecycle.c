@@ -69,46 +69,13 @@ void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fm
 
 /* ---- driver helpers (caller holds tbl.lock) ---- */
 
-/* The primary context of a device, current on this (endpoint) thread for the
- * copies of one operation; released by leave_devices() when it ends. */
-static __thread int retained[64];
-static __thread CUcontext contexts[64];
-static __thread int current = -1;
-
-static CUresult enter_device(int dev, CUcontext *ctx)
+CUresult life_enter(const struct shim_alloc *a, struct life_result *r)
 {
-	if (dev < 0 || dev >= 64)
-		return CUDA_ERROR_INVALID_DEVICE;
-	CUresult rc = CUDA_SUCCESS;
-	if (!retained[dev]) {
-		rc = aux.cuDevicePrimaryCtxRetain(&contexts[dev], dev);
-		if (rc)
-			return rc;
-		retained[dev] = 1;
-	}
-	*ctx = contexts[dev];
-	if (rc == CUDA_SUCCESS && current != dev) {
-		rc = aux.cuCtxSetCurrent(*ctx);
-		current = rc == CUDA_SUCCESS ? dev : -1;
-	}
+	int dev = ctx_device_of(a);
+	CUresult rc = ctx_enter_device(dev);
+	if (rc)
+		life_fail(r, a, "cuDevicePrimaryCtxRetain(%d)/cuCtxSetCurrent failed: %s", dev, shim_cu_name(rc));
 	return rc;
-}
-
-static void leave_device(int dev)
-{
-	(void)dev; /* kept current for the next copy of this operation */
-}
-
-static void leave_devices(void)
-{
-	if (current >= 0)
-		aux.cuCtxSetCurrent(NULL);
-	current = -1;
-	for (int d = 0; d < 64; d++) {
-		if (retained[d])
-			aux.cuDevicePrimaryCtxRelease_v2(d);
-		retained[d] = 0;
-	}
 }
 
 /* Copy between host memory and the allocation through a temporary mapping
@@ -116,13 +83,9 @@ static void leave_devices(void)
 static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_device, struct life_result *r)
 {
 	CUdeviceptr va = 0;
-	CUcontext ctx;
-	int dev = a->prop.location.id;
-	CUresult rc = enter_device(dev, &ctx);
-	if (rc) {
-		life_fail(r, a, "cuDevicePrimaryCtxRetain(%d) failed: %s", dev, shim_cu_name(rc));
+	CUresult rc = life_enter(a, r);
+	if (rc)
 		return rc;
-	}
 	rc = aux.cuMemAddressReserve(&va, a->size, a->granularity, 0, 0);
 	if (rc) {
 		life_fail(r, a, "cuMemAddressReserve(%zu) failed: %s", a->size, shim_cu_name(rc));
@@ -158,13 +121,15 @@ free_va:
 		LOG_AT(LOG_WARN, "cuMemAddressFree of the copy reservation %#llx failed: address space leaked",
 		       (unsigned long long)va);
 out:
-	leave_device(dev);
 	return rc;
 }
 
 /* Map every detached mapping of a at its recorded address with its access. */
 CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 {
+	CUresult entered = life_enter(a, r);
+	if (entered)
+		return entered;
 	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
 		struct itree_node *n = &m->node;
 		if (!m->detached)
@@ -192,6 +157,9 @@ CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 
 CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r)
 {
+	CUresult entered = life_enter(a, r);
+	if (entered)
+		return entered;
 	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
 		struct itree_node *n = &m->node;
 		if (m->detached)
@@ -235,7 +203,9 @@ void life_drop_spare_ref(struct shim_alloc *a)
 
 static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 {
-	CUresult rc;
+	CUresult rc = life_enter(a, r);
+	if (rc)
+		return rc;
 	if (!a->driver_ref) {
 		/* Only mappings anchor it: take a reference before unmapping them. */
 		struct shim_mapping *any = NULL;
@@ -283,7 +253,9 @@ static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 
 static CUresult prepare_importer(struct shim_alloc *a, struct life_result *r)
 {
-	CUresult rc = life_detach_mappings(a, r);
+	CUresult rc = life_enter(a, r);
+	if (!rc)
+		rc = life_detach_mappings(a, r);
 	if (!rc)
 		rc = life_release_ref(a, r);
 	if (rc)
@@ -348,7 +320,9 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 
 static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 {
-	CUresult rc;
+	CUresult rc = life_enter(a, r);
+	if (rc)
+		return rc;
 	bool created = false;
 	if (a->detached) {
 		/* Host mode (or a host-mode prepare that got this far): a new allocation. */
@@ -487,8 +461,10 @@ static int op_restore_importers(struct life_result *r)
 			continue;
 		}
 		CUmemGenericAllocationHandle h;
-		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
-							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		rc = life_enter(a, r);
+		if (!rc)
+			rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
+								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		if (rc) {
 			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 			continue;
@@ -669,7 +645,27 @@ static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		goto reply;
 	}
 	switch (op) {
-	case PROTO_OP_QUIESCE:
+	case PROTO_OP_QUIESCE: {
+		/* Work still in flight on memory about to be unmapped would fault on a
+		 * GPU: synchronize every device this process's objects live on first
+		 * (without the table lock: it waits for the GPU). */
+		bool used[64] = {false};
+		pthread_mutex_lock(&tbl.lock);
+		for (size_t i = 0; i < tbl.allocs.cap; i++) {
+			struct shim_alloc *a = tbl.allocs.vals[i];
+			int dev = tbl.allocs.keys[i] ? ctx_device_of(a) : -1;
+			if (dev >= 0 && dev < 64)
+				used[dev] = true;
+		}
+		pthread_mutex_unlock(&tbl.lock);
+		int bad = -1;
+		const char *call = "";
+		CUresult sync = ctx_synchronize_devices(used, 64, &bad, &call);
+		if (sync) {
+			life_fail(&r, NULL, "QUIESCE: %s (device %d) failed: %s", call, bad, shim_cu_name(sync));
+			rc = PROTO_E_DRIVER;
+			break;
+		}
 		pthread_mutex_lock(&tbl.lock);
 		if (shim_mc_objects > 0) {
 			/* Never let the native checkpoint hang on a multicast object it cannot take down. */
@@ -682,6 +678,7 @@ static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		}
 		pthread_mutex_unlock(&tbl.lock);
 		break;
+	}
 	case PROTO_OP_PREPARE_MULTICAST:
 		rc = step_done(&r, mc_prepare(&r), SHIM_PHASE_MULTICAST_DETACHED);
 		break;
@@ -761,7 +758,7 @@ static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *
 		break;
 	}
 reply:;
-	leave_devices();
+	ctx_leave_all();
 	size_t at = pbuf_begin(out, rc == PROTO_OK ? REC_RESULT : REC_ERROR);
 	if (rc == PROTO_OK) {
 		pbuf_put_u64(out, F_BYTES, r.bytes);

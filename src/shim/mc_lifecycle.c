@@ -61,15 +61,20 @@ void mc_apply_device_map(struct shim_alloc *a, const int *map)
 			mc->binds[i].device = map[mc->binds[i].device];
 }
 
-/* Take down what is left of one object here: binds, mappings, the handle. */
+/* Take down what is left of one object here, in the order both GPU-tested
+ * peers use (SYSTEM.md §8): unmap its VAs (reservations kept), unbind every
+ * member, release the handle. */
 static CUresult teardown(struct shim_alloc *a, struct life_result *r)
 {
 	struct shim_mc *mc = a->mc;
+	CUresult rc = life_detach_mappings(a, r);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < mc->nbinds; i++) {
 		struct shim_mc_bind *b = &mc->binds[i];
 		if (b->detached)
 			continue;
-		CUresult rc = a->detached ? CUDA_SUCCESS : real.cuMulticastUnbind(a->driver, b->device, b->mc_offset, b->size);
+		rc = a->detached ? CUDA_SUCCESS : real.cuMulticastUnbind(a->driver, b->device, b->mc_offset, b->size);
 		if (rc) {
 			life_fail(r, a, "cuMulticastUnbind(device %d, offset %zu, %zu bytes) failed: %s", b->device,
 				  b->mc_offset, b->size, shim_cu_name(rc));
@@ -77,9 +82,7 @@ static CUresult teardown(struct shim_alloc *a, struct life_result *r)
 		}
 		b->detached = true;
 	}
-	CUresult rc = life_detach_mappings(a, r);
-	if (!rc)
-		rc = life_release_ref(a, r);
+	rc = life_release_ref(a, r);
 	if (!rc)
 		a->detached = true; /* the driver's object is gone from this process */
 	return rc;
@@ -194,7 +197,9 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 		CUmulticastObjectProp prop = a->mc->prop;
 		prop.size = capacity(a);
 		CUmemGenericAllocationHandle h = 0;
-		rc = real.cuMulticastCreate(&h, &prop);
+		rc = life_enter(a, r);
+		if (!rc)
+			rc = real.cuMulticastCreate(&h, &prop);
 		if (rc) {
 			life_fail(r, a, "cuMulticastCreate(%u devices, %zu bytes) failed: %s", prop.numDevices, prop.size,
 				  shim_cu_name(rc));
@@ -246,7 +251,10 @@ static CUresult reimport(uint64_t key, struct life_result *r)
 		rc = CUDA_ERROR_INVALID_VALUE;
 	} else {
 		CUmemGenericAllocationHandle h = 0;
-		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		rc = life_enter(a, r);
+		if (!rc)
+			rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		if (rc) {
 			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 		} else {
@@ -289,6 +297,8 @@ int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
 			rc = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}
+		if (a->mc->fresh && a->mc->nadded)
+			rc = life_enter(a, r);
 		for (size_t d = 0; !rc && a->mc->fresh && d < a->mc->nadded; d++) {
 			rc = real.cuMulticastAddDevice(a->driver, a->mc->added[d]);
 			if (rc)
@@ -359,7 +369,9 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 	size_t done = 0;
 	for (; !rc && done < k; done++) {
 		struct pending_bind *p = &list[done];
-		rc = p->member_va ? real.cuMulticastBindAddr(p->mc, p->mc_offset, p->member_va, p->size, 0)
+		rc = ctx_enter_device(p->device);
+		if (!rc)
+			rc = p->member_va ? real.cuMulticastBindAddr(p->mc, p->mc_offset, p->member_va, p->size, 0)
 				  : real.cuMulticastBindMem(p->mc, p->mc_offset, p->member, p->member_offset, p->size, 0);
 		if (rc) {
 			pthread_mutex_lock(&tbl.lock);

@@ -131,6 +131,8 @@ static void load_driver(void)
 	AUX(cuDevicePrimaryCtxRelease_v2);
 	AUX(cuCtxSetCurrent);
 	AUX(cuCtxGetCurrent);
+	AUX(cuCtxGetDevice);
+	AUX(cuCtxSynchronize);
 	AUX(cuGetErrorName);
 	AUX(cuMemGetAllocationGranularity);
 	AUX(cuMulticastGetGranularity);

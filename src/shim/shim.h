@@ -70,6 +70,8 @@ struct shim_aux {
 	__typeof__(&cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease_v2;
 	__typeof__(&cuCtxSetCurrent) cuCtxSetCurrent;
 	__typeof__(&cuCtxGetCurrent) cuCtxGetCurrent;
+	__typeof__(&cuCtxGetDevice) cuCtxGetDevice;
+	__typeof__(&cuCtxSynchronize) cuCtxSynchronize;
 	__typeof__(&cuGetErrorName) cuGetErrorName;
 	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
 	__typeof__(&cuMulticastGetGranularity) cuMulticastGetGranularity;
@@ -149,6 +151,7 @@ struct shim_alloc {
 	struct shim_mapping *maps;     /* those mappings (list through shim_mapping.sibling) */
 	char *creator_endpoint;        /* importers: where the capability is redeemed */
 	size_t granularity;            /* bytes: the driver's minimum for its properties */
+	int ctx_device;                /* device of the context current at creation/import (-1: none) */
 	size_t mc_binds;               /* multicast binds of this memory (the shim keeps a reference meanwhile) */
 	struct shim_mc *mc;            /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
@@ -232,6 +235,22 @@ void tbl_alloc_maybe_free(struct shim_alloc *a);
 /* Counts for tests and INSPECT. */
 size_t tbl_live_allocs(void);
 
+/* ---- contexts on the shim's own threads (context.c) ---- */
+/* Make the primary context of dev current on this thread (retained until
+ * ctx_leave_all). */
+CUresult ctx_enter_device(int dev);
+/* The device whose context the shim uses for a's driver calls. */
+int ctx_device_of(const struct shim_alloc *a);
+/* ctx_enter_device(ctx_device_of(a)). */
+CUresult ctx_enter_for(const struct shim_alloc *a);
+/* The device of the calling thread's current context, -1 when none. */
+int ctx_current_device(void);
+/* cuCtxSynchronize in the primary context of every device d with used[d]; the
+ * failing device and call in *failed_dev, *failed_call. */
+CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const char **failed_call);
+/* Leave the context and release what ctx_enter_device retained on this thread. */
+void ctx_leave_all(void);
+
 /* ---- lifecycle (lifecycle.c) ---- */
 enum shim_content { SHIM_CONTENT_HOST = 1, SHIM_CONTENT_NATIVE = 2 };
 /* The phase; tracked mutations are refused outside ACTIVE. */
@@ -254,6 +273,8 @@ struct life_result {
 /* Record the failure: participant, object (a may be NULL) and what failed. */
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The context for a's driver calls made current on this thread (failure recorded in r). */
+CUresult life_enter(const struct shim_alloc *a, struct life_result *r);
 CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r);
 CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r);
 CUresult life_release_ref(struct shim_alloc *a, struct life_result *r);
@@ -325,9 +346,10 @@ int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, 
 
 /* ---- exports served to peers (endpoint.c) ---- */
 /* Register or update what EXPORT serves for an allocation (its own lock).
- * mc_devices: the numDevices of a multicast object, 0 for memory. */
+ * mc_devices: the numDevices of a multicast object, 0 for memory; device: whose
+ * context serves the export (ctx_device_of). */
 int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
-		size_t size, unsigned mc_devices);
+		size_t size, unsigned mc_devices, int device);
 void exports_drop(const struct cusnap_id *alloc_id);
 /* Take (true) or release (false) the exports lock around fork, after tbl.lock. */
 void exports_lock_for_fork(bool take);

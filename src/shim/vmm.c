@@ -35,7 +35,7 @@ int publish_export(const struct shim_alloc *a)
 	if (a->role != SHIM_ROLE_CREATOR || id_is_zero(&a->token))
 		return 0;
 	return exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->mc ? a->mc->prop.size : a->size,
-			   a->mc ? a->mc->prop.numDevices : 0);
+			   a->mc ? a->mc->prop.numDevices : 0, ctx_device_of(a));
 }
 
 static size_t granularity_of(const CUmemAllocationProp *prop)
@@ -95,6 +95,7 @@ struct shim_alloc *track_created(const struct shim_identity *me, CUmemGenericAll
 	a->size = size;
 	a->driver = drv;
 	a->driver_ref = true;
+	a->ctx_device = ctx_current_device();
 	*handle = h->value;
 	return a;
 }
@@ -535,6 +536,7 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 			a->mc = mc;
 			a->granularity = mc ? mc_granularity(&mc->prop) : granularity_of(&prop);
 			a->creator_endpoint = endpoint;
+			a->ctx_device = ctx_current_device();
 			*handle = h->value;
 		}
 	}

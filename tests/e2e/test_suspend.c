@@ -61,57 +61,131 @@ static void r615(void)
 	group_kill(&g);
 }
 
+/* Every driver call cuemu implements (emu/api.def), by symbol. */
+static const char *const api_calls[] = {
+#define X(sym, name, ver, flags) #sym,
+#include "../../emu/api.def"
+#undef X
+};
+
+/* Did the group pass after an aborted or completed suspend? (rc: suspend's exit) */
+static bool group_back_and_passing(struct group *g, int rc, const char *what)
+{
+	bool ok = true;
+	if (rc == 0) {
+		char *out;
+		int r = group_resume(g, &out, NULL);
+		if (r != 0) {
+			test_fail(__FILE__, __LINE__, "%s: suspend succeeded, resume exited %d:\n%s", what, r, out);
+			ok = false;
+		}
+		free(out);
+	} else {
+		char *json = group_inspect(g);
+		/* Nothing half-prepared: every process active, running, sharing again. */
+		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2) {
+			test_fail(__FILE__, __LINE__, "%s: after the abort:\n%s", what, json);
+			ok = false;
+		}
+		free(json);
+	}
+	if (ok && group_finish(g) != 2) {
+		test_fail(__FILE__, __LINE__, "%s: the workload did not pass afterwards", what);
+		ok = false;
+	}
+	group_kill(g);
+	return ok;
+}
+
+/* One suspend of a fresh group with env; faults count from the suspend's start
+ * (CUEMU_FAULT_ARM). Returns suspend's exit code, its output in *out. */
+static int armed_suspend(struct group *g, const char *content, char *const *env, const char *arm, char **out)
+{
+	unlink(arm);
+	if (group_start(g, "sweep", 1, 2, false, NULL, env, NULL) < 0)
+		return -1;
+	test_write_file(arm, "");
+	int rc = group_suspend(g, content, out, NULL);
+	unlink(arm); /* what follows (resume, the check) runs unfaulted */
+	return rc;
+}
+
+/* SQLite-style countdown sweep over prepare (SYSTEM.md §12): for a role and a
+ * content mode, every driver call the suspend makes in that process (a census
+ * run, intersected with emu/api.def), N = 1, 2, ... until the suspend runs with
+ * no fault fired. After each N: exit 1 with every participant rebuilt and the
+ * group passing, or (a fault the shim absorbed) exit 0 and a resume that works. */
+static int prepare_sweep(const char *content, const char *role)
+{
+	char arm[PATH_MAX], census[PATH_MAX], report[PATH_MAX];
+	snprintf(arm, sizeof(arm), "%s/arm", e2e_root);
+	snprintf(census, sizeof(census), "%s/census", e2e_root);
+	snprintf(report, sizeof(report), "%s/fired", e2e_root);
+	char env_arm[PATH_MAX + 32], env_trace[PATH_MAX + 32], env_report[PATH_MAX + 32], env_role[64];
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	snprintf(env_trace, sizeof(env_trace), "CUEMU_TRACE=%s", census);
+	snprintf(env_report, sizeof(env_report), "CUEMU_FAULT_REPORT=%s", report);
+	snprintf(env_role, sizeof(env_role), "VMM_GROUP_FAULT_ROLE=%s", role);
+	unlink(census);
+	struct group g;
+	char *out = NULL;
+	char *census_env[] = {env_arm, env_trace, env_role, NULL};
+	int rc = armed_suspend(&g, content, census_env, arm, &out);
+	free(out);
+	if (rc != 0 || !group_back_and_passing(&g, rc, "census run"))
+		return 0;
+	char *calls = test_read_file(census);
+	int cases = 0;
+	for (size_t c = 0; calls && c < sizeof(api_calls) / sizeof(api_calls[0]); c++) {
+		char needle[96];
+		snprintf(needle, sizeof(needle), "%s\n", api_calls[c]);
+		bool made = strncmp(calls, needle, strlen(needle)) == 0;
+		for (const char *p = calls; !made && (p = strstr(p, needle)); p++)
+			made = p[-1] == '\n';
+		if (!made)
+			continue; /* N = 1 would fire nothing */
+		for (int n = 1; n < 50; n++) {
+			char fault[128], what[256];
+			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", api_calls[c], n);
+			snprintf(what, sizeof(what), "%s (%s content, in %s)", fault, content, role);
+			char *env[] = {fault, env_arm, env_report, env_role, NULL};
+			unlink(report);
+			rc = armed_suspend(&g, content, env, arm, &out);
+			cases++;
+			char *fired = test_read_file(report);
+			bool hit = fired && strstr(fired, api_calls[c]);
+			free(fired);
+			if (rc == 1 && !contains(out, "every participant was rebuilt"))
+				test_fail(__FILE__, __LINE__, "%s: suspend exited 1 without rebuilding:\n%s", what, out);
+			else if (rc != 0 && rc != 1)
+				test_fail(__FILE__, __LINE__, "%s: suspend exited %d:\n%s", what, rc, out);
+			char base[96]; /* the name messages use: cuMemcpyDtoH for cuMemcpyDtoH_v2 */
+			snprintf(base, sizeof(base), "%s", api_calls[c]);
+			char *v = strstr(base, "_v");
+			if (v)
+				*v = '\0';
+			if (rc == 1 && hit && !contains(out, base))
+				test_fail(__FILE__, __LINE__, "%s: the failing call is not named:\n%s", what, out);
+			free(out);
+			bool passed = group_back_and_passing(&g, rc, what);
+			if (!hit || !passed)
+				break; /* ran to the end with no fault fired (or already failed) */
+		}
+	}
+	free(calls);
+	return cases;
+}
+
 static void abort_on_driver_failure(void)
 {
-	/* The nth call of each driver function prepare uses is its first call in
-	 * prepare: vmm_group --allocs 2 makes 3 reservations, mappings and access
-	 * changes (2 shared, 1 private) and retains one primary context while it
-	 * sets up, and no copy to the host, unmap, release or address free. */
-	static const struct {
-		const char *fault;
-		const char *content;
-		const char *role; /* the process the fault is injected into */
-	} cases[] = {
-		{"CUEMU_FAULT=cuDevicePrimaryCtxRetain:2", "host", "parent"},
-		{"CUEMU_FAULT=cuMemAddressReserve:4", "host", "parent"},
-		{"CUEMU_FAULT=cuMemMap:4", "host", "parent"},
-		{"CUEMU_FAULT=cuMemSetAccess:4", "host", "parent"},
-		{"CUEMU_FAULT=cuMemcpyDtoH:1", "host", "parent"},
-		{"CUEMU_FAULT=cuMemcpyDtoH:2", "host", "parent"},
-		/* (cuMemUnmap:1 in the parent hits the copy mapping, whose unmap is
-		 * retried once: prepare then succeeds, as it should.) */
-		{"CUEMU_FAULT=cuMemUnmap:2", "host", "parent"},
-		{"CUEMU_FAULT=cuMemRelease:1", "host", "parent"},
-		{"CUEMU_FAULT=cuMemRelease:2", "host", "parent"},
-		{"CUEMU_FAULT=cuMemUnmap:1", "host", "worker0"},
-		{"CUEMU_FAULT=cuMemRelease:2", "host", "worker0"},
-		{"CUEMU_FAULT=cuMemUnmap:1", "native", "parent"},
-		{"CUEMU_FAULT=cuMemUnmap:2", "native", "worker0"},
-		{"CUEMU_FAULT=cuMemRelease:1", "native", "worker0"},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char role[64];
-		snprintf(role, sizeof(role), "VMM_GROUP_FAULT_ROLE=%s", cases[i].role);
-		char *env[] = {(char *)cases[i].fault, role, NULL};
-		struct group g;
-		if (group_start(&g, "abort", 1, 2, false, NULL, env, NULL) < 0)
-			return;
-		char *out;
-		int rc = group_suspend(&g, cases[i].content, &out, NULL);
-		if (rc != 1 || !contains(out, "every participant was rebuilt"))
-			test_fail(__FILE__, __LINE__, "%s (%s, %s): suspend exited %d:\n%s", cases[i].fault, cases[i].content,
-				  cases[i].role, rc, out);
-		free(out);
-		char *json = group_inspect(&g);
-		/* Nothing half-prepared: every process active, running, sharing again. */
-		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2)
-			test_fail(__FILE__, __LINE__, "%s (%s): after the abort:\n%s", cases[i].fault, cases[i].role, json);
-		free(json);
-		if (group_finish(&g) != 2)
-			test_fail(__FILE__, __LINE__, "%s (%s, %s): the workload did not pass after the abort", cases[i].fault,
-				  cases[i].content, cases[i].role);
-		group_kill(&g);
-	}
+	/* The plain suite sweeps both roles in both content modes; under a
+	 * sanitizer, one of each mode (`make sweep` runs them all everywhere). */
+	bool all = !getenv("CUSNAP_SANITIZER") || getenv("CUSNAP_SWEEP_ALL");
+	int cases = prepare_sweep("host", "parent") + prepare_sweep("native", "worker0");
+	if (all)
+		cases += prepare_sweep("host", "worker0") + prepare_sweep("native", "parent");
+	printf("     countdown sweep over prepare: %d fault cases\n", cases);
+	CHECK(cases > 10);
 }
 
 static void abort_on_dead_participant(void)
@@ -333,7 +407,7 @@ int main(void)
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
-	test_run("a failure at each driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
+	test_run("countdown sweep over every driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);

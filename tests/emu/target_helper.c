@@ -69,6 +69,10 @@ static CUdeviceptr map_rw(CUmemGenericAllocationHandle h, int access_dev)
 static void *serve_exports(void *arg)
 {
 	(void)arg;
+	/* A thread of its own: a GPU-correct program makes a context current on it. */
+	CUcontext ctx;
+	if (forward_fd < 0 && cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS)
+		cuCtxSetCurrent(ctx);
 	for (;;) {
 		int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (c < 0)

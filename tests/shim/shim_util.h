@@ -34,6 +34,8 @@ static inline void shim_reexec(int argc, char **argv)
 	self[n > 0 ? n : 0] = '\0';
 	setenv("SNAPSHOT_CONTROL_DIR", tmpl, 1);
 	setenv("CUSNAP_UNDER_SHIM", "1", 1);
+	/* The shim must never rely on VMM calls working without a current context. */
+	setenv("CUEMU_REQUIRE_CONTEXT", "1", 0);
 	if (getenv("CUSNAP_SANITIZER")) {
 		/* The shim is preloaded ahead of the sanitizer runtime. */
 		setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 0);

@@ -8,7 +8,7 @@
 static void create_one(CUmemGenericAllocationHandle *h)
 {
 	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuInit(0));
+	CHECK_CU(emu_use_device(0));
 	CHECK_CU(cuMemCreate(h, 2 * MiB, &p, 0));
 }
 

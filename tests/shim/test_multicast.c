@@ -118,7 +118,7 @@ static int raw_child(int sock)
 	CUmemGenericAllocationHandle mc;
 	int fd = -1;
 	char byte;
-	if (cuInit(0) || cuMulticastCreate(&mc, &p) ||
+	if (emu_use_device(0) || cuMulticastCreate(&mc, &p) ||
 	    cuMemExportToShareableHandle(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) || test_send_fd(sock, fd))
 		return 1;
 	return read(sock, &byte, 1) == 1 ? 0 : 1;
