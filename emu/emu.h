@@ -171,6 +171,9 @@ void emu_mark_cuda_process(void);
 /* multicast.c */
 int emu_mc_layout(struct emu_mapping *m);
 void emu_mc_destroy(struct emu_alloc *a);
+/* Wait, without emu.lock, until every device of the team was added (bounded by
+ * CUEMU_MULTICAST_TIMEOUT_MS: CUDA_ERROR_SYSTEM_NOT_READY). */
+CUresult emu_mc_wait_team(struct emu_mc_shared *mc);
 
 /* copy.c */
 void emu_streams_sync_all(void);

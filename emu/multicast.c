@@ -211,7 +211,7 @@ static CUresult bind_check(CUmemGenericAllocationHandle h, size_t mc_offset, str
 
 /* Wait, without emu.lock, until every device of the team was added (the driver
  * blocks here; the emulator gives up after CUEMU_MULTICAST_TIMEOUT_MS). */
-static CUresult wait_team(struct emu_mc_shared *mc)
+CUresult emu_mc_wait_team(struct emu_mc_shared *mc)
 {
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
@@ -221,7 +221,7 @@ static CUresult wait_team(struct emu_mc_shared *mc)
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		long ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
 		if (ms >= (long)emu.mc_timeout_ms) {
-			emu_log(1, "multicast bind: only %d of %u devices were added after %u ms",
+			emu_log(1, "multicast bind or map: only %d of %u devices were added after %u ms",
 				__builtin_popcountll(atomic_load(&mc->added_mask)), mc->num_devices, emu.mc_timeout_ms);
 			return CUDA_ERROR_SYSTEM_NOT_READY;
 		}
@@ -254,7 +254,7 @@ static CUresult mc_bind(CUmemGenericAllocationHandle h, size_t mc_offset, CUmemG
 			pthread_mutex_unlock(&emu.lock);
 			if (rc)
 				return rc;
-			rc = wait_team(mc);
+			rc = emu_mc_wait_team(mc);
 			if (rc)
 				return rc;
 			continue;

@@ -273,6 +273,17 @@ static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 {
 	if (flags || !ptr || !size || !aligned(ptr) || !aligned(size) || !aligned(offset))
 		return CUDA_ERROR_INVALID_VALUE;
+	/* cuda.h: mapping a multicast object blocks until every device of its team
+	 * was added (bounded here). The shared page lives while the handle does. */
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *pre = emu_alloc_get(h);
+	struct emu_mc_shared *team = pre && pre->kind == EMU_OBJ_MULTICAST ? pre->mc : NULL;
+	pthread_mutex_unlock(&emu.lock);
+	if (team) {
+		CUresult w = emu_mc_wait_team(team);
+		if (w)
+			return w;
+	}
 	CUresult rc = CUDA_SUCCESS;
 	struct emu_mapping *m = NULL;
 	pthread_mutex_lock(&emu.lock);

@@ -388,18 +388,30 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 		if (a)
 			a->mc->binds[list[i].index].detached = false;
 	}
-	/* Then the multicast VAs, with their access. */
+	/* Then the multicast VAs, with their access. A cuMemMap of a multicast
+	 * object may wait for its team (cuda.h): made without the table lock. The
+	 * records cannot change meanwhile: tracked calls are refused outside ACTIVE
+	 * and lifecycle steps run one at a time. */
+	struct shim_alloc **objs = calloc(n ? n : 1, sizeof(*objs));
+	for (size_t i = 0; objs && i < n; i++)
+		objs[i] = hmap_get(&tbl.allocs, keys[i]);
+	pthread_mutex_unlock(&tbl.lock);
+	if (!objs && !rc) {
+		snprintf(r->msg, sizeof(r->msg), "out of memory");
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t i = 0; !rc && i < n; i++)
+		if (objs[i])
+			rc = life_attach_mappings(objs[i], r);
+	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; !rc && i < n; i++) {
-		struct shim_alloc *a = hmap_get(&tbl.allocs, keys[i]);
-		if (!a)
-			continue;
-		rc = life_attach_mappings(a, r);
-		if (!rc) {
-			life_drop_spare_ref(a);
+		if (objs[i]) {
+			life_drop_spare_ref(objs[i]);
 			r->count++;
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);
+	free(objs);
 	free(keys);
 	free(list);
 	return rc ? PROTO_E_DRIVER : PROTO_OK;

@@ -239,11 +239,29 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 		pthread_mutex_unlock(&tbl.lock);
 		return rc ? rc : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	rc = real.cuMemMap(ptr, size, offset, h->alloc->driver, flags);
+	struct shim_alloc *a = h->alloc;
+	if (a->mc) {
+		/* Mapping a multicast object blocks until its whole team was added
+		 * (cuda.h): never with the table lock held. The handle is checked again
+		 * afterwards; gone meanwhile, the mapping is undone. */
+		uint64_t key = a->key;
+		CUmemGenericAllocationHandle drv = a->driver;
+		pthread_mutex_unlock(&tbl.lock);
+		rc = real.cuMemMap(ptr, size, offset, drv, flags);
+		pthread_mutex_lock(&tbl.lock);
+		h = tbl_handle_get(handle);
+		if (rc == CUDA_SUCCESS && (!h || h->alloc->key != key)) {
+			real.cuMemUnmap(ptr, size);
+			rc = CUDA_ERROR_INVALID_VALUE;
+		}
+		a = h ? h->alloc : NULL;
+	} else {
+		rc = real.cuMemMap(ptr, size, offset, a->driver, flags);
+	}
 	if (rc == CUDA_SUCCESS) {
 		m->node.start = ptr;
 		m->node.end = ptr + size;
-		m->alloc = h->alloc;
+		m->alloc = a;
 		m->offset = offset;
 		m->flags = flags;
 		if (itree_insert(&tbl.mappings, &m->node) < 0) {
@@ -251,10 +269,10 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 			real.cuMemUnmap(ptr, size);
 			rc = CUDA_ERROR_INVALID_VALUE;
 		} else {
-			h->alloc->mappings++;
+			a->mappings++;
 			tbl_mapping_link(m);
-			if (h->alloc->mc && offset + size > h->alloc->mc->used)
-				h->alloc->mc->used = offset + size;
+			if (a->mc && offset + size > a->mc->used)
+				a->mc->used = offset + size;
 			m = NULL;
 		}
 	}

@@ -1,6 +1,8 @@
 /* cuemu in one process: the VMM lifecycle, reference counting, access, errors,
  * copies, streams, multicast objects and the resolver. */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
 #include <signal.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -371,6 +373,19 @@ static void streams_and_events(void)
 	free(dst);
 }
 
+/* Adds device 1 to *arg after 50 ms, noting when. */
+static struct timespec joined_at;
+static void *add_device_later(void *arg)
+{
+	usleep(50000);
+	CUcontext c;
+	if (cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS)
+		cuCtxSetCurrent(c);
+	clock_gettime(CLOCK_MONOTONIC, &joined_at);
+	CHECK_CU(cuMulticastAddDevice(*(CUmemGenericAllocationHandle *)arg, 1));
+	return NULL;
+}
+
 static void multicast_local(void)
 {
 	CUmulticastObjectProp mp = {.numDevices = 2, .size = 2 * gran,
@@ -417,6 +432,21 @@ static void multicast_local(void)
 	CHECK_CU(cuMemCreate(&m0, 2 * gran, &p0, 0));
 	CHECK_CU(cuMulticastAddDevice(mc, 0));
 	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, 2 * gran, 0), CUDA_ERROR_SYSTEM_NOT_READY);
+	/* So does a mapping of the object (cuda.h), until the last device joins. */
+	CUdeviceptr wva;
+	CHECK_CU(cuMemAddressReserve(&wva, 2 * gran, 0, 0, 0));
+	CHECK_CU_EQ(cuMemMap(wva, 2 * gran, 0, mc, 0), CUDA_ERROR_SYSTEM_NOT_READY);
+	pthread_t joiner;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_create(&joiner, NULL, add_device_later, &mc);
+	CHECK_CU(cuMemMap(wva, 2 * gran, 0, mc, 0)); /* returns once device 1 was added */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	pthread_join(joiner, NULL);
+	CHECK(joined_at.tv_sec != 0);
+	CHECK(t1.tv_sec > joined_at.tv_sec || (t1.tv_sec == joined_at.tv_sec && t1.tv_nsec >= joined_at.tv_nsec));
+	CHECK_CU(cuMemUnmap(wva, 2 * gran));
+	CHECK_CU(cuMemAddressFree(wva, 2 * gran));
 	CHECK_CU(cuMemRelease(mc));
 	CHECK_CU(cuMemRelease(m0));
 }
