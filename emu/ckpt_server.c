@@ -111,7 +111,8 @@ static CUresult do_checkpoint(void)
 		if (a->counted)
 			emu.dev[a->prop.location.id].used -= a->size;
 		a->counted = false;
-		checkpointed_devices |= 1u << a->prop.location.id;
+		if (!emu_on_host(&a->prop))
+			checkpointed_devices |= 1u << a->prop.location.id;
 	}
 	for (int d = 0; d < emu.ndev; d++)
 		if (emu.dev[d].primary && emu.dev[d].primary->active)
@@ -165,7 +166,7 @@ static CUresult do_restore(const int *map)
 	size_t need[EMU_MAX_DEVICES] = {0};
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
-		if (emu.allocs.keys[i] && is_mem(a) && a->saved)
+		if (emu.allocs.keys[i] && is_mem(a) && a->saved && !emu_on_host(&a->prop))
 			need[map[a->prop.location.id]] += a->size;
 	}
 	for (int d = 0; d < emu.ndev; d++) {
@@ -178,8 +179,9 @@ static CUresult do_restore(const int *map)
 		struct emu_alloc *a = emu.allocs.vals[i];
 		if (!emu.allocs.keys[i] || !is_mem(a) || !a->saved)
 			continue;
-		int dev = map[a->prop.location.id];
-		int fd = emu_memfd("mem", dev, (unsigned)a->prop.requestedHandleTypes, a->size);
+		bool host = emu_on_host(&a->prop); /* host memory stays where it is: no GPU to remap */
+		int dev = host ? a->prop.location.id : map[a->prop.location.id];
+		int fd = emu_memfd(emu_mem_kind(&a->prop), dev, (unsigned)a->prop.requestedHandleTypes, a->size);
 		size_t done = 0;
 		while (fd >= 0 && done < a->size) {
 			ssize_t n = pwrite(fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
@@ -198,8 +200,10 @@ static CUresult do_restore(const int *map)
 		a->prop.location.id = dev;
 		/* An import comes back as a private copy: its sharing is lost. */
 		a->native_restored = true;
-		a->counted = true;
-		emu.dev[dev].used += a->size;
+		if (!host) {
+			a->counted = true;
+			emu.dev[dev].used += a->size;
+		}
 	}
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
 		struct emu_mapping *m = (struct emu_mapping *)n;

@@ -99,7 +99,24 @@ struct emu_mapping {
 	struct emu_alloc *alloc;
 	size_t offset;                         /* bytes into the allocation */
 	unsigned char access[EMU_MAX_DEVICES]; /* CUmemAccess_flags per device */
+	unsigned char host_access;             /* CUmemAccess_flags of the CPU (HOST/HOST_NUMA locations) */
 };
+
+#define EMU_MAX_NUMA_NODES 64
+
+/* Host memory from cuMemCreate (HOST_NUMA or HOST location): no device backing. */
+static inline bool emu_on_host(const CUmemAllocationProp *p)
+{
+	return p->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA || p->location.type == CU_MEM_LOCATION_TYPE_HOST;
+}
+
+/* The memfd kind that names memory at a location ("mem", "hnuma", "host"). */
+static inline const char *emu_mem_kind(const CUmemAllocationProp *p)
+{
+	return p->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? "hnuma"
+	       : p->location.type == CU_MEM_LOCATION_TYPE_HOST    ? "host"
+								  : "mem";
+}
 
 struct emu_state {
 	pthread_mutex_t lock; /* everything below */
@@ -117,6 +134,7 @@ struct emu_state {
 	uint64_t next_memfd;
 	struct itree reservations;
 	struct itree mappings;
+	struct itree legacy; /* cuMemAlloc allocations (memalloc.c) */
 	size_t multicast_objects;
 	bool has_context; /* a context or device memory exists: a CUDA process */
 };
@@ -167,6 +185,17 @@ int emu_mapping_apply(struct emu_mapping *m);
 int emu_mapping_prot(const struct emu_mapping *m);
 void emu_alloc_unref(struct emu_alloc *a);
 void emu_mark_cuda_process(void);
+
+/* vmm.c internals, each taking emu.lock itself (callers hold none). */
+CUresult emu_address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr);
+CUresult emu_address_free(CUdeviceptr ptr, size_t size);
+CUresult emu_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			unsigned long long flags);
+CUresult emu_mem_release(CUmemGenericAllocationHandle h);
+CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+		     unsigned long long flags);
+CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size);
+CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 
 /* multicast.c */
 int emu_mc_layout(struct emu_mapping *m);

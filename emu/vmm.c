@@ -87,7 +87,7 @@ static struct emu_alloc *alloc_new(enum emu_obj_kind kind, int fd, size_t size, 
 
 /* ---- reservations ---- */
 
-static CUresult address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr)
+CUresult emu_address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr)
 {
 	if (!ptr || !size || !aligned(size))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -135,10 +135,10 @@ EMU_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 				     unsigned long long flags)
 {
 	(void)flags;
-	EMU_CALL(cuMemAddressReserve, address_reserve(ptr, size, alignment, addr));
+	EMU_CALL(cuMemAddressReserve, emu_address_reserve(ptr, size, alignment, addr));
 }
 
-static CUresult address_free(CUdeviceptr ptr, size_t size)
+CUresult emu_address_free(CUdeviceptr ptr, size_t size)
 {
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&emu.lock);
@@ -159,25 +159,33 @@ out:
 
 EMU_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-	EMU_CALL(cuMemAddressFree, address_free(ptr, size));
+	EMU_CALL(cuMemAddressFree, emu_address_free(ptr, size));
 }
 
 /* ---- allocations ---- */
 
+/* Device memory, or host memory on a NUMA node (HOST_NUMA) or anywhere (HOST),
+ * as NCCL allocates its host buffers. */
 static CUresult check_prop(const CUmemAllocationProp *prop)
 {
-	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (prop->location.id < 0 || prop->location.id >= emu.ndev)
-		return CUDA_ERROR_INVALID_DEVICE;
+	if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+		if (prop->location.id < 0 || prop->location.id >= emu.ndev)
+			return CUDA_ERROR_INVALID_DEVICE;
+	} else if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+		if (prop->location.id < 0 || prop->location.id >= EMU_MAX_NUMA_NODES)
+			return CUDA_ERROR_INVALID_VALUE;
+	} else if (prop->location.type != CU_MEM_LOCATION_TYPE_HOST) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	unsigned types = (unsigned)prop->requestedHandleTypes;
 	if (types & ~(unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
 		return CUDA_ERROR_NOT_SUPPORTED; /* Win32 handles are not emulated */
 	return CUDA_SUCCESS;
 }
 
-static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+CUresult emu_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 			   unsigned long long flags)
 {
 	if (!handle || flags || !size || !aligned(size))
@@ -185,14 +193,15 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	CUresult rc = check_prop(prop);
 	if (rc)
 		return rc;
-	int dev = prop->location.id;
+	int dev = prop->location.type == CU_MEM_LOCATION_TYPE_HOST ? 0 : prop->location.id;
+	bool host = emu_on_host(prop);
 	pthread_mutex_lock(&emu.lock);
-	struct emu_device *d = &emu.dev[dev];
-	if (size > d->capacity - d->used) {
+	struct emu_device *d = host ? NULL : &emu.dev[dev];
+	if (d && size > d->capacity - d->used) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	int fd = emu_memfd("mem", dev, (unsigned)prop->requestedHandleTypes, size);
+	int fd = emu_memfd(emu_mem_kind(prop), dev, (unsigned)prop->requestedHandleTypes, size);
 	if (fd < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
@@ -203,8 +212,10 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	a->counted = true;
-	d->used += size;
+	if (d) {
+		a->counted = true; /* host memory is not charged to a device */
+		d->used += size;
+	}
 	emu_mark_cuda_process();
 	*handle = a->handle;
 out:
@@ -215,10 +226,10 @@ out:
 EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 			     unsigned long long flags)
 {
-	EMU_CALL(cuMemCreate, mem_create(handle, size, prop, flags));
+	EMU_CALL(cuMemCreate, emu_mem_create(handle, size, prop, flags));
 }
 
-static CUresult mem_release(CUmemGenericAllocationHandle h)
+CUresult emu_mem_release(CUmemGenericAllocationHandle h)
 {
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&emu.lock);
@@ -236,7 +247,7 @@ static CUresult mem_release(CUmemGenericAllocationHandle h)
 
 EMU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-	EMU_CALL(cuMemRelease, mem_release(handle));
+	EMU_CALL(cuMemRelease, emu_mem_release(handle));
 }
 
 /* ---- mappings ---- */
@@ -244,6 +255,10 @@ EMU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 int emu_mapping_prot(const struct emu_mapping *m)
 {
 	int prot = PROT_NONE;
+	if (m->host_access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		return PROT_READ | PROT_WRITE;
+	if (m->host_access == CU_MEM_ACCESS_FLAGS_PROT_READ)
+		prot = PROT_READ;
 	for (int d = 0; d < emu.ndev; d++) {
 		if (m->access[d] == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return PROT_READ | PROT_WRITE;
@@ -268,7 +283,7 @@ int emu_mapping_apply(struct emu_mapping *m)
 	return 0;
 }
 
-static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
 			unsigned long long flags)
 {
 	if (flags || !ptr || !size || !aligned(ptr) || !aligned(size) || !aligned(offset))
@@ -335,7 +350,7 @@ out:
 EMU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
 			  unsigned long long flags)
 {
-	EMU_CALL(cuMemMap, mem_map(ptr, size, offset, handle, flags));
+	EMU_CALL(cuMemMap, emu_mem_map(ptr, size, offset, handle, flags));
 }
 
 /* The mappings that exactly tile [ptr, ptr + size), in address order, in *out
@@ -371,7 +386,7 @@ fail:
 	return 0;
 }
 
-static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
+CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 {
 	if (!aligned(ptr) || !aligned(size))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -403,18 +418,22 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 
 EMU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-	EMU_CALL(cuMemUnmap, mem_unmap(ptr, size));
+	EMU_CALL(cuMemUnmap, emu_mem_unmap(ptr, size));
 }
 
-static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	if (!desc || !count)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
-		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		CUmemLocationType t = desc[i].location.type;
+		if (t != CU_MEM_LOCATION_TYPE_DEVICE && t != CU_MEM_LOCATION_TYPE_HOST && t != CU_MEM_LOCATION_TYPE_HOST_NUMA)
 			return CUDA_ERROR_INVALID_VALUE;
-		if (desc[i].location.id < 0 || desc[i].location.id >= emu.ndev)
+		if (t == CU_MEM_LOCATION_TYPE_DEVICE && (desc[i].location.id < 0 || desc[i].location.id >= emu.ndev))
 			return CUDA_ERROR_INVALID_DEVICE;
+		if (t == CU_MEM_LOCATION_TYPE_HOST_NUMA &&
+		    (desc[i].location.id < 0 || desc[i].location.id >= EMU_MAX_NUMA_NODES))
+			return CUDA_ERROR_INVALID_VALUE;
 		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -429,12 +448,18 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct emu_mapping *m = list[i];
-		unsigned char before[EMU_MAX_DEVICES];
+		unsigned char before[EMU_MAX_DEVICES], host_before = m->host_access;
 		memcpy(before, m->access, sizeof(before));
-		/* Per location: a grant to one device leaves the others as they were. */
-		for (size_t j = 0; j < count; j++)
-			m->access[desc[j].location.id] = (unsigned char)desc[j].flags;
+		/* Per location: a grant to one device leaves the others as they were.
+		 * The CPU is one location however it is named (HOST or a NUMA node). */
+		for (size_t j = 0; j < count; j++) {
+			if (desc[j].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+				m->access[desc[j].location.id] = (unsigned char)desc[j].flags;
+			else
+				m->host_access = (unsigned char)desc[j].flags;
+		}
 		if (emu_mapping_apply(m) < 0) {
+			m->host_access = host_before;
 			memcpy(m->access, before, sizeof(before));
 			emu_mapping_apply(m);
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -449,20 +474,21 @@ out:
 
 EMU_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-	EMU_CALL(cuMemSetAccess, set_access(ptr, size, desc, count));
+	EMU_CALL(cuMemSetAccess, emu_set_access(ptr, size, desc, count));
 }
 
 static CUresult get_access(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr)
 {
-	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+	bool cpu = loc && (loc->type == CU_MEM_LOCATION_TYPE_HOST || loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA);
+	if (!flags || !loc || (!cpu && loc->type != CU_MEM_LOCATION_TYPE_DEVICE))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (loc->id < 0 || loc->id >= emu.ndev)
+	if (!cpu && (loc->id < 0 || loc->id >= emu.ndev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&emu.lock);
 	struct emu_mapping *m = emu_mapping_at(ptr);
 	if (m)
-		*flags = m->access[loc->id];
+		*flags = cpu ? m->host_access : m->access[loc->id];
 	else
 		rc = CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&emu.lock);
@@ -545,7 +571,11 @@ static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_han
 	if (sscanf(target, "/memfd:cuemu-%7[a-z]-d%d-t%u-", kind, &dev, &types) != 3 || fstat(fd, &st) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	bool mc = strcmp(kind, "mc") == 0;
-	if ((!mc && strcmp(kind, "mem") != 0) || dev < 0 || dev >= emu.ndev || st.st_size <= 0)
+	CUmemLocationType where = !strcmp(kind, "hnuma") ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+				  : !strcmp(kind, "host") ? CU_MEM_LOCATION_TYPE_HOST
+							  : CU_MEM_LOCATION_TYPE_DEVICE;
+	bool known = mc || where != CU_MEM_LOCATION_TYPE_DEVICE || !strcmp(kind, "mem");
+	if (!known || dev < 0 || (where == CU_MEM_LOCATION_TYPE_DEVICE && dev >= emu.ndev) || st.st_size <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (own < 0)
@@ -553,7 +583,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_han
 	CUmemAllocationProp prop = {
 		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 		.requestedHandleTypes = (CUmemAllocationHandleType)types,
-		.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+		.location = {.type = where, .id = dev},
 	};
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&emu.lock);

@@ -37,6 +37,24 @@ static inline CUmemAccessDesc emu_access(int dev, CUmemAccess_flags flags)
 	return d;
 }
 
+/* Host memory on NUMA node 0, as NCCL allocates its shared host buffers. */
+static inline CUmemAllocationProp emu_host_prop(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	p.location.id = 0;
+	return p;
+}
+
+static inline CUmemAccessDesc emu_host_access(CUmemAccess_flags flags)
+{
+	CUmemAccessDesc d = {0};
+	d.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	d.location.id = 0;
+	d.flags = flags;
+	return d;
+}
+
 static inline void emu_pattern(unsigned char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
