@@ -100,7 +100,17 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 	rc = real.cuMemSetAccess(va, a->size, &d, 1);
 	if (rc)
 		life_fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
-	if (!rc) {
+	bool on_host = a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+		       a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST;
+	if (!rc && on_host) {
+		/* Host memory (NCCL's shared host buffers): the CPU copies it through
+		 * the mapping, which the access just granted makes host-accessible. */
+		if (to_device)
+			memcpy((void *)(uintptr_t)va, host, a->size);
+		else
+			memcpy(host, (const void *)(uintptr_t)va, a->size);
+		r->bytes += a->size;
+	} else if (!rc) {
 		rc = to_device ? aux.cuMemcpyHtoD_v2(va, host, a->size) : aux.cuMemcpyDtoH_v2(host, va, a->size);
 		if (rc)
 			life_fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",

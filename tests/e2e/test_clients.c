@@ -1,0 +1,112 @@
+/* Replays of the real clients (examples/clients: NCCL through static cudart's
+ * resolver path with a shared HOST_NUMA buffer and a context-only process beside
+ * it, PyTorch expandable segments, PyTorch symmetric memory over pidfd_getfd,
+ * vLLM sleep mode), each suspended and resumed in place by cusnap in both
+ * content modes, its bytes, handles and live sharing checked by the workload. */
+#include "e2e_util.h"
+
+/* Start examples/clients --mode mode under the interposer; wait until ready. */
+static int client_start(struct group *g, const char *mode, const char *extra)
+{
+	static int runs;
+	memset(g, 0, sizeof(*g));
+	runs++;
+	snprintf(g->ctl, sizeof(g->ctl), "%s/%s-%d-ctl", e2e_root, mode, runs);
+	snprintf(g->log, sizeof(g->log), "%s/%s-%d.log", e2e_root, mode, runs);
+	snprintf(g->env_ctl, sizeof(g->env_ctl), "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	char cusnap[PATH_MAX], prog[PATH_MAX + 32];
+	cusnap_path(cusnap, sizeof(cusnap));
+	snprintf(prog, sizeof(prog), "%s/clients", examples_dir);
+	const char *argv[] = {cusnap, "run", "--", prog, "--mode", mode, extra, NULL};
+	char *env[] = {g->env_ctl, NULL};
+	g->child = test_spawn((char *const *)argv, env, g->log);
+	g->root = g->child;
+	char ready[PATH_MAX + 32];
+	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
+	if (!test_wait_file(ready, 30000)) {
+		char *text = test_read_file(g->log);
+		test_fail(__FILE__, __LINE__, "%s did not get ready; its log:\n%s", mode, text ? text : "");
+		free(text);
+		group_kill(g);
+		return -1;
+	}
+	return 0;
+}
+
+/* restore-complete, then the workload's own verdict: its PASS lines, or -1. */
+static int client_finish(struct group *g)
+{
+	char done[PATH_MAX + 32];
+	snprintf(done, sizeof(done), "%s/restore-complete", g->ctl);
+	test_write_file(done, "");
+	int status = test_wait_child(g->child, 60000);
+	g->child = 0;
+	char *text = test_read_file(g->log);
+	int pass = count_of(text, "PASS clients");
+	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (!ok)
+		printf("  workload exited with status %#x; its log:\n%s\n", status, text ? text : "");
+	free(text);
+	return ok ? pass : -1;
+}
+
+static void replay(const char *mode, const char *extra, int processes, int creators)
+{
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < 2; c++) {
+		struct group g;
+		if (client_start(&g, mode, extra) < 0)
+			return;
+		char *json = group_inspect(&g);
+		/* Every CUDA process is a participant, the context-only one too. */
+		CHECK_EQ(count_of(json, "\"phase\":\"active\""), processes);
+		CHECK_EQ(count_of(json, "\"role\":\"creator\""), creators);
+		free(json);
+		char *out;
+		int rc = group_suspend(&g, contents[c], &out, NULL);
+		if (rc != 0)
+			test_fail(__FILE__, __LINE__, "%s (%s content): suspend exited %d:\n%s", mode, contents[c], rc, out);
+		free(out);
+		rc = group_resume(&g, &out, NULL);
+		if (rc != 0)
+			test_fail(__FILE__, __LINE__, "%s (%s content): resume exited %d:\n%s", mode, contents[c], rc, out);
+		free(out);
+		int pass = client_finish(&g);
+		if (pass != processes)
+			test_fail(__FILE__, __LINE__, "%s (%s content): %d of %d processes passed", mode, contents[c], pass,
+				  processes);
+		group_kill(&g);
+	}
+}
+
+static void nccl(void)
+{
+	/* parent (2 creators: device and host buffer), worker, front-end */
+	replay("nccl", "--front", 3, 2);
+}
+
+static void expandable(void)
+{
+	replay("expandable", "--timeout=60", 1, 4);
+}
+
+static void symmetric(void)
+{
+	replay("symmetric", "--timeout=60", 2, 1);
+}
+
+static void sleep_mode(void)
+{
+	replay("sleep", "--timeout=60", 1, 3);
+}
+
+int main(void)
+{
+	e2e_init("clients");
+	test_run("NCCL: static cudart's resolvers, a HOST_NUMA buffer, the free path, a context-only process", nccl);
+	test_run("PyTorch expandable segments: grown and shrunk, handles released while mapped", expandable);
+	test_run("PyTorch symmetric memory: the FD fetched with pidfd_getfd", symmetric);
+	test_run("vLLM sleep mode: released and recreated at the same addresses", sleep_mode);
+	e2e_done();
+	return test_done();
+}
