@@ -250,6 +250,12 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 	case CKPT_OP_CHECKPOINT:
 		if (emu_gate_state() != CU_PROCESS_STATE_LOCKED)
 			return CUDA_ERROR_ILLEGAL_STATE;
+		if (getenv("CUEMU_CKPT_STALL_MS")) {
+			/* A driver stuck in the checkpoint (the real one hangs on a multicast
+			 * object it cannot save): for the orchestrator's watchdog tests. */
+			emu_log(1, "CUEMU_CKPT_STALL_MS: the checkpoint stalls");
+			usleep((useconds_t)atoi(getenv("CUEMU_CKPT_STALL_MS")) * 1000u);
+		}
 		pthread_mutex_lock(&emu.lock);
 		rc = do_checkpoint();
 		pthread_mutex_unlock(&emu.lock);

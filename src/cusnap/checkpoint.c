@@ -97,7 +97,9 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 		fprintf(f, "%s", i > 1 ? ", " : "");
 		json_string(f, dump_argv[i]);
 	}
-	fprintf(f, "]},\n  \"gpus\": [");
+	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
+	 * --device-map, the workload running before its sharing is rebuilt). */
+	fprintf(f, "], \"cuda_plugin\": false, \"plugins\": \"none: an empty --libdir; cusnap does the native steps\"},\n  \"gpus\": [");
 	int ndev = 0;
 	if (t->nat.device_count && t->nat.device_uuid)
 		t->nat.device_count(&ndev);
@@ -189,8 +191,16 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	/* CRIU: explicit argv, the log in the images directory. */
 	char pidstr[16];
 	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
-	char *argv[16] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4"};
-	int n = 9;
+	char plugins[PATH_MAX + 32];
+	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
+		rc = fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
+		native_thaw(&t, NULL, 0, err, sizeof(err));
+		if (vmm)
+			vmm_abort(&t, dir);
+		goto out;
+	}
+	char *argv[16] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
+	int n = 11;
 	if (leave_running)
 		argv[n++] = "--leave-running";
 	if (!session_leader_inside(pid))
@@ -363,8 +373,14 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	snprintf(log, sizeof(log), "%s/restore.log", images);
 	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
 	unlink(pidfile);
-	char *argv[16] = {"criu", "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--pidfile", pidfile};
-	int n = 10;
+	char plugins[PATH_MAX + 32];
+	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
+		json_free(m.root);
+		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
+	}
+	char *argv[16] = {"criu", "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--pidfile", pidfile,
+			  "--libdir", plugins};
+	int n = 12;
 	const struct json *dump_args = json_get(json_get(m.root, "criu"), "dump_args");
 	for (const struct json *a = dump_args ? dump_args->child : NULL; a; a = a->next)
 		if (a->type == JSON_STRING && !strcmp(a->string, "--shell-job"))

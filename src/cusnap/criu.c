@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,4 +134,12 @@ int criu_run(const char *criu, char *const argv[], const char *log_path)
 	if (rc != 0)
 		show_errors(log_path);
 	return rc;
+}
+
+int criu_plugin_dir(const char *dir, char *out, size_t len)
+{
+	snprintf(out, len, "%s/criu-plugins", dir);
+	if (mkdir(out, 0700) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
 }

@@ -87,12 +87,25 @@ int check_interposition(const struct tree *t);
 /* Every CUDA process running, and the interposition complete or absent:
  * 0, or an exit code (reported) before anything changed. */
 int check_freezable(const struct tree *t);
+/* ---- native_run.c: the native steps, concurrent and watched ---- */
+enum native_step { NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
+const char *native_step_name(enum native_step s);
+/* How long one native call may take before it is reported stuck, ms
+ * (CUSNAP_NATIVE_TIMEOUT_MS, default 300000; a lock: at least --timeout + 5 s). */
+int native_watchdog_ms(enum native_step s);
+/* Run step on every CUDA process i of t with want[i] (NULL: all) concurrently;
+ * results[i] gets each call's result (CUDA_SUCCESS for those not run). Returns
+ * 0, -ETIMEDOUT when a call did not return within the watchdog (*stuck: its
+ * index; its result reads CUDA_ERROR_TIMEOUT), or -ENOMEM. */
+int native_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
+	       unsigned npairs, CUresult *results, size_t *stuck);
+
 /* The native steps of a freeze: lock then checkpoint every CUDA process. On
  * failure everything is undone (and, when prepared, the VMM state rebuilt);
  * returns 0 or an exit code (reported). */
 int native_freeze(struct tree *t, bool prepared, const char *dir);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
- * checkpointed. Returns 0, or -1 with err. */
+ * checkpointed. Returns 0, or -1 with err (a stuck call named there). */
 int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
 /* Rebuild shared memory after a failed or undone prepare. */
 void vmm_abort(struct tree *t, const char *dir);
@@ -108,6 +121,9 @@ void criu_version(const char *criu, char *out, size_t len);
  * in DIR. Returns its exit status, or -1. On failure, the last error lines of
  * the log are printed. */
 int criu_run(const char *criu, char *const argv[], const char *log_path);
+/* DIR/criu-plugins, made (empty) if absent: CRIU runs with it as --libdir so
+ * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
+int criu_plugin_dir(const char *dir, char *out, size_t len);
 
 /* ---- commands ---- */
 int cmd_suspend(pid_t pid, const char *dir_arg, int content);

@@ -152,72 +152,141 @@ void vmm_abort(struct tree *t, const char *dir)
 		fprintf(stderr, "cusnap: rebuilding the shared memory failed too: %s\n", r.error);
 }
 
-/* Undo a freeze that failed part way: restore what was checkpointed, unlock
- * what was locked, rebuild what was prepared. */
-static void undo_freeze(struct tree *t, size_t locked, size_t checkpointed, bool prepared, const char *dir)
+/* A call that did not return: the process and step named, exit 2 (its state
+ * is unknown until the call returns; `cusnap resume --pid` repairs it then). */
+static int stuck_call(const struct tree *t, enum native_step step, size_t i)
 {
-	for (size_t i = 0; i < checkpointed; i++)
-		t->nat.restore(t->targets[i].obs, NULL);
-	for (size_t i = 0; i < locked; i++)
-		t->nat.unlock(t->targets[i].obs, NULL);
+	return fail(EX_TERMINATED,
+		    "process %d: %s did not return within %d ms (it cannot be cancelled): the state of the tree is "
+		    "unknown; once the call returns, `cusnap resume --pid ROOT` brings it back",
+		    t->targets[i].obs, native_step_name(step), native_watchdog_ms(step));
+}
+
+/* Undo a freeze that failed part way: restore what was checkpointed, unlock
+ * what was locked, rebuild what was prepared. Returns 0 when every undo call
+ * succeeded. */
+static int undo_freeze(struct tree *t, const bool *locked, const bool *checkpointed, bool prepared, const char *dir)
+{
+	CUresult *rc = calloc(t->ncuda + 1, sizeof(*rc));
+	size_t stuck = 0;
+	int bad = !rc;
+	if (rc && native_run(t, NATIVE_RESTORE, checkpointed, NULL, 0, rc, &stuck) != 0)
+		bad = 1;
+	for (size_t i = 0; rc && i < t->ncuda; i++)
+		bad |= rc[i] != CUDA_SUCCESS;
+	if (rc && native_run(t, NATIVE_UNLOCK, locked, NULL, 0, rc, &stuck) != 0)
+		bad = 1;
+	for (size_t i = 0; rc && i < t->ncuda; i++)
+		if (rc[i] != CUDA_SUCCESS) {
+			fprintf(stderr, "cusnap: undo: unlock of process %d failed: %s\n", t->targets[i].obs,
+				native_error(&t->nat, rc[i]));
+			bad = 1;
+		}
+	free(rc);
 	if (prepared)
 		vmm_abort(t, dir);
+	return bad ? -1 : 0;
 }
 
 int native_freeze(struct tree *t, bool prepared, const char *dir)
 {
-	double t0 = now_ms();
-	for (size_t i = 0; i < t->ncuda; i++) {
-		CUcheckpointLockArgs la;
-		memset(&la, 0, sizeof(la));
-		la.timeoutMs = (unsigned)opt_timeout_ms;
-		CUresult cr = t->nat.lock(t->targets[i].obs, &la);
-		if (cr != CUDA_SUCCESS) {
-			undo_freeze(t, i, 0, prepared, dir);
-			return fail(EX_LEFT_RUNNING, "lock of process %d failed: %s (everything undone)", t->targets[i].obs,
-				    native_error(&t->nat, cr));
-		}
+	size_t n = t->ncuda, stuck = 0;
+	CUresult *rc = calloc(n + 1, sizeof(*rc));
+	bool *locked = calloc(n + 1, sizeof(*locked)), *done = calloc(n + 1, sizeof(*done));
+	int ret = 0;
+	if (!rc || !locked || !done) {
+		ret = fail(EX_LEFT_RUNNING, "out of memory before the native steps: nothing done");
+		goto out;
 	}
-	progress("lock", now_ms() - t0, "%zu processes", t->ncuda);
+	double t0 = now_ms();
+	int run = native_run(t, NATIVE_LOCK, NULL, NULL, 0, rc, &stuck);
+	size_t failed = n;
+	for (size_t i = 0; i < n; i++) {
+		locked[i] = rc[i] == CUDA_SUCCESS;
+		if (!locked[i] && failed == n && rc[i] != CUDA_ERROR_TIMEOUT)
+			failed = i;
+	}
+	if (run == -ETIMEDOUT) {
+		ret = stuck_call(t, NATIVE_LOCK, stuck);
+		goto out;
+	}
+	if (run < 0 || failed < n) {
+		int u = undo_freeze(t, locked, done, prepared, dir);
+		ret = fail(u ? EX_TERMINATED : EX_LEFT_RUNNING, "lock of process %d failed: %s (%s)",
+			   failed < n ? t->targets[failed].obs : 0, failed < n ? native_error(&t->nat, rc[failed]) : "no memory",
+			   u ? "undoing it failed: the state is unknown" : "everything undone");
+		goto out;
+	}
+	progress("lock", now_ms() - t0, "%zu processes, concurrently", n);
 	t0 = now_ms();
-	for (size_t i = 0; i < t->ncuda; i++) {
-		CUresult cr = t->nat.checkpoint(t->targets[i].obs, NULL);
-		if (cr != CUDA_SUCCESS) {
-			undo_freeze(t, t->ncuda, i, prepared, dir);
-			return fail(EX_LEFT_RUNNING, "native checkpoint of process %d failed: %s (everything undone)",
-				    t->targets[i].obs, native_error(&t->nat, cr));
-		}
+	run = native_run(t, NATIVE_CHECKPOINT, NULL, NULL, 0, rc, &stuck);
+	for (size_t i = 0; i < n; i++) {
+		done[i] = rc[i] == CUDA_SUCCESS;
+		if (!done[i] && failed == n && rc[i] != CUDA_ERROR_TIMEOUT)
+			failed = i;
+	}
+	if (run == -ETIMEDOUT) {
+		ret = stuck_call(t, NATIVE_CHECKPOINT, stuck);
+		goto out;
+	}
+	if (run < 0 || failed < n) {
+		int u = undo_freeze(t, locked, done, prepared, dir);
+		ret = fail(u ? EX_TERMINATED : EX_LEFT_RUNNING, "native checkpoint of process %d failed: %s (%s)",
+			   failed < n ? t->targets[failed].obs : 0, failed < n ? native_error(&t->nat, rc[failed]) : "no memory",
+			   u ? "undoing it failed: the state is unknown" : "everything undone");
+		goto out;
 	}
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
-	return 0;
+out:
+	free(rc);
+	free(locked);
+	free(done);
+	return ret;
+}
+
+/* One thaw step over the processes in state from; 0, or -1 with err. */
+static int thaw_step(struct tree *t, enum native_step step, CUprocessState from, const CUcheckpointGpuPair *pairs,
+		     unsigned npairs, char *err, size_t errlen)
+{
+	size_t n = t->ncuda, stuck = 0, any = 0;
+	bool *want = calloc(n + 1, sizeof(*want));
+	CUresult *rc = calloc(n + 1, sizeof(*rc));
+	int ret = 0;
+	if (!want || !rc) {
+		snprintf(err, errlen, "out of memory");
+		ret = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		CUprocessState st;
+		want[i] = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS && st == from;
+		any += want[i];
+	}
+	if (!any)
+		goto out;
+	if (native_run(t, step, want, pairs, npairs, rc, &stuck) == -ETIMEDOUT) {
+		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
+		ret = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (rc[i] == CUDA_SUCCESS)
+			continue;
+		snprintf(err, errlen, "%s of process %d failed: %s",
+			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs, native_error(&t->nat, rc[i]));
+		ret = -1;
+		break;
+	}
+out:
+	free(want);
+	free(rc);
+	return ret;
 }
 
 int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < t->ncuda; i++) {
-		CUprocessState st;
-		if (t->nat.get_state(t->targets[i].obs, &st) != CUDA_SUCCESS || st != CU_PROCESS_STATE_CHECKPOINTED)
-			continue;
-		CUcheckpointRestoreArgs ra;
-		memset(&ra, 0, sizeof(ra));
-		ra.gpuPairs = (CUcheckpointGpuPair *)pairs;
-		ra.gpuPairsCount = npairs;
-		CUresult cr = t->nat.restore(t->targets[i].obs, npairs ? &ra : NULL);
-		if (cr != CUDA_SUCCESS) {
-			snprintf(err, errlen, "native restore of process %d failed: %s", t->targets[i].obs,
-				 native_error(&t->nat, cr));
-			return -1;
-		}
-	}
-	for (size_t i = 0; i < t->ncuda; i++) {
-		CUprocessState st;
-		if (t->nat.get_state(t->targets[i].obs, &st) != CUDA_SUCCESS || st != CU_PROCESS_STATE_LOCKED)
-			continue;
-		CUresult cr = t->nat.unlock(t->targets[i].obs, NULL);
-		if (cr != CUDA_SUCCESS) {
-			snprintf(err, errlen, "unlock of process %d failed: %s", t->targets[i].obs, native_error(&t->nat, cr));
-			return -1;
-		}
-	}
-	return 0;
+	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
+		return -1;
+	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);
 }

@@ -296,6 +296,9 @@ static void device_map(void)
 	struct json *m = text ? json_parse(text, strlen(text), err, sizeof(err)) : NULL;
 	const struct json *gpus = json_get(m, "gpus");
 	CHECK(gpus && gpus->child && gpus->child->next);
+	/* CRIU ran with an empty plugin directory: its CUDA plugin never loaded. */
+	CHECK(json_get(m, "criu") && !json_get_bool(json_get(m, "criu"), "cuda_plugin", true));
+	CHECK_CONTAINS(text, "\"--libdir\"");
 	if (!gpus || !gpus->child || !gpus->child->next) {
 		json_free(m);
 		free(text);

@@ -188,6 +188,29 @@ static void abort_on_driver_failure(void)
 	CHECK(cases > 10);
 }
 
+/* A native call that does not return (the real driver hangs on what it cannot
+ * checkpoint): the watchdog names the process and the step, suspend exits 2
+ * instead of hanging, and once the call returned `cusnap resume` brings the
+ * group back. */
+static void native_watchdog(void)
+{
+	char *env[] = {"CUEMU_CKPT_STALL_MS=3000", NULL};
+	struct group g;
+	if (group_start(&g, "stall", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char *out, *tool_env[] = {"CUSNAP_NATIVE_TIMEOUT_MS=600", NULL};
+	int rc = group_suspend(&g, "host", &out, tool_env);
+	CHECK_EQ(rc, 2);
+	CHECK_CONTAINS(out, "cuCheckpointProcessCheckpoint did not return within 600 ms");
+	CHECK_CONTAINS(out, "cusnap resume --pid");
+	free(out);
+	usleep(3500 * 1000); /* the stalled checkpoints complete */
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 static void abort_on_dead_participant(void)
 {
 	struct group g;
@@ -409,6 +432,7 @@ int main(void)
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("countdown sweep over every driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
+	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
