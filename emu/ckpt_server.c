@@ -104,8 +104,18 @@ static CUresult do_checkpoint(void)
 	checkpointed_devices = 0;
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
-		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
+		if (!emu.allocs.keys[i] || !is_mem(a))
 			continue;
+		if (a->fd < 0) {
+			/* Never backed: no bytes, but its device memory is released too. */
+			if (a->counted) {
+				emu.dev[a->prop.location.id].used -= a->size;
+				a->counted = false;
+				a->ckpt_unbacked = true;
+				checkpointed_devices |= 1u << a->prop.location.id;
+			}
+			continue;
+		}
 		close(a->fd);
 		a->fd = -1;
 		if (a->counted)
@@ -166,7 +176,7 @@ static CUresult do_restore(const int *map)
 	size_t need[EMU_MAX_DEVICES] = {0};
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
-		if (emu.allocs.keys[i] && is_mem(a) && a->saved && !emu_on_host(&a->prop))
+		if (emu.allocs.keys[i] && is_mem(a) && (a->saved || a->ckpt_unbacked) && !emu_on_host(&a->prop))
 			need[map[a->prop.location.id]] += a->size;
 	}
 	for (int d = 0; d < emu.ndev; d++) {
@@ -177,6 +187,15 @@ static CUresult do_restore(const int *map)
 	}
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
+		if (emu.allocs.keys[i] && is_mem(a) && a->ckpt_unbacked) {
+			int dev = map[a->prop.location.id];
+			a->prop.location.id = dev;
+			a->ckpt_unbacked = false;
+			a->native_restored = true;
+			a->counted = true;
+			emu.dev[dev].used += a->size;
+			continue;
+		}
 		if (!emu.allocs.keys[i] || !is_mem(a) || !a->saved)
 			continue;
 		bool host = emu_on_host(&a->prop); /* host memory stays where it is: no GPU to remap */

@@ -83,6 +83,7 @@ struct emu_alloc {
 	bool native_restored;     /* brought back by cuCheckpointProcessRestore */
 	bool counted;             /* size is charged to its device's used bytes */
 	void *saved;              /* bytes while checkpointed */
+	bool ckpt_unbacked;       /* checkpointed before it ever had a memfd (nothing to save) */
 	/* multicast objects */
 	struct emu_mc_shared *mc;
 	struct emu_mc_binding *bindings;
@@ -178,6 +179,13 @@ void emu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 
 /* vmm.c */
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h);
+/* Give memory a's memfd if it has none yet (allocations are backed when first
+ * mapped, exported or bound). Caller holds emu.lock. 0 or -errno. */
+int emu_backing(struct emu_alloc *a);
+/* Live memory allocations of this process (not multicast objects). */
+int emu_live_memory(void);
+/* The same, exported for the test suites (not a CUDA entry point). */
+EMU_API int cuemu_live_allocations(void);
 struct emu_mapping *emu_mapping_at(uint64_t va);
 int emu_memfd(const char *kind, int device, unsigned types, size_t size);
 /* Set the protection of a memory mapping from its merged access list. */

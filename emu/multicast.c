@@ -259,7 +259,8 @@ static CUresult mc_bind(CUmemGenericAllocationHandle h, size_t mc_offset, CUmemG
 				return rc;
 			continue;
 		}
-		struct emu_mc_binding *grown = realloc(a->bindings, (a->nbindings + 1) * sizeof(*grown));
+		struct emu_mc_binding *grown = emu_backing(member) < 0 ? NULL
+						  : realloc(a->bindings, (a->nbindings + 1) * sizeof(*grown));
 		if (!grown) {
 			pthread_mutex_unlock(&emu.lock);
 			return CUDA_ERROR_OUT_OF_MEMORY;

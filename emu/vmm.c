@@ -35,6 +35,33 @@ int emu_memfd(const char *kind, int device, unsigned types, size_t size)
 	return fd;
 }
 
+int emu_backing(struct emu_alloc *a)
+{
+	if (a->fd >= 0 || a->kind != EMU_OBJ_MEMORY)
+		return 0;
+	int dev = a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST ? 0 : a->prop.location.id;
+	int fd = emu_memfd(emu_mem_kind(&a->prop), dev, (unsigned)a->prop.requestedHandleTypes, a->size);
+	if (fd < 0)
+		return fd;
+	a->fd = fd;
+	return 0;
+}
+
+int emu_live_memory(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&emu.lock);
+	for (size_t i = 0; i < emu.allocs.cap; i++)
+		n += emu.allocs.keys[i] && ((struct emu_alloc *)emu.allocs.vals[i])->kind == EMU_OBJ_MEMORY;
+	pthread_mutex_unlock(&emu.lock);
+	return n;
+}
+
+EMU_API int cuemu_live_allocations(void)
+{
+	return emu_live_memory();
+}
+
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h)
 {
 	struct emu_alloc *a = hmap_get(&emu.allocs, h);
@@ -201,14 +228,10 @@ CUresult emu_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	int fd = emu_memfd(emu_mem_kind(prop), dev, (unsigned)prop->requestedHandleTypes, size);
-	if (fd < 0) {
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-		goto out;
-	}
-	struct emu_alloc *a = alloc_new(EMU_OBJ_MEMORY, fd, size, prop);
+	/* Backed by a memfd only when first mapped, exported or bound (emu_backing):
+	 * a process may hold far more allocations than it may hold open files. */
+	struct emu_alloc *a = alloc_new(EMU_OBJ_MEMORY, -1, size, prop);
 	if (!a) {
-		close(fd);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
@@ -327,6 +350,10 @@ CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAl
 	m->alloc = a;
 	m->offset = offset;
 	if (a->kind == EMU_OBJ_MEMORY) {
+		if (emu_backing(a) < 0) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
 		/* Inaccessible until cuMemSetAccess grants a location access. */
 		void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
 		if (p == MAP_FAILED) {
@@ -531,7 +558,7 @@ static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, C
 		rc = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+	int fd = emu_backing(a) < 0 ? -1 : fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
