@@ -1,6 +1,7 @@
 /* bench/intercept: nanoseconds per wrapped VMM call through the shim against the
  * same call made directly on cuemu, with 10, 1,000 and 100,000 live tracked
- * objects (logical handles from retains). Prints a table; asserts nothing.
+ * allocations (each its own cuMemCreate of 64 KiB; cuemu's granularity is set to
+ * that). Prints a table; asserts nothing.
  *
  *   build/bench/intercept            run every case, directly and under the launcher
  *   build/bench/intercept --one N    one process's figures for N live objects */
@@ -43,10 +44,10 @@ static int one(long objects)
 	CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
 	CU(cuMemAddressReserve(&vb, 2 * MiB, 0, 0, 0));
 	CU(cuMemMap(va, 2 * MiB, 0, h, 0));
-	/* The live objects: logical handles (references in the driver). */
+	/* The live objects: allocations of their own, never mapped. */
 	CUmemGenericAllocationHandle *live = malloc(sizeof(*live) * (size_t)objects);
 	for (long i = 0; i < objects; i++)
-		CU(cuMemRetainAllocationHandle(&live[i], (void *)(uintptr_t)va));
+		CU(cuMemCreate(&live[i], 64 << 10, &p, 0));
 	CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000};
@@ -131,6 +132,8 @@ int main(int argc, char **argv)
 	self[n] = '\0';
 	snprintf(launcher, sizeof(launcher), "%.*s/../bin/snapshot-cuda-vmm-launch", (int)(strrchr(self, '/') - self), self);
 	setenv("SNAPSHOT_CONTROL_DIR", "/tmp/cusnap-bench-ctl", 0);
+	setenv("CUEMU_GRANULARITY", "65536", 1);
+	setenv("CUEMU_MEMORY", "16G", 1);
 	const long sizes[] = {10, 1000, 100000};
 	printf("%-22s %10s %12s %12s %12s\n", "call", "objects", "direct ns", "shim ns", "overhead ns");
 	for (size_t s = 0; s < 3; s++) {
