@@ -45,7 +45,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -202,14 +202,40 @@ test: deps
 check: test
 
 # What tests/gpu/run.sh needs on a GPU host, built here too (nvcc, no GPU needed):
-# the project, a kernel workload and the copy baseline, against the real driver.
+# the project, the driver probe, the runtime clients, the export helper, a kernel
+# workload and the copy baseline, against the real driver (loaded at run time).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
-gpu-build: all
-	@test -x "$(NVCC)" || { echo "gpu-build: nvcc not found at $(NVCC) (set CUDA_HOME or NVCC)"; exit 69; }
+GPU_CFLAGS := -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -I$(CUDA_HOME)/include
+gpu-build: all $(BUILD)/tests/emu/target_helper
 	@mkdir -p $(BUILD)/gpu
-	$(NVCC) -O2 -std=c++17 -o $(BUILD)/gpu/kernel_share tests/gpu/kernel_share.cu \
-		-L$(CUDA_HOME)/lib64/stubs -lcuda
-	$(CC) $(ALL_CFLAGS) -o $(BUILD)/gpu/copy_bench tests/gpu/copy_bench.c -L$(CUDA_HOME)/lib64/stubs -lcuda
+	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/probe tests/gpu/probe.c -ldl -lpthread
+	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/rt_clients tests/gpu/rt_clients.c -ldl
+	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/copy_bench tests/gpu/copy_bench.c -L$(CUDA_HOME)/lib64/stubs -lcuda
+	@if [ -x "$(NVCC)" ]; then \
+		echo "$(NVCC) tests/gpu/kernel_share.cu"; \
+		$(NVCC) -O2 -std=c++17 -o $(BUILD)/gpu/kernel_share tests/gpu/kernel_share.cu -L$(CUDA_HOME)/lib64/stubs -lcuda; \
+	else echo "gpu-build: no nvcc at $(NVCC): kernel_share not built (run.sh skips the kernel checks)"; fi
+
+# A lean, relocatable set for a GPU host (the device tool carries at most 64 MiB):
+# the tools, the shim, the examples, the GPU programs, libcudart, and CRIU with
+# its own libc. Then on the GPU host: bash build/gpu-bundle/run.sh
+GPU_BUNDLE := $(BUILD)/gpu-bundle
+gpu-bundle: gpu-build
+	@scripts/setup-criu.sh $(BUILD) >/dev/null || echo "gpu-bundle: no CRIU (the CRIU checks will skip)"
+	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/tests/emu $(GPU_BUNDLE)/cudart $(GPU_BUNDLE)/gpu
+	cp -r $(BUILD)/bin $(BUILD)/lib $(BUILD)/examples $(GPU_BUNDLE)/
+	cp $(BUILD)/gpu/probe $(BUILD)/gpu/rt_clients $(BUILD)/gpu/copy_bench $(GPU_BUNDLE)/gpu/
+	-cp $(BUILD)/gpu/kernel_share $(GPU_BUNDLE)/gpu/ 2>/dev/null
+	cp $(BUILD)/tests/emu/target_helper $(GPU_BUNDLE)/tests/emu/
+	-cp -L $(CUDA_HOME)/lib64/libcudart.so.13 $(GPU_BUNDLE)/cudart/ 2>/dev/null
+	cp tests/gpu/run.sh $(GPU_BUNDLE)/run.sh
+	@if [ -d $(BUILD)/criu/root ]; then \
+		mkdir -p $(GPU_BUNDLE)/criu && cp -a $(BUILD)/criu/root $(GPU_BUNDLE)/criu/ && \
+		rm -rf $(GPU_BUNDLE)/criu/root/usr/share && \
+		sed -e "s|$(abspath $(BUILD))/criu|\$$here|g" -e '2i here=$$(cd "$$(dirname "$$0")" \&\& pwd)' \
+			$(BUILD)/criu/criu > $(GPU_BUNDLE)/criu/criu && chmod +x $(GPU_BUNDLE)/criu/criu; \
+	fi
+	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
 # The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default).
 PREFIX ?= /usr/local

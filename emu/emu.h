@@ -46,7 +46,7 @@ struct emu_device {
 struct emu_ctx {
 	int device;
 	bool primary;
-	bool active; /* primary: retained at least once since the last reset */
+	atomic_bool active; /* primary: retained at least once since the last reset (read without emu.lock) */
 };
 
 enum emu_obj_kind { EMU_OBJ_MEMORY, EMU_OBJ_MULTICAST };

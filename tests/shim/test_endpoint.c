@@ -167,6 +167,10 @@ int main(int argc, char **argv)
 	CHECK(stat(endpoint, &st) == 0 && S_ISSOCK(st.st_mode));
 	CUmemAllocationProp p = emu_prop(0);
 	CHECK_CU(cuMemCreate(&alloc, 2 * MiB, &p, 0));
+	/* Exported once, so that cuemu backs it with its memfd now (it does so lazily). */
+	int cap = -1;
+	CHECK_CU(cuMemExportToShareableHandle(&cap, alloc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	close(cap);
 	int fds_with_endpoint = test_count_fds();
 	test_run("socket mode 0600", permissions);
 	test_run("a client of another uid gets no answer", other_user_gets_nothing);

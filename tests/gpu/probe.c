@@ -1,0 +1,234 @@
+/* probe: facts about the CUDA driver that cuemu and the interposer assume, for
+ * tests/gpu/run.sh. Loads libcuda.so.1 with dlopen (built on a CPU machine, run
+ * on the GPU host). Each subcommand prints "key value" lines.
+ *
+ *   probe info             device 0's name, driver version, device count, multicast support
+ *   probe resolvers        for every name the shim wraps: is cuGetProcAddress(name, 13000)
+ *                          the pointer dlsym(libcuda, name) gives? (flags 0 and per-thread)
+ *   probe noctx            export, import, map and set-access from a thread with no
+ *                          current context (each call's result)
+ *   probe handles          retain returns the mapped value; a second import of one
+ *                          exported FD in one process: same handle or a new one;
+ *                          width of a boolean pointer attribute
+ *   probe initonly         cuInit and nothing else, then sleep (for the restore-TID check)
+ *   probe tid PID          cuCheckpointProcessGetRestoreThreadId(PID) */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#undef cuGetProcAddress
+#define DRV(F)                                                                                          \
+	F(cuInit) F(cuDriverGetVersion) F(cuDeviceGet) F(cuDeviceGetCount) F(cuDeviceGetName) F(cuDeviceGetAttribute) \
+	F(cuDevicePrimaryCtxRetain) F(cuCtxSetCurrent) F(cuGetErrorName) F(cuMemCreate) F(cuMemRelease)             \
+	F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess) F(cuMemAddressReserve) F(cuMemAddressFree)                      \
+	F(cuMemRetainAllocationHandle) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle)            \
+	F(cuMemGetAllocationGranularity) F(cuPointerGetAttribute) F(cuCheckpointProcessGetRestoreThreadId)          \
+	F(cuGetProcAddress_v2)
+
+static struct {
+#define FIELD(n) __typeof__(&n) n;
+	DRV(FIELD)
+#undef FIELD
+} d;
+static void *lib;
+
+static const char *name_of(CUresult r)
+{
+	const char *s = "?";
+	if (d.cuGetErrorName)
+		d.cuGetErrorName(r, &s);
+	return s;
+}
+
+static int load(void)
+{
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (!lib) {
+		printf("error no_libcuda %s\n", dlerror());
+		return 69;
+	}
+#define LOAD(n) *(void **)&d.n = dlsym(lib, #n);
+	DRV(LOAD)
+#undef LOAD
+	if (!d.cuInit || d.cuInit(0) != CUDA_SUCCESS) {
+		printf("error cuInit_failed\n");
+		return 69;
+	}
+	return 0;
+}
+
+static CUcontext ctx0;
+static size_t gran;
+static CUmemAllocationProp prop0 = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+				    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+
+static int context(void)
+{
+	CUdevice dev;
+	if (d.cuDeviceGet(&dev, 0) || d.cuDevicePrimaryCtxRetain(&ctx0, dev) || d.cuCtxSetCurrent(ctx0) ||
+	    d.cuMemGetAllocationGranularity(&gran, &prop0, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) {
+		printf("error no_context\n");
+		return 1;
+	}
+	return 0;
+}
+
+static int info(void)
+{
+	int v = 0, n = 0, mc = 0;
+	char name[256] = "";
+	CUdevice dev;
+	d.cuDriverGetVersion(&v);
+	d.cuDeviceGetCount(&n);
+	if (n > 0 && d.cuDeviceGet(&dev, 0) == CUDA_SUCCESS) {
+		d.cuDeviceGetName(name, sizeof(name), dev);
+		d.cuDeviceGetAttribute(&mc, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, dev);
+	}
+	printf("name %s\ndriver_version %d\ndevices %d\nmulticast_supported %d\n", name, v, n, mc);
+	return 0;
+}
+
+static int resolvers(void)
+{
+	static const char *const names[] = {"cuInit", "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
+					    "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemExportToShareableHandle",
+					    "cuMemImportFromShareableHandle", "cuMemGetAllocationPropertiesFromHandle",
+					    "cuMemAddressFree", "cuMemMapArrayAsync", "cuMulticastCreate",
+					    "cuMulticastAddDevice", "cuMulticastBindMem", "cuMulticastBindAddr",
+					    "cuMulticastUnbind", "cuGetProcAddress"};
+	int differ = 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		for (int f = 0; f < 2; f++) {
+			void *p = NULL;
+			CUdriverProcAddressQueryResult st;
+			cuuint64_t flags = f ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+			CUresult rc = d.cuGetProcAddress_v2(names[i], &p, 13000, flags, &st);
+			char sym[96];
+			snprintf(sym, sizeof(sym), "%s%s", names[i], !strcmp(names[i], "cuGetProcAddress") ? "_v2" : "");
+			void *q = dlsym(lib, sym);
+			const char *verdict = rc ? name_of(rc) : p == q ? "same" : "differs";
+			differ += !rc && p != q;
+			printf("resolver %s%s %s\n", names[i], f ? "/ptds" : "", verdict);
+		}
+	}
+	printf("resolver_pointers_differ %d\n", differ);
+	return 0;
+}
+
+struct noctx {
+	CUmemGenericAllocationHandle h;
+	CUresult export_rc, import_rc, reserve_rc, map_rc, access_rc, unmap_rc, release_rc;
+};
+
+static void *noctx_thread(void *arg)
+{
+	struct noctx *n = arg;
+	int fd = -1;
+	CUmemGenericAllocationHandle imp = 0;
+	CUdeviceptr va = 0;
+	n->export_rc = d.cuMemExportToShareableHandle(&fd, n->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	n->import_rc = n->export_rc ? CUDA_ERROR_UNKNOWN
+				    : d.cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+									CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	n->reserve_rc = d.cuMemAddressReserve(&va, gran, 0, 0, 0);
+	n->map_rc = n->import_rc || n->reserve_rc ? CUDA_ERROR_UNKNOWN : d.cuMemMap(va, gran, 0, imp, 0);
+	CUmemAccessDesc a = {.location = prop0.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	n->access_rc = n->map_rc ? CUDA_ERROR_UNKNOWN : d.cuMemSetAccess(va, gran, &a, 1);
+	n->unmap_rc = n->map_rc ? CUDA_ERROR_UNKNOWN : d.cuMemUnmap(va, gran);
+	n->release_rc = n->import_rc ? CUDA_ERROR_UNKNOWN : d.cuMemRelease(imp);
+	if (va)
+		d.cuMemAddressFree(va, gran);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static int noctx(void)
+{
+	if (context())
+		return 1;
+	struct noctx n = {0};
+	CUresult rc = d.cuMemCreate(&n.h, gran, &prop0, 0);
+	if (rc) {
+		printf("error cuMemCreate %s\n", name_of(rc));
+		return 1;
+	}
+	pthread_t t;
+	pthread_create(&t, NULL, noctx_thread, &n);
+	pthread_join(t, NULL);
+	printf("noctx export %s\nnoctx import %s\nnoctx reserve %s\nnoctx map %s\nnoctx set_access %s\nnoctx unmap %s\n"
+	       "noctx release %s\n",
+	       name_of(n.export_rc), name_of(n.import_rc), name_of(n.reserve_rc), name_of(n.map_rc), name_of(n.access_rc),
+	       name_of(n.unmap_rc), name_of(n.release_rc));
+	d.cuMemRelease(n.h);
+	return 0;
+}
+
+static int handles(void)
+{
+	if (context())
+		return 1;
+	CUmemGenericAllocationHandle h, r = 0, i1 = 0, i2 = 0;
+	CUdeviceptr va;
+	CUmemAccessDesc a = {.location = prop0.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if (d.cuMemCreate(&h, gran, &prop0, 0) || d.cuMemAddressReserve(&va, gran, 0, 0, 0) ||
+	    d.cuMemMap(va, gran, 0, h, 0) || d.cuMemSetAccess(va, gran, &a, 1)) {
+		printf("error setup\n");
+		return 1;
+	}
+	CUresult rc = d.cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va);
+	printf("retain_same_value %s\n", rc ? name_of(rc) : r == h ? "yes" : "no");
+	if (!rc)
+		d.cuMemRelease(r);
+	int fd = -1;
+	rc = d.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	CUresult r1 = rc ? rc : d.cuMemImportFromShareableHandle(&i1, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUresult r2 = rc ? rc : d.cuMemImportFromShareableHandle(&i2, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	printf("own_import_same_as_created %s\n", r1 ? name_of(r1) : i1 == h ? "yes" : "no");
+	printf("second_import_same_handle %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : i1 == i2 ? "yes" : "no");
+	/* How many bytes the driver writes for a boolean attribute. */
+	unsigned char buf[8];
+	memset(buf, 0xee, sizeof(buf));
+	rc = d.cuPointerGetAttribute(buf, CU_POINTER_ATTRIBUTE_MAPPED, va);
+	int width = 0;
+	for (int i = 0; i < 8; i++)
+		width += buf[i] != 0xee;
+	printf("bool_attribute_bytes %s%d\n", rc ? name_of(rc) : "", rc ? 0 : width);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int rc = load();
+	if (rc)
+		return rc;
+	if (argc >= 2 && !strcmp(argv[1], "info"))
+		return info();
+	if (argc >= 2 && !strcmp(argv[1], "resolvers"))
+		return resolvers();
+	if (argc >= 2 && !strcmp(argv[1], "noctx"))
+		return noctx();
+	if (argc >= 2 && !strcmp(argv[1], "handles"))
+		return handles();
+	if (argc >= 2 && !strcmp(argv[1], "initonly")) {
+		printf("ready\n");
+		fflush(stdout);
+		sleep(argc >= 3 ? (unsigned)atoi(argv[2]) : 30);
+		return 0;
+	}
+	if (argc >= 3 && !strcmp(argv[1], "tid")) {
+		int tid = 0;
+		CUresult r = d.cuCheckpointProcessGetRestoreThreadId ?
+				     d.cuCheckpointProcessGetRestoreThreadId(atoi(argv[2]), &tid) : CUDA_ERROR_NOT_FOUND;
+		printf("restore_tid %s %d\n", name_of(r), tid);
+		return 0;
+	}
+	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|initonly [S]|tid PID\n");
+	return 64;
+}
