@@ -27,6 +27,10 @@ struct proc {
 ssize_t proc_tree(pid_t root, struct proc **out);
 /* The innermost-namespace PID of pid (the last NSpid field), or -1. */
 pid_t proc_nspid(pid_t pid);
+/* The process (thread group) of a thread id, or -1. */
+pid_t proc_tgid(pid_t pid);
+/* Is pid this process or one of its ancestors? */
+bool proc_is_self_or_ancestor(pid_t pid);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {
@@ -87,6 +91,9 @@ int check_interposition(const struct tree *t);
 /* Every CUDA process running, and the interposition complete or absent:
  * 0, or an exit code (reported) before anything changed. */
 int check_freezable(const struct tree *t);
+/* A tree holding cusnap, its ancestors or PID 1 of this namespace: refused
+ * (exit 64, reported); else 0. check_freezable runs it too. */
+int check_guard_rails(const struct tree *t);
 /* ---- native_run.c: the native steps, concurrent and watched ---- */
 enum native_step { NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
 const char *native_step_name(enum native_step s);

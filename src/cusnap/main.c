@@ -70,6 +70,8 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		return rc;
 	char dir[PATH_MAX];
 	double start = now_ms();
+	if ((rc = check_guard_rails(&t)))
+		goto out;
 	if (!t.ncuda) {
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;

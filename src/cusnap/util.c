@@ -90,6 +90,12 @@ int tree_load(pid_t pid, struct tree *t)
 	char err[1024];
 	if (native_load(&t->nat, err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
+	pid_t tgid = proc_tgid(pid);
+	if (tgid > 0 && tgid != pid) {
+		/* A thread id: the process it belongs to is what can be checkpointed. */
+		fprintf(stderr, "cusnap: %d is a thread of process %d: using the process\n", (int)pid, (int)tgid);
+		pid = tgid;
+	}
 	ssize_t n = proc_tree(pid, &t->procs);
 	if (n < 0)
 		return fail(EX_USAGE, "no process %d: %s", (int)pid, strerror((int)-n));
@@ -133,8 +139,28 @@ int check_interposition(const struct tree *t)
 		    t->nshim, t->ncuda, list);
 }
 
+int check_guard_rails(const struct tree *t)
+{
+	/* Freezing (and, for a checkpoint, CRIU killing) a tree that holds cusnap
+	 * itself, its ancestors or this namespace's init would take down the tool
+	 * or the whole system: refused before anything changes. */
+	for (size_t i = 0; i < t->nprocs; i++) {
+		pid_t p = t->procs[i].pid;
+		if (p == 1)
+			return fail(EX_USAGE, "the tree holds PID 1 of this PID namespace (%d): refusing to freeze or "
+					      "checkpoint the namespace's init; nothing done", (int)p);
+		if (proc_is_self_or_ancestor(p))
+			return fail(EX_USAGE, "the tree holds %s (%d): refusing; nothing done",
+				    p == getpid() ? "cusnap itself" : "an ancestor of cusnap", (int)p);
+	}
+	return 0;
+}
+
 int check_freezable(const struct tree *t)
 {
+	int rc = check_guard_rails(t);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < t->ncuda; i++) {
 		const struct proc *p = &t->procs[t->cuda_index[i]];
 		if (p->state != CU_PROCESS_STATE_RUNNING)

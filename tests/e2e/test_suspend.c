@@ -3,6 +3,8 @@
  * of prepare and after a participant dies, validation refusals, partial
  * interposition, the argv shapes of SYSTEM.md §3, long control directories and
  * PID namespaces. */
+#include <dirent.h>
+
 #include "e2e_util.h"
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
@@ -211,6 +213,46 @@ static void native_watchdog(void)
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
 	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+/* Guard rails: a tree with cusnap's own ancestors or this namespace's init is
+ * refused before anything changes; a thread id stands for its process. */
+static void guard_rails(void)
+{
+	char tool_path[PATH_MAX], self[16], *out;
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(self, sizeof(self), "%d", getpid()); /* cusnap's parent: an ancestor */
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", "1", NULL), 64);
+	CHECK_CONTAINS(out, "PID 1");
+	free(out);
+	char dir[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/guard", e2e_root);
+	CHECK_EQ(tool(&out, NULL, tool_path, "checkpoint", "--pid", "1", "--dir", dir, NULL), 64);
+	CHECK_CONTAINS(out, "PID 1");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", self, NULL), 64);
+	CHECK_CONTAINS(out, "an ancestor of cusnap");
+	free(out);
+	struct group g;
+	if (group_start(&g, "guard", 1, 1, false, NULL, NULL, NULL) < 0)
+		return;
+	/* A thread of the workload's root (the shim's endpoint thread) names the process. */
+	char task[64], tid[16] = "";
+	snprintf(task, sizeof(task), "/proc/%d/task", g.root);
+	DIR *d = opendir(task);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.' && atoi(e->d_name) != g.root)
+			snprintf(tid, sizeof(tid), "%s", e->d_name);
+	if (d)
+		closedir(d);
+	CHECK(tid[0]);
+	CHECK_EQ(tool(&out, NULL, tool_path, "inspect", "--pid", tid, "--control-dir", g.ctl, NULL), 0);
+	char note[64];
+	snprintf(note, sizeof(note), "is a thread of process %d", g.root);
+	CHECK_CONTAINS(out, note);
+	free(out);
 	group_kill(&g);
 }
 
@@ -436,6 +478,7 @@ int main(void)
 	test_run("countdown sweep over every driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
+	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
