@@ -216,17 +216,28 @@ static int mc_restore_steps(struct call *calls, struct coord_target *t, size_t n
 	return 0;
 }
 
-/* Named fault points for the test suite, like CRIU_FAULT: CUSNAP_FAULT=NAME:PID
- * sends SIGKILL to PID when the coordinator reaches NAME. */
-static void fault_point(const char *name)
+static const char *const fault_names[] = {
+#define FAULT(name, where) name,
+#include "cusnap/faults.def"
+#undef FAULT
+};
+
+void coord_fault_point(const char *name)
 {
 	const char *spec = getenv("CUSNAP_FAULT");
 	size_t len = strlen(name);
 	if (!spec || strncmp(spec, name, len) != 0 || spec[len] != ':')
 		return;
-	int pid = atoi(spec + len + 1);
+	bool listed = false;
+	for (size_t i = 0; i < sizeof(fault_names) / sizeof(fault_names[0]); i++)
+		listed |= strcmp(fault_names[i], name) == 0;
+	if (!listed)
+		return; /* every point is in faults.def */
+	const char *who = spec + len + 1;
+	int pid = strcmp(who, "self") == 0 ? getpid() : atoi(who);
 	if (pid > 0) {
-		fprintf(stderr, "snapshot-cuda-vmm: CUSNAP_FAULT: killing participant %d at %s\n", pid, name);
+		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n", pid == getpid() ? "ourselves, " : "participant ",
+			pid, name);
 		kill(pid, SIGKILL);
 		usleep(50000);
 	}
@@ -378,7 +389,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	r->ms_quiesce = now_ms() - t0;
 	progress(o, "QUIESCE", r->ms_quiesce, "%s", "");
-	fault_point("kill-after-quiesce");
+	coord_fault_point("kill-after-quiesce");
 	/* 3. Multicast teardown first, and a barrier: no process may still hold a
 	 * multicast object when any is checkpointed. (Not sent to a group without
 	 * multicast objects, which older shims do not know this operation for.) */
@@ -391,6 +402,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 			goto abort;
 		}
 		progress(o, "PREPARE_MULTICAST", r->ms_prepare_multicast, "%s", "every multicast object released");
+		coord_fault_point("kill-after-prepare-multicast");
 	}
 	/* 4. PREPARE: unicast teardown. */
 	t0 = now_ms();
@@ -408,6 +420,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	progress(o, "PREPARE", r->ms_prepare, "%" PRIu64 " bytes copied (%s content)", r->bytes,
 		 o->content == COORD_CONTENT_NATIVE ? "native" : "host");
+	coord_fault_point("kill-after-prepare");
 	/* 5. The state file, atomically; only then may the caller checkpoint. */
 	t0 = now_ms();
 	struct state st = {.created = (uint64_t)time(NULL), .content = (uint32_t)o->content, .n = n};
@@ -436,6 +449,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	r->ms_state = now_ms() - t0;
 	progress(o, "state written", r->ms_state, "%s/" STATE_FILE, o->dir);
+	coord_fault_point("kill-after-state");
 	rc = 0;
 	r->unchanged = false;
 	goto out;

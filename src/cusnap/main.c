@@ -125,28 +125,61 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 	else
 		default_dir(pid, dir, sizeof(dir));
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
-	size_t suspended = 0;
-	for (size_t i = 0; i < t.ncuda; i++)
-		suspended += t.procs[t.cuda_index[i]].state == CU_PROCESS_STATE_CHECKPOINTED;
-	if (!suspended) {
-		rc = fail(EX_LEFT_RUNNING, "no suspended CUDA process in the tree of %d: nothing to resume", (int)pid);
-		goto out;
+	/* From whatever state an interrupted (even SIGKILLed) command left: native
+	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
+	size_t suspended = 0, locked = 0, unsettled = 0;
+	for (size_t i = 0; i < t.ncuda; i++) {
+		int st = t.procs[t.cuda_index[i]].state;
+		suspended += st == CU_PROCESS_STATE_CHECKPOINTED;
+		locked += st == CU_PROCESS_STATE_LOCKED;
 	}
 	if ((rc = check_interposition(&t)))
 		goto out;
+	bool vmm = t.nshim > 0;
+	for (size_t i = 0; vmm && i < t.ncuda && !suspended; i++) {
+		/* (a checkpointed process answers only after its native restore) */
+		struct topo_participant p;
+		if (t.procs[t.cuda_index[i]].state != CU_PROCESS_STATE_RUNNING)
+			continue;
+		if (coord_inspect(&t.targets[i], opt_timeout_ms, &p, err, sizeof(err)) != 0) {
+			rc = fail(EX_TERMINATED, "participant %d does not answer: %s", t.targets[i].obs, err);
+			goto out;
+		}
+		unsettled += p.phase != 1; /* not active */
+		topo_free(&p);
+	}
+	if (!suspended && !locked && !unsettled) {
+		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
+			(int)pid, vmm ? ", every participant active" : "");
+		if (opt_json)
+			printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"nothing_to_do\":true}\n", (int)pid);
+		rc = EX_OK;
+		goto out;
+	}
 	t0 = now_ms();
-	if (native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
+	if ((suspended || locked) && native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
 		rc = fail(EX_TERMINATED, "%s", err);
 		goto out;
 	}
-	progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended);
+	if (suspended || locked)
+		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
 	struct coord_report r = {0};
-	bool vmm = t.nshim > 0;
-	if (vmm) {
+	bool have_state = access(state, F_OK) == 0;
+	if (vmm && (have_state || !unsettled)) {
+		/* The state file was written: the prepare completed; rebuild from it. */
 		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
-					  .require_state = access(state, F_OK) == 0};
+					  .require_state = have_state};
 		if (coord_restore(t.targets, t.ncuda, &o, &r) < 0) {
 			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s", r.error);
+			goto out;
+		}
+	} else if (vmm) {
+		/* Interrupted before the state file: each participant rebuilds in place. */
+		fprintf(stderr, "cusnap: %zu participant(s) were left part way through a prepare (no state file in %s): "
+				"rebuilding in place\n", unsettled, dir);
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
+		if (coord_abort(t.targets, t.ncuda, &o, &r) < 0) {
+			rc = fail(EX_TERMINATED, "rebuilding shared memory in place failed: %s", r.error);
 			goto out;
 		}
 	}

@@ -244,6 +244,7 @@ int native_freeze(struct tree *t, bool prepared, const char *dir)
 		goto out;
 	}
 	progress("lock", now_ms() - t0, "%zu processes, concurrently", n);
+	coord_fault_point("kill-after-lock");
 	t0 = now_ms();
 	run = native_run(t, NATIVE_CHECKPOINT, NULL, NULL, 0, rc, &stuck);
 	for (size_t i = 0; i < n; i++) {
@@ -263,6 +264,7 @@ int native_freeze(struct tree *t, bool prepared, const char *dir)
 		goto out;
 	}
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
+	coord_fault_point("kill-after-checkpoint");
 out:
 	free(rc);
 	free(locked);

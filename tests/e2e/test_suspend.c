@@ -256,6 +256,53 @@ static void guard_rails(void)
 	group_kill(&g);
 }
 
+/* cusnap suspend SIGKILLed at every phase boundary (CUSNAP_FAULT=...:self):
+ * `cusnap resume --pid ROOT` alone brings the group back from wherever it was
+ * left, and a running tree is answered "nothing to resume" with exit 0. */
+static void recovery_after_sigkill(void)
+{
+	static const char *const points[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
+					     "kill-after-lock", "kill-after-checkpoint"};
+	static const char *const contents[] = {"host", "native"};
+	char tool_path[PATH_MAX];
+	cusnap_path(tool_path, sizeof(tool_path));
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		for (int c = 0; c < 2; c++) {
+			struct group g;
+			if (group_start(&g, "sigkill", 1, 2, false, NULL, NULL, NULL) < 0)
+				return;
+			char pid[16], fault[96], envctl[PATH_MAX + 32], *out;
+			snprintf(pid, sizeof(pid), "%d", g.root);
+			snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", points[i]);
+			snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
+			char *env[] = {fault, envctl, NULL}, *env2[] = {envctl, NULL};
+			int rc = tool(&out, env, tool_path, "suspend", "--pid", pid, "--content", contents[c], NULL);
+			if (rc != -1)
+				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s", points[i], rc, out);
+			free(out);
+			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
+			if (rc != 0)
+				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s", points[i],
+					  contents[c], rc, out);
+			free(out);
+			char *json = group_inspect(&g);
+			if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2)
+				test_fail(__FILE__, __LINE__, "%s (%s): after resume:\n%s", points[i], contents[c], json);
+			free(json);
+			if (i == 0 && c == 0) {
+				/* Already running: nothing to do, and said so. */
+				CHECK_EQ(tool(&out, env2, tool_path, "resume", "--pid", pid, NULL), 0);
+				CHECK_CONTAINS(out, "nothing to resume");
+				free(out);
+			}
+			if (group_finish(&g) != 2)
+				test_fail(__FILE__, __LINE__, "%s (%s): the group did not pass after the recovery", points[i],
+					  contents[c]);
+			group_kill(&g);
+		}
+	}
+}
+
 static void abort_on_dead_participant(void)
 {
 	struct group g;
@@ -479,6 +526,7 @@ int main(void)
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
+	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
