@@ -234,6 +234,12 @@ void coord_fault_point(const char *name)
 	if (!listed)
 		return; /* every point is in faults.def */
 	const char *who = spec + len + 1;
+	if (strcmp(who, "term") == 0) {
+		/* SIGTERM to ourselves: the command's signal path runs */
+		fprintf(stderr, "CUSNAP_FAULT: SIGTERM to ourselves at %s\n", name);
+		raise(SIGTERM);
+		return;
+	}
 	int pid = strcmp(who, "self") == 0 ? getpid() : atoi(who);
 	if (pid > 0) {
 		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n", pid == getpid() ? "ourselves, " : "participant ",

@@ -173,6 +173,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
 		 vmm ? "interposed: VMM steps" : t.ncuda ? "not interposed: native steps only" : "no CUDA: CRIU only");
 	t0 = now_ms();
+	signals_arm();
 	if (vmm) {
 		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
 		struct coord_report cr;
@@ -185,7 +186,11 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	}
 	r->ms_prepare = now_ms() - t0;
 	t0 = now_ms();
+	if ((rc = interrupted_undo(&t, dir, "prepare")))
+		goto out;
 	if ((rc = native_freeze(&t, vmm, dir)))
+		goto out;
+	if ((rc = interrupted_undo(&t, dir, "the native checkpoint")))
 		goto out;
 	r->ms_checkpoint = now_ms() - t0;
 	/* CRIU: explicit argv, the log in the images directory. */

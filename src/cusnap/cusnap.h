@@ -114,6 +114,17 @@ int native_freeze(struct tree *t, bool prepared, const char *dir);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
  * checkpointed. Returns 0, or -1 with err (a stuck call named there). */
 int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
+/* Bring the tree back from whatever state a command left it in: thaw what is
+ * LOCKED or CHECKPOINTED, then rebuild the shims (from the state file in dir
+ * when there is one, else in place). *nothing: it was running already. 0, or
+ * -1 with err. */
+int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen);
+/* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
+ * next phase boundary). */
+void signals_arm(void);
+/* At a phase boundary: when a signal was caught, undo everything (tree_recover)
+ * and return the exit code (1 when undone, 2 when not, reported); else 0. */
+int interrupted_undo(struct tree *t, const char *dir, const char *after);
 /* Rebuild shared memory after a failed or undone prepare. */
 void vmm_abort(struct tree *t, const char *dir);
 const char *state_name(int s);

@@ -92,6 +92,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
 	struct coord_report r = {0};
+	signals_arm();
 	if (vmm) {
 		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
 		if (coord_prepare(t.targets, t.ncuda, &o, &r) < 0) {
@@ -99,7 +100,11 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 			goto out;
 		}
 	}
+	if ((rc = interrupted_undo(&t, dir, "prepare")))
+		goto out;
 	if ((rc = native_freeze(&t, vmm, dir)))
+		goto out;
+	if ((rc = interrupted_undo(&t, dir, "the native checkpoint")))
 		goto out;
 	if (opt_json)
 		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":\"%s\",\"processes\":%zu,\"cuda_processes\":%zu,"
@@ -112,76 +117,96 @@ out:
 	return rc;
 }
 
+int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen)
+{
+	char state[PATH_MAX + 32];
+	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
+	memset(r, 0, sizeof(*r));
+	*nothing = false;
+	/* From whatever state an interrupted (even SIGKILLed) command left: native
+	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
+	size_t suspended = 0, locked = 0, unsettled = 0;
+	for (size_t i = 0; i < t->ncuda; i++) {
+		CUprocessState st;
+		int s = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS ? (int)st : -1;
+		suspended += s == CU_PROCESS_STATE_CHECKPOINTED;
+		locked += s == CU_PROCESS_STATE_LOCKED;
+	}
+	bool vmm = t->nshim > 0;
+	for (size_t i = 0; vmm && i < t->ncuda && !suspended && !locked; i++) {
+		/* (a locked or checkpointed process answers only after it is thawed) */
+		struct topo_participant p;
+		if (coord_inspect(&t->targets[i], opt_timeout_ms, &p, err, errlen) != 0) {
+			char why[1024];
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
+			return -1;
+		}
+		unsettled += p.phase != 1; /* not active */
+		topo_free(&p);
+	}
+	if (!suspended && !locked && !unsettled) {
+		*nothing = true;
+		return 0;
+	}
+	double t0 = now_ms();
+	if (suspended || locked) {
+		if (native_thaw(t, NULL, 0, err, errlen) < 0)
+			return -1;
+		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
+	}
+	bool have_state = access(state, F_OK) == 0;
+	if (!vmm)
+		return 0;
+	if (have_state || (!unsettled && suspended)) {
+		/* The state file was written: the prepare completed; rebuild from it. */
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
+					  .require_state = have_state};
+		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
+			snprintf(err, errlen, "rebuilding shared memory failed: %s", r->error);
+			return -1;
+		}
+		return 0;
+	}
+	/* Interrupted before the state file: each participant rebuilds in place. */
+	fprintf(stderr, "cusnap: participants were left part way through a prepare (no state file in %s): "
+			"rebuilding in place\n", dir);
+	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
+	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
+		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
+		return -1;
+	}
+	return 0;
+}
+
 int cmd_resume(pid_t pid, const char *dir_arg)
 {
 	struct tree t;
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
-	char dir[PATH_MAX], state[PATH_MAX + 32], err[1024];
-	double start = now_ms(), t0;
+	char dir[PATH_MAX], err[1200];
+	double start = now_ms();
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
 		default_dir(pid, dir, sizeof(dir));
-	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
-	/* From whatever state an interrupted (even SIGKILLed) command left: native
-	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
-	size_t suspended = 0, locked = 0, unsettled = 0;
-	for (size_t i = 0; i < t.ncuda; i++) {
-		int st = t.procs[t.cuda_index[i]].state;
-		suspended += st == CU_PROCESS_STATE_CHECKPOINTED;
-		locked += st == CU_PROCESS_STATE_LOCKED;
-	}
 	if ((rc = check_interposition(&t)))
 		goto out;
-	bool vmm = t.nshim > 0;
-	for (size_t i = 0; vmm && i < t.ncuda && !suspended; i++) {
-		/* (a checkpointed process answers only after its native restore) */
-		struct topo_participant p;
-		if (t.procs[t.cuda_index[i]].state != CU_PROCESS_STATE_RUNNING)
-			continue;
-		if (coord_inspect(&t.targets[i], opt_timeout_ms, &p, err, sizeof(err)) != 0) {
-			rc = fail(EX_TERMINATED, "participant %d does not answer: %s", t.targets[i].obs, err);
-			goto out;
-		}
-		unsettled += p.phase != 1; /* not active */
-		topo_free(&p);
+	struct coord_report r;
+	bool nothing;
+	if (tree_recover(&t, dir, &r, &nothing, err, sizeof(err)) < 0) {
+		rc = fail(EX_TERMINATED, "%s", err);
+		goto out;
 	}
-	if (!suspended && !locked && !unsettled) {
+	bool vmm = t.nshim > 0;
+	if (nothing) {
 		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
 			(int)pid, vmm ? ", every participant active" : "");
 		if (opt_json)
 			printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"nothing_to_do\":true}\n", (int)pid);
 		rc = EX_OK;
 		goto out;
-	}
-	t0 = now_ms();
-	if ((suspended || locked) && native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
-		rc = fail(EX_TERMINATED, "%s", err);
-		goto out;
-	}
-	if (suspended || locked)
-		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
-	struct coord_report r = {0};
-	bool have_state = access(state, F_OK) == 0;
-	if (vmm && (have_state || !unsettled)) {
-		/* The state file was written: the prepare completed; rebuild from it. */
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
-					  .require_state = have_state};
-		if (coord_restore(t.targets, t.ncuda, &o, &r) < 0) {
-			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s", r.error);
-			goto out;
-		}
-	} else if (vmm) {
-		/* Interrupted before the state file: each participant rebuilds in place. */
-		fprintf(stderr, "cusnap: %zu participant(s) were left part way through a prepare (no state file in %s): "
-				"rebuilding in place\n", unsettled, dir);
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
-		if (coord_abort(t.targets, t.ncuda, &o, &r) < 0) {
-			rc = fail(EX_TERMINATED, "rebuilding shared memory in place failed: %s", r.error);
-			goto out;
-		}
 	}
 	if (opt_json)
 		printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"dir\":\"%s\",\"cuda_processes\":%zu,\"vmm\":%s,"

@@ -2,6 +2,7 @@
  * freeze and thaw. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,4 +318,41 @@ int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npair
 	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
 		return -1;
 	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);
+}
+
+/* ---- signals: SIGINT, SIGTERM and SIGHUP run the undo, then exit ---- */
+
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+	caught = sig;
+}
+
+void signals_arm(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART; /* calls in flight finish; the command stops at its next phase boundary */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int interrupted_undo(struct tree *t, const char *dir, const char *after)
+{
+	int sig = caught;
+	if (!sig)
+		return 0;
+	fprintf(stderr, "cusnap: %s after %s: undoing\n", strsignal(sig), after);
+	struct coord_report r;
+	bool nothing;
+	char err[1200];
+	if (tree_recover(t, dir, &r, &nothing, err, sizeof(err)) < 0)
+		return fail(EX_TERMINATED, "interrupted by %s after %s, and undoing failed: %s", strsignal(sig), after,
+			    err);
+	return fail(EX_LEFT_RUNNING, "interrupted by %s after %s: everything undone, the workload runs as before",
+		    strsignal(sig), after);
 }

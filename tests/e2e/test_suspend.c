@@ -303,6 +303,37 @@ static void recovery_after_sigkill(void)
 	}
 }
 
+/* SIGTERM at each phase boundary of suspend (CUSNAP_FAULT=...:term): cusnap
+ * undoes everything and exits 1, every participant active, the group passing. */
+static void sigterm_undoes(void)
+{
+	static const char *const points[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
+					     "kill-after-lock", "kill-after-checkpoint"};
+	char tool_path[PATH_MAX];
+	cusnap_path(tool_path, sizeof(tool_path));
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		struct group g;
+		if (group_start(&g, "sigterm", 1, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		char pid[16], fault[96], envctl[PATH_MAX + 32], *out;
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:term", points[i]);
+		snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
+		char *env[] = {fault, envctl, NULL};
+		int rc = tool(&out, env, tool_path, "suspend", "--pid", pid, NULL);
+		if (rc != 1 || !contains(out, "everything undone"))
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", points[i], rc, out);
+		free(out);
+		char *json = group_inspect(&g);
+		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2)
+			test_fail(__FILE__, __LINE__, "%s: after SIGTERM:\n%s", points[i], json);
+		free(json);
+		if (group_finish(&g) != 2)
+			test_fail(__FILE__, __LINE__, "%s: the group did not pass after SIGTERM", points[i]);
+		group_kill(&g);
+	}
+}
+
 static void abort_on_dead_participant(void)
 {
 	struct group g;
@@ -527,6 +558,7 @@ int main(void)
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
 	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
+	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
