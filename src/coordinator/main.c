@@ -2,6 +2,7 @@
  * coordinator library. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,27 @@
 #define EX_FAILED 1
 #define EX_UNKNOWN 2
 #define EX_USAGE 64
+
+/* SIGINT, SIGTERM, SIGHUP during --prepare: finish the step in flight, then
+ * abort what was prepared (never leave the participants half-prepared). */
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+	caught = sig;
+}
+
+static void catch_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
 
 static void usage(FILE *f)
 {
@@ -211,9 +233,24 @@ int main(int argc, char **argv)
 		struct coord_options o = {.timeout_ms = timeout_ms, .content = content, .dir = dir,
 					  .require_state = require_state, .progress = stderr};
 		struct coord_report r;
+		if (mode == OPT_PREPARE)
+			catch_signals();
 		int rc = mode == OPT_PREPARE ? coord_prepare(targets, ntargets, &o, &r)
 			 : mode == OPT_RESTORE ? coord_restore(targets, ntargets, &o, &r)
 					       : coord_abort(targets, ntargets, &o, &r);
+		if (mode == OPT_PREPARE && rc == 0 && caught) {
+			/* Interrupted: abort what was prepared, as if the prepare had failed. */
+			fprintf(stderr, "snapshot-cuda-vmm: %s during prepare: rebuilding every participant\n",
+				strsignal(caught));
+			struct coord_report ar;
+			int arc = coord_abort(targets, ntargets, &o, &ar);
+			if (json)
+				coord_report_json(stdout, &ar);
+			if (arc < 0)
+				fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
+			free(targets);
+			return arc < 0 ? EX_UNKNOWN : EX_FAILED;
+		}
 		if (json)
 			coord_report_json(stdout, &r);
 		if (rc < 0)

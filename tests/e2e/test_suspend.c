@@ -332,6 +332,30 @@ static void sigterm_undoes(void)
 			test_fail(__FILE__, __LINE__, "%s: the group did not pass after SIGTERM", points[i]);
 		group_kill(&g);
 	}
+	/* The same for the coordinator's --prepare (the agent's shape). */
+	struct group g;
+	if (group_start(&g, "sigterm-coord", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 2);
+	char a[16], b[16], dir[PATH_MAX + 32], envctl[PATH_MAX + 32], *out;
+	snprintf(a, sizeof(a), "%d", pids[0]);
+	snprintf(b, sizeof(b), "%d", pids[n > 1 ? 1 : 0]);
+	snprintf(dir, sizeof(dir), "%s/sigterm-coord-state", e2e_root);
+	mkdir(dir, 0700);
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
+	char *env[] = {"CUSNAP_FAULT=kill-after-prepare:term", envctl, NULL};
+	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", a, a,
+		      "--process", b, b, NULL),
+		 1);
+	CHECK_CONTAINS(out, "during prepare: rebuilding every participant");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	free(json);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
 }
 
 static void abort_on_dead_participant(void)
