@@ -45,7 +45,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -158,6 +158,11 @@ $(BUILD)/tests/fuzz/fuzz_%_helper: tests/fuzz/fuzz_%.c $(COMMON_SRC)
 $(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
+
+# Every libFuzzer target for FUZZ_SECONDS seconds each (the suite runs them briefly).
+FUZZ_SECONDS ?= 60
+fuzz: tests
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(BUILD)
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
 bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worker all
