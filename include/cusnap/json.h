@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 enum json_type { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
 
@@ -22,6 +23,10 @@ struct json {
 /* Parse text (len bytes). Returns the root, or NULL with err saying where. */
 struct json *json_parse(const char *text, size_t len, char *err, size_t errlen);
 void json_free(struct json *j);
+/* Write s as a JSON string literal (quoted; quote, backslash and every control
+ * character escaped, bytes >= 0x80 passed through): the one writer of strings
+ * for every JSON output. */
+void json_write_string(FILE *f, const char *s);
 /* Member key of object o, or NULL. */
 const struct json *json_get(const struct json *o, const char *key);
 /* Typed member access: NULL / def when absent or of another type. */

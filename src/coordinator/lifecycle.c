@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cusnap/coord.h"
+#include "cusnap/json.h"
 #include "cusnap/hmap.h"
 
 struct call {
@@ -651,14 +652,8 @@ void coord_report_json(FILE *f, const struct coord_report *r)
 		r->ms_restore_creators, r->ms_restore_importers, r->ms_compare, r->ms_resume, r->ms_total,
 		r->ms_prepare_multicast, r->ms_restore_multicast);
 	if (r->error[0]) {
-		fprintf(f, ",\"error\":\"");
-		for (const char *p = r->error; *p; p++) {
-			if (*p == '"' || *p == '\\')
-				fputc('\\', f);
-			if ((unsigned char)*p >= 0x20)
-				fputc(*p, f);
-		}
-		fputc('"', f);
+		fprintf(f, ",\"error\":");
+		json_write_string(f, r->error);
 	}
 	fprintf(f, "}\n");
 }

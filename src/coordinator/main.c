@@ -9,6 +9,7 @@
 
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
+#include "cusnap/json.h"
 
 #define EX_FAILED 1
 #define EX_UNKNOWN 2
@@ -103,8 +104,10 @@ static int inspect_state(const char *dir, int json)
 	}
 	const char *content = st.content == COORD_CONTENT_NATIVE ? "native" : "host";
 	if (json) {
-		printf("{\"state\":{\"path\":\"%s\",\"version\":\"%d.%d\",\"created\":%llu,\"content\":\"%s\"},\"topology\":",
-		       path, STATE_MAJOR, STATE_MINOR, (unsigned long long)st.created, content);
+		printf("{\"state\":{\"path\":");
+		json_write_string(stdout, path);
+		printf(",\"version\":\"%d.%d\",\"created\":%llu,\"content\":\"%s\"},\"topology\":", STATE_MAJOR,
+		       STATE_MINOR, (unsigned long long)st.created, content);
 		coord_print_json(stdout, t, p, st.n);
 		printf("}\n");
 	} else {

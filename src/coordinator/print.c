@@ -2,21 +2,7 @@
 #include <inttypes.h>
 
 #include "cusnap/coord.h"
-
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
+#include "cusnap/json.h"
 
 /* The participant's multicast objects, each with its devices, binds and mappings. */
 static void print_multicast_json(FILE *f, const struct topo_participant *p)
@@ -76,7 +62,7 @@ void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_p
 		id_hex(&p[i].id, hex);
 		fprintf(f, "%s{\"pid\":%d,\"nspid\":%d,\"id\":\"%s\",\"phase\":\"%s\",\"endpoint\":", i ? "," : "",
 			t[i].obs, t[i].ns, hex, topo_phase_name(p[i].phase));
-		json_str(f, p[i].endpoint);
+		json_write_string(f, p[i].endpoint);
 		fprintf(f, ",\"allocations\":[");
 		for (size_t j = 0; j < p[i].nallocs; j++) {
 			const struct topo_alloc *a = &p[i].allocs[j];

@@ -34,18 +34,6 @@ static int wait_for(const char *path, int timeout_ms)
 	return -1;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fputc('\\', f);
-		if ((unsigned char)*s >= 0x20)
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
-
 static unsigned long long dir_bytes(const char *dir)
 {
 	char cmd[PATH_MAX + 64];
@@ -82,20 +70,20 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 		return -errno;
 	fprintf(f, "{\n  \"format\": \"cusnap-manifest\",\n  \"version\": 1,\n  \"checkpoint_id\": \"%s\",\n", hex);
 	fprintf(f, "  \"created\": %lld,\n  \"hostname\": ", (long long)time(NULL));
-	json_string(f, hostname);
+	json_write_string(f, hostname);
 	fprintf(f, ",\n  \"root_pid\": %d,\n  \"root_nspid\": %d,\n  \"control_dir\": ", (int)root, (int)proc_nspid(root));
-	json_string(f, opt_control_dir);
+	json_write_string(f, opt_control_dir);
 	fprintf(f, ",\n  \"content\": \"%s\",\n  \"prepared\": %s,\n  \"leave_running\": %s,\n",
 		content == COORD_CONTENT_NATIVE ? "native" : "host", prepared ? "true" : "false",
 		leave_running ? "true" : "false");
 	fprintf(f, "  \"criu\": {\"path\": ");
-	json_string(f, criu);
+	json_write_string(f, criu);
 	fprintf(f, ", \"version\": ");
-	json_string(f, version);
+	json_write_string(f, version);
 	fprintf(f, ", \"dump_args\": [");
 	for (int i = 1; dump_argv[i]; i++) {
 		fprintf(f, "%s", i > 1 ? ", " : "");
-		json_string(f, dump_argv[i]);
+		json_write_string(f, dump_argv[i]);
 	}
 	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
 	 * --device-map, the workload running before its sharing is rebuilt). */
@@ -120,7 +108,7 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 			(int)p->pid, (int)p->nspid, p->cuda ? "true" : "false", p->shim ? "true" : "false");
 		char ep[PATH_MAX + 32];
 		snprintf(ep, sizeof(ep), "%s/cuda-vmm-%d.sock", opt_control_dir, (int)p->nspid);
-		json_string(f, p->shim ? ep : "");
+		json_write_string(f, p->shim ? ep : "");
 		fprintf(f, "}");
 	}
 	fprintf(f, "\n  ],\n  \"timings_ms\": {\"prepare\": %.1f, \"lock\": %.1f, \"checkpoint\": %.1f, \"criu_dump\": %.1f, "
@@ -253,13 +241,15 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
-	if (opt_json && !res)
-		printf("{\"ok\":true,\"operation\":\"checkpoint\",\"pid\":%d,\"dir\":\"%s\",\"processes\":%zu,\"cuda_processes\":%zu,"
-		       "\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%llu,\"image_bytes\":%llu,\"timings_ms\":{\"prepare\":%.1f,"
-		       "\"checkpoint\":%.1f,\"criu_dump\":%.1f,\"restore_in_place\":%.1f,\"total\":%.1f}}\n",
-		       (int)pid, dir, t.nprocs, t.ncuda, vmm ? "true" : "false", leave_running ? "true" : "false",
-		       r->bytes_copied, r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place,
-		       r->ms_total);
+	if (opt_json && !res) {
+		printf("{\"ok\":true,\"operation\":\"checkpoint\",\"pid\":%d,\"dir\":", (int)pid);
+		json_write_string(stdout, dir);
+		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%llu,"
+		       "\"image_bytes\":%llu,\"timings_ms\":{\"prepare\":%.1f,\"checkpoint\":%.1f,\"criu_dump\":%.1f,"
+		       "\"restore_in_place\":%.1f,\"total\":%.1f}}\n",
+		       t.nprocs, t.ncuda, vmm ? "true" : "false", leave_running ? "true" : "false", r->bytes_copied,
+		       r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place, r->ms_total);
+	}
 	rc = EX_OK;
 out:
 	tree_free(&t);
@@ -494,12 +484,14 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	r->ms_total = now_ms() - start;
 	progress("restore complete", r->ms_total, "%s written", done);
-	if (opt_json && !res)
-		printf("{\"ok\":true,\"operation\":\"restore\",\"dir\":\"%s\",\"root_pid\":%d,\"processes\":%zu,"
-		       "\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":{\"criu_restore\":%.1f,"
-		       "\"native_restore\":%.1f,\"vmm_restore\":%.1f,\"total\":%.1f}}\n",
-		       dir, (int)root, t.nprocs, t.ncuda, r->bytes_copied, r->ms_criu_restore, r->ms_native_restore,
+	if (opt_json && !res) {
+		printf("{\"ok\":true,\"operation\":\"restore\",\"dir\":");
+		json_write_string(stdout, dir);
+		printf(",\"root_pid\":%d,\"processes\":%zu,\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":{"
+		       "\"criu_restore\":%.1f,\"native_restore\":%.1f,\"vmm_restore\":%.1f,\"total\":%.1f}}\n",
+		       (int)root, t.nprocs, t.ncuda, r->bytes_copied, r->ms_criu_restore, r->ms_native_restore,
 		       r->ms_vmm_restore, r->ms_total);
+	}
 	tree_free(&t);
 	json_free(m.root);
 	return EX_OK;

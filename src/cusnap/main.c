@@ -13,6 +13,7 @@
 #include "cusnap.h"
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
+#include "cusnap/json.h"
 
 
 static void usage(FILE *f)
@@ -106,11 +107,13 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		goto out;
 	if ((rc = interrupted_undo(&t, dir, "the native checkpoint")))
 		goto out;
-	if (opt_json)
-		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":\"%s\",\"processes\":%zu,\"cuda_processes\":%zu,"
-		       "\"vmm\":%s,\"shared_allocations\":%zu,\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
-		       (int)pid, dir, t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes,
-		       now_ms() - start);
+	if (opt_json) {
+		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":", (int)pid);
+		json_write_string(stdout, dir);
+		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"shared_allocations\":%zu,"
+		       "\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
+		       t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes, now_ms() - start);
+	}
 	rc = EX_OK;
 out:
 	tree_free(&t);
@@ -208,10 +211,12 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 		rc = EX_OK;
 		goto out;
 	}
-	if (opt_json)
-		printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"dir\":\"%s\",\"cuda_processes\":%zu,\"vmm\":%s,"
-		       "\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
-		       (int)pid, dir, t.ncuda, vmm ? "true" : "false", (unsigned long long)r.bytes, now_ms() - start);
+	if (opt_json) {
+		printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"dir\":", (int)pid);
+		json_write_string(stdout, dir);
+		printf(",\"cuda_processes\":%zu,\"vmm\":%s,\"bytes_copied\":%llu,\"total_ms\":%.1f}\n", t.ncuda,
+		       vmm ? "true" : "false", (unsigned long long)r.bytes, now_ms() - start);
+	}
 	rc = EX_OK;
 out:
 	tree_free(&t);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/json.h"
 
 bool opt_json;
 int opt_timeout_ms = 30000;
@@ -42,14 +43,9 @@ int fail(int code, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "cusnap: %s\n", msg);
 	if (opt_json) {
-		printf("{\"ok\":false,\"exit\":%d,\"error\":\"", code);
-		for (const char *p = msg; *p; p++) {
-			if (*p == '"' || *p == '\\')
-				putchar('\\');
-			if ((unsigned char)*p >= 0x20)
-				putchar(*p);
-		}
-		printf("\"}\n");
+		printf("{\"ok\":false,\"exit\":%d,\"error\":", code);
+		json_write_string(stdout, msg);
+		printf("}\n");
 	}
 	return code;
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include "e2e_util.h"
+#include "cusnap/json.h"
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
 
@@ -358,6 +359,59 @@ static void sigterm_undoes(void)
 	group_kill(&g);
 }
 
+/* Every --json output is valid JSON whatever the paths hold: a state directory
+ * named with a quote, a backslash, a newline and a tab. */
+static void json_odd_paths(void)
+{
+	struct group g;
+	if (group_start(&g, "json", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 64], pid[16], *out;
+	snprintf(dir, sizeof(dir), "%s/a \"quoted\" \\back\\slash\nnew\tline", e2e_root);
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	struct {
+		const char *what;
+		int want;
+		char *argv[12];
+	} runs[] = {
+		{"suspend", 0, {cusnap, "suspend", "--json", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, NULL}},
+		{"inspect --dir", 0, {cusnap, "inspect", "--json", "--dir", dir, NULL}},
+		{"snapshot-cuda-vmm --inspect-state", 0, {coord, "--inspect-state", dir, "--json", NULL}},
+		{"resume", 0, {cusnap, "resume", "--json", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, NULL}},
+		{"a failure", 64, {cusnap, "suspend", "--json", "--pid", "1", "--dir", dir, NULL}},
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		char *argv[12] = {0};
+		memcpy(argv, runs[i].argv, sizeof(argv));
+		char log[PATH_MAX];
+		snprintf(log, sizeof(log), "%s/json.out", e2e_root);
+		pid_t c = fork();
+		if (c == 0) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+			dup2(fd, 1);
+			int nul = open("/dev/null", O_WRONLY);
+			dup2(nul, 2);
+			execv(argv[0], argv);
+			_exit(127);
+		}
+		int status = test_wait_child(c, 60000);
+		int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		out = test_read_file(log);
+		char err[256] = "";
+		struct json *j = out ? json_parse(out, strlen(out), err, sizeof(err)) : NULL;
+		if (rc != runs[i].want || !j)
+			test_fail(__FILE__, __LINE__, "%s --json: exit %d, %s:\n%s", runs[i].what, rc, j ? "valid" : err,
+				  out ? out : "");
+		const char *d = j ? json_get_string(j, "dir") : NULL;
+		if (j && d && strcmp(d, dir) != 0)
+			test_fail(__FILE__, __LINE__, "%s --json: the dir read back differs", runs[i].what);
+		json_free(j);
+		free(out);
+	}
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 static void abort_on_dead_participant(void)
 {
 	struct group g;
@@ -583,6 +637,7 @@ int main(void)
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
 	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
+	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
