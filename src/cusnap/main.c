@@ -274,6 +274,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	}
 	if (opt_json)
 		printf("]");
+	size_t unsettled = 0, ok_shims = 0;
 	if (t.nshim) {
 		struct topo_participant *parts = calloc(t.ncuda, sizeof(*parts));
 		size_t ok = 0;
@@ -282,7 +283,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			if (!t.procs[t.cuda_index[i]].shim)
 				continue;
 			if (coord_inspect(&t.targets[i], opt_timeout_ms, &parts[ok], err, sizeof(err)) == 0)
-				t.targets[ok++] = t.targets[i];
+				t.targets[ok++] = t.targets[i], ok_shims++;
 			else
 				fprintf(stderr, "cusnap: %s\n", err);
 		}
@@ -292,12 +293,31 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			coord_print_json(stdout, t.targets, parts, ok);
 		else
 			coord_print_text(stdout, t.targets, parts, ok);
-		for (size_t i = 0; i < ok; i++)
+		for (size_t i = 0; i < ok; i++) {
+			unsettled += parts[i].phase != 1; /* not active */
 			topo_free(&parts[i]);
+		}
 		free(parts);
 	}
-	if (opt_json)
+	/* A tree an interrupted command left half-done, and what repairs it. */
+	size_t frozen = 0;
+	for (size_t i = 0; i < t.ncuda; i++) {
+		int st = t.procs[t.cuda_index[i]].state;
+		frozen += st == CU_PROCESS_STATE_LOCKED || st == CU_PROCESS_STATE_CHECKPOINTED;
+	}
+	bool half = (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda);
+	if (opt_json) {
+		printf(",\"half_done\":%s", half ? "true" : "false");
+		if (half)
+			printf(",\"repair\":\"cusnap resume --pid %d\"", (int)pid);
 		printf("}\n");
+	} else if (half) {
+		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed, %zu participant(s) not active: an "
+		       "interrupted command left this tree; repair it with: cusnap resume --pid %d\n",
+		       frozen, unsettled, (int)pid);
+	} else if (frozen) {
+		printf("\nsuspended: resume it with: cusnap resume --pid %d\n", (int)pid);
+	}
 	tree_free(&t);
 	return EX_OK;
 }

@@ -281,6 +281,13 @@ static void recovery_after_sigkill(void)
 			if (rc != -1)
 				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s", points[i], rc, out);
 			free(out);
+			if (i == 0) {
+				/* inspect names the half-done tree and the command that repairs it */
+				CHECK_EQ(tool(&out, env2, tool_path, "inspect", "--pid", pid, NULL), 0);
+				CHECK_CONTAINS(out, "half-done");
+				CHECK_CONTAINS(out, "cusnap resume --pid");
+				free(out);
+			}
 			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
 			if (rc != 0)
 				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s", points[i],
