@@ -94,6 +94,19 @@ static inline void cusnap_path(char *out, size_t len)
 	snprintf(out, len, "%s/cusnap", bin_dir);
 }
 
+/* Wait until the workload of g wrote ready-for-snapshot: 0, or -1 (its log shown). */
+static inline int group_wait_ready(struct group *g, const char *name)
+{
+	char ready[PATH_MAX + 32];
+	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
+	if (test_wait_file(ready, 30000))
+		return 0;
+	char *text = test_read_file(g->log);
+	test_fail(__FILE__, __LINE__, "workload %s did not get ready; its log:\n%s", name, text ? text : "");
+	free(text);
+	return -1;
+}
+
 /* Start examples/vmm_group (under the interposer unless plain) and wait until it
  * is ready for a snapshot. wrapper: argv prefix such as unshare (NULL-ended). */
 static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
@@ -139,14 +152,8 @@ static inline int group_start(struct group *g, const char *name, int workers, in
 	env[e] = NULL;
 	g->child = test_spawn((char *const *)argv, env, g->log);
 	g->root = g->child;
-	char ready[PATH_MAX + 32];
-	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
-	if (!test_wait_file(ready, 30000)) {
-		char *text = test_read_file(g->log);
-		test_fail(__FILE__, __LINE__, "workload %s did not get ready; its log:\n%s", name, text ? text : "");
-		free(text);
+	if (group_wait_ready(g, name) < 0)
 		return -1;
-	}
 	if (wrapper) {
 		/* unshare --fork: the workload is the wrapper's child. */
 		char path[64];

@@ -21,12 +21,7 @@ static int client_start(struct group *g, const char *mode, const char *extra)
 	char *env[] = {g->env_ctl, NULL};
 	g->child = test_spawn((char *const *)argv, env, g->log);
 	g->root = g->child;
-	char ready[PATH_MAX + 32];
-	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
-	if (!test_wait_file(ready, 30000)) {
-		char *text = test_read_file(g->log);
-		test_fail(__FILE__, __LINE__, "%s did not get ready; its log:\n%s", mode, text ? text : "");
-		free(text);
+	if (group_wait_ready(g, mode) < 0) {
 		group_kill(g);
 		return -1;
 	}
