@@ -135,6 +135,9 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	struct checkpoint_result *r = res ? res : &local;
 	memset(r, 0, sizeof(*r));
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
+	int guard = check_pid_guard(pid);
+	if (guard)
+		return guard;
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	snprintf(images, sizeof(images), "%s/images", dir);

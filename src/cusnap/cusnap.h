@@ -94,6 +94,9 @@ int check_freezable(const struct tree *t);
 /* A tree holding cusnap, its ancestors or PID 1 of this namespace: refused
  * (exit 64, reported); else 0. check_freezable runs it too. */
 int check_guard_rails(const struct tree *t);
+/* The same for the tree of pid, before anything else is looked up (no driver,
+ * no CRIU needed to refuse). */
+int check_pid_guard(pid_t pid);
 /* ---- native_run.c: the native steps, concurrent and watched ---- */
 enum native_step { NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
 const char *native_step_name(enum native_step s);

@@ -136,13 +136,13 @@ int check_interposition(const struct tree *t)
 		    t->nshim, t->ncuda, list);
 }
 
-int check_guard_rails(const struct tree *t)
+static int guard_procs(const struct proc *procs, size_t n)
 {
 	/* Freezing (and, for a checkpoint, CRIU killing) a tree that holds cusnap
 	 * itself, its ancestors or this namespace's init would take down the tool
 	 * or the whole system: refused before anything changes. */
-	for (size_t i = 0; i < t->nprocs; i++) {
-		pid_t p = t->procs[i].pid;
+	for (size_t i = 0; i < n; i++) {
+		pid_t p = procs[i].pid;
 		if (p == 1)
 			return fail(EX_USAGE, "the tree holds PID 1 of this PID namespace (%d): refusing to freeze or "
 					      "checkpoint the namespace's init; nothing done", (int)p);
@@ -151,6 +151,21 @@ int check_guard_rails(const struct tree *t)
 				    p == getpid() ? "cusnap itself" : "an ancestor of cusnap", (int)p);
 	}
 	return 0;
+}
+
+int check_guard_rails(const struct tree *t)
+{
+	return guard_procs(t->procs, t->nprocs);
+}
+
+int check_pid_guard(pid_t pid)
+{
+	pid_t tgid = proc_tgid(pid);
+	struct proc *procs = NULL;
+	ssize_t n = proc_tree(tgid > 0 ? tgid : pid, &procs);
+	int rc = n < 0 ? 0 : guard_procs(procs, (size_t)n); /* no such process: reported later */
+	free(procs);
+	return rc;
 }
 
 int check_freezable(const struct tree *t)
