@@ -37,11 +37,6 @@ int ctx_device_of(const struct shim_alloc *a)
 	return a->ctx_device >= 0 ? a->ctx_device : 0;
 }
 
-CUresult ctx_enter_for(const struct shim_alloc *a)
-{
-	return ctx_enter_device(ctx_device_of(a));
-}
-
 int ctx_current_device(void)
 {
 	CUdevice dev = -1;

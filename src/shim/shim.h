@@ -241,8 +241,6 @@ size_t tbl_live_allocs(void);
 CUresult ctx_enter_device(int dev);
 /* The device whose context the shim uses for a's driver calls. */
 int ctx_device_of(const struct shim_alloc *a);
-/* ctx_enter_device(ctx_device_of(a)). */
-CUresult ctx_enter_for(const struct shim_alloc *a);
 /* The device of the calling thread's current context, -1 when none. */
 int ctx_current_device(void);
 /* cuCtxSynchronize in the primary context of every device d with used[d]; the
