@@ -226,9 +226,33 @@ static int undo_freeze(struct tree *t, const bool *locked, const bool *checkpoin
 	return bad ? -1 : 0;
 }
 
+/* One step of a freeze over every CUDA process: ok[i] tells which succeeded.
+ * On a failure, everything done so far (locked, checkpointed) is undone; a call
+ * that did not return is reported as stuck. Returns 0 or the exit code. */
+static int freeze_step(struct tree *t, enum native_step step, CUresult *rc, bool *ok, const bool *locked,
+		       const bool *checkpointed, bool prepared, const char *dir)
+{
+	size_t n = t->ncuda, stuck = 0, failed = n;
+	int run = native_run(t, step, NULL, NULL, 0, rc, &stuck);
+	for (size_t i = 0; i < n; i++) {
+		ok[i] = rc[i] == CUDA_SUCCESS;
+		if (!ok[i] && failed == n && rc[i] != CUDA_ERROR_TIMEOUT)
+			failed = i;
+	}
+	if (run == -ETIMEDOUT)
+		return stuck_call(t, step, stuck);
+	if (run == 0 && failed == n)
+		return 0;
+	int u = undo_freeze(t, locked, checkpointed, prepared, dir);
+	return fail(u ? EX_TERMINATED : EX_LEFT_RUNNING, "%s of process %d failed: %s (%s)",
+		    step == NATIVE_LOCK ? "lock" : "native checkpoint", failed < n ? t->targets[failed].obs : 0,
+		    failed < n ? native_error(&t->nat, rc[failed]) : "no memory",
+		    u ? "undoing it failed: the state is unknown" : "everything undone");
+}
+
 int native_freeze(struct tree *t, bool prepared, const char *dir)
 {
-	size_t n = t->ncuda, stuck = 0;
+	size_t n = t->ncuda;
 	CUresult *rc = calloc(n + 1, sizeof(*rc));
 	bool *locked = calloc(n + 1, sizeof(*locked)), *done = calloc(n + 1, sizeof(*done));
 	int ret = 0;
@@ -237,44 +261,13 @@ int native_freeze(struct tree *t, bool prepared, const char *dir)
 		goto out;
 	}
 	double t0 = now_ms();
-	int run = native_run(t, NATIVE_LOCK, NULL, NULL, 0, rc, &stuck);
-	size_t failed = n;
-	for (size_t i = 0; i < n; i++) {
-		locked[i] = rc[i] == CUDA_SUCCESS;
-		if (!locked[i] && failed == n && rc[i] != CUDA_ERROR_TIMEOUT)
-			failed = i;
-	}
-	if (run == -ETIMEDOUT) {
-		ret = stuck_call(t, NATIVE_LOCK, stuck);
+	if ((ret = freeze_step(t, NATIVE_LOCK, rc, locked, locked, done, prepared, dir)))
 		goto out;
-	}
-	if (run < 0 || failed < n) {
-		int u = undo_freeze(t, locked, done, prepared, dir);
-		ret = fail(u ? EX_TERMINATED : EX_LEFT_RUNNING, "lock of process %d failed: %s (%s)",
-			   failed < n ? t->targets[failed].obs : 0, failed < n ? native_error(&t->nat, rc[failed]) : "no memory",
-			   u ? "undoing it failed: the state is unknown" : "everything undone");
-		goto out;
-	}
 	progress("lock", now_ms() - t0, "%zu processes, concurrently", n);
 	coord_fault_point("kill-after-lock");
 	t0 = now_ms();
-	run = native_run(t, NATIVE_CHECKPOINT, NULL, NULL, 0, rc, &stuck);
-	for (size_t i = 0; i < n; i++) {
-		done[i] = rc[i] == CUDA_SUCCESS;
-		if (!done[i] && failed == n && rc[i] != CUDA_ERROR_TIMEOUT)
-			failed = i;
-	}
-	if (run == -ETIMEDOUT) {
-		ret = stuck_call(t, NATIVE_CHECKPOINT, stuck);
+	if ((ret = freeze_step(t, NATIVE_CHECKPOINT, rc, done, locked, done, prepared, dir)))
 		goto out;
-	}
-	if (run < 0 || failed < n) {
-		int u = undo_freeze(t, locked, done, prepared, dir);
-		ret = fail(u ? EX_TERMINATED : EX_LEFT_RUNNING, "native checkpoint of process %d failed: %s (%s)",
-			   failed < n ? t->targets[failed].obs : 0, failed < n ? native_error(&t->nat, rc[failed]) : "no memory",
-			   u ? "undoing it failed: the state is unknown" : "everything undone");
-		goto out;
-	}
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
 	coord_fault_point("kill-after-checkpoint");
 out:
