@@ -231,9 +231,10 @@ static inline pid_t partial_tree_start(const char *dir, const char *ctl)
 	return helpers_start(dir, ctl, script);
 }
 
-/* Let the workload verify (restore-complete) and wait for it; returns its PASS
- * line count, or -1 when it did not exit 0. */
-static inline int group_finish(struct group *g)
+/* Let the workload verify (restore-complete) and wait for it; returns how many
+ * of its lines hold marker (one PASS line per process), or -1 when it did not
+ * exit 0. */
+static inline int group_finish_counting(struct group *g, const char *marker)
 {
 	char done[PATH_MAX + 32];
 	snprintf(done, sizeof(done), "%s/restore-complete", g->ctl);
@@ -242,13 +243,19 @@ static inline int group_finish(struct group *g)
 	g->child = 0;
 	char *text = test_read_file(g->log);
 	int pass = 0;
-	for (const char *p = text; p && (p = strstr(p, "PASS vmm_group")); p++)
+	for (const char *p = text; p && (p = strstr(p, marker)); p++)
 		pass++;
 	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	if (!ok)
 		printf("  workload exited with status %#x; its log:\n%s\n", status, text ? text : "");
 	free(text);
 	return ok ? pass : -1;
+}
+
+/* The same for examples/vmm_group, whose processes print "PASS vmm_group". */
+static inline int group_finish(struct group *g)
+{
+	return group_finish_counting(g, "PASS vmm_group");
 }
 
 static inline void group_kill(struct group *g)

@@ -28,23 +28,6 @@ static int client_start(struct group *g, const char *mode, const char *extra)
 	return 0;
 }
 
-/* restore-complete, then the workload's own verdict: its PASS lines, or -1. */
-static int client_finish(struct group *g)
-{
-	char done[PATH_MAX + 32];
-	snprintf(done, sizeof(done), "%s/restore-complete", g->ctl);
-	test_write_file(done, "");
-	int status = test_wait_child(g->child, 60000);
-	g->child = 0;
-	char *text = test_read_file(g->log);
-	int pass = count_of(text, "PASS clients");
-	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-	if (!ok)
-		printf("  workload exited with status %#x; its log:\n%s\n", status, text ? text : "");
-	free(text);
-	return ok ? pass : -1;
-}
-
 static void replay(const char *mode, const char *extra, int processes, int creators)
 {
 	static const char *const contents[] = {"host", "native"};
@@ -66,7 +49,7 @@ static void replay(const char *mode, const char *extra, int processes, int creat
 		if (rc != 0)
 			test_fail(__FILE__, __LINE__, "%s (%s content): resume exited %d:\n%s", mode, contents[c], rc, out);
 		free(out);
-		int pass = client_finish(&g);
+		int pass = group_finish_counting(&g, "PASS clients");
 		if (pass != processes)
 			test_fail(__FILE__, __LINE__, "%s (%s content): %d of %d processes passed", mode, contents[c], pass,
 				  processes);
