@@ -257,30 +257,49 @@ static void guard_rails(void)
 	group_kill(&g);
 }
 
+/* The phase boundaries of suspend (include/cusnap/faults.def, less the
+ * multicast one: these groups have no multicast object). */
+static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
+					 "kill-after-lock", "kill-after-checkpoint"};
+
+/* A fresh group, then `cusnap suspend` of it with CUSNAP_FAULT=point:how.
+ * Returns suspend's exit (-1: killed, -2: no group); its output in *out, the
+ * group's SNAPSHOT_CONTROL_DIR=... (for the commands that follow) in envctl. */
+static int faulted_suspend(struct group *g, const char *point, const char *how, const char *content,
+			   char envctl[PATH_MAX + 32], char **out)
+{
+	if (group_start(g, how, 1, 2, false, NULL, NULL, NULL) < 0)
+		return -2;
+	char tool_path[PATH_MAX], pid[16], fault[96];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:%s", point, how);
+	snprintf(envctl, PATH_MAX + 32, "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	char *env[] = {fault, envctl, NULL};
+	return tool(out, env, tool_path, "suspend", "--pid", pid, "--content", content, NULL);
+}
+
 /* cusnap suspend SIGKILLed at every phase boundary (CUSNAP_FAULT=...:self):
  * `cusnap resume --pid ROOT` alone brings the group back from wherever it was
  * left, and a running tree is answered "nothing to resume" with exit 0. */
 static void recovery_after_sigkill(void)
 {
-	static const char *const points[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
-					     "kill-after-lock", "kill-after-checkpoint"};
 	static const char *const contents[] = {"host", "native"};
 	char tool_path[PATH_MAX];
 	cusnap_path(tool_path, sizeof(tool_path));
-	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
 		for (int c = 0; c < 2; c++) {
 			struct group g;
-			if (group_start(&g, "sigkill", 1, 2, false, NULL, NULL, NULL) < 0)
+			char envctl[PATH_MAX + 32], pid[16], *out;
+			int rc = faulted_suspend(&g, boundaries[i], "self", contents[c], envctl, &out);
+			if (rc == -2)
 				return;
-			char pid[16], fault[96], envctl[PATH_MAX + 32], *out;
-			snprintf(pid, sizeof(pid), "%d", g.root);
-			snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", points[i]);
-			snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
-			char *env[] = {fault, envctl, NULL}, *env2[] = {envctl, NULL};
-			int rc = tool(&out, env, tool_path, "suspend", "--pid", pid, "--content", contents[c], NULL);
 			if (rc != -1)
-				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s", points[i], rc, out);
+				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s", boundaries[i], rc,
+					  out);
 			free(out);
+			snprintf(pid, sizeof(pid), "%d", g.root);
+			char *env2[] = {envctl, NULL};
 			if (i == 0) {
 				/* inspect names the half-done tree and the command that repairs it */
 				CHECK_EQ(tool(&out, env2, tool_path, "inspect", "--pid", pid, NULL), 0);
@@ -290,7 +309,7 @@ static void recovery_after_sigkill(void)
 			}
 			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
 			if (rc != 0)
-				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s", points[i],
+				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s", boundaries[i],
 					  contents[c], rc, out);
 			free(out);
 			if (i == 0 && c == 0) {
@@ -300,7 +319,7 @@ static void recovery_after_sigkill(void)
 				free(out);
 			}
 			char what[128];
-			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", points[i], contents[c]);
+			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", boundaries[i], contents[c]);
 			group_back_and_passing(&g, 1, what);
 		}
 	}
@@ -310,25 +329,17 @@ static void recovery_after_sigkill(void)
  * undoes everything and exits 1, every participant active, the group passing. */
 static void sigterm_undoes(void)
 {
-	static const char *const points[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
-					     "kill-after-lock", "kill-after-checkpoint"};
-	char tool_path[PATH_MAX];
-	cusnap_path(tool_path, sizeof(tool_path));
-	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
 		struct group g;
-		if (group_start(&g, "sigterm", 1, 2, false, NULL, NULL, NULL) < 0)
+		char envctl[PATH_MAX + 32], *out;
+		int rc = faulted_suspend(&g, boundaries[i], "term", "host", envctl, &out);
+		if (rc == -2)
 			return;
-		char pid[16], fault[96], envctl[PATH_MAX + 32], *out;
-		snprintf(pid, sizeof(pid), "%d", g.root);
-		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:term", points[i]);
-		snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
-		char *env[] = {fault, envctl, NULL};
-		int rc = tool(&out, env, tool_path, "suspend", "--pid", pid, NULL);
 		if (rc != 1 || !contains(out, "everything undone"))
-			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", points[i], rc, out);
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", boundaries[i], rc, out);
 		free(out);
 		char what[128];
-		snprintf(what, sizeof(what), "SIGTERM %s", points[i]);
+		snprintf(what, sizeof(what), "SIGTERM %s", boundaries[i]);
 		group_back_and_passing(&g, 1, what);
 	}
 	/* The same for the coordinator's --prepare (the agent's shape). */
