@@ -164,35 +164,20 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
 		 vmm ? "interposed: VMM steps" : t.ncuda ? "not interposed: native steps only" : "no CUDA: CRIU only");
 	t0 = now_ms();
-	signals_arm();
-	if (vmm) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
-		struct coord_report cr;
-		if (coord_prepare(t.targets, t.ncuda, &o, &cr) < 0) {
-			rc = fail(cr.aborted || cr.unchanged ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", cr.error);
-			goto out;
-		}
-		r->bytes_copied = cr.bytes;
-		r->shared = cr.shared;
-	}
-	r->ms_prepare = now_ms() - t0;
-	t0 = now_ms();
-	if ((rc = interrupted_undo(&t, dir, "prepare")))
+	struct record rec = {.root = t.procs[0].pid, .dir = dir};
+	struct coord_report cr;
+	if ((rc = tree_suspend(&t, &rec, content, &cr)))
 		goto out;
-	if ((rc = native_freeze(&t, vmm, dir)))
-		goto out;
-	if ((rc = interrupted_undo(&t, dir, "the native checkpoint")))
-		goto out;
-	r->ms_checkpoint = now_ms() - t0;
+	r->bytes_copied = cr.bytes;
+	r->shared = cr.shared;
+	r->ms_prepare = vmm ? cr.ms_total : 0;
+	r->ms_checkpoint = now_ms() - t0 - r->ms_prepare;
 	/* CRIU: explicit argv, the log in the images directory. */
 	char pidstr[16];
 	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
 	char plugins[PATH_MAX + 32];
 	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
-		rc = fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
-		native_thaw(&t, NULL, 0, err, sizeof(err));
-		if (vmm)
-			vmm_abort(&t, dir);
+		rc = finish(&t, &rec, "cannot make %s: %s", plugins, strerror(errno));
 		goto out;
 	}
 	char *argv[16] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
@@ -204,33 +189,27 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	argv[n] = NULL;
 	snprintf(log, sizeof(log), "%s/dump.log", images);
 	t0 = now_ms();
-	int crc = criu_run(criu, argv, log);
+	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
+	 * dump end and then finishes. */
+	int crc = criu_run(criu, argv, log, true);
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
-		/* The dump failed: CRIU left the tree running; undo ours. */
-		char e2[1024];
-		if (native_thaw(&t, NULL, 0, e2, sizeof(e2)) < 0)
-			fprintf(stderr, "cusnap: %s\n", e2);
-		if (vmm)
-			vmm_abort(&t, dir);
-		rc = fail(EX_LEFT_RUNNING, "CRIU dump failed (exit %d); the workload was put back running (log: %s)", crc, log);
+		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
+		rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
 		goto out;
 	}
 	r->image_bytes = dir_bytes(images);
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
+	coord_fault_point("kill-after-dump");
 	if (leave_running) {
+		if ((rc = interrupted(&t, &rec, "the CRIU dump")))
+			goto out; /* no manifest: the images are not a checkpoint */
 		t0 = now_ms();
-		if (native_thaw(&t, NULL, 0, err, sizeof(err)) < 0) {
-			rc = fail(EX_TERMINATED, "after the dump: %s", err);
+		struct coord_report rr;
+		bool nothing;
+		if (tree_recover(&t, dir, &rr, &nothing, err, sizeof(err)) < 0) {
+			rc = finish(&t, &rec, "after the dump: %s", err);
 			goto out;
-		}
-		if (vmm) {
-			struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true};
-			struct coord_report cr;
-			if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
-				rc = fail(EX_TERMINATED, "after the dump: rebuilding shared memory failed: %s", cr.error);
-				goto out;
-			}
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 		char done[PATH_MAX + 64];
@@ -240,7 +219,17 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
 	}
 	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
-		rc = fail(leave_running ? EX_LEFT_RUNNING : EX_TERMINATED, "cannot write %s/" MANIFEST, dir);
+		rc = leave_running ? finish(&t, &rec, "cannot write %s/" MANIFEST, dir)
+				   : fail(EX_TERMINATED, "the tree was dumped and has exited, but %s/" MANIFEST
+							 " cannot be written: not restorable", dir);
+		goto out;
+	}
+	state_dir_end(rec.root);
+	if (!leave_running && signal_caught()) {
+		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
+		rc = fail(EX_TERMINATED, "interrupted by %s after the dump: the tree was dumped and has exited; the "
+					 "checkpoint in %s is complete (`cusnap restore --dir %s`)",
+			  strsignal(signal_caught()), dir, dir);
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
@@ -339,6 +328,16 @@ static int manifest_load(const char *dir, struct manifest *m, char *err, size_t 
 	return 0;
 }
 
+/* A signal during a restore: the half-restored tree is killed (it never ran). */
+static int restore_interrupted(const char *dir, const char *after)
+{
+	int sig = signal_caught();
+	if (!sig)
+		return 0;
+	return fail(EX_TERMINATED, "interrupted by %s after %s: the restored tree was killed; the checkpoint in %s is "
+				   "unchanged", strsignal(sig), after, dir);
+}
+
 int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
 {
 	struct checkpoint_result local;
@@ -385,7 +384,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 			argv[n++] = "--shell-job";
 	argv[n] = NULL;
 	t0 = now_ms();
-	int crc = criu_run(criu, argv, log);
+	signals_arm();
+	int crc = criu_run(criu, argv, log, false);
 	r->ms_criu_restore = now_ms() - t0;
 	char *pidtext = NULL;
 	FILE *pf = fopen(pidfile, "re");
@@ -433,12 +433,16 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
+	if ((rc = restore_interrupted(dir, "the CRIU restore")))
+		goto kill;
 	t0 = now_ms();
 	if (native_thaw(&t, pairs, (unsigned)npairs, err, sizeof(err)) < 0) {
 		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
 		goto kill;
 	}
 	r->ms_native_restore = now_ms() - t0;
+	if ((rc = restore_interrupted(dir, "the native restore")))
+		goto kill;
 	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda, npairs ? ", devices remapped" : "");
 	/* Device ordinals then (the manifest's GPU list) and now, for the shims. */
 	int ordinal_map[64];
@@ -478,6 +482,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 		r->bytes_copied = cr.bytes;
 	}
 	r->ms_vmm_restore = now_ms() - t0;
+	if ((rc = restore_interrupted(dir, "rebuilding shared memory")))
+		goto kill;
 	/* Only now may the workload run: the sharing is back. */
 	char done[PATH_MAX + 64];
 	control_file(root, "restore-complete", done, sizeof(done));

@@ -110,7 +110,7 @@ static void show_errors(const char *log_path)
 		fprintf(stderr, "  %s", lines[i % 8]);
 }
 
-int criu_run(const char *criu, char *const argv[], const char *log_path)
+int criu_run(const char *criu, char *const argv[], const char *log_path, bool own_group)
 {
 	char *args[64];
 	int n = 0;
@@ -122,6 +122,8 @@ int criu_run(const char *criu, char *const argv[], const char *log_path)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		if (own_group)
+			setpgid(0, 0);
 		/* CRIU prints little on its own; everything goes to its log. */
 		execv(criu, args);
 		_exit(127);

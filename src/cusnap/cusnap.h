@@ -110,13 +110,21 @@ int native_watchdog_ms(enum native_step s);
 int native_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
 	       unsigned npairs, CUresult *results, size_t *stuck);
 
-/* The native steps of a freeze: lock then checkpoint every CUDA process. On
- * failure everything is undone (and, when prepared, the VMM state rebuilt);
- * returns 0 or an exit code (reported). */
-int native_freeze(struct tree *t, bool prepared, const char *dir);
-/* Native restore (with device pairs) then unlock of every CUDA process that is
- * checkpointed. Returns 0, or -1 with err (a stuck call named there). */
-int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
+/* ---- finish.c: how far a command got, and the one way it ends ---- */
+struct record {
+	pid_t root;
+	const char *dir; /* the state directory */
+	bool changed;    /* prepare or a native step began: there may be something to undo */
+	bool stuck;      /* a native call did not return: nothing can be undone until it does */
+};
+/* The command failed (fmt says what): undo what rec records (tree_recover),
+ * check every process, and report. Exit 1 only when every CUDA process is
+ * running and every participant active (or gone, not by us); else 2, with the
+ * state named and the repair command. */
+int finish(struct tree *t, const struct record *rec, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Every live CUDA process running and every live participant active: 0, or -1
+ * with the first that is not in why. *gone: processes that no longer exist. */
+int tree_verify(struct tree *t, char *why, size_t len, size_t *gone);
 /* Bring the tree back from whatever state a command left it in: thaw what is
  * LOCKED or CHECKPOINTED, then rebuild the shims (from the state file in dir
  * when there is one, else in place). *nothing: it was running already. 0, or
@@ -125,11 +133,33 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 /* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
  * next phase boundary). */
 void signals_arm(void);
-/* At a phase boundary: when a signal was caught, undo everything (tree_recover)
- * and return the exit code (1 when undone, 2 when not, reported); else 0. */
-int interrupted_undo(struct tree *t, const char *dir, const char *after);
-/* Rebuild shared memory after a failed or undone prepare. */
-void vmm_abort(struct tree *t, const char *dir);
+/* The signal caught since signals_arm, or 0. */
+int signal_caught(void);
+/* At a phase boundary: when a signal was caught, finish (exit 1 or 2,
+ * reported); else 0. */
+int interrupted(struct tree *t, const struct record *rec, const char *after);
+/* The private default state directory of the tree of pid. */
+void state_dir_default(pid_t pid, char *out, size_t len);
+/* The state directory of the tree of pid: given, or the one the last command
+ * on it recorded, or the private default (derived from pid). */
+void state_dir_of(pid_t pid, const char *given, char *out, size_t len);
+/* A command on the tree of pid starts with dir as its state directory: any
+ * old state file there is removed and dir recorded for state_dir_of. 0 or -errno. */
+int state_dir_begin(pid_t pid, const char *dir);
+/* The tree of pid has no state directory to find any more. */
+void state_dir_end(pid_t pid);
+
+/* ---- freeze.c ---- */
+/* suspend's steps, shared with checkpoint: record dir, prepare (when
+ * interposed), lock, checkpoint; a failure or a signal finishes. 0 or the exit
+ * code (reported). */
+int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r);
+/* Lock then checkpoint every CUDA process. 0, or -1 with what failed in err
+ * (nothing undone: the caller finishes). */
+int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen);
+/* Native restore (with device pairs) then unlock of every CUDA process that is
+ * checkpointed or locked. Returns 0, or -1 with err (a stuck call named there). */
+int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
 const char *state_name(int s);
 
 /* ---- criu.c ---- */
@@ -139,9 +169,10 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
 /* Its version string ("4.1.1"), or "". */
 void criu_version(const char *criu, char *out, size_t len);
 /* Run criu with argv (argv[0] is ignored and replaced by criu); the log file is
- * in DIR. Returns its exit status, or -1. On failure, the last error lines of
- * the log are printed. */
-int criu_run(const char *criu, char *const argv[], const char *log_path);
+ * in DIR. own_group: in a process group of its own (signals from the terminal
+ * reach cusnap only). Returns its exit status, or -1. On failure, the last
+ * error lines of the log are printed. */
+int criu_run(const char *criu, char *const argv[], const char *log_path, bool own_group);
 /* DIR/criu-plugins, made (empty) if absent: CRIU runs with it as --libdir so
  * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
 int criu_plugin_dir(const char *dir, char *out, size_t len);

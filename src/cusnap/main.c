@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,16 +54,6 @@ static void usage(FILE *f)
 		"69 a required component is missing (the CUDA driver), with the fix named\n");
 }
 
-/* The default state directory of a suspended tree: private and derived from the PID. */
-static void default_dir(pid_t pid, char *out, size_t len)
-{
-	const char *base = getenv("XDG_RUNTIME_DIR");
-	if (base && *base)
-		snprintf(out, len, "%s/cusnap/suspend-%d", base, (int)pid);
-	else
-		snprintf(out, len, "/tmp/cusnap-%u/suspend-%d", (unsigned)getuid(), (int)pid);
-}
-
 int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 {
 	struct tree t;
@@ -82,7 +73,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
-		default_dir(pid, dir, sizeof(dir));
+		state_dir_default(t.procs[0].pid, dir, sizeof(dir));
 	if (path_mkdirs(dir) < 0) {
 		rc = fail(EX_LEFT_RUNNING, "cannot create %s: %s", dir, strerror(errno));
 		goto out;
@@ -92,20 +83,9 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
-	struct coord_report r = {0};
-	signals_arm();
-	if (vmm) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = dir, .progress = stderr};
-		if (coord_prepare(t.targets, t.ncuda, &o, &r) < 0) {
-			rc = fail(r.aborted || r.unchanged ? EX_LEFT_RUNNING : EX_TERMINATED, "prepare failed: %s", r.error);
-			goto out;
-		}
-	}
-	if ((rc = interrupted_undo(&t, dir, "prepare")))
-		goto out;
-	if ((rc = native_freeze(&t, vmm, dir)))
-		goto out;
-	if ((rc = interrupted_undo(&t, dir, "the native checkpoint")))
+	struct record rec = {.root = t.procs[0].pid, .dir = dir};
+	struct coord_report r;
+	if ((rc = tree_suspend(&t, &rec, content, &r)))
 		goto out;
 	if (opt_json) {
 		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":", (int)pid);
@@ -120,68 +100,6 @@ out:
 	return rc;
 }
 
-int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen)
-{
-	char state[PATH_MAX + 32];
-	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
-	memset(r, 0, sizeof(*r));
-	*nothing = false;
-	/* From whatever state an interrupted (even SIGKILLed) command left: native
-	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
-	size_t suspended = 0, locked = 0, unsettled = 0;
-	for (size_t i = 0; i < t->ncuda; i++) {
-		CUprocessState st;
-		int s = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS ? (int)st : -1;
-		suspended += s == CU_PROCESS_STATE_CHECKPOINTED;
-		locked += s == CU_PROCESS_STATE_LOCKED;
-	}
-	bool vmm = t->nshim > 0;
-	for (size_t i = 0; vmm && i < t->ncuda && !suspended && !locked; i++) {
-		/* (a locked or checkpointed process answers only after it is thawed) */
-		struct topo_participant p;
-		if (coord_inspect(&t->targets[i], opt_timeout_ms, &p, err, errlen) != 0) {
-			char why[1024];
-			snprintf(why, sizeof(why), "%s", err);
-			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
-			return -1;
-		}
-		unsettled += p.phase != 1; /* not active */
-		topo_free(&p);
-	}
-	if (!suspended && !locked && !unsettled) {
-		*nothing = true;
-		return 0;
-	}
-	double t0 = now_ms();
-	if (suspended || locked) {
-		if (native_thaw(t, NULL, 0, err, errlen) < 0)
-			return -1;
-		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
-	}
-	bool have_state = access(state, F_OK) == 0;
-	if (!vmm)
-		return 0;
-	if (have_state || (!unsettled && suspended)) {
-		/* The state file was written: the prepare completed; rebuild from it. */
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
-					  .require_state = have_state};
-		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
-			snprintf(err, errlen, "rebuilding shared memory failed: %s", r->error);
-			return -1;
-		}
-		return 0;
-	}
-	/* Interrupted before the state file: each participant rebuilds in place. */
-	fprintf(stderr, "cusnap: participants were left part way through a prepare (no state file in %s): "
-			"rebuilding in place\n", dir);
-	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
-	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
-		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
-		return -1;
-	}
-	return 0;
-}
-
 int cmd_resume(pid_t pid, const char *dir_arg)
 {
 	struct tree t;
@@ -190,19 +108,27 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 		return rc;
 	char dir[PATH_MAX], err[1200];
 	double start = now_ms();
-	if (dir_arg)
-		snprintf(dir, sizeof(dir), "%s", dir_arg);
-	else
-		default_dir(pid, dir, sizeof(dir));
+	state_dir_of(t.procs[0].pid, dir_arg, dir, sizeof(dir));
 	if ((rc = check_interposition(&t)))
 		goto out;
+	/* A resume is itself the undo: a signal now is noted, and the resume completes. */
+	signals_arm();
 	struct coord_report r;
 	bool nothing;
 	if (tree_recover(&t, dir, &r, &nothing, err, sizeof(err)) < 0) {
-		rc = fail(EX_TERMINATED, "%s", err);
+		char why[1400];
+		size_t gone;
+		if (tree_verify(&t, why, sizeof(why), &gone) < 0)
+			rc = fail(EX_TERMINATED, "%s; the tree is left half-done: %s", err, why);
+		else
+			rc = fail(EX_TERMINATED, "%s", err);
 		goto out;
 	}
+	if (signal_caught())
+		fprintf(stderr, "cusnap: %s arrived during the resume; the resume was completed first\n",
+			strsignal(signal_caught()));
 	bool vmm = t.nshim > 0;
+	state_dir_end(t.procs[0].pid);
 	if (nothing) {
 		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
 			(int)pid, vmm ? ", every participant active" : "");

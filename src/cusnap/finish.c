@@ -1,0 +1,272 @@
+/* The one way a command that changed a tree ends (SYSTEM.md §9; CRIU's
+ * cr_dump_finish is the model): the record of how far it got, the undo of
+ * exactly that, a check of every process afterwards, and the exit code picked
+ * from what the check saw. Also the recovery of a tree an interrupted command
+ * left (`cusnap resume --pid ROOT`), and the signals that end a command early. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+
+/* ---- where a tree's state directory is ---- */
+
+void state_dir_default(pid_t pid, char *out, size_t len)
+{
+	const char *base = getenv("XDG_RUNTIME_DIR");
+	if (base && *base)
+		snprintf(out, len, "%s/cusnap/suspend-%d", base, (int)pid);
+	else
+		snprintf(out, len, "/tmp/cusnap-%u/suspend-%d", (unsigned)getuid(), (int)pid);
+}
+
+/* The default directory holds "state-dir", naming the directory a command was
+ * given, so that `cusnap resume --pid ROOT` alone finds the state file. */
+static void note_path(pid_t pid, char *out, size_t len)
+{
+	char d[PATH_MAX];
+	state_dir_default(pid, d, sizeof(d));
+	snprintf(out, len, "%s/state-dir", d);
+}
+
+void state_dir_of(pid_t pid, const char *given, char *out, size_t len)
+{
+	if (given) {
+		snprintf(out, len, "%s", given);
+		return;
+	}
+	char note[PATH_MAX + 16];
+	note_path(pid, note, sizeof(note));
+	FILE *f = fopen(note, "re");
+	if (f) {
+		bool ok = fgets(out, (int)len, f) != NULL;
+		fclose(f);
+		if (ok && out[0] == '/') {
+			out[strcspn(out, "\n")] = '\0';
+			return;
+		}
+	}
+	state_dir_default(pid, out, len);
+}
+
+int state_dir_begin(pid_t pid, const char *dir)
+{
+	char def[PATH_MAX], note[PATH_MAX + 16], state[PATH_MAX + 32];
+	state_dir_default(pid, def, sizeof(def));
+	note_path(pid, note, sizeof(note));
+	/* An old state file would be taken for this command's if it is cut short. */
+	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
+	if (unlink(state) < 0 && errno != ENOENT)
+		return -errno;
+	if (!strcmp(def, dir)) {
+		unlink(note);
+		return 0;
+	}
+	char abs[PATH_MAX];
+	if (!realpath(dir, abs) || path_mkdirs(def) < 0)
+		return -errno;
+	char text[PATH_MAX + 2];
+	snprintf(text, sizeof(text), "%s\n", abs);
+	return write_file(note, text);
+}
+
+void state_dir_end(pid_t pid)
+{
+	char note[PATH_MAX + 16];
+	note_path(pid, note, sizeof(note));
+	unlink(note);
+}
+
+/* ---- the check ---- */
+
+/* Is pid a live process (not gone, not a zombie)? */
+static bool alive(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *close = strrchr(buf, ')');
+	return close && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X';
+}
+
+int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
+{
+	*gone = 0;
+	why[0] = '\0';
+	for (size_t i = 0; i < t->ncuda; i++) {
+		struct coord_target *c = &t->targets[i];
+		if (!alive(c->obs)) {
+			(*gone)++; /* killed by someone else: nothing to put back */
+			continue;
+		}
+		CUprocessState st;
+		CUresult r = t->nat.get_state(c->obs, &st);
+		if (r != CUDA_SUCCESS || st != CU_PROCESS_STATE_RUNNING) {
+			snprintf(why, len, "process %d is %s", c->obs,
+				 r == CUDA_SUCCESS ? state_name((int)st) : native_error(&t->nat, r));
+			return -1;
+		}
+		if (!t->procs[t->cuda_index[i]].shim)
+			continue;
+		struct topo_participant p;
+		char err[1200];
+		if (coord_inspect(c, opt_timeout_ms, &p, err, sizeof(err)) != 0) {
+			snprintf(why, len, "participant %d does not answer: %s", c->obs, err);
+			return -1;
+		}
+		uint32_t phase = p.phase;
+		topo_free(&p);
+		if (phase != 1 /* active */) {
+			snprintf(why, len, "participant %d is in phase %s", c->obs, topo_phase_name(phase));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- recovery from any intermediate state ---- */
+
+int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen)
+{
+	char state[PATH_MAX + 32];
+	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
+	memset(r, 0, sizeof(*r));
+	*nothing = false;
+	/* From whatever state an interrupted (even SIGKILLed) command left: native
+	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
+	size_t suspended = 0, locked = 0, unsettled = 0;
+	for (size_t i = 0; i < t->ncuda; i++) {
+		CUprocessState st;
+		int s = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS ? (int)st : -1;
+		suspended += s == CU_PROCESS_STATE_CHECKPOINTED;
+		locked += s == CU_PROCESS_STATE_LOCKED;
+	}
+	bool vmm = t->nshim > 0;
+	for (size_t i = 0; vmm && i < t->ncuda && !suspended && !locked; i++) {
+		/* (a locked or checkpointed process answers only after it is thawed) */
+		if (!alive(t->targets[i].obs))
+			continue;
+		struct topo_participant p;
+		if (coord_inspect(&t->targets[i], opt_timeout_ms, &p, err, errlen) != 0) {
+			char why[1024];
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
+			return -1;
+		}
+		unsettled += p.phase != 1; /* not active */
+		topo_free(&p);
+	}
+	if (!suspended && !locked && !unsettled) {
+		*nothing = true;
+		return 0;
+	}
+	double t0 = now_ms();
+	if (suspended || locked) {
+		if (native_thaw(t, NULL, 0, err, errlen) < 0)
+			return -1;
+		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
+	}
+	if (!vmm)
+		return 0;
+	bool have_state = access(state, F_OK) == 0;
+	if (have_state || (!unsettled && suspended)) {
+		/* The state file was written: the prepare completed; rebuild from it. */
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
+					  .require_state = have_state};
+		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
+			snprintf(err, errlen, "rebuilding shared memory failed: %s", r->error);
+			return -1;
+		}
+		return 0;
+	}
+	/* Interrupted before the state file: each participant rebuilds in place. */
+	fprintf(stderr, "cusnap: participants were left part way through a prepare (no state file in %s): "
+			"rebuilding in place\n", dir);
+	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
+	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
+		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the finish ---- */
+
+int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
+{
+	char what[2000];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (rec->stuck)
+		return fail(EX_TERMINATED, "%s: the state of the tree is unknown; once the call returns, `cusnap resume "
+					   "--pid %d` brings it back", what, (int)rec->root);
+	char err[1400] = "";
+	bool undone = true;
+	if (rec->changed) {
+		struct coord_report r;
+		bool nothing;
+		undone = tree_recover(t, rec->dir, &r, &nothing, err, sizeof(err)) == 0;
+	}
+	char why[1400] = "";
+	size_t gone = 0;
+	bool verified = undone && tree_verify(t, why, sizeof(why), &gone) == 0;
+	char lost[96] = "";
+	if (gone)
+		snprintf(lost, sizeof(lost), " (%zu process%s gone, not by cusnap)", gone, gone > 1 ? "es" : "");
+	if (verified) {
+		state_dir_end(rec->root);
+		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);
+	}
+	if (!undone)
+		return fail(EX_TERMINATED, "%s; undoing it failed: %s%s; repair with `cusnap resume --pid %d`", what, err,
+			    lost, (int)rec->root);
+	return fail(EX_TERMINATED, "%s; after the undo %s%s: repair with `cusnap resume --pid %d`", what, why, lost,
+		    (int)rec->root);
+}
+
+/* ---- signals: SIGINT, SIGTERM and SIGHUP end a command at its next boundary ---- */
+
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+	caught = sig;
+}
+
+void signals_arm(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART; /* calls in flight finish; the command stops at its next phase boundary */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int signal_caught(void)
+{
+	return caught;
+}
+
+int interrupted(struct tree *t, const struct record *rec, const char *after)
+{
+	int sig = caught;
+	if (!sig)
+		return 0;
+	fprintf(stderr, "cusnap: %s after %s: undoing\n", strsignal(sig), after);
+	return finish(t, rec, "interrupted by %s after %s", strsignal(sig), after);
+}

@@ -1,0 +1,128 @@
+/* The native freeze (lock, then checkpoint) and thaw (restore, then unlock) of
+ * the CUDA processes of a tree, each step concurrent (native_run). A failed
+ * freeze is undone by the caller's finish (finish.c), never here. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cusnap.h"
+
+/* One step of a freeze over every CUDA process. Returns 0, or -1 with what
+ * failed in err (rec->stuck set when a call did not return). */
+static int freeze_step(struct tree *t, enum native_step step, struct record *rec, char *err, size_t errlen)
+{
+	size_t n = t->ncuda, stuck = 0;
+	CUresult *rc = calloc(n + 1, sizeof(*rc));
+	if (!rc) {
+		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
+		return -1;
+	}
+	int run = native_run(t, step, NULL, NULL, 0, rc, &stuck);
+	int ret = 0;
+	if (run == -ETIMEDOUT) {
+		rec->stuck = true;
+		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
+		ret = -1;
+	} else if (run < 0) {
+		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
+		ret = -1;
+	}
+	for (size_t i = 0; !ret && i < n; i++) {
+		if (rc[i] == CUDA_SUCCESS)
+			continue;
+		snprintf(err, errlen, "%s of process %d failed: %s", step == NATIVE_LOCK ? "lock" : "native checkpoint",
+			 t->targets[i].obs, native_error(&t->nat, rc[i]));
+		ret = -1;
+	}
+	free(rc);
+	return ret;
+}
+
+int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
+{
+	rec->changed = true;
+	double t0 = now_ms();
+	if (freeze_step(t, NATIVE_LOCK, rec, err, errlen) < 0)
+		return -1;
+	progress("lock", now_ms() - t0, "%zu processes, concurrently", t->ncuda);
+	coord_fault_point("kill-after-lock");
+	t0 = now_ms();
+	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
+		return -1;
+	progress("native checkpoint", now_ms() - t0, "GPU memory released");
+	coord_fault_point("kill-after-checkpoint");
+	return 0;
+}
+
+/* One thaw step over the processes in state from; 0, or -1 with err. */
+static int thaw_step(struct tree *t, enum native_step step, CUprocessState from, const CUcheckpointGpuPair *pairs,
+		     unsigned npairs, char *err, size_t errlen)
+{
+	size_t n = t->ncuda, stuck = 0, any = 0;
+	bool *want = calloc(n + 1, sizeof(*want));
+	CUresult *rc = calloc(n + 1, sizeof(*rc));
+	int ret = 0;
+	if (!want || !rc) {
+		snprintf(err, errlen, "out of memory");
+		ret = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		CUprocessState st;
+		want[i] = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS && st == from;
+		any += want[i];
+	}
+	if (!any)
+		goto out;
+	if (native_run(t, step, want, pairs, npairs, rc, &stuck) == -ETIMEDOUT) {
+		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
+		ret = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (rc[i] == CUDA_SUCCESS)
+			continue;
+		snprintf(err, errlen, "%s of process %d failed: %s",
+			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs, native_error(&t->nat, rc[i]));
+		ret = -1;
+		break;
+	}
+out:
+	free(want);
+	free(rc);
+	return ret;
+}
+
+int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen)
+{
+	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
+		return -1;
+	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);
+}
+
+int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r)
+{
+	memset(r, 0, sizeof(*r));
+	int rc = state_dir_begin(rec->root, rec->dir);
+	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "cannot record the state directory %s: %s: nothing done", rec->dir,
+			    strerror(-rc));
+	signals_arm();
+	if (t->nshim > 0) {
+		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = rec->dir,
+					  .progress = stderr};
+		rec->changed = true;
+		if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
+			rec->changed = !r->unchanged;
+			return finish(t, rec, "prepare failed: %s", r->error);
+		}
+	}
+	if ((rc = interrupted(t, rec, "prepare")))
+		return rc;
+	char err[1600];
+	if (native_freeze(t, rec, err, sizeof(err)) < 0)
+		return finish(t, rec, "%s", err);
+	return interrupted(t, rec, "the native checkpoint");
+}
