@@ -229,11 +229,13 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 		state_dir_end(rec->root);
 		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);
 	}
+	/* (A participant whose rebuild failed stays parked: it refuses VMM calls
+	 * and cannot be rebuilt again in place.) */
 	if (!undone)
-		return fail(EX_TERMINATED, "%s; undoing it failed: %s%s; repair with `cusnap resume --pid %d`", what, err,
-			    lost, (int)rec->root);
-	return fail(EX_TERMINATED, "%s; after the undo %s%s: repair with `cusnap resume --pid %d`", what, why, lost,
-		    (int)rec->root);
+		return fail(EX_TERMINATED, "%s; undoing it failed: %s%s; the tree is left half-done (`cusnap inspect --pid %d`)",
+			    what, err, lost, (int)rec->root);
+	return fail(EX_TERMINATED, "%s; after the undo %s%s: the tree is left half-done (`cusnap inspect --pid %d`)", what,
+		    why, lost, (int)rec->root);
 }
 
 /* ---- signals: SIGINT, SIGTERM and SIGHUP end a command at its next boundary ---- */

@@ -200,7 +200,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	}
 	if (opt_json)
 		printf("]");
-	size_t unsettled = 0, ok_shims = 0;
+	size_t unsettled = 0, ok_shims = 0, failed = 0;
 	if (t.nshim) {
 		struct topo_participant *parts = calloc(t.ncuda, sizeof(*parts));
 		size_t ok = 0;
@@ -221,6 +221,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			coord_print_text(stdout, t.targets, parts, ok);
 		for (size_t i = 0; i < ok; i++) {
 			unsettled += parts[i].phase != 1; /* not active */
+			failed += parts[i].phase == 7;    /* a rebuild failed there: parked */
 			topo_free(&parts[i]);
 		}
 		free(parts);
@@ -233,10 +234,13 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	}
 	bool half = (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda);
 	if (opt_json) {
-		printf(",\"half_done\":%s", half ? "true" : "false");
-		if (half)
+		printf(",\"half_done\":%s,\"parked\":%zu", half || failed ? "true" : "false", failed);
+		if (half && !failed)
 			printf(",\"repair\":\"cusnap resume --pid %d\"", (int)pid);
 		printf("}\n");
+	} else if (failed) {
+		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse VMM "
+		       "calls and cannot be rebuilt in place: kill the tree (and restore it from a checkpoint)\n", failed);
 	} else if (half) {
 		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed, %zu participant(s) not active: an "
 		       "interrupted command left this tree; repair it with: cusnap resume --pid %d\n",

@@ -302,12 +302,15 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	int fd = -1;
 	/* This thread has no context of its own (SYSTEM.md §4.1). */
 	CUresult cr = driver ? ctx_enter_device(device) : CUDA_ERROR_INVALID_HANDLE;
-	if (cr == CUDA_SUCCESS)
+	const char *call = driver ? "cuDevicePrimaryCtxRetain/cuCtxSetCurrent" : "cuMemExportToShareableHandle";
+	if (cr == CUDA_SUCCESS) {
+		call = "cuMemExportToShareableHandle";
 		cr = real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	}
 	ctx_leave_all();
 	if (cr != CUDA_SUCCESS) {
-		error_payload(out, "participant %d (ns %d): allocation %s: cuMemExportToShareableHandle failed: %s",
-			      (int)me->pid, (int)me->nspid, hex, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
+		error_payload(out, "participant %d (ns %d): allocation %s: %s failed: %s", (int)me->pid, (int)me->nspid, hex,
+			      call, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
 		return PROTO_E_DRIVER;
 	}
 	size_t at = pbuf_begin(out, REC_EXPORT);

@@ -471,10 +471,10 @@ static int op_restore_importers(struct life_result *r)
 			continue;
 		}
 		CUmemGenericAllocationHandle h;
-		rc = life_enter(a, r);
-		if (!rc)
-			rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
-								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if ((rc = life_enter(a, r)))
+			continue; /* (named there) */
+		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
+							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		if (rc) {
 			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 			continue;

@@ -197,9 +197,9 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 		CUmulticastObjectProp prop = a->mc->prop;
 		prop.size = capacity(a);
 		CUmemGenericAllocationHandle h = 0;
-		rc = life_enter(a, r);
-		if (!rc)
-			rc = real.cuMulticastCreate(&h, &prop);
+		if ((rc = life_enter(a, r)))
+			continue; /* (named there) */
+		rc = real.cuMulticastCreate(&h, &prop);
 		if (rc) {
 			life_fail(r, a, "cuMulticastCreate(%u devices, %zu bytes) failed: %s", prop.numDevices, prop.size,
 				  shim_cu_name(rc));
@@ -252,12 +252,13 @@ static CUresult reimport(uint64_t key, struct life_result *r)
 	} else {
 		CUmemGenericAllocationHandle h = 0;
 		rc = life_enter(a, r);
-		if (!rc)
+		if (!rc) {
 			rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
 								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		if (rc) {
-			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
-		} else {
+			if (rc)
+				life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
+		}
+		if (!rc) {
 			a->driver = h;
 			a->driver_ref = true;
 			a->detached = false;

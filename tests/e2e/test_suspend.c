@@ -5,7 +5,7 @@
  * PID namespaces. */
 #include <dirent.h>
 
-#include "e2e_util.h"
+#include "sweep.h"
 #include "cusnap/json.h"
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
@@ -64,13 +64,6 @@ static void r615(void)
 	group_kill(&g);
 }
 
-/* Every driver call cuemu implements (emu/api.def), by symbol. */
-static const char *const api_calls[] = {
-#define X(sym, name, ver, flags) #sym,
-#include "../../emu/api.def"
-#undef X
-};
-
 /* Did the group pass after an aborted or completed suspend? (rc: suspend's exit) */
 static bool group_back_and_passing(struct group *g, int rc, const char *what)
 {
@@ -100,98 +93,23 @@ static bool group_back_and_passing(struct group *g, int rc, const char *what)
 	return ok;
 }
 
-/* One suspend of a fresh group with env; faults count from the suspend's start
- * (CUEMU_FAULT_ARM). Returns suspend's exit code, its output in *out. */
-static int armed_suspend(struct group *g, const char *content, char *const *env, const char *arm, char **out)
+/* The countdown sweeps over suspend and resume (sweep.h): both content modes,
+ * the creator and an importer. */
+static void sweeps(void)
 {
-	unlink(arm);
-	if (group_start(g, "sweep", 1, 2, false, NULL, env, NULL) < 0)
-		return -1;
-	test_write_file(arm, "");
-	int rc = group_suspend(g, content, out, NULL);
-	unlink(arm); /* what follows (resume, the check) runs unfaulted */
-	return rc;
-}
-
-/* SQLite-style countdown sweep over prepare (SYSTEM.md §12): for a role and a
- * content mode, every driver call the suspend makes in that process (a census
- * run, intersected with emu/api.def), N = 1, 2, ... until the suspend runs with
- * no fault fired. After each N: exit 1 with every participant rebuilt and the
- * group passing, or (a fault the shim absorbed) exit 0 and a resume that works. */
-static int prepare_sweep(const char *content, const char *role)
-{
-	char arm[PATH_MAX], census[PATH_MAX], report[PATH_MAX];
-	snprintf(arm, sizeof(arm), "%s/arm", e2e_root);
-	snprintf(census, sizeof(census), "%s/census", e2e_root);
-	snprintf(report, sizeof(report), "%s/fired", e2e_root);
-	char env_arm[PATH_MAX + 32], env_trace[PATH_MAX + 32], env_report[PATH_MAX + 32], env_role[64];
-	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
-	snprintf(env_trace, sizeof(env_trace), "CUEMU_TRACE=%s", census);
-	snprintf(env_report, sizeof(env_report), "CUEMU_FAULT_REPORT=%s", report);
-	snprintf(env_role, sizeof(env_role), "VMM_GROUP_FAULT_ROLE=%s", role);
-	unlink(census);
-	struct group g;
-	char *out = NULL;
-	char *census_env[] = {env_arm, env_trace, env_role, NULL};
-	int rc = armed_suspend(&g, content, census_env, arm, &out);
-	free(out);
-	if (rc != 0 || !group_back_and_passing(&g, rc, "census run"))
-		return 0;
-	char *calls = test_read_file(census);
-	int cases = 0;
-	for (size_t c = 0; calls && c < sizeof(api_calls) / sizeof(api_calls[0]); c++) {
-		char needle[96];
-		snprintf(needle, sizeof(needle), "%s\n", api_calls[c]);
-		bool made = strncmp(calls, needle, strlen(needle)) == 0;
-		for (const char *p = calls; !made && (p = strstr(p, needle)); p++)
-			made = p[-1] == '\n';
-		if (!made)
-			continue; /* N = 1 would fire nothing */
-		for (int n = 1; n < 50; n++) {
-			char fault[128], what[256];
-			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", api_calls[c], n);
-			snprintf(what, sizeof(what), "%s (%s content, in %s)", fault, content, role);
-			char *env[] = {fault, env_arm, env_report, env_role, NULL};
-			unlink(report);
-			rc = armed_suspend(&g, content, env, arm, &out);
-			cases++;
-			char *fired = test_read_file(report);
-			bool hit = fired && strstr(fired, api_calls[c]);
-			free(fired);
-			if (rc == 1 && !contains(out, "every participant was rebuilt"))
-				test_fail(__FILE__, __LINE__, "%s: suspend exited 1 without rebuilding:\n%s", what, out);
-			else if (rc != 0 && rc != 1)
-				test_fail(__FILE__, __LINE__, "%s: suspend exited %d:\n%s", what, rc, out);
-			char base[96]; /* the name messages use: cuMemcpyDtoH for cuMemcpyDtoH_v2 */
-			snprintf(base, sizeof(base), "%s", api_calls[c]);
-			char *v = strstr(base, "_v");
-			if (v)
-				*v = '\0';
-			if (rc == 1 && hit && !contains(out, base))
-				test_fail(__FILE__, __LINE__, "%s: the failing call is not named:\n%s", what, out);
-			free(out);
-			bool passed = group_back_and_passing(&g, rc, what);
-			if (!hit || !passed)
-				break; /* ran to the end with no fault fired (or already failed) */
-		}
-	}
-	free(calls);
-	return cases;
-}
-
-static void abort_on_driver_failure(void)
-{
-	/* The plain suite sweeps both roles in both content modes; under ASan one
-	 * role per mode, under TSan one sweep (CUSNAP_SWEEP_ALL=1: all of them). */
-	bool all = !getenv("CUSNAP_SANITIZER") || getenv("CUSNAP_SWEEP_ALL");
-	bool tsan = getenv("TSAN_OPTIONS") && !all; /* ten times slower: one sweep */
-	int cases = prepare_sweep("host", "parent");
-	if (!tsan)
-		cases += prepare_sweep("native", "worker0");
-	if (all)
-		cases += prepare_sweep("host", "worker0") + prepare_sweep("native", "parent");
-	printf("     countdown sweep over prepare: %d fault cases\n", cases);
-	CHECK(cases > 10);
+	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
+	int cases[2] = {0, 0}, k = 0;
+	for (int op = 0; op < 2; op++)
+		for (int c = 0; c < 2; c++)
+			for (int r = 0; r < 2; r++, k++) {
+				struct sweep s = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND, .content = contents[c],
+						  .role = roles[(r + c) % 2]};
+				if (sweep_selected(k))
+					cases[op] += sweep_run(&s);
+			}
+	printf("     countdown sweeps: suspend %d fault cases, resume %d\n", cases[0], cases[1]);
+	CHECK(cases[0] > 10);
+	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
 }
 
 /* A native call that does not return (the real driver hangs on what it cannot
@@ -636,7 +554,7 @@ int main(void)
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
-	test_run("countdown sweep over every driver call of prepare: exit 1, everything rebuilt", abort_on_driver_failure);
+	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);

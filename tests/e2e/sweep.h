@@ -1,0 +1,312 @@
+/* SQLite-style countdown fault sweeps over cusnap's commands (SYSTEM.md §12).
+ *
+ * For one command, one content mode and one participant role: a census run
+ * lists every driver call the command makes in that process (CUEMU_TRACE,
+ * intersected with emu/api.def); then for each such call, N = 1, 2, ... the
+ * call's Nth invocation during the command fails (CUEMU_FAULT, counted only
+ * while the arming file exists), until the command completes with no fault
+ * fired (CUEMU_FAULT_REPORT). After every case the invariant of the command
+ * must hold:
+ *   suspend, checkpoint: exit 0 and the counterpart (resume, restore) brings
+ *     the group back; or exit 1 with every participant active, every process
+ *     running and the group passing its own check; or exit 2 naming the failing
+ *     call and the state left, with the workload parked (a participant whose
+ *     rebuild failed refuses VMM calls: it never runs on half-rebuilt memory).
+ *   resume: exit 0 and the group passes; or exit 2 as above.
+ *   restore: exit 0 and the restored group passes; or exit 2 naming the
+ *     failing call with the restored tree killed.
+ * CUSNAP_SWEEP_ALL=1 runs every combination (make sweep); the suite runs a
+ * part of it (sweep_selected). */
+#ifndef CUSNAP_TESTS_E2E_SWEEP_H
+#define CUSNAP_TESTS_E2E_SWEEP_H
+
+#include "e2e_util.h"
+
+enum sweep_op { SWEEP_SUSPEND, SWEEP_RESUME, SWEEP_CHECKPOINT, SWEEP_RESTORE };
+
+struct sweep {
+	enum sweep_op op;
+	const char *content; /* host | native */
+	const char *role;    /* VMM_GROUP_FAULT_ROLE: parent, worker0, ... */
+	bool multicast;      /* VMM_GROUP_MULTICAST=1 */
+	const char *criu;    /* checkpoint and restore */
+};
+
+static const char *const sweep_op_names[] = {"suspend", "resume", "checkpoint", "restore"};
+
+/* Every driver call cuemu implements (emu/api.def), by symbol. */
+static const char *const sweep_calls[] = {
+#define X(sym, name, ver, flags) #sym,
+#include "../../emu/api.def"
+#undef X
+};
+
+/* Is this part of the sweep run here? All of it with CUSNAP_SWEEP_ALL=1 or in
+ * the plain pass; under ASan a sample (index even), under TSan the first only. */
+static inline bool sweep_selected(int index)
+{
+	if (getenv("CUSNAP_SWEEP_ALL") || !getenv("CUSNAP_SANITIZER"))
+		return true;
+	if (getenv("TSAN_OPTIONS"))
+		return index == 0;
+	return index % 2 == 0;
+}
+
+static inline int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out)
+{
+	char tool_path[PATH_MAX], pid[16], dir[PATH_MAX + 32];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(dir, sizeof(dir), "%s/state", g->ctl);
+	if (!strcmp(cmd, "suspend"))
+		return group_suspend(g, content, out, NULL);
+	if (!strcmp(cmd, "resume"))
+		return group_resume(g, out, NULL);
+	if (!strcmp(cmd, "checkpoint"))
+		return tool(out, NULL, tool_path, "checkpoint", "--pid", pid, "--dir", dir, "--content", content,
+			    "--control-dir", g->ctl, "--criu", criu, "--timeout", "20000", NULL);
+	return tool(out, NULL, tool_path, "restore", "--dir", dir, "--criu", criu, NULL);
+}
+
+/* The dumped tree's processes come to us (a subreaper): reap them. */
+static inline void sweep_reap(struct group *g)
+{
+	if (g->child > 0)
+		test_wait_child(g->child, 10000);
+	g->child = 0;
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+/* The root CRIU restored, from its pidfile (0: none). */
+static inline pid_t sweep_restored_root(struct group *g)
+{
+	char path[PATH_MAX + 48];
+	snprintf(path, sizeof(path), "%s/state/restore.pid", g->ctl);
+	char *text = test_read_file(path);
+	pid_t pid = text ? (pid_t)atoi(text) : 0;
+	free(text);
+	return pid;
+}
+
+/* Every process of g active and running, and the group passing afterwards. */
+static inline bool sweep_group_whole(struct group *g, int procs, const char *what)
+{
+	char *json = group_inspect(g);
+	bool ok = count_of(json, "\"phase\":\"active\"") == procs && count_of(json, "\"state\":\"running\"") == procs;
+	if (!ok)
+		test_fail(__FILE__, __LINE__, "%s: not every process is active and running:\n%s", what, json);
+	free(json);
+	if (ok && group_finish(g) != procs) {
+		test_fail(__FILE__, __LINE__, "%s: the workload did not pass afterwards", what);
+		ok = false;
+	}
+	return ok;
+}
+
+/* After exit 2: the state named, and the workload parked (some participant
+ * not active: its shim refuses VMM calls; the workload never runs on). */
+static inline bool sweep_parked(struct group *g, int procs, const char *out, const char *what)
+{
+	char *json = group_inspect(g);
+	bool parked = count_of(json, "\"phase\":\"active\"") < procs;
+	bool named = contains(out, "half-done");
+	if (!parked || !named)
+		test_fail(__FILE__, __LINE__, "%s: exit 2, %s, %s:\n%s\n%s", what, parked ? "parked" : "not parked",
+			  named ? "the state named" : "the state not named", out, json);
+	free(json);
+	return parked && named;
+}
+
+/* The restored group (root from the pidfile) passes its own check. */
+static inline bool sweep_restored_passes(struct group *g, int procs, const char *what)
+{
+	pid_t root = sweep_restored_root(g);
+	int status = root > 0 ? test_wait_child(root, 60000) : -1;
+	char *log = test_read_file(g->log);
+	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && count_of(log, "PASS vmm_group") >= procs;
+	if (!ok)
+		test_fail(__FILE__, __LINE__, "%s: the restored workload did not pass (status %#x):\n%s", what, status,
+			  log ? log : "");
+	free(log);
+	return ok;
+}
+
+/* The invariant of one case (see the top of this file); rc is the command's exit. */
+static inline bool sweep_check(const struct sweep *s, struct group *g, int procs, int rc, const char *out,
+			       const char *call, const char *what)
+{
+	char *o2 = NULL;
+	bool ok = true;
+	switch (s->op) {
+	case SWEEP_SUSPEND:
+	case SWEEP_CHECKPOINT:
+		if (rc == 0) {
+			bool ckpt = s->op == SWEEP_CHECKPOINT;
+			if (ckpt)
+				sweep_reap(g);
+			int r2 = sweep_tool(g, ckpt ? "restore" : "resume", s->content, s->criu, &o2);
+			if (r2 != 0) {
+				test_fail(__FILE__, __LINE__, "%s: %s succeeded, then %s exited %d:\n%s", what,
+					  sweep_op_names[s->op], ckpt ? "restore" : "resume", r2, o2);
+				ok = false;
+			} else {
+				ok = ckpt ? sweep_restored_passes(g, procs, what) : group_finish(g) == procs;
+				if (!ok && !ckpt)
+					test_fail(__FILE__, __LINE__, "%s: the workload did not pass after resume", what);
+			}
+		} else if (rc == 1) {
+			if (!contains(out, "everything undone")) {
+				test_fail(__FILE__, __LINE__, "%s: exit 1 without everything undone:\n%s", what, out);
+				ok = false;
+			}
+			ok = ok && sweep_group_whole(g, procs, what);
+		} else if (rc == 2) {
+			ok = sweep_parked(g, procs, out, what);
+		} else {
+			test_fail(__FILE__, __LINE__, "%s: exited %d:\n%s", what, rc, out);
+			ok = false;
+		}
+		break;
+	case SWEEP_RESUME:
+		if (rc == 0) {
+			ok = group_finish(g) == procs;
+			if (!ok)
+				test_fail(__FILE__, __LINE__, "%s: the workload did not pass after resume", what);
+		} else if (rc == 2) {
+			ok = sweep_parked(g, procs, out, what);
+		} else {
+			test_fail(__FILE__, __LINE__, "%s: exited %d:\n%s", what, rc, out);
+			ok = false;
+		}
+		break;
+	case SWEEP_RESTORE:
+		if (rc == 0) {
+			ok = sweep_restored_passes(g, procs, what);
+		} else if (rc == 2) {
+			pid_t root = sweep_restored_root(g);
+			if (root > 0)
+				test_wait_child(root, 10000);
+			if (!contains(out, "restored tree killed") || (root > 0 && kill(root, 0) == 0)) {
+				test_fail(__FILE__, __LINE__, "%s: exit 2 with the restored tree not killed:\n%s", what, out);
+				ok = false;
+			}
+		} else {
+			test_fail(__FILE__, __LINE__, "%s: exited %d:\n%s", what, rc, out);
+			ok = false;
+		}
+		sweep_reap(g);
+		break;
+	}
+	/* The name messages use: cuMemcpyDtoH for cuMemcpyDtoH_v2. */
+	char base[96];
+	snprintf(base, sizeof(base), "%s", call ? call : "");
+	char *v = strstr(base, "_v");
+	if (v)
+		*v = '\0';
+	if (call && rc != 0 && !contains(out, base)) {
+		test_fail(__FILE__, __LINE__, "%s: the failing call is not named:\n%s", what, out);
+		ok = false;
+	}
+	free(o2);
+	return ok;
+}
+
+/* One case: a fresh group with env, the step before the command (unarmed),
+ * then the command armed. Returns its exit (-1: the group or the step before
+ * failed), its output in *out. */
+static inline int sweep_case(const struct sweep *s, struct group *g, int workers, char *const *env, const char *arm,
+			     char **out)
+{
+	*out = NULL;
+	unlink(arm);
+	if (group_start(g, "sweep", workers, s->multicast ? 1 : 2, false, NULL, env, NULL) < 0)
+		return -1;
+	const char *before = s->op == SWEEP_RESUME ? "suspend" : s->op == SWEEP_RESTORE ? "checkpoint" : NULL;
+	if (before) {
+		int r = sweep_tool(g, before, s->content, s->criu, out);
+		if (r != 0) {
+			test_fail(__FILE__, __LINE__, "unfaulted %s exited %d:\n%s", before, r, *out);
+			free(*out);
+			*out = NULL;
+			group_kill(g);
+			return -1;
+		}
+		free(*out);
+		*out = NULL;
+		if (s->op == SWEEP_RESTORE)
+			sweep_reap(g);
+	}
+	test_write_file(arm, "");
+	int rc = sweep_tool(g, sweep_op_names[s->op], s->content, s->criu, out);
+	unlink(arm); /* what follows (the check) runs unfaulted */
+	return rc;
+}
+
+/* Run the sweep; returns its number of fault cases. */
+static inline int sweep_run(const struct sweep *s)
+{
+	int workers = 1, procs = workers + 1;
+	char arm[PATH_MAX], census[PATH_MAX], report[PATH_MAX];
+	snprintf(arm, sizeof(arm), "%s/arm", e2e_root);
+	snprintf(census, sizeof(census), "%s/census", e2e_root);
+	snprintf(report, sizeof(report), "%s/fired", e2e_root);
+	char env_arm[PATH_MAX + 32], env_trace[PATH_MAX + 32], env_report[PATH_MAX + 32], env_role[64];
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	snprintf(env_trace, sizeof(env_trace), "CUEMU_TRACE=%s", census);
+	snprintf(env_report, sizeof(env_report), "CUEMU_FAULT_REPORT=%s", report);
+	snprintf(env_role, sizeof(env_role), "VMM_GROUP_FAULT_ROLE=%s", s->role);
+	char *mc = s->multicast ? "VMM_GROUP_MULTICAST=1" : NULL;
+	unlink(census);
+	struct group g;
+	char *out;
+	char *census_env[] = {env_arm, env_trace, env_role, mc, NULL};
+	char what[256];
+	snprintf(what, sizeof(what), "census of %s (%s content, in %s%s)", sweep_op_names[s->op], s->content, s->role,
+		 s->multicast ? ", multicast" : "");
+	int rc = sweep_case(s, &g, workers, census_env, arm, &out);
+	if (rc > 0)
+		test_fail(__FILE__, __LINE__, "%s exited %d:\n%s", what, rc, out);
+	bool ok = rc == 0 && sweep_check(s, &g, procs, rc, out, NULL, what);
+	free(out);
+	group_kill(&g);
+	if (!ok)
+		return 0;
+	char *calls = test_read_file(census);
+	int cases = 0;
+	for (size_t c = 0; calls && c < sizeof(sweep_calls) / sizeof(sweep_calls[0]); c++) {
+		char needle[96];
+		snprintf(needle, sizeof(needle), "%s\n", sweep_calls[c]);
+		bool made = strncmp(calls, needle, strlen(needle)) == 0;
+		for (const char *p = calls; !made && (p = strstr(p, needle)); p++)
+			made = p[-1] == '\n';
+		if (!made)
+			continue; /* N = 1 would fire nothing */
+		for (int n = 1; n < 64; n++) {
+			char fault[128];
+			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", sweep_calls[c], n);
+			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault, s->content,
+				 s->role, s->multicast ? ", multicast" : "");
+			char *env[] = {fault, env_arm, env_report, env_role, mc, NULL};
+			unlink(report);
+			rc = sweep_case(s, &g, workers, env, arm, &out);
+			if (rc < 0) {
+				free(out);
+				break;
+			}
+			cases++;
+			char *fired = test_read_file(report);
+			bool hit = fired && strstr(fired, sweep_calls[c]);
+			free(fired);
+			ok = sweep_check(s, &g, procs, rc, out, hit ? sweep_calls[c] : NULL, what);
+			free(out);
+			group_kill(&g);
+			if (!hit || !ok)
+				break; /* ran to the end with no fault fired (or already failed) */
+		}
+	}
+	free(calls);
+	return cases;
+}
+
+#endif
