@@ -188,6 +188,14 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		argv[n++] = "--shell-job";
 	argv[n] = NULL;
 	snprintf(log, sizeof(log), "%s/dump.log", images);
+	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
+	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
+	char manifest[PATH_MAX + 32];
+	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST, dir);
+	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
+		rc = finish(&t, &rec, "cannot write %s", manifest);
+		goto out;
+	}
 	t0 = now_ms();
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
@@ -195,6 +203,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
 		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
+		unlink(manifest);
 		rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
 		goto out;
 	}
@@ -202,8 +211,11 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
 	coord_fault_point("kill-after-dump");
 	if (leave_running) {
-		if ((rc = interrupted(&t, &rec, "the CRIU dump")))
-			goto out; /* no manifest: the images are not a checkpoint */
+		if (signal_caught()) {
+			unlink(manifest); /* undone: the images are not a checkpoint */
+			rc = interrupted(&t, &rec, "the CRIU dump");
+			goto out;
+		}
 		t0 = now_ms();
 		struct coord_report rr;
 		bool nothing;
@@ -218,12 +230,9 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 			fprintf(stderr, "cusnap: warning: cannot write %s\n", done);
 		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
 	}
-	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
-		rc = leave_running ? finish(&t, &rec, "cannot write %s/" MANIFEST, dir)
-				   : fail(EX_TERMINATED, "the tree was dumped and has exited, but %s/" MANIFEST
-							 " cannot be written: not restorable", dir);
-		goto out;
-	}
+	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
+		fprintf(stderr, "cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
+				"stands\n", manifest);
 	state_dir_end(rec.root);
 	if (!leave_running && signal_caught()) {
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */

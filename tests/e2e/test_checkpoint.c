@@ -4,7 +4,7 @@
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
  * multicast groups (issue 6). */
 #include "cusnap/json.h"
-#include "e2e_util.h"
+#include "sweep.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
 
@@ -320,6 +320,105 @@ static void device_map(void)
 	reap_all();
 }
 
+/* The phase boundaries of checkpoint (include/cusnap/faults.def). */
+static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
+					 "kill-after-lock", "kill-after-checkpoint", "kill-after-dump"};
+
+/* cusnap checkpoint with CUSNAP_FAULT=point:how ("term": SIGTERM to cusnap,
+ * "self": SIGKILL). Returns its exit (-1: killed). */
+static int faulted_checkpoint(struct group *g, const char *point, const char *how, bool leave_running, char **out)
+{
+	char pid[16], fault[96], dir[PATH_MAX + 32];
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:%s", point, how);
+	snprintf(dir, sizeof(dir), "%s/ckpt", g->ctl);
+	char *env[] = {fault, NULL};
+	return tool(out, env, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--control-dir", g->ctl, "--criu", criu,
+		    leave_running ? "--leave-running" : NULL, NULL);
+}
+
+/* The tree the dump killed, restored from g's checkpoint, passes. */
+static void restores_and_passes(struct group *g, const char *what)
+{
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g->ctl);
+	test_wait_child(g->child, 10000);
+	g->child = 0;
+	reap_all();
+	int rc = restore(dir, &out);
+	if (rc != 0)
+		test_fail(__FILE__, __LINE__, "%s: restore exited %d:\n%s", what, rc, out);
+	free(out);
+	pid_t root = restored_root(dir);
+	if (rc == 0 && root > 0 && restored_passes(g, root) != 2)
+		test_fail(__FILE__, __LINE__, "%s: the restored workload did not pass", what);
+	reap_all();
+}
+
+/* SIGTERM at each boundary of checkpoint: before the dump everything is undone
+ * (exit 1, the group passes); after the dump (the tree has exited) the
+ * checkpoint is complete: exit 2, and it restores. SIGKILL at each boundary:
+ * `cusnap resume --pid ROOT` alone brings the group back; after the dump the
+ * checkpoint restores. With --leave-running, SIGKILL after the dump leaves the
+ * tree natively checkpointed: resume --pid alone again. */
+static void interrupted_checkpoint(void)
+{
+	size_t nb = sizeof(boundaries) / sizeof(boundaries[0]);
+	for (size_t i = 0; i < nb * 3; i++) {
+		const char *point = boundaries[i % nb];
+		int mode = (int)(i / nb); /* 0: SIGTERM, 1: SIGKILL, 2: SIGKILL with --leave-running */
+		bool after_dump = !strcmp(point, "kill-after-dump"), leave = mode == 2;
+		if (leave && !after_dump)
+			continue; /* the same as without --leave-running */
+		struct group g;
+		if (group_start(&g, mode ? "ckkill" : "ckterm", 1, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		char *out, what[128], pid[16];
+		snprintf(what, sizeof(what), "%s at %s%s", mode ? "SIGKILL" : "SIGTERM", point, leave ? " (--leave-running)" : "");
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		int rc = faulted_checkpoint(&g, point, mode ? "self" : "term", leave, &out);
+		int want = mode ? -1 : after_dump ? 2 : 1;
+		if (rc != want || (!mode && !contains(out, after_dump ? "checkpoint in" : "everything undone")))
+			test_fail(__FILE__, __LINE__, "%s: checkpoint exited %d (want %d):\n%s", what, rc, want, out);
+		free(out);
+		if (after_dump && !leave) {
+			restores_and_passes(&g, what);
+			continue;
+		}
+		if (mode) {
+			rc = tool(&out, NULL, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL);
+			if (rc != 0)
+				test_fail(__FILE__, __LINE__, "%s: resume --pid alone exited %d:\n%s", what, rc, out);
+			free(out);
+		}
+		sweep_group_whole(&g, 2, what);
+		group_kill(&g);
+		reap_all();
+	}
+}
+
+/* The countdown sweeps over checkpoint and restore (sweep.h), CRIU included. */
+static void sweeps(void)
+{
+	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
+	int cases[2] = {0, 0}, k = 0;
+	bool all = getenv("CUSNAP_SWEEP_ALL");
+	for (int op = 0; op < 2; op++)
+		for (int c = 0; c < 2; c++)
+			for (int r = 0; r < 2; r++, k++) {
+				/* checkpoint's driver calls are suspend's (swept there): one role per mode */
+				if (!all && op == 0 && r == 1)
+					continue;
+				struct sweep s = {.op = op ? SWEEP_RESTORE : SWEEP_CHECKPOINT, .content = contents[c],
+						  .role = roles[(r + c) % 2], .criu = criu};
+				if (sweep_selected(k))
+					cases[op] += sweep_run(&s);
+			}
+	printf("     countdown sweeps: checkpoint %d fault cases, restore %d\n", cases[0], cases[1]);
+	CHECK(cases[0] > 10);
+	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
+}
+
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -335,6 +434,8 @@ int main(void)
 	test_run("--device-map: GPUs swapped at restore, sharing rebuilt on the new ones", device_map);
 	test_run("multicast groups of 2 and 4 processes over 2 devices: checkpoint, kill, restore", multicast);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
+	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
+	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);
 	e2e_done();
 	return test_done();
 }
