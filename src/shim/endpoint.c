@@ -302,7 +302,7 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	int fd = -1;
 	/* This thread has no context of its own (SYSTEM.md §4.1). */
 	CUresult cr = driver ? ctx_enter_device(device) : CUDA_ERROR_INVALID_HANDLE;
-	const char *call = driver ? "cuDevicePrimaryCtxRetain/cuCtxSetCurrent" : "cuMemExportToShareableHandle";
+	const char *call = driver ? CTX_ENTER_CALLS : "cuMemExportToShareableHandle";
 	if (cr == CUDA_SUCCESS) {
 		call = "cuMemExportToShareableHandle";
 		cr = real.cuMemExportToShareableHandle(&fd, driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);

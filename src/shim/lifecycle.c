@@ -74,7 +74,7 @@ CUresult life_enter(const struct shim_alloc *a, struct life_result *r)
 	int dev = ctx_device_of(a);
 	CUresult rc = ctx_enter_device(dev);
 	if (rc)
-		life_fail(r, a, "cuDevicePrimaryCtxRetain(%d)/cuCtxSetCurrent failed: %s", dev, shim_cu_name(rc));
+		life_fail(r, a, CTX_ENTER_CALLS " (device %d) failed: %s", dev, shim_cu_name(rc));
 	return rc;
 }
 

@@ -370,15 +370,17 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 	size_t done = 0;
 	for (; !rc && done < k; done++) {
 		struct pending_bind *p = &list[done];
+		const char *call = CTX_ENTER_CALLS;
 		rc = ctx_enter_device(p->device);
-		if (!rc)
+		if (!rc) {
+			call = p->member_va ? "cuMulticastBindAddr" : "cuMulticastBindMem";
 			rc = p->member_va ? real.cuMulticastBindAddr(p->mc, p->mc_offset, p->member_va, p->size, 0)
 				  : real.cuMulticastBindMem(p->mc, p->mc_offset, p->member, p->member_offset, p->size, 0);
+		}
 		if (rc) {
 			pthread_mutex_lock(&tbl.lock);
-			life_fail(r, hmap_get(&tbl.allocs, p->key), "%s(offset %zu, %zu bytes, device %d) failed: %s",
-				  p->member_va ? "cuMulticastBindAddr" : "cuMulticastBindMem", p->mc_offset, p->size, p->device,
-				  shim_cu_name(rc));
+			life_fail(r, hmap_get(&tbl.allocs, p->key), "%s(offset %zu, %zu bytes, device %d) failed: %s", call,
+				  p->mc_offset, p->size, p->device, shim_cu_name(rc));
 			pthread_mutex_unlock(&tbl.lock);
 			break;
 		}

@@ -239,6 +239,8 @@ size_t tbl_live_allocs(void);
 /* Make the primary context of dev current on this thread (retained until
  * ctx_leave_all). */
 CUresult ctx_enter_device(int dev);
+/* The calls it makes, as a failure names them. */
+#define CTX_ENTER_CALLS "cuDevicePrimaryCtxRetain/cuCtxSetCurrent"
 /* The device whose context the shim uses for a's driver calls. */
 int ctx_device_of(const struct shim_alloc *a);
 /* The device of the calling thread's current context, -1 when none. */

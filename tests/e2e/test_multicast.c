@@ -6,7 +6,7 @@
  * refusals (partial group, a device never added, a device with nothing bound);
  * and a CUEMU_FAULT sweep over the multicast calls of prepare and restore.
  * (CRIU checkpoint + restore of the same groups: test_checkpoint.) */
-#include "e2e_util.h"
+#include "sweep.h"
 
 static char *mc_env[] = {"VMM_GROUP_MULTICAST=1", NULL};
 
@@ -173,70 +173,24 @@ static void partial_group(void)
 	group_kill(&g);
 }
 
-/* Each injected driver failure ends fully restored, cleanly aborted (the group
- * runs on as before), or, past the native checkpoint, as a reported failure
- * with the workload still parked. */
+/* The countdown sweeps (sweep.h) over a multicast group's suspend and resume:
+ * every driver call of the multicast teardown and its staged rebuild, in the
+ * creator and in the importer, both content modes. */
 static void fault_sweep(void)
 {
-	static const struct {
-		const char *fault;
-		const char *role;
-		int suspend_rc, resume_rc;
-		const char *message;
-	} cases[] = {
-		/* PREPARE_MULTICAST: abort, then the staged rebuild. */
-		{"CUEMU_FAULT=cuMulticastUnbind:1", "parent", 1, -1, "cuMulticastUnbind"},
-		{"CUEMU_FAULT=cuMulticastUnbind:1", "worker0", 1, -1, "cuMulticastUnbind"},
-		{"CUEMU_FAULT=cuMemUnmap:1", "parent", 1, -1, "cuMemUnmap"},
-		{"CUEMU_FAULT=cuMemUnmap:1", "worker0", 1, -1, "cuMemUnmap"},
-		{"CUEMU_FAULT=cuMemRelease:1", "parent", 1, -1, "cuMemRelease"},
-		{"CUEMU_FAULT=cuMemRelease:1", "worker0", 1, -1, "cuMemRelease"},
-		/* The restore steps (after the native checkpoint): exit 2, parked. */
-		{"CUEMU_FAULT=cuMulticastCreate:2", "parent", 0, 2, "cuMulticastCreate"},
-		{"CUEMU_FAULT=cuMulticastAddDevice:2", "parent", 0, 2, "cuMulticastAddDevice"},
-		{"CUEMU_FAULT=cuMulticastAddDevice:2", "worker0", 0, 2, "cuMulticastAddDevice"},
-		{"CUEMU_FAULT=cuMemImportFromShareableHandle:4", "worker0", 0, 2, "cuMemImportFromShareableHandle"},
-		{"CUEMU_FAULT=cuMulticastBindMem:2", "parent", 0, 2, "cuMulticastBindMem"},
-		{"CUEMU_FAULT=cuMulticastBindAddr:2", "worker0", 0, 2, "cuMulticastBindAddr"},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char role[64];
-		snprintf(role, sizeof(role), "VMM_GROUP_FAULT_ROLE=%s", cases[i].role);
-		char *env[] = {"VMM_GROUP_MULTICAST=1", (char *)cases[i].fault, role, NULL};
-		struct group g;
-		if (group_start(&g, "fault", 1, 1, false, NULL, env, NULL) < 0)
-			return;
-		char *out;
-		int rc = group_suspend(&g, "host", &out, NULL);
-		bool ok = rc == cases[i].suspend_rc && (rc == 0 || (contains(out, cases[i].message) &&
-								      contains(out, "every participant was rebuilt")));
-		if (!ok)
-			test_fail(__FILE__, __LINE__, "%s (%s): suspend exited %d:\n%s", cases[i].fault, cases[i].role, rc, out);
-		free(out);
-		if (rc == 0) {
-			rc = group_resume(&g, &out, NULL);
-			if (rc != cases[i].resume_rc || !contains(out, cases[i].message))
-				test_fail(__FILE__, __LINE__, "%s (%s): resume exited %d:\n%s", cases[i].fault, cases[i].role, rc,
-					  out);
-			free(out);
-			/* Never run half-restored: restore-complete is not written and the
-			 * shims refuse mutations. */
-			char *json = group_inspect(&g);
-			CHECK(count_of(json, "\"phase\":\"failed\"") >= 1);
-			free(json);
-			group_kill(&g);
-			continue;
-		}
-		/* Aborted: every process active and whole again, sharing included. */
-		char *json = group_inspect(&g);
-		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"detached\":true") != 0)
-			test_fail(__FILE__, __LINE__, "%s (%s): after the abort:\n%s", cases[i].fault, cases[i].role, json);
-		free(json);
-		if (group_finish(&g) != 2)
-			test_fail(__FILE__, __LINE__, "%s (%s): the workload did not pass after the abort", cases[i].fault,
-				  cases[i].role);
-		group_kill(&g);
-	}
+	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
+	int cases[2] = {0, 0}, k = 0;
+	for (int op = 0; op < 2; op++)
+		for (int c = 0; c < 2; c++)
+			for (int r = 0; r < 2; r++, k++) {
+				struct sweep sw = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND, .content = contents[c],
+						   .role = roles[(r + c) % 2], .multicast = true};
+				if (sweep_selected(k))
+					cases[op] += sweep_run(&sw);
+			}
+	printf("     countdown sweeps (multicast): suspend %d fault cases, resume %d\n", cases[0], cases[1]);
+	CHECK(cases[0] > 10);
+	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
 }
 
 int main(void)
@@ -248,7 +202,7 @@ int main(void)
 	test_run("r615: requested and used capacity recorded and replayed", rounded_capacity);
 	test_run("refused: a device never added, a device with nothing bound", refusals);
 	test_run("refused: a partial group", partial_group);
-	test_run("CUEMU_FAULT over the multicast calls of prepare and restore", fault_sweep);
+	test_run("countdown sweeps over every driver call of a multicast group's suspend and resume", fault_sweep);
 	e2e_done();
 	return test_done();
 }

@@ -546,6 +546,36 @@ static void native_only(void)
 	group_kill(&g);
 }
 
+/* The rollback that fails: a lock fails after the prepare, and the creator's
+ * rebuild (its cuMemCreate) fails too. Exit 2, the participant and the call
+ * named, the tree said to be half-done and parked (inspect says so too). */
+static void failing_rollback(void)
+{
+	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
+	snprintf(arm, sizeof(arm), "%s/arm-rollback", e2e_root);
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	char *env[] = {"CUEMU_FAULT=cuMemCreate:1", env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
+	struct group g;
+	if (group_start(&g, "rollback", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	test_write_file(arm, "");
+	char *out, *tool_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1", NULL}, name[64];
+	CHECK_EQ(group_suspend(&g, "host", &out, tool_env), 2);
+	unlink(arm);
+	CHECK_CONTAINS(out, "lock of process");
+	CHECK_CONTAINS(out, "undoing it failed");
+	snprintf(name, sizeof(name), "participant %d", g.root);
+	CHECK_CONTAINS(out, name);
+	CHECK_CONTAINS(out, "cuMemCreate");
+	CHECK_CONTAINS(out, "half-done");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
+	CHECK_CONTAINS(json, "\"half_done\":true");
+	free(json);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("suspend");
@@ -555,6 +585,7 @@ int main(void)
 	test_run("suspend/resume, native content", native_content);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
+	test_run("a failing rollback: exit 2, the participant and the call named", failing_rollback);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
