@@ -45,7 +45,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -163,6 +163,18 @@ $(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh
 FUZZ_SECONDS ?= 60
 fuzz: tests
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(BUILD)
+
+# Every countdown fault sweep in full (tests/e2e/sweep.h): each command x content
+# mode x role, multicast groups too, CRIU included. `make test` runs most of it in
+# the plain pass and a sample under the sanitizers.
+sweep: deps
+	$(MAKE) tests
+	@scripts/setup-criu.sh $(BUILD) > $(BUILD)/criu-path 2> $(BUILD)/criu-setup.log || echo "CRIU unavailable: the checkpoint and restore sweeps will skip"
+	@start=$$(date +%s); for t in test_suspend test_multicast test_checkpoint; do \
+		log=$(BUILD)/sweep-$$t.log; CUSNAP_SWEEP_ALL=1 TEST_ONLY=countdown $(BUILD)/tests/e2e/$$t >$$log 2>&1; rc=$$?; \
+		grep -E '^(ok|FAIL|SKIP)|fault cases' $$log; \
+		[ $$rc = 0 ] || [ $$rc = 77 ] || { echo "make sweep: $$t failed (see $$log)"; exit 1; }; \
+	done; echo "make sweep: passed in $$(( $$(date +%s) - start )) s"
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
 bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worker all

@@ -9,6 +9,7 @@
 
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
+#include "cusnap/fdcheck.h"
 #include "cusnap/json.h"
 
 #define EX_FAILED 1
@@ -121,7 +122,7 @@ static int inspect_state(const char *dir, int json)
 	return 0;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	enum { OPT_INSPECT = 1, OPT_PROC_ROOT, OPT_CONTROL_DIR, OPT_JSON, OPT_PROCESS, OPT_TIMEOUT, OPT_HELP,
 	       OPT_PREPARE, OPT_RESTORE, OPT_ABORT, OPT_INSPECT_STATE, OPT_DIR, OPT_CONTENT, OPT_REQUIRE_STATE };
@@ -287,4 +288,10 @@ int main(int argc, char **argv)
 	free(parts);
 	free(targets);
 	return status;
+}
+
+int main(int argc, char **argv)
+{
+	fd_check_start();
+	return fd_check_end("snapshot-cuda-vmm", run(argc, argv));
 }

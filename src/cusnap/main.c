@@ -14,6 +14,7 @@
 #include "cusnap.h"
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
+#include "cusnap/fdcheck.h"
 #include "cusnap/json.h"
 
 
@@ -274,7 +275,7 @@ static int cmd_run(int argc, char **argv)
 	return fail(EX_UNAVAILABLE, "cannot run %s: %s (run 'make' or 'make install')", launcher, strerror(errno));
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
@@ -388,4 +389,10 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "demo"))
 		return cmd_demo(processes, size, in_place, keep, criu);
 	return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", cmd);
+}
+
+int main(int argc, char **argv)
+{
+	fd_check_start();
+	return fd_check_end("cusnap", run(argc, argv));
 }

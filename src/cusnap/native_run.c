@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/fdcheck.h"
 
 static const char *const step_names[] = {
 	[NATIVE_LOCK] = "cuCheckpointProcessLock",
@@ -180,6 +181,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 					break;
 				}
 			ret = -ETIMEDOUT;
+			fd_check_exempt_open(); /* what the calls still in the driver hold is theirs */
 			break;
 		}
 	}

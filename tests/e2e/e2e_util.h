@@ -30,6 +30,8 @@ static inline void e2e_init(const char *tag)
 	snprintf(e2e_root, sizeof(e2e_root), "%s", tmpl);
 	/* The tools find cuemu as libcuda.so.1. */
 	setenv("LD_LIBRARY_PATH", emu_dir, 1);
+	/* Every tool run checks that it closed what it opened (exit 70 otherwise). */
+	setenv("CUSNAP_FD_CHECK", "1", 0);
 	/* The shim's own threads must make a context current for every driver call. */
 	setenv("CUEMU_REQUIRE_CONTEXT", "1", 0);
 	if (getenv("CUSNAP_SANITIZER"))

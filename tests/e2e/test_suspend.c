@@ -124,7 +124,8 @@ static void native_watchdog(void)
 		return;
 	char *out, *tool_env[] = {"CUSNAP_NATIVE_TIMEOUT_MS=600", NULL};
 	int rc = group_suspend(&g, "host", &out, tool_env);
-	CHECK_EQ(rc, 2);
+	if (rc != 2)
+		test_fail(__FILE__, __LINE__, "suspend exited %d, not 2:\n%s", rc, out);
 	CHECK_CONTAINS(out, "cuCheckpointProcessCheckpoint did not return within 600 ms");
 	CHECK_CONTAINS(out, "cusnap resume --pid");
 	free(out);

@@ -36,6 +36,8 @@ static inline void shim_reexec(int argc, char **argv)
 	setenv("CUSNAP_UNDER_SHIM", "1", 1);
 	/* The shim must never rely on VMM calls working without a current context. */
 	setenv("CUEMU_REQUIRE_CONTEXT", "1", 0);
+	/* The tools it runs check that they closed what they opened (exit 70 otherwise). */
+	setenv("CUSNAP_FD_CHECK", "1", 0);
 	if (getenv("CUSNAP_SANITIZER")) {
 		/* The shim is preloaded ahead of the sanitizer runtime. */
 		setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 0);
