@@ -28,6 +28,10 @@ int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs,
 int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t len, int timeout_ms,
 		  struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen);
 
+/* The phase a reply reports (F_PHASE of its result or error record; shims of
+ * protocol 1.2 and later send it with every lifecycle reply), or 0. */
+uint32_t coord_reply_phase(const uint8_t *payload, size_t len);
+
 /* HELLO then INSPECT one participant into *out. Returns 0 or a proto_status with err. */
 int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err,
 		  size_t errlen);

@@ -29,7 +29,7 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 1
+#define PROTO_MINOR 2 /* 1.2: error replies carry F_PHASE */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -37,19 +37,24 @@
 #define PROTO_FLAG_REPLY 1u
 
 enum proto_op {
-	PROTO_OP_HELLO = 1,
-	PROTO_OP_INSPECT = 2,
-	PROTO_OP_EXPORT = 3,
-	PROTO_OP_QUIESCE = 4,
-	PROTO_OP_PREPARE_MULTICAST = 5,
-	PROTO_OP_PREPARE = 6,
-	PROTO_OP_RESTORE_CREATORS = 7,
-	PROTO_OP_RESTORE_IMPORTERS = 8,
-	PROTO_OP_RESTORE_MULTICAST = 9, /* step 1: recorded creators make their objects anew */
-	PROTO_OP_RESUME = 10,
-	PROTO_OP_ABORT = 11,
-	PROTO_OP_RESTORE_MULTICAST_IMPORT = 12, /* step 2: others import; everyone re-adds its devices */
-	PROTO_OP_RESTORE_MULTICAST_BIND = 13,   /* step 3: binds replayed, multicast VAs mapped */
+#define OP(name, value, kind, admitted, next) PROTO_OP_##name = value,
+#include "cusnap/ops.def"
+#undef OP
+};
+
+/* The shim's phase (SYSTEM.md §6.1), as F_PHASE carries it. */
+enum proto_phase {
+	PROTO_PHASE_ACTIVE = 1,
+	PROTO_PHASE_QUIESCED = 2,
+	PROTO_PHASE_MULTICAST_DETACHED = 3,
+	PROTO_PHASE_PREPARED = 4,
+	PROTO_PHASE_CREATORS_RESTORED = 5,
+	PROTO_PHASE_UNICAST_RESTORED = 6,
+	PROTO_PHASE_FAILED = 7,
+	PROTO_PHASE_MC_CREATED = 8,  /* multicast objects made anew by their creators */
+	PROTO_PHASE_MC_IMPORTED = 9, /* imported by the others, devices re-added */
+	PROTO_PHASE_RESTORED = 10,   /* binds and multicast mappings back: ready to RESUME */
+	PROTO_PHASE_COUNT
 };
 
 enum proto_status {
@@ -148,6 +153,7 @@ void proto_header_pack(const struct proto_header *h, uint8_t out[PROTO_HEADER_LE
 int proto_header_unpack(const uint8_t in[PROTO_HEADER_LEN], struct proto_header *h);
 const char *proto_status_name(int status);
 const char *proto_op_name(int op);
+const char *proto_phase_name(uint32_t phase);
 
 /* ---- building payloads ---- */
 struct proto_buf {

@@ -93,7 +93,6 @@ int topo_decode(const uint8_t *payload, size_t len, struct topo_participant *p);
 void topo_free(struct topo_participant *p);
 const char *topo_role_name(uint32_t role);
 /* The shim phase as a word ("active", "prepared", ...). */
-const char *topo_phase_name(uint32_t phase);
 /* "rw", "r" or "none". */
 const char *topo_access_name(uint32_t flags);
 

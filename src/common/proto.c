@@ -70,23 +70,30 @@ const char *proto_status_name(int status)
 const char *proto_op_name(int op)
 {
 	static const char *const names[] = {
-		[PROTO_OP_HELLO] = "HELLO",
-		[PROTO_OP_INSPECT] = "INSPECT",
-		[PROTO_OP_EXPORT] = "EXPORT",
-		[PROTO_OP_QUIESCE] = "QUIESCE",
-		[PROTO_OP_PREPARE_MULTICAST] = "PREPARE_MULTICAST",
-		[PROTO_OP_PREPARE] = "PREPARE",
-		[PROTO_OP_RESTORE_CREATORS] = "RESTORE_CREATORS",
-		[PROTO_OP_RESTORE_IMPORTERS] = "RESTORE_IMPORTERS",
-		[PROTO_OP_RESTORE_MULTICAST] = "RESTORE_MULTICAST",
-		[PROTO_OP_RESUME] = "RESUME",
-		[PROTO_OP_ABORT] = "ABORT",
-		[PROTO_OP_RESTORE_MULTICAST_IMPORT] = "RESTORE_MULTICAST_IMPORT",
-		[PROTO_OP_RESTORE_MULTICAST_BIND] = "RESTORE_MULTICAST_BIND",
+#define OP(name, value, kind, admitted, next) [PROTO_OP_##name] = #name,
+#include "cusnap/ops.def"
+#undef OP
 	};
 	if (op > 0 && op < (int)(sizeof(names) / sizeof(names[0])) && names[op])
 		return names[op];
 	return "UNKNOWN";
+}
+
+const char *proto_phase_name(uint32_t phase)
+{
+	static const char *const names[PROTO_PHASE_COUNT] = {
+		[PROTO_PHASE_ACTIVE] = "active",
+		[PROTO_PHASE_QUIESCED] = "quiesced",
+		[PROTO_PHASE_MULTICAST_DETACHED] = "multicast_detached",
+		[PROTO_PHASE_PREPARED] = "prepared",
+		[PROTO_PHASE_CREATORS_RESTORED] = "creators_restored",
+		[PROTO_PHASE_UNICAST_RESTORED] = "unicast_restored",
+		[PROTO_PHASE_FAILED] = "failed",
+		[PROTO_PHASE_MC_CREATED] = "multicast_created",
+		[PROTO_PHASE_MC_IMPORTED] = "multicast_imported",
+		[PROTO_PHASE_RESTORED] = "restored",
+	};
+	return phase < PROTO_PHASE_COUNT && names[phase] ? names[phase] : "unknown";
 }
 
 /* ---- building ---- */

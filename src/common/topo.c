@@ -10,14 +10,6 @@ const char *topo_role_name(uint32_t role)
 	return role == 1 ? "creator" : role == 2 ? "importer" : "unknown";
 }
 
-const char *topo_phase_name(uint32_t phase)
-{
-	static const char *const names[] = {"unknown", "active", "quiesced", "multicast_detached", "prepared",
-					    "creators_restored", "unicast_restored", "failed", "multicast_created",
-					    "multicast_imported", "restored"};
-	return phase < sizeof(names) / sizeof(names[0]) ? names[phase] : "unknown";
-}
-
 const char *topo_access_name(uint32_t flags)
 {
 	return flags == 3 ? "rw" : flags == 1 ? "r" : "none";

@@ -30,6 +30,21 @@ static void reply_message(const uint8_t *payload, size_t len, char *out, size_t 
 			return;
 }
 
+uint32_t coord_reply_phase(const uint8_t *payload, size_t len)
+{
+	static const uint16_t types[] = {REC_RESULT, REC_ERROR};
+	for (int t = 0; t < 2; t++) {
+		struct proto_field_iter it;
+		struct proto_rec f;
+		uint32_t phase;
+		pfield_init(&it, payload, len, types[t]);
+		while (pfield_next(&it, &f))
+			if (f.type == F_PHASE && prec_u32(&f, &phase) == 0)
+				return phase;
+	}
+	return 0;
+}
+
 int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t len, int timeout_ms,
 		  struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen)
 {

@@ -320,7 +320,8 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 			/* Already ACTIVE (never touched): nothing to rebuild there. Gone (its
 			 * endpoint refuses connections): nothing can be rebuilt there. */
 			for (size_t i = 0; i < n; i++) {
-				if (sel[i] && calls[i].status == PROTO_E_PHASE && strstr(calls[i].err, "phase active"))
+				if (sel[i] && calls[i].status == PROTO_E_PHASE &&
+				    coord_reply_phase(calls[i].reply_payload, calls[i].reply.payload_len) == PROTO_PHASE_ACTIVE)
 					sel[i] = false, calls[i].status = PROTO_OK;
 				if (sel[i] && calls[i].status == PROTO_E_IO && process_gone(t[i].obs)) {
 					fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",

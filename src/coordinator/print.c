@@ -61,7 +61,7 @@ void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_p
 	for (size_t i = 0; i < n; i++) {
 		id_hex(&p[i].id, hex);
 		fprintf(f, "%s{\"pid\":%d,\"nspid\":%d,\"id\":\"%s\",\"phase\":\"%s\",\"endpoint\":", i ? "," : "",
-			t[i].obs, t[i].ns, hex, topo_phase_name(p[i].phase));
+			t[i].obs, t[i].ns, hex, proto_phase_name(p[i].phase));
 		json_write_string(f, p[i].endpoint);
 		fprintf(f, ",\"allocations\":[");
 		for (size_t j = 0; j < p[i].nallocs; j++) {
@@ -101,7 +101,7 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
 	for (size_t i = 0; i < n; i++) {
 		id_hex(&p[i].id, hex);
 		fprintf(f, "participant %d (ns %d) id %s phase %s endpoint %s\n", t[i].obs, t[i].ns, hex,
-			topo_phase_name(p[i].phase), p[i].endpoint);
+			proto_phase_name(p[i].phase), p[i].endpoint);
 		for (size_t j = 0; j < p[i].nallocs; j++) {
 			const struct topo_alloc *a = &p[i].allocs[j];
 			id_hex(&a->id, hex);

@@ -126,8 +126,8 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 		}
 		uint32_t phase = p.phase;
 		topo_free(&p);
-		if (phase != 1 /* active */) {
-			snprintf(why, len, "participant %d is in phase %s", c->obs, topo_phase_name(phase));
+		if (phase != PROTO_PHASE_ACTIVE) {
+			snprintf(why, len, "participant %d is in phase %s", c->obs, proto_phase_name(phase));
 			return -1;
 		}
 	}
@@ -163,7 +163,7 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
 			return -1;
 		}
-		unsettled += p.phase != 1; /* not active */
+		unsettled += p.phase != PROTO_PHASE_ACTIVE;
 		topo_free(&p);
 	}
 	if (!suspended && !locked && !unsettled) {

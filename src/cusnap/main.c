@@ -221,8 +221,8 @@ static int cmd_inspect(pid_t pid, const char *dir)
 		else
 			coord_print_text(stdout, t.targets, parts, ok);
 		for (size_t i = 0; i < ok; i++) {
-			unsettled += parts[i].phase != 1; /* not active */
-			failed += parts[i].phase == 7;    /* a rebuild failed there: parked */
+			unsettled += parts[i].phase != PROTO_PHASE_ACTIVE;
+			failed += parts[i].phase == PROTO_PHASE_FAILED; /* a rebuild failed there: parked */
 			topo_free(&parts[i]);
 		}
 		free(parts);

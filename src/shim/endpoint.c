@@ -224,21 +224,15 @@ static void put_mapping(struct proto_buf *b, const struct shim_mapping *m)
 	pbuf_end(b, at);
 }
 
-static void error_payload(struct proto_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void error_payload(struct proto_buf *b, const char *fmt, ...)
+int serve_HELLO(struct op_call *c)
 {
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	size_t at = pbuf_begin(b, REC_ERROR);
-	pbuf_put_str(b, F_MESSAGE, msg);
-	pbuf_end(b, at);
+	put_identity(c->out, REC_HELLO);
+	return c->out->failed ? PROTO_E_INTERNAL : PROTO_OK;
 }
 
-static int do_inspect(struct proto_buf *out)
+int serve_INSPECT(struct op_call *c)
 {
+	struct proto_buf *out = c->out;
 	put_identity(out, REC_PARTICIPANT);
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
@@ -257,7 +251,7 @@ static int do_inspect(struct proto_buf *out)
 }
 
 /* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
-static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, int *fd_out)
+static int export_fd(const uint8_t *payload, size_t len, struct proto_buf *out, int *fd_out)
 {
 	struct cusnap_id id = {{0}}, token = {{0}}, who = {{0}};
 	bool have_id = false, have_token = false;
@@ -275,7 +269,7 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	if (it.error)
 		return it.error;
 	if (!have_id || !have_token) {
-		error_payload(out, "EXPORT needs an allocation id and a token");
+		shim_error_reply(out, "EXPORT needs an allocation id and a token");
 		return PROTO_E_MALFORMED;
 	}
 	char hex[ID_HEX_LEN + 1];
@@ -292,11 +286,11 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 		note_importer(e, &who);
 	pthread_mutex_unlock(&exp_lock);
 	if (!found) {
-		error_payload(out, "allocation %s is not exported by participant %d", hex, (int)me->nspid);
+		shim_error_reply(out, "allocation %s is not exported by participant %d", hex, (int)me->nspid);
 		return PROTO_E_NOT_FOUND;
 	}
 	if (!allowed) {
-		error_payload(out, "allocation %s: capability token does not match", hex);
+		shim_error_reply(out, "allocation %s: capability token does not match", hex);
 		return PROTO_E_AUTH;
 	}
 	int fd = -1;
@@ -309,7 +303,7 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	}
 	ctx_leave_all();
 	if (cr != CUDA_SUCCESS) {
-		error_payload(out, "participant %d (ns %d): allocation %s: %s failed: %s", (int)me->pid, (int)me->nspid, hex,
+		shim_error_reply(out, "participant %d (ns %d): allocation %s: %s failed: %s", (int)me->pid, (int)me->nspid, hex,
 			      call, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
 		return PROTO_E_DRIVER;
 	}
@@ -321,6 +315,11 @@ static int do_export(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	pbuf_end(out, at);
 	*fd_out = fd;
 	return PROTO_OK;
+}
+
+int serve_EXPORT(struct op_call *c)
+{
+	return export_fd(c->payload, c->len, c->out, c->fd);
 }
 
 static void *serve_client(void *arg)
@@ -340,7 +339,7 @@ static void *serve_client(void *arg)
 		if (rc != PROTO_OK) {
 			/* Bad magic, version, length or an unexpected FD: a typed error, then close. */
 			if (rc == PROTO_E_VERSION)
-				error_payload(&out, "peer speaks protocol %u.%u; this shim speaks %u.%u", h.major, h.minor,
+				shim_error_reply(&out, "peer speaks protocol %u.%u; this shim speaks %u.%u", h.major, h.minor,
 					      PROTO_MAJOR, PROTO_MINOR);
 			reply.status = rc;
 			reply.op = h.op;
@@ -351,36 +350,9 @@ static void *serve_client(void *arg)
 		}
 		reply.op = h.op;
 		reply.request_id = h.request_id;
-		switch (h.op) {
-		case PROTO_OP_HELLO:
-			put_identity(&out, REC_HELLO);
-			rc = out.failed ? PROTO_E_INTERNAL : PROTO_OK;
-			break;
-		case PROTO_OP_INSPECT:
-			rc = do_inspect(&out);
-			break;
-		case PROTO_OP_EXPORT:
-			rc = do_export(payload, h.payload_len, &out, &fd);
-			break;
-		case PROTO_OP_QUIESCE:
-		case PROTO_OP_PREPARE_MULTICAST:
-		case PROTO_OP_PREPARE:
-		case PROTO_OP_RESTORE_MULTICAST:
-		case PROTO_OP_RESTORE_MULTICAST_IMPORT:
-		case PROTO_OP_RESTORE_MULTICAST_BIND:
-		case PROTO_OP_RESTORE_CREATORS:
-		case PROTO_OP_RESTORE_IMPORTERS:
-		case PROTO_OP_RESUME:
-		case PROTO_OP_ABORT:
-			rc = lifecycle_run(h.op, payload, h.payload_len, &out);
-			/* The work may have taken longer than the request's deadline. */
-			deadline = proto_deadline(shim_deadline_ms());
-			break;
-		default:
-			error_payload(&out, "operation %u (%s) is not served by this shim", h.op, proto_op_name(h.op));
-			rc = PROTO_E_OP;
-			break;
-		}
+		rc = shim_serve(h.op, payload, h.payload_len, &out, &fd);
+		/* The work may have taken longer than the request's deadline. */
+		deadline = proto_deadline(shim_deadline_ms());
 		free(payload);
 		if (rc != PROTO_OK && out.failed) {
 			pbuf_free(&out);

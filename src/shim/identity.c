@@ -21,11 +21,6 @@ static bool published; /* set once self is complete; read without the lock */
 static pid_t env_pid;          /* the process that read the environment */
 static char env_participant[64];
 
-const char *shim_phase_name(int phase)
-{
-	return topo_phase_name((uint32_t)phase);
-}
-
 static int deadline_ms = 10000;
 
 int shim_deadline_ms(void)

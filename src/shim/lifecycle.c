@@ -24,30 +24,8 @@
 #include "cusnap/wire.h"
 #include "shim.h"
 
-static int phase = SHIM_PHASE_ACTIVE;
-static char failure[600];
 static int content = SHIM_CONTENT_HOST;
 size_t shim_mc_objects;
-
-int shim_phase(void)
-{
-	return __atomic_load_n(&phase, __ATOMIC_ACQUIRE);
-}
-
-static void set_phase(int p)
-{
-	__atomic_store_n(&phase, p, __ATOMIC_RELEASE);
-}
-
-CUresult shim_mutation_allowed(const char *call)
-{
-	int p = shim_phase();
-	if (p == SHIM_PHASE_ACTIVE)
-		return CUDA_SUCCESS;
-	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s): the application must stay parked",
-	       call, shim_phase_name(p));
-	return CUDA_ERROR_NOT_READY;
-}
 
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 {
@@ -303,7 +281,7 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 		return PROTO_E_MALFORMED;
 	}
 	content = (int)mode;
-	if (shim_phase() == SHIM_PHASE_QUIESCED) {
+	if (shim_phase() == PROTO_PHASE_QUIESCED) {
 		/* Only a coordinator that skips PREPARE_MULTICAST gets here. */
 		for (size_t i = 0; i < tbl.allocs.cap; i++) {
 			struct shim_alloc *a = tbl.allocs.vals[i];
@@ -317,12 +295,8 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 	CUresult rc = for_each_shared(SHIM_ROLE_IMPORTER, prepare_importer, r);
 	if (!rc)
 		rc = for_each_shared(SHIM_ROLE_CREATOR, prepare_creator, r);
-	if (rc) {
-		set_phase(SHIM_PHASE_FAILED);
-		snprintf(failure, sizeof(failure), "%s", r->msg);
-		return PROTO_E_DRIVER;
-	}
-	set_phase(SHIM_PHASE_PREPARED);
+	if (rc)
+		return shim_step_failed(r, PROTO_E_DRIVER);
 	return PROTO_OK;
 }
 
@@ -575,210 +549,149 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 	return PROTO_OK;
 }
 
-/* ---- dispatch ---- */
+/* ---- the steps (served through dispatch.c, ruled by ops.def) ---- */
 
-static bool phase_in(int p, unsigned mask)
+/* A step's result: a failure leaves the process FAILED. */
+static int step_result(struct op_call *c, int rc)
 {
-	return (mask >> p) & 1;
+	return rc == PROTO_OK ? rc : shim_step_failed(&c->r, rc);
 }
 
-#define PH(x) (1u << SHIM_PHASE_##x)
-
-/* A failure inside a destructive step: the process is FAILED, with the message. */
-static int failed(struct life_result *r, int rc)
+int serve_QUIESCE(struct op_call *c)
 {
-	set_phase(SHIM_PHASE_FAILED);
-	snprintf(failure, sizeof(failure), "%s", r->msg);
+	/* Work still in flight on memory about to be unmapped would fault on a
+	 * GPU: synchronize every device this process's objects live on first
+	 * (without the table lock: it waits for the GPU). */
+	bool used[64] = {false};
+	pthread_mutex_lock(&tbl.lock);
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		int dev = tbl.allocs.keys[i] ? ctx_device_of(a) : -1;
+		if (dev >= 0 && dev < 64)
+			used[dev] = true;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	int bad = -1;
+	const char *call = "";
+	CUresult sync = ctx_synchronize_devices(used, 64, &bad, &call);
+	if (sync) {
+		life_fail(&c->r, NULL, "QUIESCE: %s (device %d) failed: %s", call, bad, shim_cu_name(sync));
+		return PROTO_E_DRIVER;
+	}
+	int rc = PROTO_OK;
+	pthread_mutex_lock(&tbl.lock);
+	if (shim_mc_objects > 0) {
+		/* Never let the native checkpoint hang on a multicast object it cannot take down. */
+		life_fail(&c->r, NULL, "%zu multicast handle(s) were imported from raw file descriptors, not through "
+				       "the shim's capabilities: they cannot be taken down and rebuilt",
+			  shim_mc_objects);
+		rc = PROTO_E_NOT_FOUND;
+	} else {
+		shim_step_set_phase(PROTO_PHASE_QUIESCED); /* with the table locked: no mutation slips in */
+	}
+	pthread_mutex_unlock(&tbl.lock);
 	return rc;
 }
 
-/* After a step: its next phase, or FAILED. */
-static int step_done(struct life_result *r, int rc, int next)
+int serve_PREPARE_MULTICAST(struct op_call *c)
 {
-	if (rc != PROTO_OK)
-		return failed(r, rc);
-	set_phase(next);
+	return step_result(c, mc_prepare(&c->r));
+}
+
+int serve_PREPARE(struct op_call *c)
+{
+	pthread_mutex_lock(&tbl.lock);
+	int rc = op_prepare(c->payload, c->len, &c->r);
+	pthread_mutex_unlock(&tbl.lock);
 	return rc;
 }
 
-static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *out);
-
-/* Lifecycle operations run one at a time, whichever connection asks. */
-static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out)
+int serve_RESTORE_MULTICAST(struct op_call *c)
 {
-	pthread_mutex_lock(&life_lock);
-	int rc = run_op(op, payload, len, out);
-	pthread_mutex_unlock(&life_lock);
-	return rc;
+	return step_result(c, mc_restore_create(c->payload, c->len, &c->r));
 }
 
-static int run_op(int op, const uint8_t *payload, size_t len, struct proto_buf *out)
+int serve_RESTORE_MULTICAST_IMPORT(struct op_call *c)
 {
-	static const struct {
-		int op;
-		unsigned from; /* phases the operation accepts */
-	} rules[] = {
-		{PROTO_OP_QUIESCE, PH(ACTIVE)},
-		{PROTO_OP_PREPARE_MULTICAST, PH(QUIESCED)},
-		/* From QUIESCED only without multicast objects (op_prepare checks). */
-		{PROTO_OP_PREPARE, PH(MULTICAST_DETACHED) | PH(QUIESCED)},
-		/* From QUIESCED/MULTICAST_DETACHED/FAILED/PREPARED: that is how an abort rebuilds. */
-		{PROTO_OP_RESTORE_CREATORS, PH(QUIESCED) | PH(MULTICAST_DETACHED) | PH(PREPARED) | PH(FAILED)},
-		{PROTO_OP_RESTORE_IMPORTERS, PH(CREATORS_RESTORED)},
-		{PROTO_OP_RESTORE_MULTICAST, PH(UNICAST_RESTORED)},
-		{PROTO_OP_RESTORE_MULTICAST_IMPORT, PH(MC_CREATED)},
-		{PROTO_OP_RESTORE_MULTICAST_BIND, PH(MC_IMPORTED)},
-		{PROTO_OP_RESUME, PH(UNICAST_RESTORED) | PH(RESTORED) | PH(QUIESCED)},
-		{PROTO_OP_ABORT, PH(ACTIVE) | PH(QUIESCED) | PH(MULTICAST_DETACHED) | PH(PREPARED) | PH(FAILED) |
-					 PH(CREATORS_RESTORED) | PH(UNICAST_RESTORED) | PH(MC_CREATED) | PH(MC_IMPORTED) |
-					 PH(RESTORED)},
-	};
-	struct life_result r = {0};
-	int rc = PROTO_E_OP;
-	int now = shim_phase();
-	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
-		if (rules[i].op != op)
+	return step_result(c, mc_restore_import(c->payload, c->len, &c->r));
+}
+
+int serve_RESTORE_MULTICAST_BIND(struct op_call *c)
+{
+	return step_result(c, mc_restore_bind(c->payload, c->len, &c->r));
+}
+
+int serve_RESTORE_CREATORS(struct op_call *c)
+{
+	pthread_mutex_lock(&tbl.lock);
+	int rc = apply_device_map(c->payload, c->len, &c->r);
+	if (rc != PROTO_OK) {
+		pthread_mutex_unlock(&tbl.lock);
+		return rc;
+	}
+	CUresult cr = CUDA_SUCCESS;
+	for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_CREATOR)
 			continue;
-		if (!phase_in(now, rules[i].from)) {
-			snprintf(r.msg, sizeof(r.msg), "%s refused in phase %s%s%.400s", proto_op_name(op), shim_phase_name(now),
-				 now == SHIM_PHASE_FAILED ? ": " : "", now == SHIM_PHASE_FAILED ? failure : "");
-			rc = PROTO_E_PHASE;
-			goto reply;
-		}
-		rc = PROTO_OK;
-		break;
+		bool touched = a->detached || a->carrier;
+		for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
+			touched = m->detached;
+		if (!touched)
+			continue;
+		cr = restore_creator(a, &c->r);
+		c->r.count += !cr;
 	}
-	if (rc == PROTO_E_OP) {
-		snprintf(r.msg, sizeof(r.msg), "operation %d (%s) is not served by this shim", op, proto_op_name(op));
-		goto reply;
-	}
-	switch (op) {
-	case PROTO_OP_QUIESCE: {
-		/* Work still in flight on memory about to be unmapped would fault on a
-		 * GPU: synchronize every device this process's objects live on first
-		 * (without the table lock: it waits for the GPU). */
-		bool used[64] = {false};
-		pthread_mutex_lock(&tbl.lock);
-		for (size_t i = 0; i < tbl.allocs.cap; i++) {
-			struct shim_alloc *a = tbl.allocs.vals[i];
-			int dev = tbl.allocs.keys[i] ? ctx_device_of(a) : -1;
-			if (dev >= 0 && dev < 64)
-				used[dev] = true;
-		}
-		pthread_mutex_unlock(&tbl.lock);
-		int bad = -1;
-		const char *call = "";
-		CUresult sync = ctx_synchronize_devices(used, 64, &bad, &call);
-		if (sync) {
-			life_fail(&r, NULL, "QUIESCE: %s (device %d) failed: %s", call, bad, shim_cu_name(sync));
-			rc = PROTO_E_DRIVER;
-			break;
-		}
-		pthread_mutex_lock(&tbl.lock);
-		if (shim_mc_objects > 0) {
-			/* Never let the native checkpoint hang on a multicast object it cannot take down. */
-			life_fail(&r, NULL, "%zu multicast handle(s) were imported from raw file descriptors, not through "
-					    "the shim's capabilities: they cannot be taken down and rebuilt",
-				  shim_mc_objects);
-			rc = PROTO_E_NOT_FOUND;
-		} else {
-			set_phase(SHIM_PHASE_QUIESCED);
-		}
-		pthread_mutex_unlock(&tbl.lock);
-		break;
-	}
-	case PROTO_OP_PREPARE_MULTICAST:
-		rc = step_done(&r, mc_prepare(&r), SHIM_PHASE_MULTICAST_DETACHED);
-		break;
-	case PROTO_OP_PREPARE:
-		pthread_mutex_lock(&tbl.lock);
-		rc = op_prepare(payload, len, &r);
-		pthread_mutex_unlock(&tbl.lock);
-		break;
-	case PROTO_OP_RESTORE_MULTICAST:
-		rc = step_done(&r, mc_restore_create(payload, len, &r), SHIM_PHASE_MC_CREATED);
-		break;
-	case PROTO_OP_RESTORE_MULTICAST_IMPORT:
-		rc = step_done(&r, mc_restore_import(payload, len, &r), SHIM_PHASE_MC_IMPORTED);
-		break;
-	case PROTO_OP_RESTORE_MULTICAST_BIND:
-		rc = step_done(&r, mc_restore_bind(payload, len, &r), SHIM_PHASE_RESTORED);
-		break;
-	case PROTO_OP_RESTORE_CREATORS: {
-		pthread_mutex_lock(&tbl.lock);
-		rc = apply_device_map(payload, len, &r);
-		if (rc != PROTO_OK) {
-			pthread_mutex_unlock(&tbl.lock);
-			break;
-		}
-		CUresult cr = CUDA_SUCCESS;
-		for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
-			struct shim_alloc *a = tbl.allocs.vals[i];
-			if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_CREATOR)
-				continue;
-			bool touched = a->detached || a->carrier;
-			for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
-				touched = m->detached;
-			if (!touched)
-				continue;
-			cr = restore_creator(a, &r);
-			r.count += !cr;
-		}
-		rc = step_done(&r, cr ? PROTO_E_DRIVER : PROTO_OK, SHIM_PHASE_CREATORS_RESTORED);
-		pthread_mutex_unlock(&tbl.lock);
-		break;
-	}
-	case PROTO_OP_RESTORE_IMPORTERS:
-		rc = step_done(&r, op_restore_importers(&r), SHIM_PHASE_UNICAST_RESTORED);
-		break;
-	case PROTO_OP_RESUME:
-		pthread_mutex_lock(&tbl.lock);
-		if (!all_attached(&r)) {
-			rc = PROTO_E_PHASE;
-		} else {
-			set_phase(SHIM_PHASE_ACTIVE);
-		}
-		pthread_mutex_unlock(&tbl.lock);
-		break;
-	case PROTO_OP_ABORT:
-		/* Everything this process took down, rebuilt in place (its creators'
-		 * importers elsewhere are the coordinator's to order). Multicast objects are rebuilt here alone: right for a group of one
-		 * process; a group of several needs the coordinator's staged rebuild. */
-		if (now == SHIM_PHASE_ACTIVE || now == SHIM_PHASE_RESTORED)
-			goto resume;
+	rc = step_result(c, cr ? PROTO_E_DRIVER : PROTO_OK);
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+int serve_RESTORE_IMPORTERS(struct op_call *c)
+{
+	return step_result(c, op_restore_importers(&c->r));
+}
+
+int serve_RESUME(struct op_call *c)
+{
+	pthread_mutex_lock(&tbl.lock);
+	int rc = all_attached(&c->r) ? PROTO_OK : PROTO_E_PHASE;
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
+int serve_ABORT(struct op_call *c)
+{
+	/* Everything this process took down, rebuilt in place (its creators'
+	 * importers elsewhere are the coordinator's to order). Multicast objects are
+	 * rebuilt here alone: right for a group of one process; a group of several
+	 * needs the coordinator's staged rebuild. */
+	int now = c->phase;
+	if (now != PROTO_PHASE_ACTIVE && now != PROTO_PHASE_RESTORED) {
 		static const int steps[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS, PROTO_OP_RESTORE_MULTICAST,
 					    PROTO_OP_RESTORE_MULTICAST_IMPORT, PROTO_OP_RESTORE_MULTICAST_BIND};
-		size_t first = now == SHIM_PHASE_CREATORS_RESTORED ? 1 : now == SHIM_PHASE_UNICAST_RESTORED ? 2
-			       : now == SHIM_PHASE_MC_CREATED ? 3 : now == SHIM_PHASE_MC_IMPORTED ? 4 : 0;
+		size_t first = now == PROTO_PHASE_CREATORS_RESTORED ? 1 : now == PROTO_PHASE_UNICAST_RESTORED ? 2
+			       : now == PROTO_PHASE_MC_CREATED ? 3 : now == PROTO_PHASE_MC_IMPORTED ? 4 : 0;
 		if (first == 0)
-			set_phase(SHIM_PHASE_PREPARED);
+			shim_step_set_phase(PROTO_PHASE_PREPARED);
+		struct op_call sub = {.out = c->out};
 		for (size_t s = first; s < sizeof(steps) / sizeof(steps[0]); s++) {
 			if (steps[s] == PROTO_OP_RESTORE_MULTICAST && !mc_any_detached())
 				break; /* no multicast object was taken down */
-			rc = run_op(steps[s], NULL, 0, out);
-			if (rc != PROTO_OK)
+			int rc = shim_step(steps[s], &sub);
+			c->r.bytes += sub.r.bytes;
+			c->r.count += sub.r.count;
+			if (rc != PROTO_OK) {
+				snprintf(c->r.msg, sizeof(c->r.msg), "%s", sub.r.msg);
 				return rc;
-			out->len = 0;
+			}
 		}
-	resume:
-		if (shim_phase() != SHIM_PHASE_ACTIVE)
-			return run_op(PROTO_OP_RESUME, NULL, 0, out);
-		break;
 	}
-reply:;
-	ctx_leave_all();
-	size_t at = pbuf_begin(out, rc == PROTO_OK ? REC_RESULT : REC_ERROR);
-	if (rc == PROTO_OK) {
-		pbuf_put_u64(out, F_BYTES, r.bytes);
-		pbuf_put_u32(out, F_COUNT, r.count);
-		pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
-	} else {
-		pbuf_put_str(out, F_MESSAGE, r.msg);
-	}
-	pbuf_end(out, at);
+	if (shim_phase() == PROTO_PHASE_ACTIVE)
+		return PROTO_OK;
+	struct op_call resume = {.out = c->out};
+	int rc = shim_step(PROTO_OP_RESUME, &resume);
 	if (rc != PROTO_OK)
-		LOG_AT(LOG_ERROR, "%s: %s", proto_op_name(op), r.msg);
+		snprintf(c->r.msg, sizeof(c->r.msg), "%s", resume.r.msg);
 	return rc;
 }

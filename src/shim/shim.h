@@ -90,21 +90,7 @@ bool shim_resolve_driver(void);
 void *shim_resolve_runtime(enum shim_fn fn);
 
 /* ---- phase and identity (identity.c) ---- */
-/* SYSTEM.md §6.1. Values are on the wire (F_PHASE). */
-enum shim_phase {
-	SHIM_PHASE_ACTIVE = 1,
-	SHIM_PHASE_QUIESCED = 2,
-	SHIM_PHASE_MULTICAST_DETACHED = 3,
-	SHIM_PHASE_PREPARED = 4,
-	SHIM_PHASE_CREATORS_RESTORED = 5,
-	SHIM_PHASE_UNICAST_RESTORED = 6,
-	SHIM_PHASE_FAILED = 7,
-	SHIM_PHASE_MC_CREATED = 8,  /* multicast objects made anew by their creators */
-	SHIM_PHASE_MC_IMPORTED = 9, /* imported by the others, devices re-added */
-	SHIM_PHASE_RESTORED = 10,   /* binds and multicast mappings back: ready to RESUME */
-};
-
-const char *shim_phase_name(int phase);
+/* The phases are enum proto_phase (proto.h). */
 
 struct shim_identity {
 	struct cusnap_id id;
@@ -251,25 +237,47 @@ CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const
 /* Leave the context and release what ctx_enter_device retained on this thread. */
 void ctx_leave_all(void);
 
-/* ---- lifecycle (lifecycle.c) ---- */
+/* ---- the dispatch and the phase (dispatch.c; operations: include/cusnap/ops.def) ---- */
 enum shim_content { SHIM_CONTENT_HOST = 1, SHIM_CONTENT_NATIVE = 2 };
-/* The phase; tracked mutations are refused outside ACTIVE. */
+/* The phase (enum proto_phase); tracked mutations are refused outside ACTIVE. */
 int shim_phase(void);
 /* CUDA_SUCCESS, or CUDA_ERROR_NOT_READY (logged) while a checkpoint is under way. */
 CUresult shim_mutation_allowed(const char *call);
 struct proto_buf;
-/* Run lifecycle operation op (PROTO_OP_*) with its request payload; the reply's
- * records go to out. Returns a proto_status. */
-int lifecycle_run(int op, const uint8_t *payload, size_t len, struct proto_buf *out);
-/* Untracked multicast handles seen in use (a native checkpoint would hang on them). */
-extern size_t shim_mc_objects;
-
-/* ---- lifecycle internals shared by lifecycle.c and mc_lifecycle.c ---- */
+/* What a lifecycle step reports: its failure, or bytes copied and objects handled. */
 struct life_result {
 	char msg[600];
 	uint64_t bytes;
 	uint32_t count;
 };
+/* One operation being served. */
+struct op_call {
+	const uint8_t *payload; /* the request's records */
+	size_t len;
+	struct proto_buf *out;  /* READ operations: the reply's records */
+	int *fd;                /* READ operations: a descriptor sent with the reply */
+	struct life_result r;   /* STEP operations */
+	int phase;              /* STEP operations: the phase when it began */
+};
+/* Serve operation op (the endpoint's one entry): the reply's records go to out,
+ * a descriptor to send with it to *fd. Returns a proto_status. */
+int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd);
+/* Run lifecycle step op with c (the lifecycle lock held): the phase rule, the
+ * step, the phase it leaves. ABORT runs the rebuild's steps through it. */
+int shim_step(int op, struct op_call *c);
+/* A step that changed something failed: phase FAILED, r's message kept; returns rc. */
+int shim_step_failed(struct life_result *r, int rc);
+/* For a step that decides its phase itself (under the table lock). */
+void shim_step_set_phase(int p);
+/* An error record (message and the phase) for the reply. */
+void shim_error_reply(struct proto_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define OP(name, value, kind, admitted, next) int serve_##name(struct op_call *c);
+#include "cusnap/ops.def"
+#undef OP
+/* Untracked multicast handles seen in use (a native checkpoint would hang on them). */
+extern size_t shim_mc_objects;
+
+/* ---- lifecycle internals shared by lifecycle.c and mc_lifecycle.c ---- */
 /* Record the failure: participant, object (a may be NULL) and what failed. */
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

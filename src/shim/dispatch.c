@@ -1,0 +1,140 @@
+/* The shim's one dispatch of the endpoint protocol, and its phase (SYSTEM.md
+ * §6.1). include/cusnap/ops.def names each operation's serve_ function, the
+ * phases that admit it and the phase a success leaves. READ operations are
+ * answered at once and write their own replies; STEP operations run one at a
+ * time under the lifecycle lock and reply with their results and the phase. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cusnap/log.h"
+#include "cusnap/proto.h"
+#include "shim.h"
+
+/* ---- the phase ---- */
+
+static int phase = PROTO_PHASE_ACTIVE;
+static char failure[600]; /* what put the process in FAILED */
+
+int shim_phase(void)
+{
+	return __atomic_load_n(&phase, __ATOMIC_ACQUIRE);
+}
+
+static void set_phase(int p)
+{
+	__atomic_store_n(&phase, p, __ATOMIC_RELEASE);
+}
+
+int shim_step_failed(struct life_result *r, int rc)
+{
+	set_phase(PROTO_PHASE_FAILED);
+	snprintf(failure, sizeof(failure), "%s", r->msg);
+	return rc;
+}
+
+void shim_step_set_phase(int p)
+{
+	set_phase(p);
+}
+
+CUresult shim_mutation_allowed(const char *call)
+{
+	int p = shim_phase();
+	if (p == PROTO_PHASE_ACTIVE)
+		return CUDA_SUCCESS;
+	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s): the application must stay parked",
+	       call, proto_phase_name((uint32_t)p));
+	return CUDA_ERROR_NOT_READY;
+}
+
+/* ---- the table ---- */
+
+#define PH(x) (1u << PROTO_PHASE_##x)
+#define ANY (~0u)
+#define PROTO_PHASE_SAME 0
+#define KIND_READ false
+#define KIND_STEP true
+
+static const struct op_rule {
+	int (*serve)(struct op_call *c);
+	bool step;
+	unsigned admitted;
+	int next;
+} rules[] = {
+#define OP(name, value, kind, adm, nxt) [PROTO_OP_##name] = {serve_##name, KIND_##kind, adm, PROTO_PHASE_##nxt},
+#include "cusnap/ops.def"
+#undef OP
+};
+
+static const struct op_rule *rule_of(int op)
+{
+	if (op <= 0 || op >= (int)(sizeof(rules) / sizeof(rules[0])) || !rules[op].serve)
+		return NULL;
+	return &rules[op];
+}
+
+void shim_error_reply(struct proto_buf *out, const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	size_t at = pbuf_begin(out, REC_ERROR);
+	pbuf_put_str(out, F_MESSAGE, msg);
+	pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
+	pbuf_end(out, at);
+}
+
+int shim_step(int op, struct op_call *c)
+{
+	const struct op_rule *rule = rule_of(op);
+	if (!rule || !rule->step) {
+		snprintf(c->r.msg, sizeof(c->r.msg), "operation %d (%s) is not a lifecycle step", op, proto_op_name(op));
+		return PROTO_E_OP;
+	}
+	int now = shim_phase();
+	if (!(rule->admitted & (1u << now))) {
+		bool f = now == PROTO_PHASE_FAILED;
+		snprintf(c->r.msg, sizeof(c->r.msg), "%s refused in phase %s%s%.400s", proto_op_name(op),
+			 proto_phase_name((uint32_t)now), f ? ": " : "", f ? failure : "");
+		return PROTO_E_PHASE;
+	}
+	c->phase = now;
+	int rc = rule->serve(c);
+	if (rc == PROTO_OK && rule->next != PROTO_PHASE_SAME)
+		set_phase(rule->next);
+	return rc;
+}
+
+/* Lifecycle steps run one at a time, whichever connection asks. */
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd)
+{
+	const struct op_rule *rule = rule_of(op);
+	if (!rule) {
+		shim_error_reply(out, "operation %d (%s) is not served by this shim", op, proto_op_name(op));
+		return PROTO_E_OP;
+	}
+	struct op_call c = {.payload = payload, .len = len, .out = out, .fd = fd};
+	if (!rule->step)
+		return rule->serve(&c);
+	pthread_mutex_lock(&life_lock);
+	int rc = shim_step(op, &c);
+	pthread_mutex_unlock(&life_lock);
+	ctx_leave_all();
+	if (rc == PROTO_OK) {
+		size_t at = pbuf_begin(out, REC_RESULT);
+		pbuf_put_u64(out, F_BYTES, c.r.bytes);
+		pbuf_put_u32(out, F_COUNT, c.r.count);
+		pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
+		pbuf_end(out, at);
+	} else {
+		shim_error_reply(out, "%s", c.r.msg);
+		LOG_AT(LOG_ERROR, "%s: %s", proto_op_name(op), c.r.msg);
+	}
+	return rc;
+}
