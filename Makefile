@@ -34,7 +34,9 @@ LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
 COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
 COORD := $(BUILD)/bin/snapshot-cuda-vmm
 CUSNAP := $(BUILD)/bin/cusnap
-COMMON_OBJ = $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+# src/common as a static library: each binary links only the objects it uses
+# (the shim carries none of the tools' JSON, state-file or manifest code).
+COMMON_LIB = $(BUILD)/lib/libcusnap-common.a
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
@@ -72,7 +74,11 @@ $(BUILD)/obj/tests/%.o: ALL_CFLAGS += -Wno-format-truncation
 $(BUILD)/obj/emu/init.o: $(BUILD)/gen/emu_errors.h
 $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
 
-$(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+$(COMMON_LIB): $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-Bsymbolic-functions $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -81,20 +87,20 @@ $(BUILD)/gen/exports.map: src/shim/exports.map.in src/shim/wrapped.def
 	@mkdir -p $(dir $@)
 	$(CC) -E -P -x c -Isrc/shim $< > $@.tmp && mv $@.tmp $@
 
-$(SHIM): $(SHIM_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ) $(BUILD)/gen/exports.map
+$(SHIM): $(SHIM_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB) $(BUILD)/gen/exports.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libsnapshot_cuda_vmm.so -Wl,-z,defs -Wl,--version-script=$(BUILD)/gen/exports.map \
-		$(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+		$(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 
 $(LAUNCH): $(BUILD)/obj/src/launch/launch.o $(BUILD)/obj/src/common/paths.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^
 
-$(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+$(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+$(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
 
@@ -107,24 +113,24 @@ $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/emu/libcuda.so
 $(BUILD)/emu/libcuda.so: $(EMU)
 	ln -sf libcuda.so.1 $@
 
-$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
 
 # Shim tests run under the launcher (they re-exec themselves) over cuemu.
-$(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ) $(BUILD)/emu/libcuda.so
+$(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
 
 # End-to-end tests drive the built tools as a user would; they link no driver.
-$(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+$(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) -ldl
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LDLIBS) -ldl
 
 # A stand-in libcudart with cudaGetDriverEntryPoint*, for the resolver tests.
 $(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.o
@@ -181,7 +187,7 @@ bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worke
 	$(BUILD)/bench/intercept
 	$(BUILD)/bench/lifecycle
 
-$(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_OBJ)
+$(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -25,4 +25,13 @@ if readelf -d "$lib" | grep NEEDED | grep -Eq 'libcuda\.so|libcudart'; then
 else
 	echo "ok   no NEEDED libcuda/libcudart"
 fi
+# The tools' JSON, state-file and descriptor-check code stays out of the shim
+# (src/common is a static library: only what the shim calls is linked in).
+tools=$(nm "$lib" | awk '$2 ~ /^[tT]$/ {print $3}' | grep -E '^(json_|state_|fd_check_)' | tr '\n' ' ')
+if [ -n "$tools" ]; then
+	echo "FAIL: the shim holds the tools' code: $tools"
+	status=1
+else
+	echo "ok   none of the tools' JSON or state-file code in the shim"
+fi
 exit $status
