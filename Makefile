@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cusnap — build, test and demo. See README.md.
 #   make demo       install what it needs, build, provision CRIU, run `cusnap demo`
 #   make            build every artifact into $(BUILD)/
@@ -57,7 +58,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(EXAMPLES)
 
 help:
-	@sed -n '1,6p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

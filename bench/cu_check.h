@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The benchmarks' driver-call check: a failed call stops the run, named. */
 #ifndef CUSNAP_BENCH_CU_CHECK_H
 #define CUSNAP_BENCH_CU_CHECK_H

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # bench/e2e.sh: CRIU checkpoint + restore of the example group with SIZE bytes
 # of shared VMM memory (under the interposer), against the same group and size
 # without the interposer (native steps only, the memory private to each

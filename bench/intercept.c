@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/intercept: nanoseconds per wrapped VMM call through the shim against the
  * same call made directly on cuemu, with 10, 1,000 and 100,000 live tracked
  * allocations (each its own cuMemCreate of 64 KiB; cuemu's granularity is set to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A participant for bench/lifecycle: participant 0 creates N allocations, maps
  * them and sends their (capability) FDs to every other participant over a
  * socket in DIR; the others import and map all of them. Then it parks.

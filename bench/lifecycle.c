@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/lifecycle: the coordinator's control plane (everything except the
  * native checkpoint calls) for P participants x N allocations, in both content
  * modes, and validation alone on 1,000,000 records. Prints a table.

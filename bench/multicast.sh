@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # bench/multicast.sh: cusnap suspend + resume in place of the example group
 # with an NVLS-style multicast object (VMM_GROUP_MULTICAST=1), for groups of
 # several sizes; prints the time of each multicast step next to the unicast

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The caller side of cuCheckpointProcess*: find the target's checkpoint
  * endpoint from its observed PID alone and run one request against it. */
 #include <ctype.h>

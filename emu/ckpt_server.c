@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The target side of the checkpoint API: a thread that owns a listening socket
  * and performs lock, checkpoint, restore and unlock on its own process.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The emulator's private protocol between a process calling cuCheckpointProcess*
  * and the target process's checkpoint thread. One request per connection.
  *

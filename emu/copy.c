@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Copies and memsets, streams, events and host functions. Device pointers are
  * real addresses of this process, so a copy is a memcpy once the range has been
  * checked against the mappings and their access. Each stream has one worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Devices and contexts. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuemu internals: the process-wide state of the CPU-backed driver. */
 #ifndef CUSNAP_EMU_EMU_H
 #define CUSNAP_EMU_EMU_H

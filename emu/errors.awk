@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Extract every CUresult name from cuda.h's cudaError_enum as E(NAME) lines.
 /^typedef enum cudaError_enum/ { inside = 1; next }
 inside && /^} CUresult;/ { inside = 0 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CUEMU_FAULT=<call>[:<nth>][:<CUresult>][,...]: the nth call (default 1st) of
  * <call> in this process fails with <CUresult> (a name such as
  * CUDA_ERROR_OUT_OF_MEMORY or a number; default CUDA_ERROR_UNKNOWN) before it

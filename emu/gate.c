@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The call gate: how a checkpoint lock blocks the process's CUDA calls, and how
  * CUEMU_FAULT reaches every entry point. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuInit, configuration from the environment, devices, errors, logging, fork. */
 #include <ctype.h>
 #include <errno.h>

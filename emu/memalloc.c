@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuMemAlloc/cuMemFree (the route cudaMalloc takes), cuMemGetAddressRange and
  * cuPointerGetAttribute(s), over the emulator's own VMM: each cuMemAlloc is one
  * allocation of the current context's device, rounded up to the granularity,

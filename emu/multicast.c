@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multicast objects. Their shared state (device count, size, which devices were
  * added) lives in the object's memfd so that processes importing the object see
  * each other's cuMulticastAddDevice, and a bind waits until the team is complete.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuGetProcAddress: the driver's name -> entry point resolver, by CUDA version
  * and stream flags.
  *

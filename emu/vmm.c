@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The VMM calls: address reservations, allocations backed by memfds, mappings
  * with per-location access, POSIX FD export/import, retain and properties. */
 #include <errno.h>

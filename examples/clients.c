@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* clients: zdtm-style replays of how the real clients of the VMM API use it,
  * written from their public behaviour, for cusnap to suspend and restore:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* vmm_group: a zdtm-style workload for cusnap. A parent and N workers (forked
  * before CUDA is initialised, as vLLM does) share VMM memory the way NCCL does:
  * the parent creates K allocations across the devices, exports them, passes the

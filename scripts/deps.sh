@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Install the Debian packages the build, the tests and the demo need; idempotent:
 # nothing is downloaded when everything is present.
 set -euo pipefail

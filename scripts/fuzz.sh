@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # make fuzz FUZZ_SECONDS=N: every libFuzzer target (ASan+UBSan) for N seconds
 # over a copy of its seed corpus; prints execs and the result per target.
 # Exit 1 when any target found a crash, a leak or undefined behaviour.

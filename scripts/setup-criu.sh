@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Provide a CRIU that works on this kernel and print the command to run it.
 #
 #   scripts/setup-criu.sh [--check] [BUILD_DIR]

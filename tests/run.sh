@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Run every test executable of a build tree: tests/run.sh BUILD LABEL
 # Exit 0 = pass, 77 = skip, anything else = fail. Each test's output goes to
 # BUILD/test-logs/NAME.log and is shown when it fails. Counts are appended to

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Add up the counts written by tests/run.sh and print the closing line CI reads.
 pass=0 fail=0 skip=0 runs=0
 for f in "$@"; do

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The coordinator library, shared by snapshot-cuda-vmm and cusnap. */
 #ifndef CUSNAP_COORD_H
 #define CUSNAP_COORD_H

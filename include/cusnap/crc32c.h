@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CRC32C (Castagnoli), as used by the state file. */
 #ifndef CUSNAP_CRC32C_H
 #define CUSNAP_CRC32C_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Descriptor-leak checks for the tools (CUSNAP_FD_CHECK=1, set by the test
  * suites): every failure path a test drives is then also a leak check. */
 #ifndef CUSNAP_FDCHECK_H

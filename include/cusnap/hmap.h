@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Hash map from nonzero 64-bit keys to pointers: open addressing, linear probing,
  * backward-shift deletion. O(1) expected per operation; no tombstones, so a table
  * that churns keeps its speed. Not thread-safe: callers hold their own lock. */

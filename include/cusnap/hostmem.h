@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Host buffers for saved device bytes. They are filled at once, so they are
  * populated when made: one system call instead of a page fault per page (page
  * faults are the dominant cost of a large copy into fresh memory, and far more

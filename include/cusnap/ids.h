@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* 128-bit random identifiers (participants, allocations, capability tokens). */
 #ifndef CUSNAP_IDS_H
 #define CUSNAP_IDS_H

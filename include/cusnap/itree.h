@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Set of disjoint half-open address intervals [start, end), ordered by start:
  * an intrusive treap. Insert, remove and "which interval contains this address"
  * are O(log n) expected. Not thread-safe: callers hold their own lock. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A small JSON reader for the files cusnap writes itself (manifest.json):
  * objects, arrays, strings (\" \\ \/ \b \f \n \r \t \uXXXX for ASCII),
  * numbers, true, false, null. Depth and size are bounded. */

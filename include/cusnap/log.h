@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Logging for code that lives inside other people's processes: one write(2) per
  * line to a descriptor fixed at init, prefixed with a tag, pid and tid. Silent
  * unless the level allows it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Paths the tools and the shim make or find on their own. */
 #ifndef CUSNAP_PATHS_H
 #define CUSNAP_PATHS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shim <-> coordinator <-> shim protocol (SYSTEM.md §5).
  *
  * Every message is a 24-byte little-endian header packed field by field,

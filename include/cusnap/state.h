@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The state sidecar DIR/cuda-vmm.state (SYSTEM.md §7): what prepare recorded,
  * for restore to rebuild and compare against.
  *

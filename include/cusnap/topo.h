@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A participant's tracked topology as INSPECT reports it (and as the state file
  * stores it): decoded from, and encoded to, the protocol's record stream. */
 #ifndef CUSNAP_TOPO_H

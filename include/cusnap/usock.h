@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Unix stream sockets at paths of any length. sun_path holds 107 bytes; longer
  * paths are reached through an O_PATH descriptor of their directory
  * ("/proc/self/fd/N/name"), so deep control directories and

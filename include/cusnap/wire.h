@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Little-endian field packing for wire formats and files. Everything that leaves
  * a process is packed field by field through these, never by writing a struct,
  * so layouts do not depend on the compiler or the host. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CUSNAP_FD_CHECK=1: the tools count /proc/self/fd at their start and end. */
 #include <dirent.h>
 #include <limits.h>

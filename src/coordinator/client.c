@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Talking to participants' endpoints. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Prepare, restore and abort across participants (SYSTEM.md §6): each stage fans
  * out to every participant at once, each request under its own deadline, and
  * the next stage starts only when all have answered (the barrier). */

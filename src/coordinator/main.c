@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* snapshot-cuda-vmm: the coordinator CLI (SYSTEM.md §3), a thin front over the
  * coordinator library. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Printing topologies: JSON for programs, text for people. */
 #include <inttypes.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Topology validation (SYSTEM.md §6.5) and the post-restore comparison, both
  * O(records) with hash maps. */
 #include <inttypes.h>

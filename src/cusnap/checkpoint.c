@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap checkpoint and restore (SYSTEM.md §9): the in-place sequence of suspend
  * and resume wrapped around a CRIU dump and restore, with manifest.json. */
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Running CRIU: found explicitly, its command line built without a shell, its
  * log kept in the checkpoint directory and its last errors shown on failure. */
 #include <errno.h>

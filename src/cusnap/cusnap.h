@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap internals: the process tree and the native checkpoint API. */
 #ifndef CUSNAP_CUSNAP_CUSNAP_H
 #define CUSNAP_CUSNAP_CUSNAP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap demo: the main job on the embedded default. Runs examples/vmm_group
  * under the interposer (on cuemu, or on the real driver when libcuda.so.1 is
  * one), checkpoints it with CRIU, kills it, restores it, lets it verify itself

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The one way a command that changed a tree ends (SYSTEM.md §9; CRIU's
  * cr_dump_finish is the model): the record of how far it got, the undo of
  * exactly that, a check of every process afterwards, and the exit code picked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The native freeze (lock, then checkpoint) and thaw (restore, then unlock) of
  * the CUDA processes of a tree, each step concurrent (native_run). A failed
  * freeze is undone by the caller's finish (finish.c), never here. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap: the node tool (SYSTEM.md §9). */
 #include <errno.h>
 #include <getopt.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The native checkpoint API, from libcuda.so.1 loaded at run time: cusnap has no
  * link-time dependency on the driver. */
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The native steps over the CUDA processes of a tree: run concurrently (at most
  * one thread per core at a time), each call under a watchdog. A native call
  * cannot be cancelled (a missed multicast object makes the real checkpoint hang,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Process trees from /proc. */
 #include <dirent.h>
 #include <errno.h>

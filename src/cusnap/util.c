@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What every cusnap command shares: reporting, the process tree and the checks
  * made before anything changes. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* snapshot-cuda-vmm-launch PROGRAM [ARG...]: run PROGRAM with the shim first in
  * LD_PRELOAD (SYSTEM.md §2, §3).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Capabilities (SYSTEM.md §4.2): what cuMemExportToShareableHandle returns for a
  * tracked allocation instead of the driver's FD. A sealed memfd holding:
  *

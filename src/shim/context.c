@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Contexts for the driver calls the shim makes on its own threads (serving
  * EXPORT, every lifecycle step): SYSTEM.md §4.1. The shim enters the primary
  * context of the object's device, which it retains itself for the length of one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shim's one dispatch of the endpoint protocol, and its phase (SYSTEM.md
  * §6.1). include/cusnap/ops.def names each operation's serve_ function, the
  * phases that admit it and the phase a success leaves. READ operations are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The participant's endpoint (SYSTEM.md §4.3, §5): a Unix socket served by an
  * accept thread and one short-lived thread per connection, all with every
  * signal blocked and none calling into the application. Each connection has a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The lifecycle (SYSTEM.md §6): QUIESCE, PREPARE in host or native content mode,
  * RESTORE_CREATORS, RESTORE_IMPORTERS, RESUME and ABORT, run on an endpoint
  * thread for the coordinator.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multicast teardown and rebuild (SYSTEM.md §8), the steps the coordinator
  * runs around the unicast ones:
  *

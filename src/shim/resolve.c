@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Finding the real driver and runtime, and handing out wrappers through every
  * resolver a program may use: direct symbols, dlsym on libcuda/libcudart handles,
  * cuGetProcAddress(_v2) and cudaGetDriverEntryPoint(ByVersion)(_ptsz). Calls the

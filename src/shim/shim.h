@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libsnapshot_cuda_vmm internals. */
 #ifndef CUSNAP_SHIM_SHIM_H
 #define CUSNAP_SHIM_SHIM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shim's tables: allocation records, logical handles, tracked mappings.
  * Every function here expects tbl.lock held. Lookups are O(1) (hash maps) or
  * O(log n) (the mapping interval tree); records of released objects are freed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The wrapped VMM calls (SYSTEM.md §4). Each tracked call runs the driver call
  * and the bookkeeping under tbl.lock, and prepares what bookkeeping needs before
  * calling the driver; where it still fails after the driver succeeded, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Driving the built tools and the example workload as a user would. */
 #ifndef CUSNAP_TESTS_E2E_UTIL_H
 #define CUSNAP_TESTS_E2E_UTIL_H

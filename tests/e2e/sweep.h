@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SQLite-style countdown fault sweeps over cusnap's commands (SYSTEM.md §12).
  *
  * For one command, one content mode and one participant role: a census run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap checkpoint / restore with CRIU (issue 5): the example group dumped,
  * killed and restored in both content modes, in the host PID namespace and in
  * its own; --leave-running; no interposer; partial interposition; CRIU failing;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Replays of the real clients (examples/clients: NCCL through static cudart's
  * resolver path with a shared HOST_NUMA buffer and a context-only process beside
  * it, PyTorch expandable segments, PyTorch symmetric memory over pidfd_getfd,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multicast groups (issue 6, SYSTEM.md §8) under cusnap suspend/resume:
  * examples/vmm_group with VMM_GROUP_MULTICAST=1 (an NVLS-style object over the
  * devices, binds by handle and by address, mapped in every process).

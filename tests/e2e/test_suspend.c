@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cusnap suspend/resume in place, and the coordinator's contract (issue 4):
  * both content modes, r615, abort after an injected failure at each driver call
  * of prepare and after a participant dies, validation refusals, partial

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Driving target_helper processes and the checkpoint API from a test. */
 #ifndef CUSNAP_TESTS_EMU_CKPT_UTIL_H
 #define CUSNAP_TESTS_EMU_CKPT_UTIL_H

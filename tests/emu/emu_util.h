@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the emulator tests. */
 #ifndef CUSNAP_TESTS_EMU_UTIL_H
 #define CUSNAP_TESTS_EMU_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A CUDA workload for the checkpoint tests, driven through files so that it can
  * be checkpointed, dumped by CRIU and restored without pipes to its driver.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The checkpoint API driven from a third process: states and transitions,
  * lock timeout, gpuPairs, documented driver behaviours. */
 #include <dirent.h>

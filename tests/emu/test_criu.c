@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A target is natively checkpointed, dumped by CRIU, restored by CRIU, natively
  * restored and unlocked from another process, and has its bytes back. */
 #include <limits.h>

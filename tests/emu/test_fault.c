@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CUEMU_FAULT makes the chosen nth call fail with the chosen result, and the
  * failed call changes nothing. Each case runs in a child forked before cuInit,
  * since the emulator reads its environment once per process. */

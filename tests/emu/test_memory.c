@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuemu: host memory through cuMemCreate (HOST_NUMA, HOST), cuMemAlloc/cuMemFree,
  * cuMemGetAddressRange and cuPointerGetAttribute(s). */
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The checkpoint API reaches a target by its observed PID across PID and mount
  * namespaces. */
 #include <dirent.h>

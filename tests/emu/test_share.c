@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Two processes share an allocation through cuemu: export a POSIX FD, pass it
  * with SCM_RIGHTS, import and map it; each sees the other's writes. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuemu in one process: the VMM lifecycle, reference counting, access, errors,
  * copies, streams, multicast objects and the resolver. */
 #include <dlfcn.h>

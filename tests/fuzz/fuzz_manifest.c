@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the JSON reader behind manifest.json. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the protocol decoder (header, record streams, request
  * fields, INSPECT topology with multicast records). Input: a 24-byte header followed by a payload. */
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the state file reader. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Run a libFuzzer target briefly over a copy of its committed seed corpus.
 # Installed as build/tests/fuzz/test_fuzz_NAME; the target is fuzz_NAME_helper.
 set -u

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # `make gpu-build` compiles everything tests/gpu/run.sh needs (here, without a
 # GPU), so that the GPU code never rots; the script parses, refuses cuemu at
 # once, fails clearly without a driver, and a rehearsal of every step on cuemu

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* copy_bench: the pinned cuMemcpyDtoH rate of this GPU (the baseline host-mode
  * copies are compared with), in GB/s, for SIZE bytes of VMM memory.
  *   copy_bench [BYTES] */

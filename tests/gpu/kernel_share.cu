@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // kernel_share: two processes share one VMM allocation (POSIX FD export and
 // import, which the interposer turns into a capability) and prove it with GPU
 // kernels: one process writes with a kernel, the other checks with a kernel,

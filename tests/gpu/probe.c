@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* probe: facts about the CUDA driver that cuemu and the interposer assume, for
  * tests/gpu/run.sh. Loads libcuda.so.1 with dlopen (built on a CPU machine, run
  * on the GPU host). Each subcommand prints "key value" lines.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* rt_clients: the real libcudart and libnccl reaching the VMM calls, for
  * tests/gpu/run.sh (built here, run on the GPU host; both libraries are loaded
  * with dlopen, so nothing is needed at build time).

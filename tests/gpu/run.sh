@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # tests/gpu/run.sh [BUNDLE]: the real-driver qualification run, for a GPU host.
 #
 # Runs from a build made on a CPU machine and carried over: BUNDLE is the folder

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The in-tree test harness: checks that print both operands, named sub-tests,
  * skip = exit 77, and helpers for multi-process tests. */
 #ifndef CUSNAP_TESTS_HARNESS_TEST_H

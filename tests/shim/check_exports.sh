@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The shim exports exactly wrapped.def plus dlsym, and needs neither libcuda nor
 # libcudart at load time (SYSTEM.md §4.1).
 set -u

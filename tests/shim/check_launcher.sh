@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # snapshot-cuda-vmm-launch: finds the shim in the build tree and in an install
 # tree made by `make install PREFIX=...`, prepends it to LD_PRELOAD once, and
 # fails clearly when the program or the library is missing.

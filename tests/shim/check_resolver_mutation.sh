@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The resolver tests can fail: with the shim's substitution switched off
 # (SNAPSHOT_CUDA_VMM_TEST_NO_SUBSTITUTE=1, resolvers hand out the driver's own
 # pointers) every resolver path of test_resolvers must fail. cuemu hands out its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Running a test under the shim, and comparing the shim's view with cuemu's. */
 #ifndef CUSNAP_TESTS_SHIM_UTIL_H
 #define CUSNAP_TESTS_SHIM_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Sharing through capabilities between processes under the launcher: two and
  * three processes, a capability forwarded through a process that cached a dup of
  * it, raw FDs untracked, and refusals. */

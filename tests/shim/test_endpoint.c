@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The endpoint: permissions, credentials, deadlines, concurrent clients, bad
  * input, and no descriptor leaks. Runs with SNAPSHOT_CUDA_VMM_DEADLINE_MS=1500. */
 #include <poll.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fork(): a child forked before CUDA init has its own identity and endpoint;
  * a child of a process that tracks state gets a clear refusal. */
 #include <sys/stat.h>

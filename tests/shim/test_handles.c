@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shim's tables against the driver's: retain/release/map/unmap sequences,
  * then a CUEMU_FAULT sweep over every wrapped call, comparing after each run the
  * allocations and mapped bytes the shim reports with what cuemu holds. */

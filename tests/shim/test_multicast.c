@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shim's multicast records in one process (SYSTEM.md §8): a member stays
  * anchored by its bind after the application drops its handle, records go when
  * their last reference goes, and a multicast handle imported from a raw FD

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every resolver path hands out the shim's wrappers, and allocations made
  * through each are tracked (seen by snapshot-cuda-vmm --inspect). */
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* 100,000 live tracked allocations, each its own cuMemCreate (cuemu backs an
  * allocation with a memfd only once it is mapped or exported, so the process
  * stays under the open-file limit): tracking, INSPECT, NCCL's free path, the

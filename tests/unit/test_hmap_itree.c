@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The shared containers: hash map and interval tree, against simple models. */
 #include <errno.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The JSON reader used for manifest.json: values, escapes, and refusals. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The protocol codec: golden byte vectors, round trips, and every refusal. */
 #include <string.h>
 #include <sys/socket.h>

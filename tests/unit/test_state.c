@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The state sidecar: golden bytes, round trip, every refusal with its own
  * message, and torn writes leaving the previous file intact. */
 #include <errno.h>

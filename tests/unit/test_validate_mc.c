@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multicast validation (SYSTEM.md §8) and comparison, on topologies built in
  * memory: each rule refuses with its own message, and records survive the
  * protocol encoding (topo_decode). */

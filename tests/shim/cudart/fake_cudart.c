@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A stand-in for libcudart's driver entry point API: enough for the shim's
  * resolver tests (the real libcudart needs a GPU driver to initialise). It
  * reaches the driver as the real runtime does: dlopen("libcuda.so.1"), dlsym
