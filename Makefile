@@ -43,7 +43,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
-SHIM_TEST_EXTRA := $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+SHIM_TEST_EXTRA := $(BUILD)/tests/check_format $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
@@ -132,6 +132,10 @@ $(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.
 $(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LDLIBS) -ldl
+
+$(BUILD)/tests/check_format: tests/check_format.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
 
 # A stand-in libcudart with cudaGetDriverEntryPoint*, for the resolver tests.
 $(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.o

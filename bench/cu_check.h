@@ -9,12 +9,12 @@
 
 #include <cuda.h>
 
-#define CU(x)                                                                                       \
-	do {                                                                                            \
+#define CU(x)                                                                                               \
+	do {                                                                                                \
 		CUresult r_ = (x);                                                                          \
 		if (r_) {                                                                                   \
-			fprintf(stderr, "%s: %s failed: %d\n", program_invocation_short_name, #x, (int)r_);     \
-			exit(1);                                                                                \
+			fprintf(stderr, "%s: %s failed: %d\n", program_invocation_short_name, #x, (int)r_); \
+			exit(1);                                                                            \
 		}                                                                                           \
 	} while (0)
 

@@ -64,19 +64,16 @@ static int one(long objects)
 				CU(cuMemMap(vb, 2 * MiB, 0, h, 0));
 				CU(cuMemUnmap(vb, 2 * MiB));
 				break;
-			case 1:
-				CU(cuMemSetAccess(va, 2 * MiB, &acc, 1));
-				break;
+			case 1: CU(cuMemSetAccess(va, 2 * MiB, &acc, 1)); break;
 			case 2:
 				CU(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va));
 				CU(cuMemRelease(r));
 				break;
-			case 3:
-				CU(cuMemGetAllocationPropertiesFromHandle(&got, h));
-				break;
+			case 3: CU(cuMemGetAllocationPropertiesFromHandle(&got, h)); break;
 			case 4:
 				CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-				CU(cuMemImportFromShareableHandle(&r, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+				CU(cuMemImportFromShareableHandle(&r, (void *)(intptr_t)fd,
+								  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 				CU(cuMemRelease(r));
 				close(fd);
 				break;
@@ -131,7 +128,8 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = '\0';
-	snprintf(launcher, sizeof(launcher), "%.*s/../bin/snapshot-cuda-vmm-launch", (int)(strrchr(self, '/') - self), self);
+	snprintf(launcher, sizeof(launcher), "%.*s/../bin/snapshot-cuda-vmm-launch", (int)(strrchr(self, '/') - self),
+		 self);
 	setenv("SNAPSHOT_CONTROL_DIR", "/tmp/cusnap-bench-ctl", 0);
 	setenv("CUEMU_GRANULARITY", "65536", 1);
 	setenv("CUEMU_MEMORY", "16G", 1);

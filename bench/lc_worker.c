@@ -91,7 +91,8 @@ int main(int argc, char **argv)
 			int c = accept(l, NULL, NULL);
 			for (int i = 0; i < n; i++) {
 				int fd;
-				CU(cuMemExportToShareableHandle(&fd, h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+				CU(cuMemExportToShareableHandle(&fd, h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+								0));
 				send_fd(c, fd);
 				close(fd);
 			}
@@ -104,7 +105,8 @@ int main(int argc, char **argv)
 		for (int i = 0; i < n; i++) {
 			int fd = recv_fd(s);
 			CUmemGenericAllocationHandle h;
-			CU(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+			CU(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+							  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 			close(fd);
 			map(h, index % 2);
 		}

@@ -63,7 +63,9 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 			t[i].obs = t[i].ns = pids[i];
 			coord_endpoint_path("", ctl, pids[i], pids[i], t[i].endpoint, sizeof(t[i].endpoint));
 		}
-		struct coord_options o = {.timeout_ms = 120000, .content = content, .dir = dir,
+		struct coord_options o = {.timeout_ms = 120000,
+					  .content = content,
+					  .dir = dir,
 					  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
 		struct coord_report r;
 		double t0 = now_ms();
@@ -157,16 +159,18 @@ int main(int argc, char **argv)
 				if (quick && (parts[pi] > 8 || allocs[ai] > 1024))
 					continue;
 				const char *only = getenv("BENCH_ONLY"); /* "P,N" */
-				if (only && (atoi(only) != parts[pi] || atoi(strchr(only, ',') ? strchr(only, ',') + 1 : "0") != allocs[ai]))
+				if (only && (atoi(only) != parts[pi] ||
+					     atoi(strchr(only, ',') ? strchr(only, ',') + 1 : "0") != allocs[ai]))
 					continue;
 				double prep = 0, rest = 0;
 				size_t records = 0;
 				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records) < 0) {
-					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi], allocs[ai]);
+					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi],
+					       allocs[ai]);
 					continue;
 				}
-				printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", parts[pi],
-				       allocs[ai], records, prep, rest, prep + rest);
+				printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native",
+				       parts[pi], allocs[ai], records, prep, rest, prep + rest);
 				fflush(stdout);
 			}
 		}

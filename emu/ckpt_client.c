@@ -136,8 +136,8 @@ static int io_full(int fd, uint8_t *buf, size_t len, bool out, int timeout_ms)
 	return 0;
 }
 
-static CUresult call(int pid, enum ckpt_op op, unsigned timeout_ms, const CUcheckpointGpuPair *pairs,
-		     unsigned npairs, int *value)
+static CUresult call(int pid, enum ckpt_op op, unsigned timeout_ms, const CUcheckpointGpuPair *pairs, unsigned npairs,
+		     int *value)
 {
 	if (pid <= 0 || npairs > CKPT_MAX_PAIRS || (npairs && !pairs))
 		return CUDA_ERROR_INVALID_VALUE;

@@ -71,8 +71,9 @@ static CUresult do_checkpoint(void)
 {
 	if (emu.multicast_objects) {
 		/* Real driver: the checkpoint never completes. */
-		emu_log(0, "native checkpoint of a process holding %zu multicast object(s) does not complete "
-			   "(the driver hangs); failing with CUDA_ERROR_NOT_SUPPORTED",
+		emu_log(0,
+			"native checkpoint of a process holding %zu multicast object(s) does not complete "
+			"(the driver hangs); failing with CUDA_ERROR_NOT_SUPPORTED",
 			emu.multicast_objects);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -257,16 +258,10 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 	CUresult rc = CUDA_SUCCESS;
 	*value = 0;
 	switch (op) {
-	case CKPT_OP_LOCK:
-		return emu_gate_lock(timeout_ms);
-	case CKPT_OP_UNLOCK:
-		return emu_gate_unlock();
-	case CKPT_OP_STATE:
-		*value = (int)emu_gate_state();
-		return CUDA_SUCCESS;
-	case CKPT_OP_TID:
-		*value = (int)server_tid;
-		return CUDA_SUCCESS;
+	case CKPT_OP_LOCK: return emu_gate_lock(timeout_ms);
+	case CKPT_OP_UNLOCK: return emu_gate_unlock();
+	case CKPT_OP_STATE: *value = (int)emu_gate_state(); return CUDA_SUCCESS;
+	case CKPT_OP_TID: *value = (int)server_tid; return CUDA_SUCCESS;
 	case CKPT_OP_CHECKPOINT:
 		if (emu_gate_state() != CU_PROCESS_STATE_LOCKED)
 			return CUDA_ERROR_ILLEGAL_STATE;
@@ -291,7 +286,8 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 		if (rc == CUDA_SUCCESS) {
 			rc = do_restore(map);
 			if (rc != CUDA_SUCCESS)
-				emu_log(0, "native restore failed (%d): the process cannot be restored any more", (int)rc);
+				emu_log(0, "native restore failed (%d): the process cannot be restored any more",
+					(int)rc);
 		}
 		pthread_mutex_unlock(&emu.lock);
 		if (rc == CUDA_SUCCESS)

@@ -110,9 +110,7 @@ static CUresult run_op(struct op *o, bool dst_host_ok, bool src_host_ok)
 		}
 		pthread_mutex_unlock(&emu.lock);
 		break;
-	case OP_HOSTFN:
-		o->fn(o->data);
-		break;
+	case OP_HOSTFN: o->fn(o->data); break;
 	case OP_RECORD:
 		pthread_mutex_lock(&o->event->mu);
 		o->event->pending--;
@@ -146,7 +144,8 @@ static void *stream_worker(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		CUresult rc = run_op(o, true, true);
 		if (rc)
-			emu_log(1, "asynchronous operation failed with %d (range not mapped or not accessible)", (int)rc);
+			emu_log(1, "asynchronous operation failed with %d (range not mapped or not accessible)",
+				(int)rc);
 		free(o);
 		emu_async_end();
 		pthread_mutex_lock(&s->mu);

@@ -159,14 +159,14 @@ CUresult emu_gate_unlock(void);
 CUprocessState emu_gate_state(void);
 void emu_gate_set(CUprocessState s);
 
-#define EMU_CALL(sym, expr)                          \
-	do {                                             \
-		CUresult emu_rc_ = emu_enter(EMU_FN_##sym);  \
-		if (emu_rc_ == CUDA_SUCCESS) {               \
-			emu_rc_ = (expr);                        \
-			emu_leave();                             \
-		}                                            \
-		return emu_rc_;                              \
+#define EMU_CALL(sym, expr)                                 \
+	do {                                                \
+		CUresult emu_rc_ = emu_enter(EMU_FN_##sym); \
+		if (emu_rc_ == CUDA_SUCCESS) {              \
+			emu_rc_ = (expr);                   \
+			emu_leave();                        \
+		}                                           \
+		return emu_rc_;                             \
 	} while (0)
 
 /* fault.c */

@@ -16,9 +16,9 @@ static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	CUprocessState state;
-	bool locking;       /* a lock is draining in-flight work */
-	unsigned inflight;  /* gated calls executing now */
-	unsigned async;     /* stream operations queued or running */
+	bool locking;      /* a lock is draining in-flight work */
+	unsigned inflight; /* gated calls executing now */
+	unsigned async;    /* stream operations queued or running */
 } gate = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.cv = PTHREAD_COND_INITIALIZER,
@@ -34,7 +34,8 @@ CUresult emu_enter(enum emu_fn fn)
 	if (!(flags & EMU_NOINIT) && (!__atomic_load_n(&emu.initialized, __ATOMIC_ACQUIRE) || emu.forked_after_init))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if ((flags & EMU_NEEDCTX) && emu.require_context && !emu_current) {
-		emu_log(1, "%s without a current context: CUDA_ERROR_INVALID_CONTEXT (CUEMU_REQUIRE_CONTEXT)", emu_fn_name(fn));
+		emu_log(1, "%s without a current context: CUDA_ERROR_INVALID_CONTEXT (CUEMU_REQUIRE_CONTEXT)",
+			emu_fn_name(fn));
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	if (!(flags & EMU_NOGATE)) {

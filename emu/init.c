@@ -47,10 +47,22 @@ static size_t parse_size(const char *s)
 	if (errno || end == s)
 		return 0;
 	switch (toupper((unsigned char)*end)) {
-	case 'K': v <<= 10; end++; break;
-	case 'M': v <<= 20; end++; break;
-	case 'G': v <<= 30; end++; break;
-	case 'T': v <<= 40; end++; break;
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	case 'G':
+		v <<= 30;
+		end++;
+		break;
+	case 'T':
+		v <<= 40;
+		end++;
+		break;
 	default: break;
 	}
 	if (*end == 'i' || *end == 'B')

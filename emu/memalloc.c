@@ -163,9 +163,7 @@ static CUresult attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		*(unsigned *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
 		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-		*(CUdeviceptr *)data = ptr;
-		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
 		if (!host)
 			return CUDA_ERROR_INVALID_VALUE; /* device memory has no host address */
@@ -173,49 +171,28 @@ static CUresult attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-		*(int *)data = 0;
-		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *(int *)data = 0; return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-		*(unsigned long long *)data = pi->alloc->handle;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-		*(int *)data = dev;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = pi->legacy;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-		*(CUdeviceptr *)data = pi->start;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-		*(size_t *)data = pi->range;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_MAPPED:
-		*(int *)data = 1;
-		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = pi->alloc->handle; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = dev; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = pi->legacy; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = pi->start; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = pi->range; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
 		*(unsigned long long *)data = (unsigned long long)p->requestedHandleTypes;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: {
 		unsigned char f = !emu_current ? 0 : pi->map->access[emu_current->device];
 		*(unsigned *)data = f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
-				    : f == CU_MEM_ACCESS_FLAGS_PROT_READ   ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
-									 : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
+				    : f == CU_MEM_ACCESS_FLAGS_PROT_READ    ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
+									    : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
 		return CUDA_SUCCESS;
 	}
-	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-		*(void **)data = NULL;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-		*(size_t *)data = pi->mapped;
-		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-		*(void **)data = (void *)(uintptr_t)pi->base;
-		return CUDA_SUCCESS;
-	default:
-		return CUDA_ERROR_INVALID_VALUE; /* not emulated (P2P tokens, decompression) */
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data = NULL; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = pi->mapped; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(void **)data = (void *)(uintptr_t)pi->base; return CUDA_SUCCESS;
+	default: return CUDA_ERROR_INVALID_VALUE; /* not emulated (P2P tokens, decompression) */
 	}
 }
 
@@ -250,10 +227,8 @@ static size_t attribute_size(CUpointer_attribute attr)
 	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
 	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
 	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-		return 8;
-	default:
-		return 4;
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return 8;
+	default: return 4;
 	}
 }
 

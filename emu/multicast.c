@@ -117,7 +117,9 @@ static CUresult mc_create(CUmemGenericAllocationHandle *out, const CUmulticastOb
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	struct emu_mc_shared init = {.magic = MC_MAGIC, .num_devices = prop->numDevices, .size = size,
+	struct emu_mc_shared init = {.magic = MC_MAGIC,
+				     .num_devices = prop->numDevices,
+				     .size = size,
 				     .requested = prop->size};
 	if (pwrite(fd, &init, sizeof(init), 0) != (ssize_t)sizeof(init)) {
 		close(fd);
@@ -260,8 +262,9 @@ static CUresult mc_bind(CUmemGenericAllocationHandle h, size_t mc_offset, CUmemG
 				return rc;
 			continue;
 		}
-		struct emu_mc_binding *grown = emu_backing(member) < 0 ? NULL
-						  : realloc(a->bindings, (a->nbindings + 1) * sizeof(*grown));
+		struct emu_mc_binding *grown = emu_backing(member) < 0
+						       ? NULL
+						       : realloc(a->bindings, (a->nbindings + 1) * sizeof(*grown));
 		if (!grown) {
 			pthread_mutex_unlock(&emu.lock);
 			return CUDA_ERROR_OUT_OF_MEMORY;

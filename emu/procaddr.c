@@ -24,14 +24,14 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 #if defined(__x86_64__)
 /* Two trampolines per entry point: emu_ep_<sym> (legacy stream) and
  * emu_pt_<sym> (per-thread stream), each a tail jump to the function. */
-#define TRAMPOLINE(prefix, sym)                                                \
+#define TRAMPOLINE(prefix, sym)                                                              \
 	".globl " prefix #sym "\n.hidden " prefix #sym "\n.type " prefix #sym ",@function\n" \
 	".p2align 4\n" prefix #sym ":\n\tjmp " #sym "\n.size " prefix #sym ",.-" prefix #sym "\n"
 #define X(sym, name, ver, fl) __asm__(".text\n" TRAMPOLINE("emu_ep_", sym) TRAMPOLINE("emu_pt_", sym));
 #include "api.def"
 #undef X
-#define X(sym, name, ver, fl)                                                  \
-	__attribute__((visibility("hidden"))) void emu_ep_##sym(void);             \
+#define X(sym, name, ver, fl)                                          \
+	__attribute__((visibility("hidden"))) void emu_ep_##sym(void); \
 	__attribute__((visibility("hidden"))) void emu_pt_##sym(void);
 #include "api.def"
 #undef X
@@ -78,8 +78,9 @@ static CUresult resolve(const char *symbol, void **pfn, int version, cuuint64_t 
 	bool ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
 	*pfn = !best ? NULL : ptds && (best->flags & EMU_PTDS) ? best->fn_ptds : best->fn;
 	if (status)
-		*status = best ? CU_GET_PROC_ADDRESS_SUCCESS
-			       : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+		*status = best    ? CU_GET_PROC_ADDRESS_SUCCESS
+			  : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+				  : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 	return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 

@@ -214,7 +214,7 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 }
 
 CUresult emu_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-			   unsigned long long flags)
+			unsigned long long flags)
 {
 	if (!handle || flags || !size || !aligned(size))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -303,12 +303,13 @@ int emu_mapping_apply(struct emu_mapping *m)
 	/* Device memory is resident once accessible: fault it in now, in one call,
 	 * rather than a page at a time on first touch (best effort). */
 	if (prot != PROT_NONE)
-		madvise((void *)(uintptr_t)m->node.start, len, prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+		madvise((void *)(uintptr_t)m->node.start, len,
+			prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	return 0;
 }
 
 CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-			unsigned long long flags)
+		     unsigned long long flags)
 {
 	if (flags || !ptr || !size || !aligned(ptr) || !aligned(size) || !aligned(offset))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -455,7 +456,8 @@ CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
 		CUmemLocationType t = desc[i].location.type;
-		if (t != CU_MEM_LOCATION_TYPE_DEVICE && t != CU_MEM_LOCATION_TYPE_HOST && t != CU_MEM_LOCATION_TYPE_HOST_NUMA)
+		if (t != CU_MEM_LOCATION_TYPE_DEVICE && t != CU_MEM_LOCATION_TYPE_HOST &&
+		    t != CU_MEM_LOCATION_TYPE_HOST_NUMA)
 			return CUDA_ERROR_INVALID_VALUE;
 		if (t == CU_MEM_LOCATION_TYPE_DEVICE && (desc[i].location.id < 0 || desc[i].location.id >= emu.ndev))
 			return CUDA_ERROR_INVALID_DEVICE;
@@ -554,8 +556,7 @@ static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, C
 	}
 	if (a->native_restored && emu.profile == EMU_PROFILE_R615) {
 		/* r615: an allocation brought back by the native restore is no longer exportable. */
-		emu_log(2, "r615 profile: export of natively restored allocation %#llx refused",
-			(unsigned long long)h);
+		emu_log(2, "r615 profile: export of natively restored allocation %#llx refused", (unsigned long long)h);
 		rc = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
@@ -599,7 +600,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_han
 	if (sscanf(target, "/memfd:cuemu-%7[a-z]-d%d-t%u-", kind, &dev, &types) != 3 || fstat(fd, &st) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	bool mc = strcmp(kind, "mc") == 0;
-	CUmemLocationType where = !strcmp(kind, "hnuma") ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+	CUmemLocationType where = !strcmp(kind, "hnuma")  ? CU_MEM_LOCATION_TYPE_HOST_NUMA
 				  : !strcmp(kind, "host") ? CU_MEM_LOCATION_TYPE_HOST
 							  : CU_MEM_LOCATION_TYPE_DEVICE;
 	bool known = mc || where != CU_MEM_LOCATION_TYPE_DEVICE || !strcmp(kind, "mem");

@@ -55,26 +55,26 @@ static void check(int ok, const char *fmt, ...)
 
 /* ---- the driver, reached as static cudart reaches it ---- */
 
-#define DRIVER_FUNCTIONS(F)                                                                   \
-	F(cuInit, "cuInit", 2000, 0)                                                              \
-	F(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                          \
-	F(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                            \
-	F(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)                                          \
-	F(cuGetErrorName, "cuGetErrorName", 6000, 0)                                              \
-	F(cuMemCreate, "cuMemCreate", 10020, 0)                                                   \
-	F(cuMemRelease, "cuMemRelease", 10020, 0)                                                 \
-	F(cuMemMap, "cuMemMap", 10020, 0)                                                         \
-	F(cuMemUnmap, "cuMemUnmap", 10020, 0)                                                     \
-	F(cuMemSetAccess, "cuMemSetAccess", 10020, 0)                                             \
-	F(cuMemAddressReserve, "cuMemAddressReserve", 10020, 0)                                   \
-	F(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                         \
-	F(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, 0)                   \
-	F(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, 0)                 \
-	F(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, 0)             \
-	F(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)               \
+#define DRIVER_FUNCTIONS(F)                                                                           \
+	F(cuInit, "cuInit", 2000, 0)                                                                  \
+	F(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                              \
+	F(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                                \
+	F(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)                                              \
+	F(cuGetErrorName, "cuGetErrorName", 6000, 0)                                                  \
+	F(cuMemCreate, "cuMemCreate", 10020, 0)                                                       \
+	F(cuMemRelease, "cuMemRelease", 10020, 0)                                                     \
+	F(cuMemMap, "cuMemMap", 10020, 0)                                                             \
+	F(cuMemUnmap, "cuMemUnmap", 10020, 0)                                                         \
+	F(cuMemSetAccess, "cuMemSetAccess", 10020, 0)                                                 \
+	F(cuMemAddressReserve, "cuMemAddressReserve", 10020, 0)                                       \
+	F(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                             \
+	F(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, 0)                       \
+	F(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, 0)                     \
+	F(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, 0)                 \
+	F(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)                   \
 	F(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", 10020, 0) \
-	F(cuMemGetInfo, "cuMemGetInfo", 3020, 0)                                                  \
-	F(cuMemcpyHtoD, "cuMemcpyHtoD", 3020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)       \
+	F(cuMemGetInfo, "cuMemGetInfo", 3020, 0)                                                      \
+	F(cuMemcpyHtoD, "cuMemcpyHtoD", 3020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)          \
 	F(cuMemcpyDtoH, "cuMemcpyDtoH", 3020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
 
 static struct {
@@ -94,10 +94,10 @@ static int load_driver(void)
 		return -1;
 	}
 	CUdriverProcAddressQueryResult st;
-#define RESOLVE(fn, name, ver, flags)                                                        \
-	if (gpa(name, (void **)&drv.fn, ver, flags, &st) != CUDA_SUCCESS || !drv.fn) {           \
-		check(0, "cuGetProcAddress_v2(%s, %d) failed", name, ver);                           \
-		return -1;                                                                           \
+#define RESOLVE(fn, name, ver, flags)                                                  \
+	if (gpa(name, (void **)&drv.fn, ver, flags, &st) != CUDA_SUCCESS || !drv.fn) { \
+		check(0, "cuGetProcAddress_v2(%s, %d) failed", name, ver);             \
+		return -1;                                                             \
 	}
 	DRIVER_FUNCTIONS(RESOLVE)
 #undef RESOLVE
@@ -112,13 +112,13 @@ static const char *cuname(CUresult r)
 	return s;
 }
 
-#define CU(call)                                                                             \
-	do {                                                                                     \
-		CUresult rc_ = (call);                                                               \
-		if (rc_ != CUDA_SUCCESS) {                                                           \
-			check(0, "%s failed: %s", #call, cuname(rc_));                                    \
-			return -1;                                                                       \
-		}                                                                                    \
+#define CU(call)                                                       \
+	do {                                                           \
+		CUresult rc_ = (call);                                 \
+		if (rc_ != CUDA_SUCCESS) {                             \
+			check(0, "%s failed: %s", #call, cuname(rc_)); \
+			return -1;                                     \
+		}                                                      \
 	} while (0)
 
 static int use_device(int dev)
@@ -259,7 +259,9 @@ static int send_fds(int sock, const int *fds, int n)
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr msg = {.msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = u.buf,
 			     .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 	c->cmsg_level = SOL_SOCKET;
@@ -629,8 +631,8 @@ static int wake_all(int dev)
 		sl.backup[i] = NULL;
 		CUmemGenericAllocationHandle r;
 		CU(drv.cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)sl.va[i]));
-		check(r == sl.h[i], "after waking, buffer %d's address retains %#llx, not %#llx", i, (unsigned long long)r,
-		      (unsigned long long)sl.h[i]);
+		check(r == sl.h[i], "after waking, buffer %d's address retains %#llx, not %#llx", i,
+		      (unsigned long long)r, (unsigned long long)sl.h[i]);
 		CU(drv.cuMemRelease(r));
 	}
 	return 0;

@@ -88,12 +88,12 @@ static const char *cuname(CUresult r)
 	return s;
 }
 
-#define CU(call)                                                                               \
-	do {                                                                                       \
-		CUresult r_ = (call);                                                                  \
-		check(r_ == CUDA_SUCCESS, "%s failed: %s", #call, cuname(r_));                        \
-		if (r_ != CUDA_SUCCESS)                                                                \
-			return -1;                                                                         \
+#define CU(call)                                                               \
+	do {                                                                   \
+		CUresult r_ = (call);                                          \
+		check(r_ == CUDA_SUCCESS, "%s failed: %s", #call, cuname(r_)); \
+		if (r_ != CUDA_SUCCESS)                                        \
+			return -1;                                             \
 	} while (0)
 
 static uint8_t pattern(size_t i, int k)
@@ -185,8 +185,10 @@ static int map_at_new_va(CUmemGenericAllocationHandle h, int device, int other, 
 	CU(cuMemMap(*out, size, 0, h, 0));
 	/* Read-write for our device; read for another one (per-location access). */
 	CUmemAccessDesc d[2] = {
-		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
-		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = other}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ},
+		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+		 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+		{.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = other},
+		 .flags = CU_MEM_ACCESS_FLAGS_PROT_READ},
 	};
 	CU(cuMemSetAccess(*out, size, d, device == other ? 1 : 2));
 	return 0;
@@ -238,10 +240,10 @@ static int make_private(int device)
 static struct {
 	CUmemGenericAllocationHandle mc, member;
 	CUdeviceptr mc_va, member_va;
-	size_t unit;     /* bytes each process binds: the multicast granularity */
-	int devices;     /* in the team */
+	size_t unit; /* bytes each process binds: the multicast granularity */
+	int devices; /* in the team */
 	bool bound;
-	bool modelled;   /* cuemu: plain copies through the multicast VA show our member */
+	bool modelled; /* cuemu: plain copies through the multicast VA show our member */
 } mc;
 
 /* On a GPU, a multicast VA is for multimem instructions in kernels, not for
@@ -318,7 +320,8 @@ static int mc_join(int rank, int processes)
 		CU(cuMemSetAccess(mc.mc_va, span, &d, 1));
 	}
 	if (mc.bound && mc.modelled)
-		check(rd32(mc.mc_va + at) == member_word(rank), "our member is not visible through the multicast mapping");
+		check(rd32(mc.mc_va + at) == member_word(rank),
+		      "our member is not visible through the multicast mapping");
 	return 0;
 }
 
@@ -330,7 +333,8 @@ static int mc_verify(int rank)
 	if (!mc.bound)
 		return 0;
 	if (mc.modelled) {
-		check(rd32(mc.mc_va + at) == member_word(rank), "member not reachable through the multicast mapping after restore");
+		check(rd32(mc.mc_va + at) == member_word(rank),
+		      "member not reachable through the multicast mapping after restore");
 		wr32(mc.member_va + 8, 0x77000000u | (unsigned)rank);
 		check(rd32(mc.mc_va + at + 8) == (0x77000000u | (unsigned)rank),
 		      "a write to the member does not show through the multicast mapping");
@@ -339,7 +343,8 @@ static int mc_verify(int rank)
 	CU(cuMulticastUnbind(mc.mc, my_device, at, mc.unit));
 	CU(cuMulticastBindMem(mc.mc, at, mc.member, 0, mc.unit, 0));
 	if (mc.modelled)
-		check(rd32(mc.mc_va + at) == member_word(rank), "rebinding with the old handle does not show the member");
+		check(rd32(mc.mc_va + at) == member_word(rank),
+		      "rebinding with the old handle does not show the member");
 	return 0;
 }
 
@@ -369,8 +374,7 @@ static int verify_local(int me, bool parent)
 		for (size_t i = (size_t)(workers + 3) * PAGE; i < size; i++)
 			bad += buf[i] != pattern(i, k);
 		check(!bad, "allocation %d: %d bytes differ from the pattern", k, bad);
-		for (int w = 0; w <= workers; w++)
-		{
+		for (int w = 0; w <= workers; w++) {
 			uint32_t v = rd32(slot(s, w));
 			check(v == 0x5100u + (unsigned)w, "allocation %d: slot %d holds %#x, want %#x", k, w, v,
 			      0x5100u + (unsigned)w);
@@ -381,7 +385,8 @@ static int verify_local(int me, bool parent)
 		check(p.location.id == s->device, "allocation %d: device %d, want %d", k, p.location.id, s->device);
 		CUdeviceptr extra;
 		CU(map_at_new_va(s->handle, my_device, s->device, &extra));
-		check((rd32(extra) & 0xff) == pattern(0, k), "allocation %d: a new mapping of the old handle shows other bytes", k);
+		check((rd32(extra) & 0xff) == pattern(0, k),
+		      "allocation %d: a new mapping of the old handle shows other bytes", k);
 		CU(cuMemUnmap(extra, size));
 		CU(cuMemAddressFree(extra, size));
 		CUmemGenericAllocationHandle again;
@@ -444,7 +449,8 @@ static int worker_main(int w, int sock)
 	/* Live sharing, both directions: the parent wrote 0xA0+k; we answer 0xB0+k. */
 	for (int k = 0; k < nallocs; k++) {
 		uint32_t v = rd32(mark(&allocs[k], 0));
-		check(v == 0xA000u + (unsigned)k, "allocation %d: the parent's write after restore is not visible (%#x)", k, v);
+		check(v == 0xA000u + (unsigned)k,
+		      "allocation %d: the parent's write after restore is not visible (%#x)", k, v);
 		wr32(mark(&allocs[k], 1 + w), 0xB000u + (unsigned)k);
 	}
 	put(sock, failures ? 'F' : 'P');
@@ -523,8 +529,8 @@ static int parent_main(int *socks, pid_t *pids)
 	for (int k = 0; k < nallocs; k++) {
 		for (int w = 0; w < workers; w++) {
 			uint32_t v = rd32(mark(&allocs[k], 1 + w));
-			check(v == 0xB000u + (unsigned)k, "allocation %d: worker %d's write after restore is not visible (%#x)", k,
-			      w, v);
+			check(v == 0xB000u + (unsigned)k,
+			      "allocation %d: worker %d's write after restore is not visible (%#x)", k, w, v);
 		}
 	}
 	int status_all = 0;
@@ -552,15 +558,18 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--multicast"))
 			multicast = true;
 		else {
-			fprintf(stderr, "usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
-					"[--multicast]\n");
+			fprintf(stderr,
+				"usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
+				"[--multicast]\n");
 			return 64;
 		}
 	}
 	if (workers < 0 || workers > MAX_WORKERS || nallocs < 1 || nallocs > MAX_ALLOCS ||
 	    size < (size_t)(workers + 4) * PAGE || size % (2u << 20)) {
-		fprintf(stderr, "vmm_group: 0..%d workers, 1..%d allocations, a size that is a multiple of 2 MiB and holds "
-				"a page per process\n", MAX_WORKERS, MAX_ALLOCS);
+		fprintf(stderr,
+			"vmm_group: 0..%d workers, 1..%d allocations, a size that is a multiple of 2 MiB and holds "
+			"a page per process\n",
+			MAX_WORKERS, MAX_ALLOCS);
 		return 64;
 	}
 	const char *mcenv = getenv("VMM_GROUP_MULTICAST");

@@ -34,8 +34,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 uint32_t coord_reply_phase(const uint8_t *payload, size_t len);
 
 /* HELLO then INSPECT one participant into *out. Returns 0 or a proto_status with err. */
-int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err,
-		  size_t errlen);
+int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err, size_t errlen);
 
 /* JSON of participants (one object, {"participants":[...]}) to f. */
 void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n);
@@ -52,8 +51,7 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
 
 /* Topology validation (SYSTEM.md §6.5), O(records). Returns 0 or -1 with the
  * first violation, naming participant, object and rule, in err. */
-int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
-		   size_t errlen);
+int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err, size_t errlen);
 /* Does the topology now (cur) match what was recorded (rec), with recorded device
  * ordinals translated by map (map[old] = new; NULL or nmap 0: unchanged)?
  * Returns 0 or -1 with err. */
@@ -72,11 +70,11 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 enum coord_content { COORD_CONTENT_HOST = 1, COORD_CONTENT_NATIVE = 2 };
 
 struct coord_options {
-	int timeout_ms;      /* per participant and stage */
-	int content;         /* enum coord_content */
-	const char *dir;     /* where cuda-vmm.state goes */
-	bool require_state;  /* restore: a missing state file is an error */
-	FILE *progress;      /* one line per stage, or NULL */
+	int timeout_ms;        /* per participant and stage */
+	int content;           /* enum coord_content */
+	const char *dir;       /* where cuda-vmm.state goes */
+	bool require_state;    /* restore: a missing state file is an error */
+	FILE *progress;        /* one line per stage, or NULL */
 	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
 	size_t device_map_len;
 };
@@ -84,12 +82,12 @@ struct coord_options {
 struct coord_report {
 	char op[16];
 	size_t participants, allocations, mappings, shared;
-	uint64_t bytes;      /* copied by host-mode prepare or restore */
+	uint64_t bytes; /* copied by host-mode prepare or restore */
 	double ms_inspect, ms_validate, ms_quiesce, ms_prepare, ms_state, ms_restore_creators, ms_restore_importers,
 		ms_compare, ms_resume, ms_total, ms_prepare_multicast, ms_restore_multicast;
-	bool nothing_to_do;  /* restore: no state file */
-	bool aborted;        /* prepare failed and every touched participant was rebuilt */
-	bool unchanged;      /* prepare failed before it changed anything */
+	bool nothing_to_do; /* restore: no state file */
+	bool aborted;       /* prepare failed and every touched participant was rebuilt */
+	bool unchanged;     /* prepare failed before it changed anything */
 	char error[2048];
 };
 

@@ -11,7 +11,7 @@
 struct hmap {
 	uint64_t *keys; /* 0 = empty slot */
 	void **vals;
-	size_t cap;     /* power of two, or 0 before the first insert */
+	size_t cap; /* power of two, or 0 before the first insert */
 	size_t len;
 };
 

@@ -12,7 +12,8 @@
 /* size bytes of private, populated memory, or NULL. Free with hostmem_free. */
 static inline void *hostmem_alloc(size_t size)
 {
-	void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+		       0);
 	return p == MAP_FAILED ? NULL : p;
 }
 

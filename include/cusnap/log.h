@@ -12,10 +12,10 @@ void log_init(const char *tag, int level, int fd);
 int log_level(void);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define LOG_AT(level, ...)                    \
-	do {                                      \
-		if ((level) <= log_level())           \
-			log_msg((level), __VA_ARGS__);    \
+#define LOG_AT(level, ...)                             \
+	do {                                           \
+		if ((level) <= log_level())            \
+			log_msg((level), __VA_ARGS__); \
 	} while (0)
 
 #endif

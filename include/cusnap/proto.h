@@ -60,21 +60,21 @@ enum proto_phase {
 
 enum proto_status {
 	PROTO_OK = 0,
-	PROTO_E_MAGIC = -1001,  /* not our protocol */
+	PROTO_E_MAGIC = -1001,   /* not our protocol */
 	PROTO_E_VERSION = -1002, /* major version mismatch */
 	PROTO_E_OP = -1003,      /* unknown operation */
 	PROTO_E_LENGTH = -1004,  /* a length field is out of range */
 	PROTO_E_TRUNCATED = -1005,
-	PROTO_E_FD = -1006,      /* a descriptor came where none was expected (or none came) */
+	PROTO_E_FD = -1006, /* a descriptor came where none was expected (or none came) */
 	PROTO_E_MALFORMED = -1007,
-	PROTO_E_PHASE = -1008,   /* wrong phase for the operation */
-	PROTO_E_AUTH = -1009,    /* bad capability token */
+	PROTO_E_PHASE = -1008, /* wrong phase for the operation */
+	PROTO_E_AUTH = -1009,  /* bad capability token */
 	PROTO_E_NOT_FOUND = -1010,
-	PROTO_E_DRIVER = -1011,  /* a driver call failed; the message says which */
+	PROTO_E_DRIVER = -1011, /* a driver call failed; the message says which */
 	PROTO_E_INTERNAL = -1012,
 	PROTO_E_TIMEOUT = -1013,
-	PROTO_E_IO = -1014,      /* the peer went away */
-	PROTO_E_DENIED = -1015,  /* peer credentials refused */
+	PROTO_E_IO = -1014,     /* the peer went away */
+	PROTO_E_DENIED = -1015, /* peer credentials refused */
 };
 
 /* Top-level record types. */
@@ -84,7 +84,7 @@ enum proto_rec_type {
 	REC_ALLOCATION = 3,
 	REC_MAPPING = 4,
 	REC_ERROR = 5,
-	REC_EXPORT = 6,      /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID (the redeemer); reply: F_SIZE, F_MC_DEVICES */
+	REC_EXPORT = 6, /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID (the redeemer); reply: F_SIZE, F_MC_DEVICES */
 	REC_RESULT = 7,
 	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
 	REC_MC_BIND = 9,   /* one of its binds made by this participant */
@@ -92,50 +92,50 @@ enum proto_rec_type {
 
 /* Field types inside records. Units: sizes, offsets and addresses in bytes. */
 enum proto_field {
-	F_ID = 1,            /* 16 bytes: participant id */
-	F_NSPID = 2,         /* u32 */
-	F_PID = 3,           /* u32: pid as the shim sees itself */
-	F_PHASE = 4,         /* u32: enum shim phase */
-	F_ENDPOINT = 5,      /* string: the endpoint path in the participant's mount namespace */
-	F_MAJOR_MIN = 6,     /* u32 */
-	F_MAJOR_MAX = 7,     /* u32 */
-	F_MINOR = 8,         /* u32 */
-	F_CAPS = 9,          /* u64: capability bits */
-	F_ALLOC_ID = 10,     /* 16 bytes */
-	F_CREATOR = 11,      /* 16 bytes: creator participant id */
-	F_ROLE = 12,         /* u32: 1 creator, 2 importer */
-	F_SHARED = 13,       /* u32: 0 or 1 */
-	F_SIZE = 14,         /* u64 */
-	F_DEVICE = 15,       /* u32 (CUmemLocation id) */
-	F_HANDLE_TYPES = 16, /* u32: requested handle types */
-	F_HANDLES = 17,      /* u32: live logical handles */
-	F_MAPPINGS = 18,     /* u32 */
-	F_KEY = 19,          /* u64: the record's key within its participant */
-	F_SHARED_TYPES = 20, /* u32: handle types it was exported as */
-	F_ALLOC_FLAGS = 21,  /* u32: compressionType | gpuDirectRDMACapable << 8 | usage << 16 */
-	F_ADDRESS = 22,      /* u64 */
-	F_OFFSET = 23,       /* u64 */
-	F_MAP_FLAGS = 24,    /* u64 */
-	F_ACCESS = 25,       /* 12 bytes: location type u32 | location id u32 | flags u32; repeated */
-	F_TOKEN = 26,        /* 16 bytes */
-	F_MESSAGE = 27,      /* string */
-	F_LOC_TYPE = 28,     /* u32: CUmemLocationType of the allocation */
-	F_ALLOC_TYPE = 29,   /* u32: CUmemAllocationType */
-	F_GRANULARITY = 30,  /* u64: bytes */
-	F_CONTENT = 31,      /* u32: 1 host, 2 native (PREPARE) */
-	F_BYTES = 32,        /* u64: bytes copied (lifecycle results) */
-	F_COUNT = 33,        /* u32: allocations handled (lifecycle results) */
-	F_DETACHED = 34,     /* u32: 0 or 1: released by prepare, not yet restored */
-	F_DEVICE_MAP = 35,   /* 8 bytes: old device ordinal u32 | new ordinal u32; repeated (RESTORE_CREATORS) */
-	F_MC_USED = 36,      /* u64: the highest multicast offset bound or mapped */
-	F_MC_DEVICES = 37,   /* u32: numDevices of the multicast object */
-	F_MC_ADDED = 38,     /* u32: a device this participant added; repeated */
-	F_MEMBER = 39,       /* 16 bytes: the bound allocation's id (absent: memory the shim does not track) */
+	F_ID = 1,             /* 16 bytes: participant id */
+	F_NSPID = 2,          /* u32 */
+	F_PID = 3,            /* u32: pid as the shim sees itself */
+	F_PHASE = 4,          /* u32: enum shim phase */
+	F_ENDPOINT = 5,       /* string: the endpoint path in the participant's mount namespace */
+	F_MAJOR_MIN = 6,      /* u32 */
+	F_MAJOR_MAX = 7,      /* u32 */
+	F_MINOR = 8,          /* u32 */
+	F_CAPS = 9,           /* u64: capability bits */
+	F_ALLOC_ID = 10,      /* 16 bytes */
+	F_CREATOR = 11,       /* 16 bytes: creator participant id */
+	F_ROLE = 12,          /* u32: 1 creator, 2 importer */
+	F_SHARED = 13,        /* u32: 0 or 1 */
+	F_SIZE = 14,          /* u64 */
+	F_DEVICE = 15,        /* u32 (CUmemLocation id) */
+	F_HANDLE_TYPES = 16,  /* u32: requested handle types */
+	F_HANDLES = 17,       /* u32: live logical handles */
+	F_MAPPINGS = 18,      /* u32 */
+	F_KEY = 19,           /* u64: the record's key within its participant */
+	F_SHARED_TYPES = 20,  /* u32: handle types it was exported as */
+	F_ALLOC_FLAGS = 21,   /* u32: compressionType | gpuDirectRDMACapable << 8 | usage << 16 */
+	F_ADDRESS = 22,       /* u64 */
+	F_OFFSET = 23,        /* u64 */
+	F_MAP_FLAGS = 24,     /* u64 */
+	F_ACCESS = 25,        /* 12 bytes: location type u32 | location id u32 | flags u32; repeated */
+	F_TOKEN = 26,         /* 16 bytes */
+	F_MESSAGE = 27,       /* string */
+	F_LOC_TYPE = 28,      /* u32: CUmemLocationType of the allocation */
+	F_ALLOC_TYPE = 29,    /* u32: CUmemAllocationType */
+	F_GRANULARITY = 30,   /* u64: bytes */
+	F_CONTENT = 31,       /* u32: 1 host, 2 native (PREPARE) */
+	F_BYTES = 32,         /* u64: bytes copied (lifecycle results) */
+	F_COUNT = 33,         /* u32: allocations handled (lifecycle results) */
+	F_DETACHED = 34,      /* u32: 0 or 1: released by prepare, not yet restored */
+	F_DEVICE_MAP = 35,    /* 8 bytes: old device ordinal u32 | new ordinal u32; repeated (RESTORE_CREATORS) */
+	F_MC_USED = 36,       /* u64: the highest multicast offset bound or mapped */
+	F_MC_DEVICES = 37,    /* u32: numDevices of the multicast object */
+	F_MC_ADDED = 38,      /* u32: a device this participant added; repeated */
+	F_MEMBER = 39,        /* 16 bytes: the bound allocation's id (absent: memory the shim does not track) */
 	F_MEMBER_OFFSET = 40, /* u64 */
-	F_BINDS = 41,        /* u32: multicast binds holding an allocation */
-	F_MC_OFFSET = 42,    /* u64 */
-	F_MC_REBUILD = 43,   /* 16 bytes: a multicast object to rebuild; repeated (RESTORE_MULTICAST*) */
-	F_MC_IMPORTER = 44,  /* 16 bytes: a participant that imported this multicast object; repeated */
+	F_BINDS = 41,         /* u32: multicast binds holding an allocation */
+	F_MC_OFFSET = 42,     /* u64 */
+	F_MC_REBUILD = 43,    /* 16 bytes: a multicast object to rebuild; repeated (RESTORE_MULTICAST*) */
+	F_MC_IMPORTER = 44,   /* 16 bytes: a participant that imported this multicast object; repeated */
 };
 
 struct proto_header {

@@ -31,7 +31,7 @@ struct topo_alloc {
 	uint32_t mappings;
 	uint64_t granularity; /* bytes */
 	uint32_t detached;
-	uint32_t binds;       /* multicast binds of this memory */
+	uint32_t binds; /* multicast binds of this memory */
 };
 
 struct topo_mapping {
@@ -48,27 +48,27 @@ struct topo_mc {
 	uint64_t key;
 	struct cusnap_id id;
 	struct cusnap_id creator;
-	uint32_t role;        /* 1 creator, 2 importer */
-	uint64_t size;        /* the capacity the application asked for */
-	uint64_t used;        /* the highest offset bound or mapped */
+	uint32_t role; /* 1 creator, 2 importer */
+	uint64_t size; /* the capacity the application asked for */
+	uint64_t used; /* the highest offset bound or mapped */
 	uint32_t num_devices;
 	uint32_t handle_types, shared_types;
 	uint64_t granularity;
 	uint32_t handles, mappings, detached;
-	int32_t *added;       /* devices this participant added */
+	int32_t *added; /* devices this participant added */
 	size_t nadded;
 	struct cusnap_id *importers; /* the creator's record: participants that imported it */
 	size_t nimporters;
 };
 
 struct topo_mc_bind {
-	uint64_t key;         /* the multicast record's key */
+	uint64_t key; /* the multicast record's key */
 	struct cusnap_id mc_id;
 	int32_t device;
 	uint64_t mc_offset, size;
 	struct cusnap_id member; /* zero: memory the shim does not track */
 	uint64_t member_offset;
-	uint64_t member_va;   /* bound by address (0: by handle) */
+	uint64_t member_va; /* bound by address (0: by handle) */
 	uint32_t detached;
 };
 

@@ -47,7 +47,9 @@ static char *parse_string(struct parser *ps)
 				break;
 			char e = *ps->p++;
 			switch (e) {
-			case '"': case '\\': case '/': c = e; break;
+			case '"':
+			case '\\':
+			case '/': c = e; break;
 			case 'b': c = '\b'; break;
 			case 'f': c = '\f'; break;
 			case 'n': c = '\n'; break;
@@ -57,8 +59,10 @@ static char *parse_string(struct parser *ps)
 				unsigned v = 0;
 				for (int i = 0; i < 4; i++) {
 					char h = ps->p < ps->end ? *ps->p++ : 0;
-					int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-						: h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+					int d = h >= '0' && h <= '9'   ? h - '0'
+						: h >= 'a' && h <= 'f' ? h - 'a' + 10
+						: h >= 'A' && h <= 'F' ? h - 'A' + 10
+								       : -1;
 					if (d < 0) {
 						fail(ps, "bad \\u escape");
 						free(s);
@@ -271,21 +275,11 @@ void json_write_string(FILE *f, const char *s)
 	fputc('"', f);
 	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
 		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
+		case '"': fputs("\\\"", f); break;
+		case '\\': fputs("\\\\", f); break;
+		case '\n': fputs("\\n", f); break;
+		case '\t': fputs("\\t", f); break;
+		case '\r': fputs("\\r", f); break;
 		default:
 			if (*p < 0x20)
 				fprintf(f, "\\u%04x", *p);

@@ -27,7 +27,9 @@ void log_msg(int level, const char *fmt, ...)
 	static const char *const names[] = {"error", "warning", "info", "debug"};
 	char line[2048];
 	int n = snprintf(line, sizeof(line), "%s[%d:%ld]: %s: ", log_tag, getpid(), (long)syscall(SYS_gettid),
-			 names[level < 0 ? 0 : level > 3 ? 3 : level]);
+			 names[level < 0   ? 0
+			       : level > 3 ? 3
+					   : level]);
 	if (n < 0)
 		return;
 	va_list ap;

@@ -368,7 +368,10 @@ static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadl
 			char buf[CMSG_SPACE(sizeof(int) * 4)];
 			struct cmsghdr align;
 		} u;
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+		struct msghdr msg = {.msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = u.buf,
+				     .msg_controllen = sizeof(u.buf)};
 		ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 		if (r < 0) {
 			if (errno == EINTR || errno == EAGAIN)

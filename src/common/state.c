@@ -130,7 +130,8 @@ int state_decode(const uint8_t *buf, size_t len, struct state *s, char *err, siz
 	}
 	uint16_t major = wire_get_u16(buf + 8), minor = wire_get_u16(buf + 10);
 	if (major > STATE_MAJOR) {
-		snprintf(err, errlen, "format version %u.%u is newer than this reader (%u.x)", major, minor, STATE_MAJOR);
+		snprintf(err, errlen, "format version %u.%u is newer than this reader (%u.x)", major, minor,
+			 STATE_MAJOR);
 		return -EINVAL;
 	}
 	if (major < 1) {
@@ -142,8 +143,8 @@ int state_decode(const uint8_t *buf, size_t len, struct state *s, char *err, siz
 	want = got; /* let the fuzzer past the checksum, into the parser */
 #endif
 	if (want != got) {
-		snprintf(err, errlen, "checksum mismatch (stored %08x, computed %08x): the file is corrupt or truncated",
-			 want, got);
+		snprintf(err, errlen,
+			 "checksum mismatch (stored %08x, computed %08x): the file is corrupt or truncated", want, got);
 		return -EINVAL;
 	}
 	s->created = wire_get_u64(buf + 12);

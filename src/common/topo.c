@@ -105,8 +105,7 @@ static int decode_mapping(const struct proto_rec *r, struct topo_mapping *m)
 			m->access[m->naccess].flags = wire_get_u32(f.value + 8);
 			m->naccess++;
 			break;
-		default:
-			break;
+		default: break;
 		}
 	}
 	if (!rc)

@@ -13,8 +13,8 @@ int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs,
 {
 	int n;
 	if (proc_root && *proc_root)
-		n = snprintf(out, len, "%s/%d/root%s%s/cuda-vmm-%d.sock", proc_root, obs, control_dir[0] == '/' ? "" : "/",
-			     control_dir, ns);
+		n = snprintf(out, len, "%s/%d/root%s%s/cuda-vmm-%d.sock", proc_root, obs,
+			     control_dir[0] == '/' ? "" : "/", control_dir, ns);
 	else
 		n = snprintf(out, len, "%s/cuda-vmm-%d.sock", control_dir, ns);
 	return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
@@ -57,7 +57,10 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 		return PROTO_E_IO;
 	}
 	static uint32_t next_id = 1;
-	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR, .op = op,
+	struct proto_header h = {.magic = PROTO_MAGIC,
+				 .major = PROTO_MAJOR,
+				 .minor = PROTO_MINOR,
+				 .op = op,
 				 .request_id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED),
 				 .payload_len = (uint32_t)len};
 	int rc = proto_send(sock, &h, payload, -1, deadline);
@@ -78,8 +81,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 	return PROTO_OK;
 }
 
-int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err,
-		  size_t errlen)
+int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err, size_t errlen)
 {
 	struct proto_header h;
 	uint8_t *payload = NULL;

@@ -47,7 +47,11 @@ static long fan_out(struct call *calls, const struct coord_target *t, size_t n, 
 	bool *started = calloc(n ? n : 1, sizeof(*started));
 	for (size_t i = 0; i < n; i++) {
 		free(calls[i].reply_payload);
-		calls[i] = (struct call){.t = &t[i], .op = op, .payload = payload, .len = len, .timeout_ms = timeout_ms,
+		calls[i] = (struct call){.t = &t[i],
+					 .op = op,
+					 .payload = payload,
+					 .len = len,
+					 .timeout_ms = timeout_ms,
 					 .status = PROTO_OK};
 		if (selected && !selected[i])
 			continue;
@@ -105,7 +109,8 @@ static uint64_t bytes_of(const struct call *calls, size_t n)
 		struct proto_field_iter it;
 		struct proto_rec f;
 		uint64_t b;
-		pfield_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0, REC_RESULT);
+		pfield_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0,
+			    REC_RESULT);
 		while (pfield_next(&it, &f))
 			if (f.type == F_BYTES && prec_u64(&f, &b) == 0)
 				total += b;
@@ -133,14 +138,14 @@ static long inspect_some(struct call *calls, struct coord_target *t, size_t n, c
 			continue;
 		int rc = topo_decode(calls[i].reply_payload, calls[i].reply.payload_len, &p[i]);
 		if (rc) {
-			snprintf(r->error, sizeof(r->error), "INSPECT: participant %d (ns %d): reply: %s", t[i].obs, t[i].ns,
-				 proto_status_name(rc));
+			snprintf(r->error, sizeof(r->error), "INSPECT: participant %d (ns %d): reply: %s", t[i].obs,
+				 t[i].ns, proto_status_name(rc));
 			return (long)i;
 		}
 		if ((int)p[i].nspid != t[i].ns) {
 			snprintf(r->error, sizeof(r->error),
-				 "INSPECT: participant %d (ns %d): the endpoint answers as namespace PID %u", t[i].obs, t[i].ns,
-				 p[i].nspid);
+				 "INSPECT: participant %d (ns %d): the endpoint answers as namespace PID %u", t[i].obs,
+				 t[i].ns, p[i].nspid);
 			return (long)i;
 		}
 	}
@@ -244,8 +249,8 @@ void coord_fault_point(const char *name)
 	}
 	int pid = strcmp(who, "self") == 0 ? getpid() : atoi(who);
 	if (pid > 0) {
-		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n", pid == getpid() ? "ourselves, " : "participant ",
-			pid, name);
+		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n",
+			pid == getpid() ? "ourselves, " : "participant ", pid, name);
 		kill(pid, SIGKILL);
 		usleep(50000);
 	}
@@ -322,10 +327,12 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 			 * endpoint refuses connections): nothing can be rebuilt there. */
 			for (size_t i = 0; i < n; i++) {
 				if (sel[i] && calls[i].status == PROTO_E_PHASE &&
-				    coord_reply_phase(calls[i].reply_payload, calls[i].reply.payload_len) == PROTO_PHASE_ACTIVE)
+				    coord_reply_phase(calls[i].reply_payload, calls[i].reply.payload_len) ==
+					    PROTO_PHASE_ACTIVE)
 					sel[i] = false, calls[i].status = PROTO_OK;
 				if (sel[i] && calls[i].status == PROTO_E_IO && process_gone(t[i].obs)) {
-					fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",
+					fprintf(stderr,
+						"snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",
 						t[i].obs, t[i].ns);
 					sel[i] = false, calls[i].status = PROTO_OK;
 				}
@@ -391,8 +398,8 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 		goto abort;
 	for (size_t i = 0; i < n; i++) {
 		if (coord_compare(&before[i], &after[i], NULL, 0, why, sizeof(why)) < 0) {
-			snprintf(r->error, sizeof(r->error), "participant %d (ns %d) changed during prepare: %s", t[i].obs,
-				 t[i].ns, why);
+			snprintf(r->error, sizeof(r->error), "participant %d (ns %d) changed during prepare: %s",
+				 t[i].obs, t[i].ns, why);
 			goto abort;
 		}
 	}
@@ -470,7 +477,8 @@ abort:
 		snprintf(saved, sizeof(saved), "%.1150s", r->error);
 		if (rebuild(calls, t, n, touched, o, &ar, true) == 0) {
 			r->aborted = true;
-			snprintf(r->error, sizeof(r->error), "%.1100s (every participant was rebuilt and resumed)", saved);
+			snprintf(r->error, sizeof(r->error), "%.1100s (every participant was rebuilt and resumed)",
+				 saved);
 		} else {
 			snprintf(r->error, sizeof(r->error), "%.1100s; the abort failed too: %.800s", saved, ar.error);
 		}
@@ -500,7 +508,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	if (src == -ENOENT && !o->require_state) {
 		r->nothing_to_do = true;
 		if (o->progress)
-			fprintf(o->progress, "snapshot-cuda-vmm: %s does not exist: nothing was prepared, nothing to restore\n",
+			fprintf(o->progress,
+				"snapshot-cuda-vmm: %s does not exist: nothing was prepared, nothing to restore\n",
 				path);
 		return 0;
 	}
@@ -523,7 +532,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		goto out;
 	count(cur, n, r);
 	if (st.n != n) {
-		snprintf(r->error, sizeof(r->error), "the state file records %zu participants, %zu were given", st.n, n);
+		snprintf(r->error, sizeof(r->error), "the state file records %zu participants, %zu were given", st.n,
+			 n);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -533,8 +543,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		if (!found) {
 			char hex[ID_HEX_LEN + 1];
 			id_hex(&cur[i].id, hex);
-			snprintf(r->error, sizeof(r->error), "participant %d (ns %d): id %s is not in the state file", t[i].obs,
-				 t[i].ns, hex);
+			snprintf(r->error, sizeof(r->error), "participant %d (ns %d): id %s is not in the state file",
+				 t[i].obs, t[i].ns, hex);
 			goto out;
 		}
 		all[i] = true;
@@ -560,7 +570,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	}
 	for (int s = 0; s < 2; s++) {
 		t0 = now_ms();
-		long bad = fan_out(calls, t, n, all, ops[s], s == 0 ? map.data : NULL, s == 0 ? map.len : 0, o->timeout_ms);
+		long bad = fan_out(calls, t, n, all, ops[s], s == 0 ? map.data : NULL, s == 0 ? map.len : 0,
+				   o->timeout_ms);
 		*ms[s] = now_ms() - t0;
 		if (s == 0)
 			r->bytes = bytes_of(calls, n);
@@ -590,8 +601,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 			if (id_equal(&st.p[j].id, &cur[i].id))
 				rec = &st.p[j];
 		if (coord_compare(&rec->topo, &cur[i], o->device_map, o->device_map_len, why, sizeof(why)) < 0) {
-			snprintf(r->error, sizeof(r->error), "participant %d (ns %d): topology after restore: %s", t[i].obs,
-				 t[i].ns, why);
+			snprintf(r->error, sizeof(r->error), "participant %d (ns %d): topology after restore: %s",
+				 t[i].obs, t[i].ns, why);
 			goto out;
 		}
 	}
@@ -643,7 +654,8 @@ int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o,
 void coord_report_json(FILE *f, const struct coord_report *r)
 {
 	fprintf(f,
-		"{\"operation\":\"%s\",\"ok\":%s,\"participants\":%zu,\"allocations\":%zu,\"shared\":%zu,\"mappings\":%zu,"
+		"{\"operation\":\"%s\",\"ok\":%s,\"participants\":%zu,\"allocations\":%zu,\"shared\":%zu,\"mappings\":%"
+		"zu,"
 		"\"records\":%zu,\"bytes_copied\":%" PRIu64 ",\"nothing_to_do\":%s,\"aborted\":%s,\"timings_ms\":{"
 		"\"inspect\":%.3f,\"validate\":%.3f,\"quiesce\":%.3f,\"prepare\":%.3f,\"state_write\":%.3f,"
 		"\"restore_creators\":%.3f,\"restore_importers\":%.3f,\"compare\":%.3f,\"resume\":%.3f,\"total\":%.3f,"

@@ -40,34 +40,33 @@ static void catch_signals(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
-		"       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
-		"       snapshot-cuda-vmm --abort PARTICIPANTS\n"
-		"       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
-		"       snapshot-cuda-vmm --inspect-state DIR [--json]\n"
-		"  PARTICIPANTS: [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
-		"                --process OBS NS [--process OBS NS ...]\n"
-		"\n"
-		"  --prepare          reduce shared VMM memory to what the native checkpoint handles and write\n"
-		"                     DIR/cuda-vmm.state; on failure every participant is rebuilt\n"
-		"  --restore          after the native restore: rebuild the sharing from DIR/cuda-vmm.state;\n"
-		"                     without that file nothing was prepared: exit 0 (unless --require-state)\n"
-		"  --abort            rebuild participants left part way through a prepare\n"
-		"  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
-		"  --inspect-state D  print the state file D/cuda-vmm.state\n"
-		"  --content MODE     host (default): save shared bytes in the processes; native: keep them on\n"
-		"                     the device for the native checkpoint to save\n"
-		"  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
-		"  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
-		"                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"
-		"  --control-dir D    the participants' control directory (default $SNAPSHOT_CONTROL_DIR,\n"
-		"                     $DYN_SNAPSHOT_CONTROL_DIR, or /snapshot-control)\n"
-		"  --json             one JSON object on stdout\n"
-		"  --timeout MS       deadline per participant (default 10000)\n"
-		"\n"
-		"exit status: 0 success; 1 failed, the workload is as before (prepare rebuilt it); 2 failed\n"
-		"and the workload is in an unknown state (restore or abort failed); 64 usage error\n");
+	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
+		   "       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
+		   "       snapshot-cuda-vmm --abort PARTICIPANTS\n"
+		   "       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
+		   "       snapshot-cuda-vmm --inspect-state DIR [--json]\n"
+		   "  PARTICIPANTS: [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
+		   "                --process OBS NS [--process OBS NS ...]\n"
+		   "\n"
+		   "  --prepare          reduce shared VMM memory to what the native checkpoint handles and write\n"
+		   "                     DIR/cuda-vmm.state; on failure every participant is rebuilt\n"
+		   "  --restore          after the native restore: rebuild the sharing from DIR/cuda-vmm.state;\n"
+		   "                     without that file nothing was prepared: exit 0 (unless --require-state)\n"
+		   "  --abort            rebuild participants left part way through a prepare\n"
+		   "  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
+		   "  --inspect-state D  print the state file D/cuda-vmm.state\n"
+		   "  --content MODE     host (default): save shared bytes in the processes; native: keep them on\n"
+		   "                     the device for the native checkpoint to save\n"
+		   "  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
+		   "  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
+		   "                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"
+		   "  --control-dir D    the participants' control directory (default $SNAPSHOT_CONTROL_DIR,\n"
+		   "                     $DYN_SNAPSHOT_CONTROL_DIR, or /snapshot-control)\n"
+		   "  --json             one JSON object on stdout\n"
+		   "  --timeout MS       deadline per participant (default 10000)\n"
+		   "\n"
+		   "exit status: 0 success; 1 failed, the workload is as before (prepare rebuilt it); 2 failed\n"
+		   "and the workload is in an unknown state (restore or abort failed); 64 usage error\n");
 }
 
 static int parse_int(const char *s, int *out)
@@ -125,8 +124,22 @@ static int inspect_state(const char *dir, int json)
 
 static int run(int argc, char **argv)
 {
-	enum { OPT_INSPECT = 1, OPT_PROC_ROOT, OPT_CONTROL_DIR, OPT_JSON, OPT_PROCESS, OPT_TIMEOUT, OPT_HELP,
-	       OPT_PREPARE, OPT_RESTORE, OPT_ABORT, OPT_INSPECT_STATE, OPT_DIR, OPT_CONTENT, OPT_REQUIRE_STATE };
+	enum {
+		OPT_INSPECT = 1,
+		OPT_PROC_ROOT,
+		OPT_CONTROL_DIR,
+		OPT_JSON,
+		OPT_PROCESS,
+		OPT_TIMEOUT,
+		OPT_HELP,
+		OPT_PREPARE,
+		OPT_RESTORE,
+		OPT_ABORT,
+		OPT_INSPECT_STATE,
+		OPT_DIR,
+		OPT_CONTENT,
+		OPT_REQUIRE_STATE
+	};
 	static const struct option opts[] = {
 		{"inspect", no_argument, NULL, OPT_INSPECT},
 		{"proc-root", required_argument, NULL, OPT_PROC_ROOT},
@@ -155,9 +168,7 @@ static int run(int argc, char **argv)
 		case OPT_INSPECT:
 		case OPT_PREPARE:
 		case OPT_RESTORE:
-		case OPT_ABORT:
-			mode = c;
-			break;
+		case OPT_ABORT: mode = c; break;
 		case OPT_INSPECT_STATE:
 			mode = c;
 			dir = optarg;
@@ -179,7 +190,9 @@ static int run(int argc, char **argv)
 		case OPT_JSON: json = 1; break;
 		case OPT_TIMEOUT:
 			if (parse_int(optarg, &timeout_ms) < 0) {
-				fprintf(stderr, "snapshot-cuda-vmm: --timeout %s: not a positive number of milliseconds\n", optarg);
+				fprintf(stderr,
+					"snapshot-cuda-vmm: --timeout %s: not a positive number of milliseconds\n",
+					optarg);
 				return EX_USAGE;
 			}
 			break;
@@ -199,12 +212,8 @@ static int run(int argc, char **argv)
 			targets[ntargets++] = t;
 			break;
 		}
-		case OPT_HELP:
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return EX_USAGE;
+		case OPT_HELP: usage(stdout); return 0;
+		default: usage(stderr); return EX_USAGE;
 		}
 	}
 	if (optind < argc) {
@@ -222,25 +231,29 @@ static int run(int argc, char **argv)
 		return EX_USAGE;
 	}
 	if ((mode == OPT_PREPARE || mode == OPT_RESTORE) && !dir) {
-		fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n", mode == OPT_PREPARE ? "prepare" : "restore");
+		fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n",
+			mode == OPT_PREPARE ? "prepare" : "restore");
 		return EX_USAGE;
 	}
 	for (size_t i = 0; i < ntargets; i++) {
 		if (coord_endpoint_path(proc_root, control_dir, targets[i].obs, targets[i].ns, targets[i].endpoint,
 					sizeof(targets[i].endpoint)) < 0) {
-			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n", targets[i].obs,
-				targets[i].ns);
+			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n",
+				targets[i].obs, targets[i].ns);
 			free(targets);
 			return EX_USAGE;
 		}
 	}
 	if (mode != OPT_INSPECT) {
-		struct coord_options o = {.timeout_ms = timeout_ms, .content = content, .dir = dir,
-					  .require_state = require_state, .progress = stderr};
+		struct coord_options o = {.timeout_ms = timeout_ms,
+					  .content = content,
+					  .dir = dir,
+					  .require_state = require_state,
+					  .progress = stderr};
 		struct coord_report r;
 		if (mode == OPT_PREPARE)
 			catch_signals();
-		int rc = mode == OPT_PREPARE ? coord_prepare(targets, ntargets, &o, &r)
+		int rc = mode == OPT_PREPARE   ? coord_prepare(targets, ntargets, &o, &r)
 			 : mode == OPT_RESTORE ? coord_restore(targets, ntargets, &o, &r)
 					       : coord_abort(targets, ntargets, &o, &r);
 		if (mode == OPT_PREPARE && rc == 0 && caught) {

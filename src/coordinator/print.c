@@ -16,8 +16,8 @@ static void print_multicast_json(FILE *f, const struct topo_participant *p)
 		fprintf(f,
 			"%s{\"id\":\"%s\",\"key\":%" PRIu64 ",\"role\":\"%s\",\"creator\":\"%s\",\"size\":%" PRIu64
 			",\"used\":%" PRIu64 ",\"num_devices\":%u,\"handles\":%u,\"detached\":%s,\"devices\":[",
-			j ? "," : "", hex, m->key, topo_role_name(m->role), hex2, m->size, m->used, m->num_devices, m->handles,
-			m->detached ? "true" : "false");
+			j ? "," : "", hex, m->key, topo_role_name(m->role), hex2, m->size, m->used, m->num_devices,
+			m->handles, m->detached ? "true" : "false");
 		for (size_t d = 0; d < m->nadded; d++)
 			fprintf(f, "%s%d", d ? "," : "", m->added[d]);
 		fprintf(f, "],\"importers\":[");
@@ -35,8 +35,9 @@ static void print_multicast_json(FILE *f, const struct topo_participant *p)
 			fprintf(f,
 				"%s{\"device\":%d,\"offset\":%" PRIu64 ",\"size\":%" PRIu64 ",\"member\":\"%s\","
 				"\"member_offset\":%" PRIu64 ",\"by\":\"%s\",\"address\":%" PRIu64 ",\"detached\":%s}",
-				k++ ? "," : "", x->device, x->mc_offset, x->size, id_is_zero(&x->member) ? "untracked" : hex2,
-				x->member_offset, x->member_va ? "address" : "handle", x->member_va, x->detached ? "true" : "false");
+				k++ ? "," : "", x->device, x->mc_offset, x->size,
+				id_is_zero(&x->member) ? "untracked" : hex2, x->member_offset,
+				x->member_va ? "address" : "handle", x->member_va, x->detached ? "true" : "false");
 		}
 		fprintf(f, "],\"mappings\":[");
 		k = 0;
@@ -44,7 +45,8 @@ static void print_multicast_json(FILE *f, const struct topo_participant *p)
 			const struct topo_mapping *x = &p->maps[q];
 			if (x->key != m->key)
 				continue;
-			fprintf(f, "%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"access\":[",
+			fprintf(f,
+				"%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"access\":[",
 				k++ ? "," : "", x->address, x->size, x->offset);
 			for (size_t a = 0; a < x->naccess; a++)
 				fprintf(f, "%s{\"device\":%d,\"flags\":\"%s\"}", a ? "," : "", x->access[a].loc_id,
@@ -71,10 +73,11 @@ void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_p
 			id_hex(&a->creator, hex2);
 			fprintf(f,
 				"%s{\"id\":\"%s\",\"key\":%" PRIu64 ",\"role\":\"%s\",\"creator\":\"%s\",\"shared\":%s,"
-				"\"size\":%" PRIu64 ",\"device\":%d,\"handle_types\":%u,\"shared_types\":%u,\"handles\":%u,"
+				"\"size\":%" PRIu64
+				",\"device\":%d,\"handle_types\":%u,\"shared_types\":%u,\"handles\":%u,"
 				"\"mappings\":%u}",
-				j ? "," : "", hex, a->key, topo_role_name(a->role), hex2, a->shared ? "true" : "false", a->size,
-				a->device, a->handle_types, a->shared_types, a->handles, a->mappings);
+				j ? "," : "", hex, a->key, topo_role_name(a->role), hex2, a->shared ? "true" : "false",
+				a->size, a->device, a->handle_types, a->shared_types, a->handles, a->mappings);
 		}
 		fprintf(f, "],\"mappings\":[");
 		for (size_t j = 0; j < p[i].nmaps; j++) {
@@ -106,15 +109,16 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
 		for (size_t j = 0; j < p[i].nallocs; j++) {
 			const struct topo_alloc *a = &p[i].allocs[j];
 			id_hex(&a->id, hex);
-			fprintf(f, "  allocation %s %-8s %s %" PRIu64 " bytes on device %d, %u handle(s), %u mapping(s)\n", hex,
-				topo_role_name(a->role), a->shared ? "shared " : "private", a->size, a->device, a->handles,
-				a->mappings);
+			fprintf(f,
+				"  allocation %s %-8s %s %" PRIu64 " bytes on device %d, %u handle(s), %u mapping(s)\n",
+				hex, topo_role_name(a->role), a->shared ? "shared " : "private", a->size, a->device,
+				a->handles, a->mappings);
 		}
 		for (size_t j = 0; j < p[i].nmaps; j++) {
 			const struct topo_mapping *m = &p[i].maps[j];
 			id_hex(&m->alloc_id, hex);
-			fprintf(f, "  mapping 0x%" PRIx64 "+%" PRIu64 " of %s at offset %" PRIu64 ", access", m->address, m->size,
-				hex, m->offset);
+			fprintf(f, "  mapping 0x%" PRIx64 "+%" PRIu64 " of %s at offset %" PRIu64 ", access",
+				m->address, m->size, hex, m->offset);
 			for (size_t k = 0; k < m->naccess; k++)
 				fprintf(f, " dev%d:%s", m->access[k].loc_id, topo_access_name(m->access[k].flags));
 			fprintf(f, "%s\n", m->naccess ? "" : " none");
@@ -122,8 +126,8 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
 		for (size_t j = 0; j < p[i].nmcs; j++) {
 			const struct topo_mc *m = &p[i].mcs[j];
 			id_hex(&m->id, hex);
-			fprintf(f, "  multicast %s %-8s %" PRIu64 " bytes (%" PRIu64 " used), %u devices, added here:", hex,
-				topo_role_name(m->role), m->size, m->used, m->num_devices);
+			fprintf(f, "  multicast %s %-8s %" PRIu64 " bytes (%" PRIu64 " used), %u devices, added here:",
+				hex, topo_role_name(m->role), m->size, m->used, m->num_devices);
 			for (size_t d = 0; d < m->nadded; d++)
 				fprintf(f, " %d", m->added[d]);
 			fprintf(f, "%s\n", m->nadded ? "" : " none");
@@ -132,9 +136,12 @@ void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_p
 				if (x->key != m->key)
 					continue;
 				id_hex(&x->member, hex);
-				fprintf(f, "    bind at offset %" PRIu64 " of %" PRIu64 " bytes on device %d: %s at offset %" PRIu64 "%s\n",
-					x->mc_offset, x->size, x->device, id_is_zero(&x->member) ? "untracked memory" : hex,
-					x->member_offset, x->member_va ? " (by address)" : "");
+				fprintf(f,
+					"    bind at offset %" PRIu64 " of %" PRIu64
+					" bytes on device %d: %s at offset %" PRIu64 "%s\n",
+					x->mc_offset, x->size, x->device,
+					id_is_zero(&x->member) ? "untracked memory" : hex, x->member_offset,
+					x->member_va ? " (by address)" : "");
 			}
 		}
 	}

@@ -44,7 +44,8 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 		}
 		const struct topo_participant *dup = hmap_get(&ids, id_hash(&p[i].id));
 		if (dup && id_equal(&dup->id, &p[i].id)) {
-			snprintf(err, errlen, "participant %d (ns %d): participant id %s is used twice", t[i].obs, t[i].ns, hex);
+			snprintf(err, errlen, "participant %d (ns %d): participant id %s is used twice", t[i].obs,
+				 t[i].ns, hex);
 			goto out;
 		}
 		if (hmap_put(&ids, id_hash(&p[i].id), (void *)&p[i]) < 0)
@@ -59,18 +60,22 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 			id_hex(&a->id, hex);
 			struct creator_ref *prev = hmap_get(&creators, id_hash(&a->id));
 			if (prev && id_equal(&prev->alloc->id, &a->id)) {
-				snprintf(err, errlen, "allocation %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
+				snprintf(err, errlen,
+					 "allocation %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
 					 t[prev->part].obs, t[prev->part].ns, t[i].obs, t[i].ns);
 				goto out;
 			}
 			if (!id_equal(&a->creator, &p[i].id)) {
-				snprintf(err, errlen, "participant %d (ns %d): allocation %s: creator record names another participant",
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s: creator record names another "
+					 "participant",
 					 t[i].obs, t[i].ns, hex);
 				goto out;
 			}
 			if (!a->handles && !a->mappings && !a->binds) {
 				snprintf(err, errlen,
-					 "participant %d (ns %d): allocation %s: the creator holds neither a handle nor a mapping "
+					 "participant %d (ns %d): allocation %s: the creator holds neither a handle "
+					 "nor a mapping "
 					 "(an exported FD alone cannot anchor it)",
 					 t[i].obs, t[i].ns, hex);
 				goto out;
@@ -87,7 +92,8 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 			id_hex(&a->id, hex);
 			if (a->shared && (a->shared_types & ~POSIX_FD)) {
 				snprintf(err, errlen,
-					 "participant %d (ns %d): allocation %s was shared as handle type %#x: only POSIX file "
+					 "participant %d (ns %d): allocation %s was shared as handle type %#x: only "
+					 "POSIX file "
 					 "descriptor sharing can be checkpointed (FABRIC and others are not)",
 					 t[i].obs, t[i].ns, hex, a->shared_types);
 				hmap_free(&keys);
@@ -101,15 +107,18 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 					if (cp && id_equal(&cp->id, &a->creator)) {
 						size_t ci = (size_t)(cp - p);
 						snprintf(err, errlen,
-							 "participant %d (ns %d): allocation %s: its creator, participant %d (ns %d), "
-							 "holds neither a handle nor a mapping of it (an exported FD alone cannot "
+							 "participant %d (ns %d): allocation %s: its creator, "
+							 "participant %d (ns %d), "
+							 "holds neither a handle nor a mapping of it (an exported FD "
+							 "alone cannot "
 							 "anchor it)",
 							 t[i].obs, t[i].ns, hex, t[ci].obs, t[ci].ns);
 						hmap_free(&keys);
 						goto out;
 					}
 					snprintf(err, errlen,
-						 "participant %d (ns %d): allocation %s is imported from participant %s, which is not "
+						 "participant %d (ns %d): allocation %s is imported from participant "
+						 "%s, which is not "
 						 "in the group (partial group)",
 						 t[i].obs, t[i].ns, hex, hex2);
 					hmap_free(&keys);
@@ -118,9 +127,10 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				if (c->alloc->size != a->size || c->alloc->device != a->device ||
 				    c->alloc->handle_types != a->handle_types) {
 					snprintf(err, errlen,
-						 "participant %d (ns %d): allocation %s: importer and creator disagree (size %" PRIu64
-						 "/%" PRIu64 ", device %d/%d)",
-						 t[i].obs, t[i].ns, hex, a->size, c->alloc->size, a->device, c->alloc->device);
+						 "participant %d (ns %d): allocation %s: importer and creator disagree "
+						 "(size %" PRIu64 "/%" PRIu64 ", device %d/%d)",
+						 t[i].obs, t[i].ns, hex, a->size, c->alloc->size, a->device,
+						 c->alloc->device);
 					hmap_free(&keys);
 					goto out;
 				}
@@ -144,7 +154,8 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 			const struct topo_mc *mc = a ? NULL : hmap_get(&mckeys, m->key);
 			id_hex(&m->alloc_id, hex);
 			if (!a && !mc) {
-				snprintf(err, errlen, "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own",
+				snprintf(err, errlen,
+					 "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own",
 					 t[i].obs, t[i].ns, m->address);
 				hmap_free(&keys);
 				hmap_free(&mckeys);
@@ -154,13 +165,14 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 			uint64_t size = a ? a->size : mc->used > mc->size ? mc->used : mc->size;
 			uint64_t g = a ? a->granularity : mc->granularity;
 			g = g ? g : 1;
-			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g || m->offset > size ||
-			    m->size > size - m->offset) {
+			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g ||
+			    m->offset > size || m->size > size - m->offset) {
 				snprintf(err, errlen,
-					 "participant %d (ns %d): %s %s: mapping %#" PRIx64 "+%" PRIu64 " at offset %" PRIu64
-					 " is not inside its %" PRIu64 " bytes or not aligned to %" PRIu64 " bytes",
-					 t[i].obs, t[i].ns, a ? "allocation" : "multicast object", hex, m->address, m->size,
-					 m->offset, size, g);
+					 "participant %d (ns %d): %s %s: mapping %#" PRIx64 "+%" PRIu64
+					 " at offset %" PRIu64 " is not inside its %" PRIu64
+					 " bytes or not aligned to %" PRIu64 " bytes",
+					 t[i].obs, t[i].ns, a ? "allocation" : "multicast object", hex, m->address,
+					 m->size, m->offset, size, g);
 				hmap_free(&keys);
 				hmap_free(&mckeys);
 				goto out;
@@ -206,8 +218,8 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 {
 	char hex[ID_HEX_LEN + 1];
 	if (!id_equal(&rec->id, &cur->id) || rec->nallocs != cur->nallocs || rec->nmaps != cur->nmaps) {
-		snprintf(err, errlen, "%zu allocations and %zu mappings recorded, %zu and %zu now", rec->nallocs, rec->nmaps,
-			 cur->nallocs, cur->nmaps);
+		snprintf(err, errlen, "%zu allocations and %zu mappings recorded, %zu and %zu now", rec->nallocs,
+			 rec->nmaps, cur->nallocs, cur->nmaps);
 		return -1;
 	}
 	struct hmap allocs = {0}, maps = {0};
@@ -224,8 +236,7 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 		const struct topo_alloc *r = &rec->allocs[i], *c = hmap_get(&allocs, r->key);
 		id_hex(&r->id, hex);
 		if (!c || !id_equal(&c->id, &r->id) || c->role != r->role || c->size != r->size ||
-		    c->device != coord_remap_device(r->device, map, nmap) ||
-		    c->handles != r->handles) {
+		    c->device != coord_remap_device(r->device, map, nmap) || c->handles != r->handles) {
 			snprintf(err, errlen, "allocation %s differs after restore (or is missing)", hex);
 			rc = -1;
 			goto out;
@@ -241,7 +252,9 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 		id_hex(&r->alloc_id, hex);
 		if (!c || c->size != r->size || c->offset != r->offset || !id_equal(&c->alloc_id, &r->alloc_id) ||
 		    c->flags != r->flags || c->detached || !same_access(r, c, map, nmap)) {
-			snprintf(err, errlen, "allocation %s: mapping %#" PRIx64 " differs after restore (address, size, offset or access)",
+			snprintf(err, errlen,
+				 "allocation %s: mapping %#" PRIx64
+				 " differs after restore (address, size, offset or access)",
 				 hex, r->address);
 			rc = -1;
 			goto out;

@@ -34,8 +34,9 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 	if (!total) {
 		for (size_t i = 0; i < n; i++) {
 			if (p[i].nbinds) {
-				snprintf(err, errlen, "participant %d (ns %d): multicast binds without a multicast object",
-					 t[i].obs, t[i].ns);
+				snprintf(err, errlen,
+					 "participant %d (ns %d): multicast binds without a multicast object", t[i].obs,
+					 t[i].ns);
 				return -1;
 			}
 		}
@@ -65,15 +66,17 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 					goto oom;
 			} else if (x->first->num_devices != m->num_devices || x->first->size != m->size) {
 				snprintf(err, errlen,
-					 "multicast object %s: participants %d (ns %d) and %d (ns %d) disagree on it (%u/%u devices, "
+					 "multicast object %s: participants %d (ns %d) and %d (ns %d) disagree on it "
+					 "(%u/%u devices, "
 					 "%" PRIu64 "/%" PRIu64 " bytes)",
-					 hex, t[x->first_part].obs, t[x->first_part].ns, t[i].obs, t[i].ns, x->first->num_devices,
-					 m->num_devices, x->first->size, m->size);
+					 hex, t[x->first_part].obs, t[x->first_part].ns, t[i].obs, t[i].ns,
+					 x->first->num_devices, m->num_devices, x->first->size, m->size);
 				goto out;
 			}
 			if (m->shared_types & ~POSIX_FD) {
 				snprintf(err, errlen,
-					 "participant %d (ns %d): multicast object %s was shared as handle type %#x: only POSIX file "
+					 "participant %d (ns %d): multicast object %s was shared as handle type %#x: "
+					 "only POSIX file "
 					 "descriptor sharing can be checkpointed",
 					 t[i].obs, t[i].ns, hex, m->shared_types);
 				goto out;
@@ -81,13 +84,15 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			if (m->role == 1) {
 				if (x->creator) {
 					snprintf(err, errlen,
-						 "multicast object %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
-						 t[x->creator_part].obs, t[x->creator_part].ns, t[i].obs, t[i].ns);
+						 "multicast object %s has two creators: participant %d (ns %d) and %d "
+						 "(ns %d)",
+						 hex, t[x->creator_part].obs, t[x->creator_part].ns, t[i].obs, t[i].ns);
 					goto out;
 				}
 				if (!id_equal(&m->creator, &p[i].id)) {
 					snprintf(err, errlen,
-						 "participant %d (ns %d): multicast object %s: creator record names another participant",
+						 "participant %d (ns %d): multicast object %s: creator record names "
+						 "another participant",
 						 t[i].obs, t[i].ns, hex);
 					goto out;
 				}
@@ -97,13 +102,16 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			for (size_t d = 0; d < m->nadded; d++) {
 				int dev = m->added[d];
 				if (dev < 0 || dev >= MAX_DEVICE) {
-					snprintf(err, errlen, "participant %d (ns %d): multicast object %s: device %d is out of range",
+					snprintf(err, errlen,
+						 "participant %d (ns %d): multicast object %s: device %d is out of "
+						 "range",
 						 t[i].obs, t[i].ns, hex, dev);
 					goto out;
 				}
 				if (x->added & (1ull << dev)) {
 					snprintf(err, errlen,
-						 "participant %d (ns %d): multicast object %s: device %d was added twice in the group",
+						 "participant %d (ns %d): multicast object %s: device %d was added "
+						 "twice in the group",
 						 t[i].obs, t[i].ns, hex, dev);
 					goto out;
 				}
@@ -129,11 +137,13 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			if (!x || !id_equal(&x->first->id, &b->mc_id))
 				bad = "names a multicast object the participant does not hold";
 			else if (id_is_zero(&b->member))
-				bad = "binds memory the shim does not track (made without the POSIX handle type): it cannot be "
+				bad = "binds memory the shim does not track (made without the POSIX handle type): it "
+				      "cannot be "
 				      "rebuilt";
 			else if (!member || !id_equal(&member->id, &b->member))
 				bad = "binds an allocation the participant does not hold";
-			else if (!b->size || b->member_offset > member->size || b->size > member->size - b->member_offset)
+			else if (!b->size || b->member_offset > member->size ||
+				 b->size > member->size - b->member_offset)
 				bad = "lies outside the bound allocation";
 			else if (b->mc_offset % gran || b->size % gran)
 				bad = "is not aligned to the multicast granularity";
@@ -159,7 +169,8 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 		if (!x->creator) {
 			id_hex(&x->first->creator, hex2);
 			snprintf(err, errlen,
-				 "participant %d (ns %d): multicast object %s is imported from participant %s, which is not in "
+				 "participant %d (ns %d): multicast object %s is imported from participant %s, which "
+				 "is not in "
 				 "the group (partial group)",
 				 t[x->first_part].obs, t[x->first_part].ns, hex, hex2);
 			goto out;
@@ -176,27 +187,28 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			if (!holds) {
 				id_hex(who, hex2);
 				snprintf(err, errlen,
-					 "multicast object %s was imported by participant %s, which %s (partial group)", hex, hex2,
-					 holder ? "no longer holds it" : "is not in the group");
+					 "multicast object %s was imported by participant %s, which %s (partial group)",
+					 hex, hex2, holder ? "no longer holds it" : "is not in the group");
 				goto out;
 			}
 		}
 		unsigned added = (unsigned)__builtin_popcountll(x->added);
 		if (added != x->first->num_devices) {
 			snprintf(err, errlen,
-				 "multicast object %s: the participants added %u of its %u devices (a device is missing, or "
+				 "multicast object %s: the participants added %u of its %u devices (a device is "
+				 "missing, or "
 				 "was added by a process outside the group: partial group)",
 				 hex, added, x->first->num_devices);
 			goto out;
 		}
 		if (x->added & ~x->bound) {
-			snprintf(err, errlen, "multicast object %s: device %d was added but nothing is bound on it", hex,
-				 first_bit(x->added & ~x->bound));
+			snprintf(err, errlen, "multicast object %s: device %d was added but nothing is bound on it",
+				 hex, first_bit(x->added & ~x->bound));
 			goto out;
 		}
 		if (x->bound & ~x->added) {
-			snprintf(err, errlen, "multicast object %s: device %d has binds but no participant added it", hex,
-				 first_bit(x->bound & ~x->added));
+			snprintf(err, errlen, "multicast object %s: device %d has binds but no participant added it",
+				 hex, first_bit(x->bound & ~x->added));
 			goto out;
 		}
 	}
@@ -238,8 +250,8 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 {
 	char hex[ID_HEX_LEN + 1];
 	if (rec->nmcs != cur->nmcs || rec->nbinds != cur->nbinds) {
-		snprintf(err, errlen, "%zu multicast objects and %zu binds recorded, %zu and %zu now", rec->nmcs, rec->nbinds,
-			 cur->nmcs, cur->nbinds);
+		snprintf(err, errlen, "%zu multicast objects and %zu binds recorded, %zu and %zu now", rec->nmcs,
+			 rec->nbinds, cur->nmcs, cur->nbinds);
 		return -1;
 	}
 	if (!rec->nmcs)
@@ -286,7 +298,9 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 		if (bind_order(r, c) || c->size != r->size || !id_equal(&c->member, &r->member) ||
 		    c->member_offset != r->member_offset || c->member_va != r->member_va || c->detached) {
 			id_hex(&r->mc_id, hex);
-			snprintf(err, errlen, "multicast object %s: the bind at offset %" PRIu64 " on device %d differs after restore",
+			snprintf(err, errlen,
+				 "multicast object %s: the bind at offset %" PRIu64
+				 " on device %d differs after restore",
 				 hex, r->mc_offset, r->device);
 			rc = -1;
 			goto out;

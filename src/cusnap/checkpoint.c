@@ -22,7 +22,8 @@
 /* <control dir of pid's mount namespace>/name, reached from here. */
 static void control_file(pid_t pid, const char *name, char *out, size_t len)
 {
-	snprintf(out, len, "/proc/%d/root%s%s/%s", (int)pid, opt_control_dir[0] == '/' ? "" : "/", opt_control_dir, name);
+	snprintf(out, len, "/proc/%d/root%s%s/%s", (int)pid, opt_control_dir[0] == '/' ? "" : "/", opt_control_dir,
+		 name);
 }
 
 static int wait_for(const char *path, int timeout_ms)
@@ -55,7 +56,8 @@ static unsigned long long dir_bytes(const char *dir)
 }
 
 static int write_manifest(const char *dir, const struct tree *t, pid_t root, int content, bool prepared,
-			  bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r)
+			  bool leave_running, const char *criu, char *const dump_argv[],
+			  const struct checkpoint_result *r)
 {
 	char path[PATH_MAX + 32], tmp[PATH_MAX + 48], version[64], hostname[256] = "";
 	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
@@ -72,7 +74,8 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 	fprintf(f, "{\n  \"format\": \"cusnap-manifest\",\n  \"version\": 1,\n  \"checkpoint_id\": \"%s\",\n", hex);
 	fprintf(f, "  \"created\": %lld,\n  \"hostname\": ", (long long)time(NULL));
 	json_write_string(f, hostname);
-	fprintf(f, ",\n  \"root_pid\": %d,\n  \"root_nspid\": %d,\n  \"control_dir\": ", (int)root, (int)proc_nspid(root));
+	fprintf(f, ",\n  \"root_pid\": %d,\n  \"root_nspid\": %d,\n  \"control_dir\": ", (int)root,
+		(int)proc_nspid(root));
 	json_write_string(f, opt_control_dir);
 	fprintf(f, ",\n  \"content\": \"%s\",\n  \"prepared\": %s,\n  \"leave_running\": %s,\n",
 		content == COORD_CONTENT_NATIVE ? "native" : "host", prepared ? "true" : "false",
@@ -88,7 +91,8 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 	}
 	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
 	 * --device-map, the workload running before its sharing is rebuilt). */
-	fprintf(f, "], \"cuda_plugin\": false, \"plugins\": \"none: an empty --libdir; cusnap does the native steps\"},\n  \"gpus\": [");
+	fprintf(f, "], \"cuda_plugin\": false, \"plugins\": \"none: an empty --libdir; cusnap does the native "
+		   "steps\"},\n  \"gpus\": [");
 	int ndev = 0;
 	if (t->nat.device_count && t->nat.device_uuid)
 		t->nat.device_count(&ndev);
@@ -99,21 +103,25 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 			continue;
 		fprintf(f, "%s\"GPU-", d ? ", " : "");
 		for (int b = 0; b < 16; b++)
-			fprintf(f, "%02x%s", (unsigned char)u.bytes[b], b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
+			fprintf(f, "%02x%s", (unsigned char)u.bytes[b],
+				b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
 		fprintf(f, "\"");
 	}
 	fprintf(f, "],\n  \"processes\": [");
 	for (size_t i = 0; i < t->nprocs; i++) {
 		const struct proc *p = &t->procs[i];
-		fprintf(f, "%s\n    {\"pid\": %d, \"nspid\": %d, \"cuda\": %s, \"interposed\": %s, \"endpoint\": ", i ? "," : "",
-			(int)p->pid, (int)p->nspid, p->cuda ? "true" : "false", p->shim ? "true" : "false");
+		fprintf(f, "%s\n    {\"pid\": %d, \"nspid\": %d, \"cuda\": %s, \"interposed\": %s, \"endpoint\": ",
+			i ? "," : "", (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false",
+			p->shim ? "true" : "false");
 		char ep[PATH_MAX + 32];
 		snprintf(ep, sizeof(ep), "%s/cuda-vmm-%d.sock", opt_control_dir, (int)p->nspid);
 		json_write_string(f, p->shim ? ep : "");
 		fprintf(f, "}");
 	}
-	fprintf(f, "\n  ],\n  \"timings_ms\": {\"prepare\": %.1f, \"lock\": %.1f, \"checkpoint\": %.1f, \"criu_dump\": %.1f, "
-		   "\"restore_in_place\": %.1f},\n  \"bytes\": {\"host_copies\": %llu, \"images\": %llu}\n}\n",
+	fprintf(f,
+		"\n  ],\n  \"timings_ms\": {\"prepare\": %.1f, \"lock\": %.1f, \"checkpoint\": %.1f, \"criu_dump\": "
+		"%.1f, "
+		"\"restore_in_place\": %.1f},\n  \"bytes\": {\"host_copies\": %llu, \"images\": %llu}\n}\n",
 		r->ms_prepare, r->ms_lock, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place, r->bytes_copied,
 		r->image_bytes);
 	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
@@ -150,7 +158,8 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		control_file(pid, "ready-for-snapshot", ready, sizeof(ready));
 		t0 = now_ms();
 		if (wait_for(ready, opt_timeout_ms) < 0)
-			return fail(EX_LEFT_RUNNING, "%s did not appear within %d ms: nothing done", ready, opt_timeout_ms);
+			return fail(EX_LEFT_RUNNING, "%s did not appear within %d ms: nothing done", ready,
+				    opt_timeout_ms);
 		progress("wait ready", now_ms() - t0, "%s", ready);
 	}
 	struct tree t;
@@ -163,7 +172,9 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
-		 vmm ? "interposed: VMM steps" : t.ncuda ? "not interposed: native steps only" : "no CUDA: CRIU only");
+		 vmm       ? "interposed: VMM steps"
+		 : t.ncuda ? "not interposed: native steps only"
+			   : "no CUDA: CRIU only");
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = dir};
 	struct coord_report cr;
@@ -232,13 +243,16 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
 	}
 	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
-		fprintf(stderr, "cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
-				"stands\n", manifest);
+		fprintf(stderr,
+			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
+			"stands\n",
+			manifest);
 	state_dir_end(rec.root);
 	if (!leave_running && signal_caught()) {
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
-		rc = fail(EX_TERMINATED, "interrupted by %s after the dump: the tree was dumped and has exited; the "
-					 "checkpoint in %s is complete (`cusnap restore --dir %s`)",
+		rc = fail(EX_TERMINATED,
+			  "interrupted by %s after the dump: the tree was dumped and has exited; the "
+			  "checkpoint in %s is complete (`cusnap restore --dir %s`)",
 			  strsignal(signal_caught()), dir, dir);
 		goto out;
 	}
@@ -246,11 +260,13 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	if (opt_json && !res) {
 		printf("{\"ok\":true,\"operation\":\"checkpoint\",\"pid\":%d,\"dir\":", (int)pid);
 		json_write_string(stdout, dir);
-		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%llu,"
+		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%"
+		       "llu,"
 		       "\"image_bytes\":%llu,\"timings_ms\":{\"prepare\":%.1f,\"checkpoint\":%.1f,\"criu_dump\":%.1f,"
 		       "\"restore_in_place\":%.1f,\"total\":%.1f}}\n",
 		       t.nprocs, t.ncuda, vmm ? "true" : "false", leave_running ? "true" : "false", r->bytes_copied,
-		       r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place, r->ms_total);
+		       r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place,
+		       r->ms_total);
 	}
 	rc = EX_OK;
 out:
@@ -329,7 +345,8 @@ static int manifest_load(const char *dir, struct manifest *m, char *err, size_t 
 	m->procs = json_get(m->root, "processes");
 	if (!format || strcmp(format, "cusnap-manifest") != 0 || version != 1 || !ctl || !m->procs ||
 	    m->procs->type != JSON_ARRAY) {
-		snprintf(err, errlen, "%s: not a cusnap manifest of version 1 (format, version, control_dir, processes)", path);
+		snprintf(err, errlen,
+			 "%s: not a cusnap manifest of version 1 (format, version, control_dir, processes)", path);
 		json_free(m->root);
 		return -1;
 	}
@@ -344,8 +361,10 @@ static int restore_interrupted(const char *dir, const char *after)
 	int sig = signal_caught();
 	if (!sig)
 		return 0;
-	return fail(EX_TERMINATED, "interrupted by %s after %s: the restored tree was killed; the checkpoint in %s is "
-				   "unchanged", strsignal(sig), after, dir);
+	return fail(EX_TERMINATED,
+		    "interrupted by %s after %s: the restored tree was killed; the checkpoint in %s is "
+		    "unchanged",
+		    strsignal(sig), after, dir);
 }
 
 int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
@@ -385,8 +404,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 		json_free(m.root);
 		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
 	}
-	char *argv[16] = {"criu", "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--pidfile", pidfile,
-			  "--libdir", plugins};
+	char *argv[16] = {"criu",        "restore", "-d",        "-D",    images,     "-o",
+			  "restore.log", "-v4",     "--pidfile", pidfile, "--libdir", plugins};
 	int n = 12;
 	const struct json *dump_args = json_get(json_get(m.root, "criu"), "dump_args");
 	for (const struct json *a = dump_args ? dump_args->child : NULL; a; a = a->next)
@@ -433,12 +452,15 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 		for (size_t i = 0; i < t.ncuda && !found; i++)
 			found = t.targets[i].ns == ns;
 		if (!found) {
-			rc = fail(EX_TERMINATED, "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)", ns);
+			rc = fail(EX_TERMINATED,
+				  "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)",
+				  ns);
 			goto kill;
 		}
 	}
 	if (want != t.ncuda) {
-		rc = fail(EX_TERMINATED, "the manifest records %zu CUDA processes, the restored tree has %zu (killed)", want, t.ncuda);
+		rc = fail(EX_TERMINATED, "the manifest records %zu CUDA processes, the restored tree has %zu (killed)",
+			  want, t.ncuda);
 		goto kill;
 	}
 	r->processes = t.nprocs;
@@ -453,7 +475,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	r->ms_native_restore = now_ms() - t0;
 	if ((rc = restore_interrupted(dir, "the native restore")))
 		goto kill;
-	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda, npairs ? ", devices remapped" : "");
+	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda,
+		 npairs ? ", devices remapped" : "");
 	/* Device ordinals then (the manifest's GPU list) and now, for the shims. */
 	int ordinal_map[64];
 	size_t nmap = 0;
@@ -473,7 +496,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 				for (int d = 0; d < ndev; d++) {
 					CUdevice dev;
 					CUuuid u;
-					if (t.nat.device_get(&dev, d) == CUDA_SUCCESS && t.nat.device_uuid(&u, dev) == CUDA_SUCCESS &&
+					if (t.nat.device_get(&dev, d) == CUDA_SUCCESS &&
+					    t.nat.device_uuid(&u, dev) == CUDA_SUCCESS &&
 					    !memcmp(u.bytes, pairs[k].newUuid.bytes, 16))
 						ordinal_map[nmap] = d;
 				}
@@ -482,11 +506,16 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	t0 = now_ms();
 	if (m.prepared) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr, .require_state = true,
-					  .device_map = nmap ? ordinal_map : NULL, .device_map_len = nmap};
+		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+					  .dir = dir,
+					  .progress = stderr,
+					  .require_state = true,
+					  .device_map = nmap ? ordinal_map : NULL,
+					  .device_map_len = nmap};
 		struct coord_report cr;
 		if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
-			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)", cr.error);
+			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)",
+				  cr.error);
 			goto kill;
 		}
 		r->bytes_copied = cr.bytes;
@@ -506,7 +535,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	if (opt_json && !res) {
 		printf("{\"ok\":true,\"operation\":\"restore\",\"dir\":");
 		json_write_string(stdout, dir);
-		printf(",\"root_pid\":%d,\"processes\":%zu,\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":{"
+		printf(",\"root_pid\":%d,\"processes\":%zu,\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":"
+		       "{"
 		       "\"criu_restore\":%.1f,\"native_restore\":%.1f,\"vmm_restore\":%.1f,\"total\":%.1f}}\n",
 		       (int)root, t.nprocs, t.ncuda, r->bytes_copied, r->ms_criu_restore, r->ms_native_restore,
 		       r->ms_vmm_restore, r->ms_total);
@@ -536,15 +566,19 @@ int manifest_print(const char *dir)
 		fprintf(stderr, "cusnap: %s\n", err);
 		return -2;
 	}
-	printf("manifest %s: checkpoint %s, created %.0f, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n", path,
-	       json_get_string(m.root, "checkpoint_id") ? json_get_string(m.root, "checkpoint_id") : "?",
+	printf("manifest %s: checkpoint %s, created %.0f, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n",
+	       path, json_get_string(m.root, "checkpoint_id") ? json_get_string(m.root, "checkpoint_id") : "?",
 	       json_get_number(m.root, "created", 0), json_get_number(m.root, "root_pid", 0),
 	       json_get_number(m.root, "root_nspid", 0),
-	       json_get_string(m.root, "content") ? json_get_string(m.root, "content") : "?", m.prepared ? "ran" : "did not run",
-	       json_get_string(json_get(m.root, "criu"), "version") ? json_get_string(json_get(m.root, "criu"), "version") : "?");
+	       json_get_string(m.root, "content") ? json_get_string(m.root, "content") : "?",
+	       m.prepared ? "ran" : "did not run",
+	       json_get_string(json_get(m.root, "criu"), "version")
+		       ? json_get_string(json_get(m.root, "criu"), "version")
+		       : "?");
 	for (const struct json *p = m.procs->child; p; p = p->next)
 		printf("  process %.0f (ns %.0f)%s%s\n", json_get_number(p, "pid", 0), json_get_number(p, "nspid", 0),
-		       json_get_bool(p, "cuda", false) ? " cuda" : "", json_get_bool(p, "interposed", false) ? " interposed" : "");
+		       json_get_bool(p, "cuda", false) ? " cuda" : "",
+		       json_get_bool(p, "interposed", false) ? " interposed" : "");
 	json_free(m.root);
 	return 0;
 }

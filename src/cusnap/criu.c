@@ -59,7 +59,8 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 	}
 	free(copy);
 	snprintf(err, errlen,
-		 "no criu found (--criu, $CRIU, PATH): run scripts/setup-criu.sh (or 'make criu') to provision CRIU >= 4.0");
+		 "no criu found (--criu, $CRIU, PATH): run scripts/setup-criu.sh (or 'make criu') to provision CRIU >= "
+		 "4.0");
 	return -1;
 }
 

@@ -80,7 +80,7 @@ struct tree {
 	size_t nprocs;
 	struct coord_target *targets; /* the CUDA processes, as coordinator participants */
 	size_t ncuda, nshim;
-	size_t *cuda_index;           /* targets[i] is procs[cuda_index[i]] */
+	size_t *cuda_index; /* targets[i] is procs[cuda_index[i]] */
 };
 
 /* Load the driver (exit 69 on failure), the tree of pid, its CUDA processes and

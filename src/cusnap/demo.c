@@ -121,8 +121,8 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	opt_control_dir = strdup(ctl);
 	/* Restored trees are reparented to us: we wait for them to verify. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n", processes,
-		allocs, per / MiB, gpu_driver ? gpu : "the emulator (cuemu)", work);
+	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n",
+		processes, allocs, per / MiB, gpu_driver ? gpu : "the emulator (cuemu)", work);
 	double t0 = now_ms(), start = t0;
 	pid_t root = fork();
 	if (root == 0) {
@@ -138,7 +138,8 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 		snprintf(w, sizeof(w), "%d", processes - 1);
 		snprintf(a, sizeof(a), "%d", allocs);
 		snprintf(s, sizeof(s), "%llu", per);
-		execl(launcher, launcher, group, "--workers", w, "--allocs", a, "--size", s, "--timeout", "300", (char *)NULL);
+		execl(launcher, launcher, group, "--workers", w, "--allocs", a, "--size", s, "--timeout", "300",
+		      (char *)NULL);
 		_exit(127);
 	}
 	char ready[PATH_MAX + 64];
@@ -191,8 +192,9 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	int fails = 0, pass = count_pass(log, &fails);
 	bool ok = status == 0 && pass == processes && !fails;
 	double shared_mib = per * allocs / MiB;
-	printf("\ncusnap demo: %d processes, %d shared allocations (%.0f MiB), %s, %s\n\n", processes, allocs, shared_mib,
-	       gpu_driver ? gpu : "emulated GPUs (cuemu)", in_place ? "suspended and resumed in place" : "CRIU checkpoint, kill, restore");
+	printf("\ncusnap demo: %d processes, %d shared allocations (%.0f MiB), %s, %s\n\n", processes, allocs,
+	       shared_mib, gpu_driver ? gpu : "emulated GPUs (cuemu)",
+	       in_place ? "suspended and resumed in place" : "CRIU checkpoint, kill, restore");
 	printf("  %-34s %10s   %s\n", "phase", "time", "size");
 	printf("  %-34s %8.1f ms\n", "start workload, wait until ready", ms_ready);
 	if (in_place) {

@@ -182,7 +182,9 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 	bool have_state = access(state, F_OK) == 0;
 	if (have_state || (!unsettled && suspended)) {
 		/* The state file was written: the prepare completed; rebuild from it. */
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr,
+		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+					  .dir = dir,
+					  .progress = stderr,
 					  .require_state = have_state};
 		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
 			snprintf(err, errlen, "rebuilding shared memory failed: %s", r->error);
@@ -191,8 +193,10 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 		return 0;
 	}
 	/* Interrupted before the state file: each participant rebuilds in place. */
-	fprintf(stderr, "cusnap: participants were left part way through a prepare (no state file in %s): "
-			"rebuilding in place\n", dir);
+	fprintf(stderr,
+		"cusnap: participants were left part way through a prepare (no state file in %s): "
+		"rebuilding in place\n",
+		dir);
 	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
@@ -211,8 +215,10 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	if (rec->stuck)
-		return fail(EX_TERMINATED, "%s: the state of the tree is unknown; once the call returns, `cusnap resume "
-					   "--pid %d` brings it back", what, (int)rec->root);
+		return fail(EX_TERMINATED,
+			    "%s: the state of the tree is unknown; once the call returns, `cusnap resume "
+			    "--pid %d` brings it back",
+			    what, (int)rec->root);
 	char err[1400] = "";
 	bool undone = true;
 	if (rec->changed) {
@@ -233,10 +239,11 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	/* (A participant whose rebuild failed stays parked: it refuses VMM calls
 	 * and cannot be rebuilt again in place.) */
 	if (!undone)
-		return fail(EX_TERMINATED, "%s; undoing it failed: %s%s; the tree is left half-done (`cusnap inspect --pid %d`)",
-			    what, err, lost, (int)rec->root);
-	return fail(EX_TERMINATED, "%s; after the undo %s%s: the tree is left half-done (`cusnap inspect --pid %d`)", what,
-		    why, lost, (int)rec->root);
+		return fail(EX_TERMINATED,
+			    "%s; undoing it failed: %s%s; the tree is left half-done (`cusnap inspect --pid %d`)", what,
+			    err, lost, (int)rec->root);
+	return fail(EX_TERMINATED, "%s; after the undo %s%s: the tree is left half-done (`cusnap inspect --pid %d`)",
+		    what, why, lost, (int)rec->root);
 }
 
 /* ---- signals: SIGINT, SIGTERM and SIGHUP end a command at its next boundary ---- */

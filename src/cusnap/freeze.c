@@ -86,7 +86,8 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 		if (rc[i] == CUDA_SUCCESS)
 			continue;
 		snprintf(err, errlen, "%s of process %d failed: %s",
-			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs, native_error(&t->nat, rc[i]));
+			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs,
+			 native_error(&t->nat, rc[i]));
 		ret = -1;
 		break;
 	}
@@ -112,7 +113,9 @@ int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_r
 			    strerror(-rc));
 	signals_arm();
 	if (t->nshim > 0) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms, .content = content, .dir = rec->dir,
+		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+					  .content = content,
+					  .dir = rec->dir,
 					  .progress = stderr};
 		rec->changed = true;
 		if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {

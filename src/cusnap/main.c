@@ -18,42 +18,41 @@
 #include "cusnap/fdcheck.h"
 #include "cusnap/json.h"
 
-
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: cusnap run [--control-dir DIR] -- PROGRAM [ARG...]\n"
-		"       cusnap checkpoint --pid PID --dir DIR [--leave-running] [--content host|native]\n"
-		"                         [--criu PATH] [--wait-ready] [--json]\n"
-		"       cusnap restore --dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]\n"
-		"       cusnap suspend --pid PID [--dir DIR] [--content host|native] [--json]\n"
-		"       cusnap resume  --pid PID [--dir DIR] [--json]\n"
-		"       cusnap inspect (--pid PID | --dir DIR) [--json]\n"
-		"       cusnap demo [--processes N] [--size BYTES] [--in-place] [--keep DIR]\n"
-		"\n"
-		"  run        start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
-		"  checkpoint dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock and\n"
-		"             checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
-		"             --leave-running (then it is resumed in place and snapshot-complete is written)\n"
-		"  restore    restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
-		"             shared memory, then write restore-complete for the workload\n"
-		"  demo       run the example process group under the interposer, checkpoint, kill and restore it\n"
-		"             (on cuemu when there is no GPU) and print the phases\n"
-		"  suspend   release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
-		"            VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
-		"            every CUDA process natively; the state goes to DIR (default a private directory,\n"
-		"            printed on stderr)\n"
-		"  resume    bring a suspended tree back: native restore and unlock, then rebuild the sharing\n"
-		"  inspect   show the tree's CUDA processes and what they share, or a checkpoint directory\n"
-		"\n"
-		"options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
-		"         --timeout MS (per participant and step, default 30000), --json (summary on stdout)\n"
-		"environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
-		"         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
-		"\n"
-		"exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
-		"2 failed, the workload was terminated or its state is unknown; 64 usage error;\n"
-		"69 a required component is missing (the CUDA driver), with the fix named\n");
+	fprintf(f, "usage: cusnap run [--control-dir DIR] -- PROGRAM [ARG...]\n"
+		   "       cusnap checkpoint --pid PID --dir DIR [--leave-running] [--content host|native]\n"
+		   "                         [--criu PATH] [--wait-ready] [--json]\n"
+		   "       cusnap restore --dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]\n"
+		   "       cusnap suspend --pid PID [--dir DIR] [--content host|native] [--json]\n"
+		   "       cusnap resume  --pid PID [--dir DIR] [--json]\n"
+		   "       cusnap inspect (--pid PID | --dir DIR) [--json]\n"
+		   "       cusnap demo [--processes N] [--size BYTES] [--in-place] [--keep DIR]\n"
+		   "\n"
+		   "  run        start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
+		   "  checkpoint dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock "
+		   "and\n"
+		   "             checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
+		   "             --leave-running (then it is resumed in place and snapshot-complete is written)\n"
+		   "  restore    restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
+		   "             shared memory, then write restore-complete for the workload\n"
+		   "  demo       run the example process group under the interposer, checkpoint, kill and restore it\n"
+		   "             (on cuemu when there is no GPU) and print the phases\n"
+		   "  suspend   release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
+		   "            VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
+		   "            every CUDA process natively; the state goes to DIR (default a private directory,\n"
+		   "            printed on stderr)\n"
+		   "  resume    bring a suspended tree back: native restore and unlock, then rebuild the sharing\n"
+		   "  inspect   show the tree's CUDA processes and what they share, or a checkpoint directory\n"
+		   "\n"
+		   "options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
+		   "         --timeout MS (per participant and step, default 30000), --json (summary on stdout)\n"
+		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
+		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
+		   "\n"
+		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
+		   "2 failed, the workload was terminated or its state is unknown; 64 usage error;\n"
+		   "69 a required component is missing (the CUDA driver), with the fix named\n");
 }
 
 int cmd_suspend(pid_t pid, const char *dir_arg, int content)
@@ -94,7 +93,8 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		json_write_string(stdout, dir);
 		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"shared_allocations\":%zu,"
 		       "\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
-		       t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes, now_ms() - start);
+		       t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes,
+		       now_ms() - start);
 	}
 	rc = EX_OK;
 out:
@@ -193,9 +193,9 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	for (size_t i = 0; i < t.nprocs; i++) {
 		const struct proc *p = &t.procs[i];
 		if (opt_json)
-			printf("%s{\"pid\":%d,\"nspid\":%d,\"cuda\":%s,\"state\":\"%s\",\"interposed\":%s}", i ? "," : "",
-			       (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false", state_name(p->state),
-			       p->shim ? "true" : "false");
+			printf("%s{\"pid\":%d,\"nspid\":%d,\"cuda\":%s,\"state\":\"%s\",\"interposed\":%s}",
+			       i ? "," : "", (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false",
+			       state_name(p->state), p->shim ? "true" : "false");
 		else
 			printf("%-8d %-8d %-5s %-13s %s\n", (int)p->pid, (int)p->nspid, p->cuda ? "yes" : "no",
 			       state_name(p->state), p->cuda ? (p->shim ? "yes" : "no") : "-");
@@ -241,8 +241,10 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			printf(",\"repair\":\"cusnap resume --pid %d\"", (int)pid);
 		printf("}\n");
 	} else if (failed) {
-		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse VMM "
-		       "calls and cannot be rebuilt in place: kill the tree (and restore it from a checkpoint)\n", failed);
+		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse "
+		       "VMM "
+		       "calls and cannot be rebuilt in place: kill the tree (and restore it from a checkpoint)\n",
+		       failed);
 	} else if (half) {
 		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed, %zu participant(s) not active: an "
 		       "interrupted command left this tree; repair it with: cusnap resume --pid %d\n",

@@ -33,7 +33,8 @@ int native_load(struct native *n, char *err, size_t errlen)
 #undef SYM
 	if (!n->init || !n->restore_tid || !n->get_state || !n->lock || !n->checkpoint || !n->restore || !n->unlock) {
 		snprintf(err, errlen,
-			 "libcuda.so.1 has no checkpoint API (cuCheckpointProcess*): a driver of the r570 series or newer "
+			 "libcuda.so.1 has no checkpoint API (cuCheckpointProcess*): a driver of the r570 series or "
+			 "newer "
 			 "is needed");
 		return -1;
 	}

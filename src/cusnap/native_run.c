@@ -74,12 +74,9 @@ static CUresult call(struct run *r, int pid)
 		a.timeoutMs = r->lock_timeout_ms;
 		return r->nat->lock(pid, &a);
 	}
-	case NATIVE_CHECKPOINT:
-		return r->nat->checkpoint(pid, NULL);
-	case NATIVE_RESTORE:
-		return r->nat->restore(pid, r->restore_args.gpuPairsCount ? &r->restore_args : NULL);
-	case NATIVE_UNLOCK:
-		return r->nat->unlock(pid, NULL);
+	case NATIVE_CHECKPOINT: return r->nat->checkpoint(pid, NULL);
+	case NATIVE_RESTORE: return r->nat->restore(pid, r->restore_args.gpuPairsCount ? &r->restore_args : NULL);
+	case NATIVE_UNLOCK: return r->nat->unlock(pid, NULL);
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }

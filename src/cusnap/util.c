@@ -132,7 +132,8 @@ int check_interposition(const struct tree *t)
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d", len ? ", " : "", (int)p->pid);
 	}
 	return fail(EX_LEFT_RUNNING,
-		    "partial interposition: %zu of %zu CUDA processes run under the interposer; without an endpoint: %s "
+		    "partial interposition: %zu of %zu CUDA processes run under the interposer; without an endpoint: "
+		    "%s "
 		    "(refusing: their shared memory could not be rebuilt)",
 		    t->nshim, t->ncuda, list);
 }
@@ -145,8 +146,10 @@ static int guard_procs(const struct proc *procs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		pid_t p = procs[i].pid;
 		if (p == 1)
-			return fail(EX_USAGE, "the tree holds PID 1 of this PID namespace (%d): refusing to freeze or "
-					      "checkpoint the namespace's init; nothing done", (int)p);
+			return fail(EX_USAGE,
+				    "the tree holds PID 1 of this PID namespace (%d): refusing to freeze or "
+				    "checkpoint the namespace's init; nothing done",
+				    (int)p);
 		if (proc_is_self_or_ancestor(p))
 			return fail(EX_USAGE, "the tree holds %s (%d): refusing; nothing done",
 				    p == getpid() ? "cusnap itself" : "an ancestor of cusnap", (int)p);

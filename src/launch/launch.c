@@ -38,7 +38,8 @@ static int find_library(char *out, size_t len)
 	if (env && *env) {
 		char abs[PATH_MAX];
 		if (!realpath(env, abs)) {
-			fprintf(stderr, "snapshot-cuda-vmm-launch: SNAPSHOT_CUDA_VMM_LIBRARY=%s: %s\n", env, strerror(errno));
+			fprintf(stderr, "snapshot-cuda-vmm-launch: SNAPSHOT_CUDA_VMM_LIBRARY=%s: %s\n", env,
+				strerror(errno));
 			return -1;
 		}
 		snprintf(out, len, "%s", abs);
@@ -61,8 +62,10 @@ static int find_library(char *out, size_t len)
 		snprintf(out, len, "%s", installed);
 		return 0;
 	}
-	fprintf(stderr, "snapshot-cuda-vmm-launch: %s not found beside the launcher or in /usr/local/lib/snapshot; "
-			"set SNAPSHOT_CUDA_VMM_LIBRARY or run 'make install'\n", SHIM_NAME);
+	fprintf(stderr,
+		"snapshot-cuda-vmm-launch: %s not found beside the launcher or in /usr/local/lib/snapshot; "
+		"set SNAPSHOT_CUDA_VMM_LIBRARY or run 'make install'\n",
+		SHIM_NAME);
 	return -1;
 }
 
@@ -89,7 +92,8 @@ int main(int argc, char **argv)
 		return EX_UNAVAILABLE;
 	}
 	snprintf(preload, cap, "%s", lib);
-	for (char *save = NULL, *tok = rest ? strtok_r(rest, " :", &save) : NULL; tok; tok = strtok_r(NULL, " :", &save)) {
+	for (char *save = NULL, *tok = rest ? strtok_r(rest, " :", &save) : NULL; tok;
+	     tok = strtok_r(NULL, " :", &save)) {
 		const char *base = strrchr(tok, '/');
 		if (strcmp(base ? base + 1 : tok, SHIM_NAME) == 0)
 			continue;

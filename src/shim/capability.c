@@ -104,8 +104,12 @@ int cap_export_send(int sock, const struct shim_cap *cap)
 	if (me) /* who redeems: a creator lists the importers of its multicast objects */
 		pbuf_put_id(&req, F_ID, &me->id);
 	pbuf_end(&req, at);
-	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
-				 .op = PROTO_OP_EXPORT, .request_id = 1, .payload_len = (uint32_t)req.len};
+	struct proto_header h = {.magic = PROTO_MAGIC,
+				 .major = PROTO_MAJOR,
+				 .minor = PROTO_MINOR,
+				 .op = PROTO_OP_EXPORT,
+				 .request_id = 1,
+				 .payload_len = (uint32_t)req.len};
 	int rc = req.failed ? PROTO_E_INTERNAL : proto_send(sock, &h, req.data, -1, proto_deadline(shim_deadline_ms()));
 	pbuf_free(&req);
 	return rc;
@@ -146,8 +150,8 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 		while (pfield_next(&it, &f))
 			if (f.type == F_MESSAGE)
 				prec_str(&f, msg, sizeof(msg));
-		snprintf(err, errlen, "EXPORT from %s: %s%s%s", cap->endpoint, proto_status_name(rc), msg[0] ? ": " : "",
-			 msg);
+		snprintf(err, errlen, "EXPORT from %s: %s%s%s", cap->endpoint, proto_status_name(rc),
+			 msg[0] ? ": " : "", msg);
 		if (fd >= 0)
 			close(fd);
 		fd = -1;

@@ -93,7 +93,8 @@ int shim_step(int op, struct op_call *c)
 {
 	const struct op_rule *rule = rule_of(op);
 	if (!rule || !rule->step) {
-		snprintf(c->r.msg, sizeof(c->r.msg), "operation %d (%s) is not a lifecycle step", op, proto_op_name(op));
+		snprintf(c->r.msg, sizeof(c->r.msg), "operation %d (%s) is not a lifecycle step", op,
+			 proto_op_name(op));
 		return PROTO_E_OP;
 	}
 	int now = shim_phase();

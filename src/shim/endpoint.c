@@ -31,8 +31,8 @@ struct export_entry {
 	struct cusnap_id token;
 	CUmemGenericAllocationHandle driver; /* 0: not exportable now */
 	size_t size;
-	unsigned mc_devices; /* a multicast object's numDevices; 0: memory */
-	int device;          /* whose primary context serves the export */
+	unsigned mc_devices;         /* a multicast object's numDevices; 0: memory */
+	int device;                  /* whose primary context serves the export */
 	struct cusnap_id *importers; /* multicast objects: the participants that redeemed it */
 	size_t nimporters;
 };
@@ -153,9 +153,10 @@ static void put_alloc(struct proto_buf *b, const struct shim_alloc *a)
 	pbuf_put_u32(b, F_LOC_TYPE, (uint32_t)a->prop.location.type);
 	pbuf_put_u32(b, F_DEVICE, (uint32_t)a->prop.location.id);
 	pbuf_put_u32(b, F_HANDLE_TYPES, (uint32_t)a->prop.requestedHandleTypes);
-	pbuf_put_u32(b, F_ALLOC_FLAGS, (uint32_t)a->prop.allocFlags.compressionType |
-					   (uint32_t)a->prop.allocFlags.gpuDirectRDMACapable << 8 |
-					   (uint32_t)a->prop.allocFlags.usage << 16);
+	pbuf_put_u32(b, F_ALLOC_FLAGS,
+		     (uint32_t)a->prop.allocFlags.compressionType |
+			     (uint32_t)a->prop.allocFlags.gpuDirectRDMACapable << 8 |
+			     (uint32_t)a->prop.allocFlags.usage << 16);
 	pbuf_put_u32(b, F_HANDLES, (uint32_t)a->handles);
 	pbuf_put_u32(b, F_MAPPINGS, (uint32_t)a->mappings);
 	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
@@ -304,8 +305,9 @@ static int export_fd(const uint8_t *payload, size_t len, struct proto_buf *out, 
 	}
 	ctx_leave_all();
 	if (cr != CUDA_SUCCESS) {
-		shim_error_reply(out, "participant %d (ns %d): allocation %s: %s failed: %s", (int)me->pid, (int)me->nspid, hex,
-			      call, driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
+		shim_error_reply(out, "participant %d (ns %d): allocation %s: %s failed: %s", (int)me->pid,
+				 (int)me->nspid, hex, call,
+				 driver ? shim_cu_name(cr) : "not attached now (a checkpoint is under way)");
 		return PROTO_E_DRIVER;
 	}
 	size_t at = pbuf_begin(out, REC_EXPORT);
@@ -335,13 +337,15 @@ static void *serve_client(void *arg)
 			break; /* gone, silent past the deadline, or cut short: just close */
 		struct proto_buf out = {0};
 		int fd = -1;
-		struct proto_header reply = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .minor = PROTO_MINOR,
+		struct proto_header reply = {.magic = PROTO_MAGIC,
+					     .major = PROTO_MAJOR,
+					     .minor = PROTO_MINOR,
 					     .flags = PROTO_FLAG_REPLY};
 		if (rc != PROTO_OK) {
 			/* Bad magic, version, length or an unexpected FD: a typed error, then close. */
 			if (rc == PROTO_E_VERSION)
-				shim_error_reply(&out, "peer speaks protocol %u.%u; this shim speaks %u.%u", h.major, h.minor,
-					      PROTO_MAJOR, PROTO_MINOR);
+				shim_error_reply(&out, "peer speaks protocol %u.%u; this shim speaks %u.%u", h.major,
+						 h.minor, PROTO_MAJOR, PROTO_MINOR);
 			reply.status = rc;
 			reply.op = h.op;
 			reply.payload_len = (uint32_t)out.len;

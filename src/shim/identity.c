@@ -19,7 +19,7 @@ static pthread_mutex_t identity_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_identity self;
 static bool have_identity;
 static bool published; /* set once self is complete; read without the lock */
-static pid_t env_pid;          /* the process that read the environment */
+static pid_t env_pid;  /* the process that read the environment */
 static char env_participant[64];
 
 static int deadline_ms = 10000;
@@ -66,12 +66,15 @@ const struct shim_identity *shim_identity(const char **why)
 			id_random(&self.id);
 		}
 		snprintf(self.control_dir, sizeof(self.control_dir), "%s", control_dir_from_env());
-		snprintf(self.endpoint, sizeof(self.endpoint), "%s/cuda-vmm-%d.sock", self.control_dir, (int)self.nspid);
+		snprintf(self.endpoint, sizeof(self.endpoint), "%s/cuda-vmm-%d.sock", self.control_dir,
+			 (int)self.nspid);
 		have_identity = true;
 		__atomic_store_n(&published, true, __ATOMIC_RELEASE);
 		if (endpoint_start(&self) < 0)
-			LOG_AT(LOG_ERROR, "endpoint %s could not be started: this process cannot be checkpointed "
-					  "with its shared VMM memory", self.endpoint);
+			LOG_AT(LOG_ERROR,
+			       "endpoint %s could not be started: this process cannot be checkpointed "
+			       "with its shared VMM memory",
+			       self.endpoint);
 	}
 	pthread_mutex_unlock(&identity_lock);
 	return &self;

@@ -78,7 +78,8 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 	CUmemAccessDesc d = {.location = a->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	rc = real.cuMemSetAccess(va, a->size, &d, 1);
 	if (rc)
-		life_fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
+		life_fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size,
+			  shim_cu_name(rc));
 	bool on_host = a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
 		       a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST;
 	if (!rc && on_host) {
@@ -93,7 +94,7 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 		rc = to_device ? aux.cuMemcpyHtoD_v2(va, host, a->size) : aux.cuMemcpyDtoH_v2(host, va, a->size);
 		if (rc)
 			life_fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",
-			     (unsigned long long)va, a->size, shim_cu_name(rc));
+				  (unsigned long long)va, a->size, shim_cu_name(rc));
 		else
 			r->bytes += a->size;
 	}
@@ -101,8 +102,8 @@ static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_devi
 	if (urc != CUDA_SUCCESS)
 		urc = real.cuMemUnmap(va, a->size); /* once more: the mapping is ours and must not stay */
 	if (urc != CUDA_SUCCESS && rc == CUDA_SUCCESS) {
-		life_fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va, a->size,
-		     shim_cu_name(urc));
+		life_fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va,
+			  a->size, shim_cu_name(urc));
 		rc = urc;
 	}
 free_va:
@@ -126,16 +127,18 @@ CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 		size_t len = n->end - n->start;
 		CUresult rc = real.cuMemMap(n->start, len, m->offset, a->driver, m->flags);
 		if (rc) {
-			life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len, shim_cu_name(rc));
+			life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len,
+				  shim_cu_name(rc));
 			return rc;
 		}
 		for (size_t i = 0; i < m->naccess; i++) {
-			CUmemAccessDesc d = {.location = m->access[i].location, .flags = (CUmemAccess_flags)m->access[i].flags};
+			CUmemAccessDesc d = {.location = m->access[i].location,
+					     .flags = (CUmemAccess_flags)m->access[i].flags};
 			rc = real.cuMemSetAccess(n->start, len, &d, 1);
 			if (rc) {
 				real.cuMemUnmap(n->start, len);
-				life_fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s", (unsigned long long)n->start, len,
-				     d.location.id, shim_cu_name(rc));
+				life_fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s",
+					  (unsigned long long)n->start, len, d.location.id, shim_cu_name(rc));
 				return rc;
 			}
 		}
@@ -156,7 +159,7 @@ CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r)
 		CUresult rc = real.cuMemUnmap(n->start, n->end - n->start);
 		if (rc) {
 			life_fail(r, a, "cuMemUnmap(%#llx, %llu) failed: %s", (unsigned long long)n->start,
-			     (unsigned long long)(n->end - n->start), shim_cu_name(rc));
+				  (unsigned long long)(n->end - n->start), shim_cu_name(rc));
 			return rc;
 		}
 		m->detached = true;
@@ -207,8 +210,8 @@ static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 		}
 		rc = real.cuMemRetainAllocationHandle(&a->driver, (void *)(uintptr_t)any->node.start);
 		if (rc) {
-			life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s", (unsigned long long)any->node.start,
-			     shim_cu_name(rc));
+			life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s",
+				  (unsigned long long)any->node.start, shim_cu_name(rc));
 			return rc;
 		}
 		a->driver_ref = true;
@@ -287,7 +290,9 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 		for (size_t i = 0; i < tbl.allocs.cap; i++) {
 			struct shim_alloc *a = tbl.allocs.vals[i];
 			if (tbl.allocs.keys[i] && a->mc) {
-				life_fail(r, a, "PREPARE before PREPARE_MULTICAST: multicast objects must be taken down first");
+				life_fail(r, a,
+					  "PREPARE before PREPARE_MULTICAST: multicast objects must be taken down "
+					  "first");
 				return PROTO_E_PHASE;
 			}
 		}
@@ -319,7 +324,7 @@ static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 		rc = real.cuMemCreate(&h, a->size, &a->prop, 0);
 		if (rc) {
 			life_fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
-			     shim_cu_name(rc));
+				  shim_cu_name(rc));
 			return rc;
 		}
 		a->driver = h;
@@ -413,8 +418,8 @@ static int op_restore_importers(struct life_result *r)
 		size_t sent = start, got = start;
 		if (sock < 0) {
 			for (size_t i = start; i < end; i++)
-				snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s", list[i].cap.endpoint,
-					 strerror(-sock));
+				snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s",
+					 list[i].cap.endpoint, strerror(-sock));
 			got = end;
 		}
 		while (got < end) {
@@ -543,8 +548,8 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 			a->prop.location.id = map[a->prop.location.id];
 		for (struct shim_mapping *m = a->maps; m; m = m->sibling)
 			for (size_t k = 0; k < m->naccess; k++)
-				if (m->access[k].location.type == CU_MEM_LOCATION_TYPE_DEVICE && m->access[k].location.id >= 0 &&
-				    m->access[k].location.id < 64)
+				if (m->access[k].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+				    m->access[k].location.id >= 0 && m->access[k].location.id < 64)
 					m->access[k].location.id = map[m->access[k].location.id];
 	}
 	return PROTO_OK;
@@ -583,8 +588,9 @@ int serve_QUIESCE(struct op_call *c)
 	pthread_mutex_lock(&tbl.lock);
 	if (shim_mc_objects > 0) {
 		/* Never let the native checkpoint hang on a multicast object it cannot take down. */
-		life_fail(&c->r, NULL, "%zu multicast handle(s) were imported from raw file descriptors, not through "
-				       "the shim's capabilities: they cannot be taken down and rebuilt",
+		life_fail(&c->r, NULL,
+			  "%zu multicast handle(s) were imported from raw file descriptors, not through "
+			  "the shim's capabilities: they cannot be taken down and rebuilt",
 			  shim_mc_objects);
 		rc = PROTO_E_NOT_FOUND;
 	} else {
@@ -669,10 +675,14 @@ int serve_ABORT(struct op_call *c)
 	 * needs the coordinator's staged rebuild. */
 	int now = c->phase;
 	if (now != PROTO_PHASE_ACTIVE && now != PROTO_PHASE_RESTORED) {
-		static const int steps[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS, PROTO_OP_RESTORE_MULTICAST,
-					    PROTO_OP_RESTORE_MULTICAST_IMPORT, PROTO_OP_RESTORE_MULTICAST_BIND};
-		size_t first = now == PROTO_PHASE_CREATORS_RESTORED ? 1 : now == PROTO_PHASE_UNICAST_RESTORED ? 2
-			       : now == PROTO_PHASE_MC_CREATED ? 3 : now == PROTO_PHASE_MC_IMPORTED ? 4 : 0;
+		static const int steps[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS,
+					    PROTO_OP_RESTORE_MULTICAST, PROTO_OP_RESTORE_MULTICAST_IMPORT,
+					    PROTO_OP_RESTORE_MULTICAST_BIND};
+		size_t first = now == PROTO_PHASE_CREATORS_RESTORED  ? 1
+			       : now == PROTO_PHASE_UNICAST_RESTORED ? 2
+			       : now == PROTO_PHASE_MC_CREATED       ? 3
+			       : now == PROTO_PHASE_MC_IMPORTED      ? 4
+								     : 0;
 		if (first == 0)
 			shim_step_set_phase(PROTO_PHASE_PREPARED);
 		struct op_call sub = {.out = c->out};

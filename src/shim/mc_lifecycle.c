@@ -202,8 +202,8 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 			continue; /* (named there) */
 		rc = real.cuMulticastCreate(&h, &prop);
 		if (rc) {
-			life_fail(r, a, "cuMulticastCreate(%u devices, %zu bytes) failed: %s", prop.numDevices, prop.size,
-				  shim_cu_name(rc));
+			life_fail(r, a, "cuMulticastCreate(%u devices, %zu bytes) failed: %s", prop.numDevices,
+				  prop.size, shim_cu_name(rc));
 			continue;
 		}
 		a->driver = h;
@@ -304,7 +304,8 @@ int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
 		for (size_t d = 0; !rc && a->mc->fresh && d < a->mc->nadded; d++) {
 			rc = real.cuMulticastAddDevice(a->driver, a->mc->added[d]);
 			if (rc)
-				life_fail(r, a, "cuMulticastAddDevice(device %d) failed: %s", a->mc->added[d], shim_cu_name(rc));
+				life_fail(r, a, "cuMulticastAddDevice(device %d) failed: %s", a->mc->added[d],
+					  shim_cu_name(rc));
 		}
 		if (!rc) {
 			a->mc->fresh = false;
@@ -349,15 +350,22 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 			if (!b->detached)
 				continue;
 			if (!b->member) {
-				life_fail(r, a, "a bind at offset %zu is of memory the shim does not track: it cannot be replayed",
+				life_fail(r, a,
+					  "a bind at offset %zu is of memory the shim does not track: it cannot be "
+					  "replayed",
 					  b->mc_offset);
 				rc = CUDA_ERROR_NOT_SUPPORTED;
 				break;
 			}
-			list[k++] = (struct pending_bind){.key = a->key, .index = j, .mc = a->driver,
-							  .member = b->member->driver, .member_va = b->member_va,
-							  .mc_offset = b->mc_offset, .member_offset = b->member_offset,
-							  .size = b->size, .device = b->device};
+			list[k++] = (struct pending_bind){.key = a->key,
+							  .index = j,
+							  .mc = a->driver,
+							  .member = b->member->driver,
+							  .member_va = b->member_va,
+							  .mc_offset = b->mc_offset,
+							  .member_offset = b->member_offset,
+							  .size = b->size,
+							  .device = b->device};
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);
@@ -376,12 +384,13 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 		if (!rc) {
 			call = p->member_va ? "cuMulticastBindAddr" : "cuMulticastBindMem";
 			rc = p->member_va ? real.cuMulticastBindAddr(p->mc, p->mc_offset, p->member_va, p->size, 0)
-				  : real.cuMulticastBindMem(p->mc, p->mc_offset, p->member, p->member_offset, p->size, 0);
+					  : real.cuMulticastBindMem(p->mc, p->mc_offset, p->member, p->member_offset,
+								    p->size, 0);
 		}
 		if (rc) {
 			pthread_mutex_lock(&tbl.lock);
-			life_fail(r, hmap_get(&tbl.allocs, p->key), "%s(offset %zu, %zu bytes, device %d) failed: %s", call,
-				  p->mc_offset, p->size, p->device, shim_cu_name(rc));
+			life_fail(r, hmap_get(&tbl.allocs, p->key), "%s(offset %zu, %zu bytes, device %d) failed: %s",
+				  call, p->mc_offset, p->size, p->device, shim_cu_name(rc));
 			pthread_mutex_unlock(&tbl.lock);
 			break;
 		}

@@ -179,8 +179,8 @@ static CUresult substitute(const char *name, int version, unsigned long long fla
 		return rc;
 	void *w = shim_wrapper_for(name, version, flags);
 	if (w == SHIM_REFUSED) {
-		LOG_AT(LOG_WARN, "%s at CUDA %d is an ABI the interposer does not wrap: answered CUDA_ERROR_NOT_FOUND", name,
-		       version);
+		LOG_AT(LOG_WARN, "%s at CUDA %d is an ABI the interposer does not wrap: answered CUDA_ERROR_NOT_FOUND",
+		       name, version);
 		*pfn = NULL;
 		return CUDA_ERROR_NOT_FOUND;
 	}
@@ -323,12 +323,12 @@ static cudaError_t runtime_substitute(const char *symbol, int version, unsigned 
 	return cudaErrorSymbolNotFound;
 }
 
-#define RUNTIME_CALL(fn, version, ...)                                         \
-	do {                                                                       \
-		__typeof__(&fn) r = (__typeof__(&fn))shim_resolve_runtime(SHIM_FN_##fn); \
-		if (!r)                                                                \
-			return cudaErrorSharedObjectInitFailed;                            \
-		cudaError_t rc = r(__VA_ARGS__);                                       \
+#define RUNTIME_CALL(fn, version, ...)                                                        \
+	do {                                                                                  \
+		__typeof__(&fn) r = (__typeof__(&fn))shim_resolve_runtime(SHIM_FN_##fn);      \
+		if (!r)                                                                       \
+			return cudaErrorSharedObjectInitFailed;                               \
+		cudaError_t rc = r(__VA_ARGS__);                                              \
 		return runtime_substitute(symbol, version, flags, funcPtr, rc, driverStatus); \
 	} while (0)
 
@@ -352,8 +352,8 @@ SHIM_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void *
 		     driverStatus);
 }
 
-SHIM_API cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr,
-							   unsigned int cudaVersion, unsigned long long flags,
+SHIM_API cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+							   unsigned long long flags,
 							   enum cudaDriverEntryPointQueryResult *driverStatus)
 {
 	RUNTIME_CALL(cudaGetDriverEntryPointByVersion_ptsz, (int)cudaVersion, symbol, funcPtr, cudaVersion, flags,

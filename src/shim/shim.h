@@ -120,31 +120,31 @@ struct shim_access {
 /* One driver allocation this process tracks (it created it, or imported it
  * through a capability). */
 struct shim_alloc {
-	uint64_t key;                  /* table key, stable for the record's life */
-	struct cusnap_id id;           /* allocation id (the creator's) */
-	struct cusnap_id creator;      /* creator participant id */
-	struct cusnap_id token;        /* capability token (creators, once exported) */
+	uint64_t key;             /* table key, stable for the record's life */
+	struct cusnap_id id;      /* allocation id (the creator's) */
+	struct cusnap_id creator; /* creator participant id */
+	struct cusnap_id token;   /* capability token (creators, once exported) */
 	enum shim_role role;
 	bool shared;
-	unsigned shared_types;         /* handle types it was exported as */
-	size_t size;                   /* bytes */
+	unsigned shared_types; /* handle types it was exported as */
+	size_t size;           /* bytes */
 	CUmemAllocationProp prop;
 	CUmemGenericAllocationHandle driver; /* the driver's handle of this allocation */
-	bool driver_ref;               /* the shim holds one driver reference (while handles > 0) */
-	uint64_t value;                /* its logical handle value (0 until the first) */
-	struct shim_handle *handle;    /* that handle's table entry while handles > 0 */
-	size_t handles;                /* references to it (create/import + retains - releases) */
-	size_t mappings;               /* live tracked mappings */
-	struct shim_mapping *maps;     /* those mappings (list through shim_mapping.sibling) */
-	char *creator_endpoint;        /* importers: where the capability is redeemed */
-	size_t granularity;            /* bytes: the driver's minimum for its properties */
-	int ctx_device;                /* device of the context current at creation/import (-1: none) */
-	size_t mc_binds;               /* multicast binds of this memory (the shim keeps a reference meanwhile) */
-	struct shim_mc *mc;            /* non-NULL: this record is a multicast object, not memory */
+	bool driver_ref;                     /* the shim holds one driver reference (while handles > 0) */
+	uint64_t value;                      /* its logical handle value (0 until the first) */
+	struct shim_handle *handle;          /* that handle's table entry while handles > 0 */
+	size_t handles;                      /* references to it (create/import + retains - releases) */
+	size_t mappings;                     /* live tracked mappings */
+	struct shim_mapping *maps;           /* those mappings (list through shim_mapping.sibling) */
+	char *creator_endpoint;              /* importers: where the capability is redeemed */
+	size_t granularity;                  /* bytes: the driver's minimum for its properties */
+	int ctx_device;                      /* device of the context current at creation/import (-1: none) */
+	size_t mc_binds;                     /* multicast binds of this memory (the shim keeps a reference meanwhile) */
+	struct shim_mc *mc;                  /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
-	bool detached;                 /* prepare released the driver's allocation */
-	bool carrier;                  /* native mode: the shim took a reference to keep it */
-	void *saved;                   /* host mode: the bytes while detached */
+	bool detached; /* prepare released the driver's allocation */
+	bool carrier;  /* native mode: the shim took a reference to keep it */
+	void *saved;   /* host mode: the bytes while detached */
 };
 
 /* One bind this process made into a multicast object. */
@@ -153,8 +153,8 @@ struct shim_mc_bind {
 	CUdevice device;           /* the member memory's device */
 	struct shim_alloc *member; /* NULL: memory the shim does not track (refused at validation) */
 	size_t member_offset;
-	CUdeviceptr member_va;     /* cuMulticastBindAddr: the address bound (0: cuMulticastBindMem) */
-	bool detached;             /* unbound by PREPARE_MULTICAST */
+	CUdeviceptr member_va; /* cuMulticastBindAddr: the address bound (0: cuMulticastBindMem) */
+	bool detached;         /* unbound by PREPARE_MULTICAST */
 };
 
 /* What a multicast record (struct shim_alloc with mc set) adds. */
@@ -166,7 +166,7 @@ struct shim_mc {
 	size_t nadded;
 	struct shim_mc_bind *binds;
 	size_t nbinds;
-	bool fresh;                 /* rebuilt and not yet joined by this process's devices */
+	bool fresh; /* rebuilt and not yet joined by this process's devices */
 };
 
 struct shim_handle {
@@ -181,7 +181,7 @@ struct shim_mapping {
 	unsigned long long flags;
 	struct shim_access *access; /* merged, one entry per location */
 	size_t naccess, access_cap;
-	bool detached; /* unmapped by prepare; the reservation is kept */
+	bool detached;                        /* unmapped by prepare; the reservation is kept */
 	struct shim_mapping *sibling, **back; /* the allocation's list of mappings */
 };
 
@@ -255,10 +255,10 @@ struct life_result {
 struct op_call {
 	const uint8_t *payload; /* the request's records */
 	size_t len;
-	struct proto_buf *out;  /* READ operations: the reply's records */
-	int *fd;                /* READ operations: a descriptor sent with the reply */
-	struct life_result r;   /* STEP operations */
-	int phase;              /* STEP operations: the phase when it began */
+	struct proto_buf *out; /* READ operations: the reply's records */
+	int *fd;               /* READ operations: a descriptor sent with the reply */
+	struct life_result r;  /* STEP operations */
+	int phase;             /* STEP operations: the phase when it began */
 };
 /* Serve operation op (the endpoint's one entry): the reply's records go to out,
  * a descriptor to send with it to *fd. Returns a proto_status. */

@@ -76,8 +76,10 @@ CUresult tbl_refuse_tagged(const char *call, CUmemGenericAllocationHandle value)
 {
 	if ((value & SHIM_HANDLE_TAG_MASK) != SHIM_HANDLE_TAG)
 		return CUDA_SUCCESS;
-	LOG_AT(LOG_WARN, "%s: handle %#llx is not (or no longer) a live handle of the kind this call takes: "
-			 "CUDA_ERROR_INVALID_VALUE", call, (unsigned long long)value);
+	LOG_AT(LOG_WARN,
+	       "%s: handle %#llx is not (or no longer) a live handle of the kind this call takes: "
+	       "CUDA_ERROR_INVALID_VALUE",
+	       call, (unsigned long long)value);
 	return CUDA_ERROR_INVALID_VALUE;
 }
 

@@ -26,8 +26,10 @@ bool refuse_in_fork_child(const char *call)
 {
 	if (!shim_forked_child)
 		return false;
-	LOG_AT(LOG_ERROR, "%s on a tracked handle refused: this process was forked from a process that tracks "
-			  "CUDA VMM state (exec or spawn the child instead)", call);
+	LOG_AT(LOG_ERROR,
+	       "%s on a tracked handle refused: this process was forked from a process that tracks "
+	       "CUDA VMM state (exec or spawn the child instead)",
+	       call);
 	return true;
 }
 
@@ -321,8 +323,10 @@ SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	}
 	CUresult rc;
 	if (n == -1) {
-		LOG_AT(LOG_ERROR, "cuMemUnmap(%#llx, %zu) covers part of a tracked mapping: partial unmaps of shared "
-				  "VMM memory are not supported", (unsigned long long)ptr, size);
+		LOG_AT(LOG_ERROR,
+		       "cuMemUnmap(%#llx, %zu) covers part of a tracked mapping: partial unmaps of shared "
+		       "VMM memory are not supported",
+		       (unsigned long long)ptr, size);
 		rc = CUDA_ERROR_NOT_SUPPORTED;
 	} else if (n < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -513,8 +517,9 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	if (raw < 0) {
 		char hex[ID_HEX_LEN + 1];
 		id_hex(&cap.alloc_id, hex);
-		LOG_AT(LOG_ERROR, "cuMemImportFromShareableHandle: capability for allocation %s could not be redeemed: %s",
-		       hex, err);
+		LOG_AT(LOG_ERROR,
+		       "cuMemImportFromShareableHandle: capability for allocation %s could not be redeemed: %s", hex,
+		       err);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_lock(&tbl.lock);
@@ -584,9 +589,10 @@ static CUresult map_array_refused(const CUarrayMapInfo *info, unsigned int count
 		if (info[i].memHandleType != CU_MEM_HANDLE_TYPE_GENERIC ||
 		    (info[i].memHandle.memHandle & SHIM_HANDLE_TAG_MASK) != SHIM_HANDLE_TAG)
 			continue;
-		LOG_AT(LOG_ERROR, "cuMemMapArrayAsync: entry %u maps tracked (POSIX-shareable) VMM memory %#llx into a "
-				  "sparse array: not supported by the interposer", i,
-		       (unsigned long long)info[i].memHandle.memHandle);
+		LOG_AT(LOG_ERROR,
+		       "cuMemMapArrayAsync: entry %u maps tracked (POSIX-shareable) VMM memory %#llx into a "
+		       "sparse array: not supported by the interposer",
+		       i, (unsigned long long)info[i].memHandle.memHandle);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	return CUDA_SUCCESS;

@@ -85,8 +85,8 @@ static inline int tool(char **out, char *const env[], const char *first, ...)
 }
 
 struct group {
-	pid_t child;   /* what we forked */
-	pid_t root;    /* the workload's root process (observed PID) */
+	pid_t child; /* what we forked */
+	pid_t root;  /* the workload's root process (observed PID) */
 	char ctl[PATH_MAX];
 	char log[PATH_MAX];
 	char env_ctl[PATH_MAX + 32];
@@ -229,8 +229,9 @@ static inline void e2e_scratch(const char *name, char dir[PATH_MAX], char ctl[PA
 static inline pid_t partial_tree_start(const char *dir, const char *ctl)
 {
 	char script[4 * PATH_MAX];
-	snprintf(script, sizeof(script), "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait",
-		 bin_dir, tests_dir, dir, tests_dir, dir);
+	snprintf(script, sizeof(script),
+		 "%s/snapshot-cuda-vmm-launch %s/emu/target_helper %s a & %s/emu/target_helper %s b & wait", bin_dir,
+		 tests_dir, dir, tests_dir, dir);
 	return helpers_start(dir, ctl, script);
 }
 
@@ -294,13 +295,13 @@ static inline int group_resume(struct group *g, char **out, char *const *env)
 
 /* Suspend (host content) and resume in place; both must succeed (a macro, so
  * that a failure names the calling line). */
-#define group_suspend_resume(g)                                   \
+#define group_suspend_resume(g)                                       \
 	do {                                                          \
-		char *out_;                                               \
-		CHECK_EQ(group_suspend((g), "host", &out_, NULL), 0);     \
-		free(out_);                                               \
-		CHECK_EQ(group_resume((g), &out_, NULL), 0);              \
-		free(out_);                                               \
+		char *out_;                                           \
+		CHECK_EQ(group_suspend((g), "host", &out_, NULL), 0); \
+		free(out_);                                           \
+		CHECK_EQ(group_resume((g), &out_, NULL), 0);          \
+		free(out_);                                           \
 	} while (0)
 
 /* JSON of `cusnap inspect --pid` for the group (malloc'ed). */
@@ -336,19 +337,19 @@ static inline int count_of(const char *text, const char *needle)
 	return n;
 }
 
-#define CHECK_CONTAINS(text, needle)                                                               \
-	do {                                                                                           \
-		if (!contains((text), (needle)))                                                           \
+#define CHECK_CONTAINS(text, needle)                                                                               \
+	do {                                                                                                       \
+		if (!contains((text), (needle)))                                                                   \
 			test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), (text) ? (text) : ""); \
 	} while (0)
 
 /* Command a target_helper in dir; its answer must start with want. */
-#define TARGET_EXPECT_DIR(dir, name, cmd, want)                                                      \
-	do {                                                                                             \
+#define TARGET_EXPECT_DIR(dir, name, cmd, want)                                                              \
+	do {                                                                                                 \
 		char *got_ = test_command((dir), (name), (cmd), 20000);                                      \
 		if (!got_ || strncmp(got_, (want), strlen(want)) != 0)                                       \
-			test_fail(__FILE__, __LINE__, "%s: '%s' answered '%s', want '%s...'", (name), (cmd),     \
-				  got_ ? got_ : "(nothing)", (want));                                            \
+			test_fail(__FILE__, __LINE__, "%s: '%s' answered '%s', want '%s...'", (name), (cmd), \
+				  got_ ? got_ : "(nothing)", (want));                                        \
 		free(got_);                                                                                  \
 	} while (0)
 

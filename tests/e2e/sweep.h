@@ -125,7 +125,8 @@ static inline bool sweep_restored_passes(struct group *g, int procs, const char 
 	pid_t root = sweep_restored_root(g);
 	int status = root > 0 ? test_wait_child(root, 60000) : -1;
 	char *log = test_read_file(g->log);
-	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && count_of(log, "PASS vmm_group") >= procs;
+	bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+		  count_of(log, "PASS vmm_group") >= procs;
 	if (!ok)
 		test_fail(__FILE__, __LINE__, "%s: the restored workload did not pass (status %#x):\n%s", what, status,
 			  log ? log : "");
@@ -154,7 +155,8 @@ static inline bool sweep_check(const struct sweep *s, struct group *g, int procs
 			} else {
 				ok = ckpt ? sweep_restored_passes(g, procs, what) : group_finish(g) == procs;
 				if (!ok && !ckpt)
-					test_fail(__FILE__, __LINE__, "%s: the workload did not pass after resume", what);
+					test_fail(__FILE__, __LINE__, "%s: the workload did not pass after resume",
+						  what);
 			}
 		} else if (rc == 1) {
 			if (!contains(out, "everything undone")) {
@@ -189,7 +191,8 @@ static inline bool sweep_check(const struct sweep *s, struct group *g, int procs
 			if (root > 0)
 				test_wait_child(root, 10000);
 			if (!contains(out, "restored tree killed") || (root > 0 && kill(root, 0) == 0)) {
-				test_fail(__FILE__, __LINE__, "%s: exit 2 with the restored tree not killed:\n%s", what, out);
+				test_fail(__FILE__, __LINE__, "%s: exit 2 with the restored tree not killed:\n%s", what,
+					  out);
 				ok = false;
 			}
 		} else {
@@ -286,8 +289,8 @@ static inline int sweep_run(const struct sweep *s)
 		for (int n = 1; n < 64; n++) {
 			char fault[128];
 			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", sweep_calls[c], n);
-			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault, s->content,
-				 s->role, s->multicast ? ", multicast" : "");
+			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault,
+				 s->content, s->role, s->multicast ? ", multicast" : "");
 			char *env[] = {fault, env_arm, env_report, env_role, mc, NULL};
 			unlink(report);
 			rc = sweep_case(s, &g, workers, env, arm, &out);

@@ -27,8 +27,8 @@ static int checkpoint(struct group *g, const char *dir, const char *content, boo
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", g->root);
 	if (leave_running)
-		return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--content", content, "--control-dir",
-			    g->ctl, "--criu", criu_arg, "--leave-running", "--wait-ready", NULL);
+		return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--content", content,
+			    "--control-dir", g->ctl, "--criu", criu_arg, "--leave-running", "--wait-ready", NULL);
 	return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--content", content, "--control-dir",
 		    g->ctl, "--criu", criu_arg, "--wait-ready", NULL);
 }
@@ -258,7 +258,8 @@ static void partial_interposition(void)
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
-		      NULL), 1);
+		      NULL),
+		 1);
 	CHECK_CONTAINS(out, "partial interposition");
 	free(out);
 	/* Refused before anything changed: both still running, nothing dumped. */
@@ -286,7 +287,8 @@ static void device_map(void)
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
-		      NULL), 0);
+		      NULL),
+		 0);
 	free(out);
 	test_wait_child(sh, 10000);
 	reap_all();
@@ -322,8 +324,8 @@ static void device_map(void)
 }
 
 /* The phase boundaries of checkpoint (include/cusnap/faults.def). */
-static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
-					 "kill-after-lock", "kill-after-checkpoint", "kill-after-dump"};
+static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare",    "kill-after-state",
+					 "kill-after-lock",    "kill-after-checkpoint", "kill-after-dump"};
 
 /* cusnap checkpoint with CUSNAP_FAULT=point:how ("term": SIGTERM to cusnap,
  * "self": SIGKILL). Returns its exit (-1: killed). */
@@ -375,7 +377,8 @@ static void interrupted_checkpoint(void)
 		if (group_start(&g, mode ? "ckkill" : "ckterm", 1, 2, false, NULL, NULL, NULL) < 0)
 			return;
 		char *out, what[128], pid[16];
-		snprintf(what, sizeof(what), "%s at %s%s", mode ? "SIGKILL" : "SIGTERM", point, leave ? " (--leave-running)" : "");
+		snprintf(what, sizeof(what), "%s at %s%s", mode ? "SIGKILL" : "SIGTERM", point,
+			 leave ? " (--leave-running)" : "");
 		snprintf(pid, sizeof(pid), "%d", g.root);
 		int rc = faulted_checkpoint(&g, point, mode ? "self" : "term", leave, &out);
 		int want = mode ? -1 : after_dump ? 2 : 1;
@@ -410,8 +413,10 @@ static void sweeps(void)
 				/* checkpoint's driver calls are suspend's (swept there): one role per mode */
 				if (!all && op == 0 && r == 1)
 					continue;
-				struct sweep s = {.op = op ? SWEEP_RESTORE : SWEEP_CHECKPOINT, .content = contents[c],
-						  .role = roles[(r + c) % 2], .criu = criu};
+				struct sweep s = {.op = op ? SWEEP_RESTORE : SWEEP_CHECKPOINT,
+						  .content = contents[c],
+						  .role = roles[(r + c) % 2],
+						  .criu = criu};
 				if (sweep_selected(k))
 					cases[op] += sweep_run(&s);
 			}

@@ -44,16 +44,18 @@ static void replay(const char *mode, const char *extra, int processes, int creat
 		char *out;
 		int rc = group_suspend(&g, contents[c], &out, NULL);
 		if (rc != 0)
-			test_fail(__FILE__, __LINE__, "%s (%s content): suspend exited %d:\n%s", mode, contents[c], rc, out);
+			test_fail(__FILE__, __LINE__, "%s (%s content): suspend exited %d:\n%s", mode, contents[c], rc,
+				  out);
 		free(out);
 		rc = group_resume(&g, &out, NULL);
 		if (rc != 0)
-			test_fail(__FILE__, __LINE__, "%s (%s content): resume exited %d:\n%s", mode, contents[c], rc, out);
+			test_fail(__FILE__, __LINE__, "%s (%s content): resume exited %d:\n%s", mode, contents[c], rc,
+				  out);
 		free(out);
 		int pass = group_finish_counting(&g, "PASS clients");
 		if (pass != processes)
-			test_fail(__FILE__, __LINE__, "%s (%s content): %d of %d processes passed", mode, contents[c], pass,
-				  processes);
+			test_fail(__FILE__, __LINE__, "%s (%s content): %d of %d processes passed", mode, contents[c],
+				  pass, processes);
 		group_kill(&g);
 	}
 }

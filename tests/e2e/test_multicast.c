@@ -167,7 +167,8 @@ static void partial_group(void)
 		snprintf(p[i], sizeof(p[i]), "%d", pids[i]);
 	/* pids[3], the last worker, imported the object; it is left out. */
 	CHECK_EQ(tool(&out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", p[0], p[0], "--process",
-		      p[1], p[1], "--process", p[2], p[2], NULL), 1);
+		      p[1], p[1], "--process", p[2], p[2], NULL),
+		 1);
 	CHECK_CONTAINS(out, "is not in the group (partial group)");
 	free(out);
 	CHECK_EQ(group_finish(&g), 4);
@@ -184,8 +185,10 @@ static void fault_sweep(void)
 	for (int op = 0; op < 2; op++)
 		for (int c = 0; c < 2; c++)
 			for (int r = 0; r < 2; r++, k++) {
-				struct sweep sw = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND, .content = contents[c],
-						   .role = roles[(r + c) % 2], .multicast = true};
+				struct sweep sw = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND,
+						   .content = contents[c],
+						   .role = roles[(r + c) % 2],
+						   .multicast = true};
 				if (sweep_selected(k))
 					cases[op] += sweep_run(&sw);
 			}

@@ -103,7 +103,8 @@ static void sweeps(void)
 	for (int op = 0; op < 2; op++)
 		for (int c = 0; c < 2; c++)
 			for (int r = 0; r < 2; r++, k++) {
-				struct sweep s = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND, .content = contents[c],
+				struct sweep s = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND,
+						  .content = contents[c],
 						  .role = roles[(r + c) % 2]};
 				if (sweep_selected(k))
 					cases[op] += sweep_run(&s);
@@ -215,8 +216,8 @@ static void recovery_after_sigkill(void)
 			if (rc == -2)
 				return;
 			if (rc != -1)
-				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s", boundaries[i], rc,
-					  out);
+				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s",
+					  boundaries[i], rc, out);
 			free(out);
 			snprintf(pid, sizeof(pid), "%d", g.root);
 			char *env2[] = {envctl, NULL};
@@ -229,8 +230,8 @@ static void recovery_after_sigkill(void)
 			}
 			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
 			if (rc != 0)
-				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s", boundaries[i],
-					  contents[c], rc, out);
+				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s",
+					  boundaries[i], contents[c], rc, out);
 			free(out);
 			if (i == 0 && c == 0) {
 				/* Already running: nothing to do, and said so. */
@@ -325,8 +326,8 @@ static void json_odd_paths(void)
 		char err[256] = "";
 		struct json *j = out ? json_parse(out, strlen(out), err, sizeof(err)) : NULL;
 		if (rc != runs[i].want || !j)
-			test_fail(__FILE__, __LINE__, "%s --json: exit %d, %s:\n%s", runs[i].what, rc, j ? "valid" : err,
-				  out ? out : "");
+			test_fail(__FILE__, __LINE__, "%s --json: exit %d, %s:\n%s", runs[i].what, rc,
+				  j ? "valid" : err, out ? out : "");
 		const char *d = j ? json_get_string(j, "dir") : NULL;
 		if (j && d && strcmp(d, dir) != 0)
 			test_fail(__FILE__, __LINE__, "%s --json: the dir read back differs", runs[i].what);
@@ -392,8 +393,8 @@ static int prepare(const char *ctl, const char *dir, char **out, pid_t a, pid_t 
 	snprintf(pb, sizeof(pb), "%d", b);
 	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
 	if (b > 0)
-		return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa, "--process", pb, pb,
-			    NULL);
+		return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa,
+			    "--process", pb, pb, NULL);
 	return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa, NULL);
 }
 
@@ -414,8 +415,9 @@ static void validation_refusals(void)
 	snprintf(pc, sizeof(pc), "%d", c);
 	snprintf(pi, sizeof(pi), "%d", i);
 	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
-	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi, pi,
-		      NULL), 0);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi,
+		      pi, NULL),
+		 0);
 	free(out);
 	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
 	/* The creator drops its handle and mapping: only capabilities remain. */
@@ -488,13 +490,15 @@ static void contract_shapes(void)
 	mkdir(dir, 0700);
 	char *env[] = {g.env_ctl, NULL};
 	/* Prepare, as the agent runs it in the host namespaces. */
-	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", obs[0],
-		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
+	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process",
+		      obs[0], ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
+		 0);
 	free(out);
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0 + 3); /* only the private allocations remain */
 	/* Restore, as it runs inside the container: empty proc-root, SNAPSHOT_CONTROL_DIR. */
-	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0], ns[0],
-		      "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL), 0);
+	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0],
+		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
+		 0);
 	free(out);
 	CHECK_EQ(group_finish(&g), 3);
 	group_kill(&g);
@@ -506,7 +510,8 @@ static void missing_state(void)
 	snprintf(dir, sizeof(dir), "%s/empty", e2e_root);
 	mkdir(dir, 0700);
 	CHECK_EQ(tool(&out, NULL, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", "1", "1",
-		      NULL), 0);
+		      NULL),
+		 0);
 	CHECK_CONTAINS(out, "nothing was prepared");
 	free(out);
 	CHECK(tool(&out, NULL, coord, "--restore", "--require-state", "--proc-root", "", "--checkpoint-dir", dir,
@@ -519,8 +524,10 @@ static void long_control_dir(void)
 {
 	/* An endpoint path beyond the 107 bytes of a socket address. */
 	char ctl[PATH_MAX];
-	snprintf(ctl, sizeof(ctl), "%s/a-control-directory-with-a-deliberately-long-name-to-push-the-socket-path-beyond-"
-				   "one-hundred-and-seven-bytes", e2e_root);
+	snprintf(ctl, sizeof(ctl),
+		 "%s/a-control-directory-with-a-deliberately-long-name-to-push-the-socket-path-beyond-"
+		 "one-hundred-and-seven-bytes",
+		 e2e_root);
 	struct group g;
 	if (group_start(&g, "long", 1, 2, false, NULL, NULL, ctl) < 0)
 		return;

@@ -67,13 +67,13 @@ static inline char *target_cmd(struct target *t, const char *cmd)
 }
 
 /* Command whose answer must start with want. */
-#define TARGET_EXPECT(t, cmd, want)                                                           \
-	do {                                                                                      \
-		char *got_ = target_cmd((t), (cmd));                                                  \
-		if (got_ && strncmp(got_, (want), strlen(want)) != 0)                                 \
-			test_fail(__FILE__, __LINE__, "target %s: '%s' answered '%s', want '%s...'", (t)->name, \
-				  (cmd), got_, (want));                                                   \
-		free(got_);                                                                           \
+#define TARGET_EXPECT(t, cmd, want)                                                                                    \
+	do {                                                                                                           \
+		char *got_ = target_cmd((t), (cmd));                                                                   \
+		if (got_ && strncmp(got_, (want), strlen(want)) != 0)                                                  \
+			test_fail(__FILE__, __LINE__, "target %s: '%s' answered '%s', want '%s...'", (t)->name, (cmd), \
+				  got_, (want));                                                                       \
+		free(got_);                                                                                            \
 	} while (0)
 
 /* Ask the target to exit and check that it exits cleanly (under a sanitizer

@@ -44,11 +44,11 @@ static void die(const char *what, CUresult rc)
 	exit(3);
 }
 
-#define CU(call)                              \
-	do {                                      \
-		CUresult rc_ = (call);                \
-		if (rc_ != CUDA_SUCCESS)              \
-			die(#call, rc_);                  \
+#define CU(call)                         \
+	do {                             \
+		CUresult rc_ = (call);   \
+		if (rc_ != CUDA_SUCCESS) \
+			die(#call, rc_); \
 	} while (0)
 
 static void path_of(char *buf, size_t len, const char *suffix)
@@ -253,8 +253,9 @@ int main(int argc, char **argv)
 		} else {
 			CUmemAllocationProp p = emu_prop(dev);
 			if (fabric)
-				p.requestedHandleTypes = (CUmemAllocationHandleType)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
-										     CU_MEM_HANDLE_TYPE_FABRIC);
+				p.requestedHandleTypes =
+					(CUmemAllocationHandleType)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
+								    CU_MEM_HANDLE_TYPE_FABRIC);
 			CU(cuMemCreate(&handle, size, &p, 0));
 			va = map_rw(handle, dev);
 			unsigned char *buf = malloc(size);
@@ -269,7 +270,8 @@ int main(int argc, char **argv)
 			map_rw(h2, also);
 		}
 		if (multicast) {
-			CUmulticastObjectProp mp = {.numDevices = 1, .size = 2 * MiB,
+			CUmulticastObjectProp mp = {.numDevices = 1,
+						    .size = 2 * MiB,
 						    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 			CUmemGenericAllocationHandle mc;
 			CU(cuMulticastCreate(&mc, &mp));

@@ -93,7 +93,7 @@ static void gpu_pairs(void)
 	CHECK_CU_EQ(ck_restore(t.pid, &missing, 1), CUDA_ERROR_INVALID_VALUE); /* device 0 not listed */
 	CUcheckpointGpuPair absent = {.oldUuid = u0, .newUuid = nowhere};
 	CHECK_CU_EQ(ck_restore(t.pid, &absent, 1), CUDA_ERROR_INVALID_VALUE); /* no such GPU */
-	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_CHECKPOINTED);            /* refused, nothing changed */
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_CHECKPOINTED);             /* refused, nothing changed */
 	CUcheckpointGpuPair move = {.oldUuid = u0, .newUuid = u1};
 	CHECK_CU(ck_restore(t.pid, &move, 1));
 	CHECK_CU(cuCheckpointProcessUnlock(t.pid, NULL));

@@ -128,9 +128,12 @@ static void mem_alloc(void)
 	CUmemorytype mt = 0;
 	CUdeviceptr start = 0;
 	size_t range = 0;
-	CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-				       CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, CU_POINTER_ATTRIBUTE_MAPPED,
-				       CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+	CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+				       CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+				       CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+				       CU_POINTER_ATTRIBUTE_MAPPED,
+				       CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+				       CU_POINTER_ATTRIBUTE_RANGE_SIZE};
 	void *data[] = {&ordinal, &mt, &ipc, &mapped, &start, &range};
 	CHECK_CU(cuPointerGetAttributes(6, attrs, data, q + 100));
 	CHECK_EQ(ordinal, 1);
@@ -140,7 +143,8 @@ static void mem_alloc(void)
 	CHECK_EQ(start, q);
 	CHECK_EQ(range, 3 * gran + 5);
 	/* An unknown pointer: an error alone, zeros together. */
-	CHECK_CU_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 0x1000), CUDA_ERROR_INVALID_VALUE);
+	CHECK_CU_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 0x1000),
+		    CUDA_ERROR_INVALID_VALUE);
 	mapped = 7;
 	CHECK_CU(cuPointerGetAttributes(6, attrs, data, 0x1000));
 	CHECK_EQ(mapped, 0);

@@ -25,7 +25,7 @@ static void cycle_in_env(const char *name, const char *const *wrapper, char *con
 		return;
 	t.pid = child_of(t.child);
 	CHECK(t.pid > 0);
-	CHECK_EQ(t.nspid, 1);      /* its own namespace's first process */
+	CHECK_EQ(t.nspid, 1);    /* its own namespace's first process */
 	CHECK(t.pid != t.nspid); /* addressed by the PID we observe */
 	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
 	ck_suspend(&t);

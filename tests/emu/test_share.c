@@ -49,7 +49,7 @@ static int importer(int sock)
 	CHECK_EQ(p.location.id, 0); /* the exporter's device */
 	volatile unsigned char *b = map_handle(h, 1);
 	CHECK(emu_pattern_ok((const unsigned char *)b, SIZE, 5)); /* the creator's bytes */
-	b[SIZE - 1] = 0xa5;                                         /* a write the creator must see */
+	b[SIZE - 1] = 0xa5;                                       /* a write the creator must see */
 	put(sock, 'w');
 	CHECK_EQ(get(sock), 'c');
 	CHECK_EQ(b[0], 0x3c); /* and the creator's later write */

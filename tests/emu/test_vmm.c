@@ -150,14 +150,14 @@ static void unaligned_rejected(void)
 	CHECK_CU_EQ(cuMemMap(va + 4096, gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
 	CHECK_CU_EQ(cuMemMap(va, gran + 4096, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
 	CHECK_CU_EQ(cuMemMap(va, gran, 4096, h, 0), CUDA_ERROR_INVALID_VALUE);
-	CHECK_CU_EQ(cuMemMap(va, 2 * gran, gran, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the end */
+	CHECK_CU_EQ(cuMemMap(va, 2 * gran, gran, h, 0), CUDA_ERROR_INVALID_VALUE);         /* past the end */
 	CHECK_CU_EQ(cuMemMap(va + 3 * gran, 2 * gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* out of reservation */
 	CHECK_CU(cuMemMap(va, 2 * gran, 0, h, 0));
 	CHECK_CU_EQ(cuMemMap(va + gran, gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlaps */
-	CHECK_CU_EQ(cuMemUnmap(va, gran), CUDA_ERROR_INVALID_VALUE);              /* partial */
-	CHECK_CU_EQ(cuMemAddressFree(va, 4 * gran), CUDA_ERROR_INVALID_VALUE);    /* still mapped */
+	CHECK_CU_EQ(cuMemUnmap(va, gran), CUDA_ERROR_INVALID_VALUE);               /* partial */
+	CHECK_CU_EQ(cuMemAddressFree(va, 4 * gran), CUDA_ERROR_INVALID_VALUE);     /* still mapped */
 	CHECK_CU(cuMemUnmap(va, 2 * gran));
-	CHECK_CU_EQ(cuMemAddressFree(va, 2 * gran), CUDA_ERROR_INVALID_VALUE);    /* not the whole reservation */
+	CHECK_CU_EQ(cuMemAddressFree(va, 2 * gran), CUDA_ERROR_INVALID_VALUE); /* not the whole reservation */
 	CHECK_CU(cuMemAddressFree(va, 4 * gran));
 	CHECK_CU(cuMemRelease(h));
 }
@@ -278,7 +278,8 @@ static void null_and_unknown(void)
 	/* A descriptor that is not one of ours (stdin, a pipe) is refused. */
 	int pipefd[2];
 	CHECK_EQ(pipe(pipefd), 0);
-	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pipefd[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pipefd[0],
+						   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
 		    CUDA_ERROR_INVALID_VALUE);
 	close(pipefd[0]);
 	close(pipefd[1]);
@@ -362,7 +363,7 @@ static void streams_and_events(void)
 	CHECK_EQ(dst[gran - 1], src[gran - 1]);
 	CHECK_CU(cuMemsetD16(va, 0xbeef, 8));
 	CHECK_EQ(((uint16_t *)(uintptr_t)va)[7], 0xbeef);
-	CHECK_CU_EQ(cuMemsetD32(va + 2, 1, 1), CUDA_ERROR_INVALID_VALUE); /* misaligned */
+	CHECK_CU_EQ(cuMemsetD32(va + 2, 1, 1), CUDA_ERROR_INVALID_VALUE);                    /* misaligned */
 	CHECK_CU_EQ(cuMemcpyHtoDAsync(va + gran - 8, src, 16, s), CUDA_ERROR_INVALID_VALUE); /* runs off the mapping */
 	CHECK_CU(cuMemcpyDtoD(va + gran / 2, va, gran / 2));
 	CHECK_CU(cuEventDestroy(e));
@@ -389,7 +390,8 @@ static void *add_device_later(void *arg)
 
 static void multicast_local(void)
 {
-	CUmulticastObjectProp mp = {.numDevices = 2, .size = 2 * gran,
+	CUmulticastObjectProp mp = {.numDevices = 2,
+				    .size = 2 * gran,
 				    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 	size_t g;
 	CHECK_CU(cuMulticastGetGranularity(&g, &mp, CU_MULTICAST_GRANULARITY_MINIMUM));
@@ -404,7 +406,7 @@ static void multicast_local(void)
 	CHECK_CU(cuMulticastAddDevice(mc, 1));
 	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, 4 * gran, 0), CUDA_ERROR_INVALID_VALUE); /* out of bounds */
 	CHECK_CU(cuMulticastBindMem(mc, 0, m0, 0, 2 * gran, 0));
-	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, gran, 0), CUDA_ERROR_INVALID_VALUE);   /* overlap, same device */
+	CHECK_CU_EQ(cuMulticastBindMem(mc, 0, m0, 0, gran, 0), CUDA_ERROR_INVALID_VALUE); /* overlap, same device */
 	CHECK_CU(cuMulticastBindMem(mc, 0, m1, 0, 2 * gran, 0));
 	/* Map the multicast object: it shows the memory bound here. */
 	CUdeviceptr mva, uva;
@@ -469,8 +471,8 @@ static void proc_address(void)
 	CHECK(fn != (void *)cuMemMap);
 	CHECK(in_cuemu(fn));
 	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
-	CHECK_CU_EQ(((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))fn)(
-			    0, 0, 0, 0, 0),
+	CHECK_CU_EQ(((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+				  unsigned long long))fn)(0, 0, 0, 0, 0),
 		    CUDA_ERROR_INVALID_VALUE); /* and it is cuMemMap */
 	void *htod = NULL;
 	CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &htod, 13000, 0, &st));

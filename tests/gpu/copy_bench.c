@@ -8,13 +8,13 @@
 
 #include <cuda.h>
 
-#define CU(x)                                               \
-	do {                                                    \
-		CUresult r_ = (x);                                  \
-		if (r_) {                                           \
+#define CU(x)                                                            \
+	do {                                                             \
+		CUresult r_ = (x);                                       \
+		if (r_) {                                                \
 			fprintf(stderr, "%s failed: %d\n", #x, (int)r_); \
-			return 1;                                       \
-		}                                                   \
+			return 1;                                        \
+		}                                                        \
 	} while (0)
 
 int main(int argc, char **argv)

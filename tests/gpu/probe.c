@@ -23,13 +23,32 @@
 #include <cuda.h>
 
 #undef cuGetProcAddress
-#define DRV(F)                                                                                          \
-	F(cuInit) F(cuDriverGetVersion) F(cuDeviceGet) F(cuDeviceGetCount) F(cuDeviceGetName) F(cuDeviceGetAttribute) \
-	F(cuDevicePrimaryCtxRetain) F(cuCtxSetCurrent) F(cuGetErrorName) F(cuMemCreate) F(cuMemRelease)             \
-	F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess) F(cuMemAddressReserve) F(cuMemAddressFree)                      \
-	F(cuMemRetainAllocationHandle) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle)            \
-	F(cuMemGetAllocationGranularity) F(cuPointerGetAttribute) F(cuCheckpointProcessGetRestoreThreadId)          \
+/* clang-format off */
+#define DRV(F) \
+	F(cuInit) \
+	F(cuDriverGetVersion) \
+	F(cuDeviceGet) \
+	F(cuDeviceGetCount) \
+	F(cuDeviceGetName) \
+	F(cuDeviceGetAttribute) \
+	F(cuDevicePrimaryCtxRetain) \
+	F(cuCtxSetCurrent) \
+	F(cuGetErrorName) \
+	F(cuMemCreate) \
+	F(cuMemRelease) \
+	F(cuMemMap) \
+	F(cuMemUnmap) \
+	F(cuMemSetAccess) \
+	F(cuMemAddressReserve) \
+	F(cuMemAddressFree) \
+	F(cuMemRetainAllocationHandle) \
+	F(cuMemExportToShareableHandle) \
+	F(cuMemImportFromShareableHandle) \
+	F(cuMemGetAllocationGranularity) \
+	F(cuPointerGetAttribute) \
+	F(cuCheckpointProcessGetRestoreThreadId) \
 	F(cuGetProcAddress_v2)
+/* clang-format on */
 
 static struct {
 #define FIELD(n) __typeof__(&n) n;
@@ -97,12 +116,24 @@ static int info(void)
 
 static int resolvers(void)
 {
-	static const char *const names[] = {"cuInit", "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
-					    "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemExportToShareableHandle",
-					    "cuMemImportFromShareableHandle", "cuMemGetAllocationPropertiesFromHandle",
-					    "cuMemAddressFree", "cuMemMapArrayAsync", "cuMulticastCreate",
-					    "cuMulticastAddDevice", "cuMulticastBindMem", "cuMulticastBindAddr",
-					    "cuMulticastUnbind", "cuGetProcAddress"};
+	static const char *const names[] = {"cuInit",
+					    "cuMemCreate",
+					    "cuMemRelease",
+					    "cuMemRetainAllocationHandle",
+					    "cuMemMap",
+					    "cuMemUnmap",
+					    "cuMemSetAccess",
+					    "cuMemExportToShareableHandle",
+					    "cuMemImportFromShareableHandle",
+					    "cuMemGetAllocationPropertiesFromHandle",
+					    "cuMemAddressFree",
+					    "cuMemMapArrayAsync",
+					    "cuMulticastCreate",
+					    "cuMulticastAddDevice",
+					    "cuMulticastBindMem",
+					    "cuMulticastBindAddr",
+					    "cuMulticastUnbind",
+					    "cuGetProcAddress"};
 	int differ = 0;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		for (int f = 0; f < 2; f++) {
@@ -111,7 +142,8 @@ static int resolvers(void)
 			cuuint64_t flags = f ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
 			CUresult rc = d.cuGetProcAddress_v2(names[i], &p, 13000, flags, &st);
 			char sym[96];
-			snprintf(sym, sizeof(sym), "%s%s", names[i], !strcmp(names[i], "cuGetProcAddress") ? "_v2" : "");
+			snprintf(sym, sizeof(sym), "%s%s", names[i],
+				 !strcmp(names[i], "cuGetProcAddress") ? "_v2" : "");
 			void *q = dlsym(lib, sym);
 			const char *verdict = rc ? name_of(rc) : p == q ? "same" : "differs";
 			differ += !rc && p != q;
@@ -136,7 +168,7 @@ static void *noctx_thread(void *arg)
 	n->export_rc = d.cuMemExportToShareableHandle(&fd, n->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 	n->import_rc = n->export_rc ? CUDA_ERROR_UNKNOWN
 				    : d.cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
-									CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+								       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	n->reserve_rc = d.cuMemAddressReserve(&va, gran, 0, 0, 0);
 	n->map_rc = n->import_rc || n->reserve_rc ? CUDA_ERROR_UNKNOWN : d.cuMemMap(va, gran, 0, imp, 0);
 	CUmemAccessDesc a = {.location = prop0.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -165,8 +197,8 @@ static int noctx(void)
 	pthread_join(t, NULL);
 	printf("noctx export %s\nnoctx import %s\nnoctx reserve %s\nnoctx map %s\nnoctx set_access %s\nnoctx unmap %s\n"
 	       "noctx release %s\n",
-	       name_of(n.export_rc), name_of(n.import_rc), name_of(n.reserve_rc), name_of(n.map_rc), name_of(n.access_rc),
-	       name_of(n.unmap_rc), name_of(n.release_rc));
+	       name_of(n.export_rc), name_of(n.import_rc), name_of(n.reserve_rc), name_of(n.map_rc),
+	       name_of(n.access_rc), name_of(n.unmap_rc), name_of(n.release_rc));
 	d.cuMemRelease(n.h);
 	return 0;
 }
@@ -189,8 +221,12 @@ static int handles(void)
 		d.cuMemRelease(r);
 	int fd = -1;
 	rc = d.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-	CUresult r1 = rc ? rc : d.cuMemImportFromShareableHandle(&i1, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	CUresult r2 = rc ? rc : d.cuMemImportFromShareableHandle(&i2, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUresult r1 = rc ? rc
+			 : d.cuMemImportFromShareableHandle(&i1, (void *)(intptr_t)fd,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUresult r2 = rc ? rc
+			 : d.cuMemImportFromShareableHandle(&i2, (void *)(intptr_t)fd,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	printf("own_import_same_as_created %s\n", r1 ? name_of(r1) : i1 == h ? "yes" : "no");
 	printf("second_import_same_handle %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : i1 == i2 ? "yes" : "no");
 	/* How many bytes the driver writes for a boolean attribute. */
@@ -225,8 +261,9 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 3 && !strcmp(argv[1], "tid")) {
 		int tid = 0;
-		CUresult r = d.cuCheckpointProcessGetRestoreThreadId ?
-				     d.cuCheckpointProcessGetRestoreThreadId(atoi(argv[2]), &tid) : CUDA_ERROR_NOT_FOUND;
+		CUresult r = d.cuCheckpointProcessGetRestoreThreadId
+				     ? d.cuCheckpointProcessGetRestoreThreadId(atoi(argv[2]), &tid)
+				     : CUDA_ERROR_NOT_FOUND;
 		printf("restore_tid %s %d\n", name_of(r), tid);
 		return 0;
 	}

@@ -43,7 +43,8 @@ static int cudart(int seconds)
 		printf("error libcudart without cudaGetDriverEntryPointByVersion or no device\n");
 		return 1;
 	}
-	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = NULL;
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+			   unsigned long long) = NULL;
 	CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) = NULL;
 	int st = -1;
 	if (by_version("cuMemCreate", (void **)&create, 12000, 0, &st) != 0 ||

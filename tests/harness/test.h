@@ -15,45 +15,45 @@ extern const char *test_current;
 
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#define CHECK(cond)                                                        \
-	do {                                                                   \
-		if (!(cond))                                                       \
-			test_fail(__FILE__, __LINE__, "CHECK(%s) is false", #cond);    \
+#define CHECK(cond)                                                                 \
+	do {                                                                        \
+		if (!(cond))                                                        \
+			test_fail(__FILE__, __LINE__, "CHECK(%s) is false", #cond); \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                     \
-	do {                                                                                   \
-		long long a_ = (long long)(a), b_ = (long long)(b);                                \
-		if (a_ != b_)                                                                      \
-			test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld (%#llx != %#llx)", #a, #b, \
-				  a_, b_, (unsigned long long)a_, (unsigned long long)b_);                 \
+#define CHECK_EQ(a, b)                                                                                           \
+	do {                                                                                                     \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                              \
+		if (a_ != b_)                                                                                    \
+			test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld (%#llx != %#llx)", #a, #b, a_, b_, \
+				  (unsigned long long)a_, (unsigned long long)b_);                               \
 	} while (0)
 
-#define CHECK_STR(a, b)                                                                          \
-	do {                                                                                         \
-		const char *a_ = (a), *b_ = (b);                                                         \
-		if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                   \
+#define CHECK_STR(a, b)                                                                                         \
+	do {                                                                                                    \
+		const char *a_ = (a), *b_ = (b);                                                                \
+		if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                          \
 			test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)", \
-				  b_ ? b_ : "(null)");                                                   \
+				  b_ ? b_ : "(null)");                                                          \
 	} while (0)
 
 /* CUresult checks print the result's name (needs the driver's cuGetErrorName). */
 const char *test_cu_name(int result);
-#define CHECK_CU_EQ(expr, want)                                                                \
-	do {                                                                                       \
-		int got_ = (int)(expr), want_ = (int)(want);                                           \
-		if (got_ != want_)                                                                     \
-			test_fail(__FILE__, __LINE__, "%s: got %s (%d), want %s (%d)", #expr,              \
-				  test_cu_name(got_), got_, test_cu_name(want_), want_);                   \
+#define CHECK_CU_EQ(expr, want)                                                                                   \
+	do {                                                                                                      \
+		int got_ = (int)(expr), want_ = (int)(want);                                                      \
+		if (got_ != want_)                                                                                \
+			test_fail(__FILE__, __LINE__, "%s: got %s (%d), want %s (%d)", #expr, test_cu_name(got_), \
+				  got_, test_cu_name(want_), want_);                                              \
 	} while (0)
 #define CHECK_CU(expr) CHECK_CU_EQ(expr, 0)
 
 /* Stop this test executable, counted as skipped. */
-#define SKIP(...)                           \
-	do {                                    \
-		printf("SKIP: " __VA_ARGS__);       \
-		printf("\n");                       \
-		exit(77);                           \
+#define SKIP(...)                             \
+	do {                                  \
+		printf("SKIP: " __VA_ARGS__); \
+		printf("\n");                 \
+		exit(77);                     \
 	} while (0)
 
 /* Run fn as a named sub-test; prints ok/FAIL. */

@@ -104,16 +104,16 @@ static inline unsigned long long topo_mapped_bytes(const struct topo_participant
 }
 
 /* The shim's tables agree with the driver: the same live allocations and mapped bytes. */
-#define CHECK_VIEWS_EQUAL()                                              \
-	do {                                                                 \
-		struct topo_participant p_;                                      \
-		if (shim_inspect(0, &p_) == 0) {                                 \
-			CHECK_EQ(p_.nallocs, emu_live_allocs());                     \
-			CHECK_EQ(topo_mapped_bytes(&p_), emu_mapped_bytes());        \
-			topo_free(&p_);                                              \
-		} else {                                                         \
-			CHECK(!"inspect failed");                                    \
-		}                                                                \
+#define CHECK_VIEWS_EQUAL()                                                   \
+	do {                                                                  \
+		struct topo_participant p_;                                   \
+		if (shim_inspect(0, &p_) == 0) {                              \
+			CHECK_EQ(p_.nallocs, emu_live_allocs());              \
+			CHECK_EQ(topo_mapped_bytes(&p_), emu_mapped_bytes()); \
+			topo_free(&p_);                                       \
+		} else {                                                      \
+			CHECK(!"inspect failed");                             \
+		}                                                             \
 	} while (0)
 
 /* The endpoint closes its side of a connection shortly after the client does:

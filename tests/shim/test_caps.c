@@ -100,8 +100,8 @@ static void forwarded_through_a_third(void)
 	const char *forward[] = {"--forward", "fa", NULL};
 	const char *import_c[] = {"--import", "fc", "--dev", "1", NULL};
 	const char *import_a[] = {"--import", "fa", NULL};
-	if (under_shim(&a, "fa", serve) < 0 || under_shim(&c, "fc", forward) < 0 || under_shim(&d, "fd", import_c) < 0 ||
-	    under_shim(&e, "fe", import_a) < 0)
+	if (under_shim(&a, "fa", serve) < 0 || under_shim(&c, "fc", forward) < 0 ||
+	    under_shim(&d, "fd", import_c) < 0 || under_shim(&e, "fe", import_a) < 0)
 		return;
 	/* d got a dup'ed, cached capability through c; it still redeems at a. */
 	TARGET_EXPECT(&d, "check 7", "PASS");
@@ -187,7 +187,8 @@ static void refusals(void)
 	/* Something that looks like nothing we know is passed to the driver, which refuses it. */
 	int junk = memfd_create("junk", MFD_CLOEXEC);
 	CHECK_EQ(write(junk, "CSCPxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 68), 68);
-	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)junk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)junk,
+						   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
 		    CUDA_ERROR_INVALID_VALUE);
 	close(junk);
 	CHECK_EQ(shim_fds_settle(fds), fds);

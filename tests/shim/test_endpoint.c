@@ -129,7 +129,7 @@ static void bad_input(void)
 	CHECK_EQ(request(PROTO_OP_HELLO, PROTO_MAJOR + 1, 0, NULL, 0), PROTO_E_VERSION);
 	CHECK_EQ(request(PROTO_OP_HELLO, PROTO_MAJOR, PROTO_MAX_PAYLOAD + 1, NULL, 0), PROTO_E_LENGTH);
 	CHECK_EQ(request(PROTO_OP_INSPECT, PROTO_MAJOR, 200, "abc", 3), 1); /* truncated: closed */
-	CHECK_EQ(exchange_raw("CSV", 3, -1), 1);                             /* truncated header: closed */
+	CHECK_EQ(exchange_raw("CSV", 3, -1), 1);                            /* truncated header: closed */
 	/* A descriptor nobody asked for. */
 	uint8_t hello[PROTO_HEADER_LEN];
 	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .op = PROTO_OP_HELLO};
@@ -175,7 +175,8 @@ int main(int argc, char **argv)
 	int fds_with_endpoint = test_count_fds();
 	test_run("socket mode 0600", permissions);
 	test_run("a client of another uid gets no answer", other_user_gets_nothing);
-	test_run("a silent client does not delay an EXPORT; its deadline closes it", silent_client_does_not_delay_export);
+	test_run("a silent client does not delay an EXPORT; its deadline closes it",
+		 silent_client_does_not_delay_export);
 	test_run("garbage, truncation, versions, unknown ops, stray FDs, bad tokens", bad_input);
 	CHECK_EQ(shim_fds_settle(fds_with_endpoint), fds_with_endpoint);
 	CHECK_CU(cuMemRelease(alloc));

@@ -44,7 +44,7 @@ static void fork_before_init(void)
 	if (shim_inspect(0, &me) == 0 && shim_inspect(pid, &child) == 0) {
 		CHECK(!id_equal(&me.id, &child.id)); /* its own identity */
 		CHECK(id_equal(&child.id, &child_id));
-		CHECK_EQ(child.nspid, pid);           /* its own endpoint, named after its PID */
+		CHECK_EQ(child.nspid, pid); /* its own endpoint, named after its PID */
 		CHECK_EQ(me.nallocs, 1);
 		topo_free(&me);
 		topo_free(&child);

@@ -37,18 +37,19 @@ static void sequences(void)
 		CHECK_EQ(t.allocs[0].handles, 1); /* one reference left */
 		topo_free(&t);
 	}
-	CHECK_CU(cuMemRelease(r2)); /* the last reference */
+	CHECK_CU(cuMemRelease(r2));                              /* the last reference */
 	CHECK_CU_EQ(cuMemRelease(r2), CUDA_ERROR_INVALID_VALUE); /* released: unknown to shim and driver */
 	/* No handle left, the mapping keeps the allocation (in both views). */
 	CHECK_VIEWS_EQUAL();
 	CHECK_EQ(emu_live_allocs(), 1);
 	CHECK_CU(cuMemRetainAllocationHandle(&r1, (void *)(uintptr_t)va)); /* a reference again */
-	CHECK_EQ(r1, a); /* still the value that was mapped */
+	CHECK_EQ(r1, a);                                                   /* still the value that was mapped */
 	CHECK_CU(cuMemUnmap(va, 4 * MiB));
 	CHECK_VIEWS_EQUAL();
 	CHECK_EQ(emu_live_allocs(), 1);
 	CHECK_CU(cuMemMap(va + 4 * MiB, 4 * MiB, 0, r1, 0));
-	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+			d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
 	CHECK_CU(cuMemSetAccess(va + 4 * MiB, 4 * MiB, &d0, 1));
 	CHECK_CU(cuMemSetAccess(va + 4 * MiB, 4 * MiB, &d1, 1));
 	if (shim_inspect(0, &t) == 0) {
@@ -108,9 +109,13 @@ static void stale_handles(void)
 	static const struct {
 		const char *call;
 		int before;
-	} calls[] = {{"cuMemRelease", 1}, {"cuMemMap", 0}, {"cuMemExportToShareableHandle", 0},
-		     {"cuMemGetAllocationPropertiesFromHandle", 0}, {"cuMulticastAddDevice", 0},
-		     {"cuMulticastBindMem", 0}, {"cuMulticastUnbind", 0}};
+	} calls[] = {{"cuMemRelease", 1},
+		     {"cuMemMap", 0},
+		     {"cuMemExportToShareableHandle", 0},
+		     {"cuMemGetAllocationPropertiesFromHandle", 0},
+		     {"cuMulticastAddDevice", 0},
+		     {"cuMulticastBindMem", 0},
+		     {"cuMulticastUnbind", 0}};
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
 		const char *call = calls[i].call;
 		fflush(stdout);
@@ -125,7 +130,8 @@ static void stale_handles(void)
 			CUmemGenericAllocationHandle h = 0, mc = 0, stale = 0;
 			CUdeviceptr va = 0;
 			CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
-			CUmulticastObjectProp mp = {.numDevices = 1, .size = 2 * MiB,
+			CUmulticastObjectProp mp = {.numDevices = 1,
+						    .size = 2 * MiB,
 						    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 			if (strncmp(call, "cuMulticast", 11) == 0) {
 				CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
@@ -141,7 +147,8 @@ static void stale_handles(void)
 			else if (!strcmp(call, "cuMemMap"))
 				rc = cuMemMap(va, 2 * MiB, 0, stale, 0);
 			else if (!strcmp(call, "cuMemExportToShareableHandle"))
-				rc = cuMemExportToShareableHandle(&fd, stale, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+				rc = cuMemExportToShareableHandle(&fd, stale, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+								  0);
 			else if (!strcmp(call, "cuMemGetAllocationPropertiesFromHandle"))
 				rc = cuMemGetAllocationPropertiesFromHandle(&p, stale);
 			else if (!strcmp(call, "cuMulticastAddDevice"))
@@ -156,8 +163,9 @@ static void stale_handles(void)
 			CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
 			/* A live handle of the wrong kind is refused the same way. */
 			if (mc && strcmp(call, "cuMulticastBindMem") != 0)
-				CHECK_CU_EQ(strcmp(call, "cuMulticastAddDevice") == 0 ? cuMulticastAddDevice(h, 0)
-										     : cuMulticastUnbind(h, 0, 0, 2 * MiB),
+				CHECK_CU_EQ(strcmp(call, "cuMulticastAddDevice") == 0
+						    ? cuMulticastAddDevice(h, 0)
+						    : cuMulticastUnbind(h, 0, 0, 2 * MiB),
 					    CUDA_ERROR_INVALID_VALUE);
 			if (fd >= 0)
 				close(fd);
@@ -190,7 +198,8 @@ static void scenario(void)
 	cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va);
 	int cap = -1;
 	if (cuMemExportToShareableHandle(&cap, a, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS) {
-		if (cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)cap, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		if (cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)cap,
+						   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 			imp = 0;
 		close(cap);
 	}
@@ -216,8 +225,15 @@ static void scenario(void)
 }
 
 static const char *const wrapped[] = {
-	"cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle", "cuMemMap", "cuMemUnmap", "cuMemSetAccess",
-	"cuMemExportToShareableHandle", "cuMemImportFromShareableHandle", "cuMemGetAllocationPropertiesFromHandle",
+	"cuMemCreate",
+	"cuMemRelease",
+	"cuMemRetainAllocationHandle",
+	"cuMemMap",
+	"cuMemUnmap",
+	"cuMemSetAccess",
+	"cuMemExportToShareableHandle",
+	"cuMemImportFromShareableHandle",
+	"cuMemGetAllocationPropertiesFromHandle",
 	"cuMemAddressFree",
 };
 

@@ -41,7 +41,9 @@ static int rebuild(void)
 
 static CUmemGenericAllocationHandle make_mc(void)
 {
-	CUmulticastObjectProp p = {.numDevices = 1, .size = 2 * MiB, .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmulticastObjectProp p = {.numDevices = 1,
+				   .size = 2 * MiB,
+				   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 	CUmemGenericAllocationHandle mc = 0;
 	CHECK_CU(cuMulticastCreate(&mc, &p));
 	CHECK_CU(cuMulticastAddDevice(mc, 0));
@@ -115,12 +117,15 @@ static void object_released_while_bound(void)
  * multicast object and hands us the driver's raw FD, then waits for a byte. */
 static int raw_child(int sock)
 {
-	CUmulticastObjectProp p = {.numDevices = 1, .size = 2 * MiB, .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmulticastObjectProp p = {.numDevices = 1,
+				   .size = 2 * MiB,
+				   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 	CUmemGenericAllocationHandle mc;
 	int fd = -1;
 	char byte;
 	if (emu_use_device(0) || cuMulticastCreate(&mc, &p) ||
-	    cuMemExportToShareableHandle(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) || test_send_fd(sock, fd))
+	    cuMemExportToShareableHandle(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ||
+	    test_send_fd(sock, fd))
 		return 1;
 	return read(sock, &byte, 1) == 1 ? 0 : 1;
 }

@@ -151,7 +151,7 @@ static void untracked_passes_through(void)
 static void multicast_resolvers(void)
 {
 	static const char *const names[] = {"cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
-					     "cuMulticastBindAddr", "cuMulticastUnbind"};
+					    "cuMulticastBindAddr", "cuMulticastUnbind"};
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
@@ -183,7 +183,9 @@ static void multicast_resolvers(void)
 	/* Created through a resolved pointer: a logical, tracked handle. */
 	void *fn = NULL;
 	CHECK_CU(cuGetProcAddress("cuMulticastCreate", &fn, 12010, 0, &st));
-	CUmulticastObjectProp p = {.numDevices = 1, .size = 2 * MiB, .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmulticastObjectProp p = {.numDevices = 1,
+				   .size = 2 * MiB,
+				   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 	CUmemGenericAllocationHandle mc = 0;
 	CHECK_CU(((CUresult(*)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *))fn)(&mc, &p));
 	CHECK_EQ(mc >> 48, 0x5ea1);

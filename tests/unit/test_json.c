@@ -31,8 +31,18 @@ static void values(void)
 static void refusals(void)
 {
 	static const char *const bad[] = {
-		"", "{", "{\"a\" 1}", "{\"a\": 1,}", "[1 2]", "\"unterminated", "{\"a\": \"\\q\"}", "{\"a\": \"\\u00e9\"}",
-		"tru", "1 2", "{\"a\": -}", "\"tab\tinside\"",
+		"",
+		"{",
+		"{\"a\" 1}",
+		"{\"a\": 1,}",
+		"[1 2]",
+		"\"unterminated",
+		"{\"a\": \"\\q\"}",
+		"{\"a\": \"\\u00e9\"}",
+		"tru",
+		"1 2",
+		"{\"a\": -}",
+		"\"tab\tinside\"",
 	};
 	char err[256];
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

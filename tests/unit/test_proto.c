@@ -10,8 +10,13 @@
 
 static void header_golden(void)
 {
-	struct proto_header h = {.magic = PROTO_MAGIC, .major = 1, .minor = 2, .op = PROTO_OP_EXPORT,
-				 .flags = PROTO_FLAG_REPLY, .request_id = 0x01020304, .status = PROTO_E_AUTH,
+	struct proto_header h = {.magic = PROTO_MAGIC,
+				 .major = 1,
+				 .minor = 2,
+				 .op = PROTO_OP_EXPORT,
+				 .flags = PROTO_FLAG_REPLY,
+				 .request_id = 0x01020304,
+				 .status = PROTO_E_AUTH,
 				 .payload_len = 0x10};
 	uint8_t out[PROTO_HEADER_LEN];
 	proto_header_pack(&h, out);

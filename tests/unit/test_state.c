@@ -74,11 +74,11 @@ static void golden_and_round_trip(void)
 	if (!b)
 		return;
 	CHECK_EQ(len, 28 + 28 + rec.len + 4);
-	static const uint8_t head[28] = {'C', 'S', 'V', 'M', 'S', 'T', 'A', 'T', 1, 0, 0, 0, 0x00, 0xf1, 0x53, 0x65,
-					 0,   0,   0,   0,   1,   0,   0,   0,   1, 0, 0, 0};
+	static const uint8_t head[28] = {'C',  'S',  'V', 'M', 'S', 'T', 'A', 'T', 1, 0, 0, 0, 0x00, 0xf1,
+					 0x53, 0x65, 0,   0,   0,   0,   1,   0,   0, 0, 1, 0, 0,    0};
 	CHECK(memcmp(b, head, sizeof(head)) == 0);
-	CHECK_EQ(b[28], 0xaa);                   /* participant id */
-	CHECK_EQ(b[28 + 16], 7);                 /* nspid */
+	CHECK_EQ(b[28], 0xaa);                        /* participant id */
+	CHECK_EQ(b[28 + 16], 7);                      /* nspid */
 	CHECK_EQ(b[28 + 20] | b[28 + 21] << 8, 4242); /* observed pid */
 	CHECK_EQ(state_decode(b, len, &back, err, sizeof(err)), 0);
 	CHECK_EQ(back.n, 1);

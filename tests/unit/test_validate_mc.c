@@ -36,18 +36,42 @@ static void fixture(struct fixture *f)
 	struct cusnap_id m = id_of(0x4d);
 	for (int i = 0; i < 2; i++) {
 		f->t[i] = (struct coord_target){.obs = 100 + i, .ns = 100 + i};
-		f->allocs[i] = (struct topo_alloc){.key = 1, .id = id_of((uint8_t)(0xa0 + i)), .creator = id_of((uint8_t)(0x10 + i)),
-						   .role = 1, .shared = 1, .size = 2 * MIB, .device = i, .handles = 1,
-						   .granularity = 2 * MIB, .binds = 1};
+		f->allocs[i] = (struct topo_alloc){.key = 1,
+						   .id = id_of((uint8_t)(0xa0 + i)),
+						   .creator = id_of((uint8_t)(0x10 + i)),
+						   .role = 1,
+						   .shared = 1,
+						   .size = 2 * MIB,
+						   .device = i,
+						   .handles = 1,
+						   .granularity = 2 * MIB,
+						   .binds = 1};
 		f->added[i] = i;
-		f->mcs[i] = (struct topo_mc){.key = 2, .id = m, .creator = id_of(0x10), .role = i == 0 ? 1 : 2,
-					     .size = 4 * MIB, .used = 4 * MIB, .num_devices = 2, .granularity = 2 * MIB,
-					     .handles = 1, .added = &f->added[i], .nadded = 1};
-		f->binds[i] = (struct topo_mc_bind){.key = 2, .mc_id = m, .device = i, .mc_offset = (uint64_t)i * 2 * MIB,
-						    .size = 2 * MIB, .member = f->allocs[i].id};
-		f->p[i] = (struct topo_participant){.id = id_of((uint8_t)(0x10 + i)), .nspid = 100u + (unsigned)i,
-						    .allocs = &f->allocs[i], .nallocs = 1, .mcs = &f->mcs[i], .nmcs = 1,
-						    .binds = &f->binds[i], .nbinds = 1};
+		f->mcs[i] = (struct topo_mc){.key = 2,
+					     .id = m,
+					     .creator = id_of(0x10),
+					     .role = i == 0 ? 1 : 2,
+					     .size = 4 * MIB,
+					     .used = 4 * MIB,
+					     .num_devices = 2,
+					     .granularity = 2 * MIB,
+					     .handles = 1,
+					     .added = &f->added[i],
+					     .nadded = 1};
+		f->binds[i] = (struct topo_mc_bind){.key = 2,
+						    .mc_id = m,
+						    .device = i,
+						    .mc_offset = (uint64_t)i * 2 * MIB,
+						    .size = 2 * MIB,
+						    .member = f->allocs[i].id};
+		f->p[i] = (struct topo_participant){.id = id_of((uint8_t)(0x10 + i)),
+						    .nspid = 100u + (unsigned)i,
+						    .allocs = &f->allocs[i],
+						    .nallocs = 1,
+						    .mcs = &f->mcs[i],
+						    .nmcs = 1,
+						    .binds = &f->binds[i],
+						    .nbinds = 1};
 	}
 	f->importers[0] = id_of(0x11);
 	f->mcs[0].importers = f->importers;
@@ -59,12 +83,12 @@ static int validate(struct fixture *f, size_t n, char *err)
 	return coord_validate(f->t, f->p, n, err, 600);
 }
 
-#define REFUSED(f, n, want)                                                                   \
-	do {                                                                                      \
-		char err_[600] = "";                                                                  \
-		CHECK_EQ(validate((f), (n), err_), -1);                                               \
-		if (!strstr(err_, (want)))                                                            \
-			test_fail(__FILE__, __LINE__, "refusal \"%s\" lacks \"%s\"", err_, (want));      \
+#define REFUSED(f, n, want)                                                                         \
+	do {                                                                                        \
+		char err_[600] = "";                                                                \
+		CHECK_EQ(validate((f), (n), err_), -1);                                             \
+		if (!strstr(err_, (want)))                                                          \
+			test_fail(__FILE__, __LINE__, "refusal \"%s\" lacks \"%s\"", err_, (want)); \
 	} while (0)
 
 static void complete_group_passes(void)

@@ -42,7 +42,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
 	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 	CUresult rc = get(symbol, funcPtr, (int)cudaVersion, flags, &st);
 	if (status)
-		*status = (int)st; /* cudaDriverEntryPointQueryResult has the driver's values */
+		*status = (int)st;           /* cudaDriverEntryPointQueryResult has the driver's values */
 	return rc == CUDA_SUCCESS ? 0 : 500; /* cudaErrorSymbolNotFound */
 }
 

@@ -1,0 +1,21 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Every C source and header is as .clang-format lays it out (clang-format 14,
+# Debian bookworm's; scripts/deps.sh installs it). Fix with:
+#   git ls-files '*.c' '*.h' | xargs clang-format -i
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cd "$repo" || exit 1
+command -v clang-format >/dev/null || { echo "SKIP: clang-format is not installed (scripts/deps.sh installs it)"; exit 77; }
+files=$(git ls-files '*.c' '*.h' 2>/dev/null || find src include emu tests examples bench -name '*.[ch]')
+bad=0
+for f in $files; do
+	if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then
+		echo "FAIL: $f is not formatted (clang-format -i $f):"
+		clang-format "$f" | diff -u "$f" - | head -20 | sed 's/^/    /'
+		bad=$((bad + 1))
+	fi
+done
+[ $bad = 0 ] && echo "ok   $(echo "$files" | wc -w) files formatted as .clang-format says"
+[ $bad = 0 ]
