@@ -313,4 +313,31 @@ static inline int sweep_run(const struct sweep *s)
 	return cases;
 }
 
+/* The sweeps of two commands (base's op, then second) over both content modes
+ * and both roles, as sweep_selected picks; one_role_first: the first command in
+ * one role per mode only (unless CUSNAP_SWEEP_ALL). Prints and checks how many
+ * fault cases each ran; label follows "countdown sweeps" in the line. */
+static inline void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_first, const char *label)
+{
+	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
+	int cases[2] = {0, 0}, k = 0;
+	bool all = getenv("CUSNAP_SWEEP_ALL");
+	for (int op = 0; op < 2; op++)
+		for (int c = 0; c < 2; c++)
+			for (int r = 0; r < 2; r++, k++) {
+				if (!all && one_role_first && op == 0 && r == 1)
+					continue;
+				struct sweep s = *base;
+				s.op = op ? second : base->op;
+				s.content = contents[c];
+				s.role = roles[(r + c) % 2];
+				if (sweep_selected(k))
+					cases[op] += sweep_run(&s);
+			}
+	printf("     countdown sweeps%s: %s %d fault cases, %s %d\n", label, sweep_op_names[base->op], cases[0],
+	       sweep_op_names[second], cases[1]);
+	CHECK(cases[0] > 10);
+	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
+}
+
 #endif

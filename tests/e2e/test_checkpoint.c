@@ -404,25 +404,8 @@ static void interrupted_checkpoint(void)
 /* The countdown sweeps over checkpoint and restore (sweep.h), CRIU included. */
 static void sweeps(void)
 {
-	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
-	int cases[2] = {0, 0}, k = 0;
-	bool all = getenv("CUSNAP_SWEEP_ALL");
-	for (int op = 0; op < 2; op++)
-		for (int c = 0; c < 2; c++)
-			for (int r = 0; r < 2; r++, k++) {
-				/* checkpoint's driver calls are suspend's (swept there): one role per mode */
-				if (!all && op == 0 && r == 1)
-					continue;
-				struct sweep s = {.op = op ? SWEEP_RESTORE : SWEEP_CHECKPOINT,
-						  .content = contents[c],
-						  .role = roles[(r + c) % 2],
-						  .criu = criu};
-				if (sweep_selected(k))
-					cases[op] += sweep_run(&s);
-			}
-	printf("     countdown sweeps: checkpoint %d fault cases, restore %d\n", cases[0], cases[1]);
-	CHECK(cases[0] > 10);
-	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
+	/* checkpoint's driver calls are suspend's (swept there): one role per mode */
+	sweep_pair(&(struct sweep){.op = SWEEP_CHECKPOINT, .criu = criu}, SWEEP_RESTORE, true, "");
 }
 
 int main(void)

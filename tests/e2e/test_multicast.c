@@ -180,21 +180,7 @@ static void partial_group(void)
  * creator and in the importer, both content modes. */
 static void fault_sweep(void)
 {
-	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
-	int cases[2] = {0, 0}, k = 0;
-	for (int op = 0; op < 2; op++)
-		for (int c = 0; c < 2; c++)
-			for (int r = 0; r < 2; r++, k++) {
-				struct sweep sw = {.op = op ? SWEEP_RESUME : SWEEP_SUSPEND,
-						   .content = contents[c],
-						   .role = roles[(r + c) % 2],
-						   .multicast = true};
-				if (sweep_selected(k))
-					cases[op] += sweep_run(&sw);
-			}
-	printf("     countdown sweeps (multicast): suspend %d fault cases, resume %d\n", cases[0], cases[1]);
-	CHECK(cases[0] > 10);
-	CHECK(cases[1] > 10 || getenv("TSAN_OPTIONS"));
+	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .multicast = true}, SWEEP_RESUME, false, " (multicast)");
 }
 
 int main(void)
