@@ -101,6 +101,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
 /* The report as one JSON object on f. */
 void coord_report_json(FILE *f, const struct coord_report *r);
+/* Is pid dead, or a zombie its parent has not reaped? */
+bool coord_process_gone(int pid);
 /* A named fault point (include/cusnap/faults.def): with CUSNAP_FAULT=NAME:PID,
  * reaching NAME sends SIGKILL to PID ("self": to this process). */
 void coord_fault_point(const char *name);

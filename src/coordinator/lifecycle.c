@@ -268,8 +268,7 @@ static void count(const struct topo_participant *p, size_t n, struct coord_repor
 	}
 }
 
-/* Dead, or a zombie its parent has not reaped. */
-static bool process_gone(int pid)
+bool coord_process_gone(int pid)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -330,7 +329,7 @@ static int rebuild(struct call *calls, struct coord_target *t, size_t n, bool *s
 				    coord_reply_phase(calls[i].reply_payload, calls[i].reply.payload_len) ==
 					    PROTO_PHASE_ACTIVE)
 					sel[i] = false, calls[i].status = PROTO_OK;
-				if (sel[i] && calls[i].status == PROTO_E_IO && process_gone(t[i].obs)) {
+				if (sel[i] && calls[i].status == PROTO_E_IO && coord_process_gone(t[i].obs)) {
 					fprintf(stderr,
 						"snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n",
 						t[i].obs, t[i].ns);

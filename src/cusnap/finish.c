@@ -85,28 +85,13 @@ void state_dir_end(pid_t pid)
 
 /* ---- the check ---- */
 
-/* Is pid a live process (not gone, not a zombie)? */
-static bool alive(pid_t pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *close = strrchr(buf, ')');
-	return close && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X';
-}
-
 int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 {
 	*gone = 0;
 	why[0] = '\0';
 	for (size_t i = 0; i < t->ncuda; i++) {
 		struct coord_target *c = &t->targets[i];
-		if (!alive(c->obs)) {
+		if (coord_process_gone(c->obs)) {
 			(*gone)++; /* killed by someone else: nothing to put back */
 			continue;
 		}
@@ -155,7 +140,7 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 	bool vmm = t->nshim > 0;
 	for (size_t i = 0; vmm && i < t->ncuda && !suspended && !locked; i++) {
 		/* (a locked or checkpointed process answers only after it is thawed) */
-		if (!alive(t->targets[i].obs))
+		if (coord_process_gone(t->targets[i].obs))
 			continue;
 		struct topo_participant p;
 		if (coord_inspect(&t->targets[i], opt_timeout_ms, &p, err, errlen) != 0) {
