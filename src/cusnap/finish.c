@@ -45,10 +45,12 @@ void state_dir_of(pid_t pid, const char *given, char *out, size_t len)
 	note_path(pid, note, sizeof(note));
 	FILE *f = fopen(note, "re");
 	if (f) {
-		bool ok = fgets(out, (int)len, f) != NULL;
+		/* The whole file less its final newline: a directory name may hold newlines. */
+		size_t n = fread(out, 1, len - 1, f);
 		fclose(f);
-		if (ok && out[0] == '/') {
-			out[strcspn(out, "\n")] = '\0';
+		out[n] = '\0';
+		if (n > 1 && out[0] == '/' && out[n - 1] == '\n') {
+			out[n - 1] = '\0';
 			return;
 		}
 	}

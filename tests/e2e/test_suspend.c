@@ -290,7 +290,8 @@ static void json_odd_paths(void)
 		{"suspend", 0, {cusnap, "suspend", "--json", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, NULL}},
 		{"inspect --dir", 0, {cusnap, "inspect", "--json", "--dir", dir, NULL}},
 		{"snapshot-cuda-vmm --inspect-state", 0, {coord, "--inspect-state", dir, "--json", NULL}},
-		{"resume", 0, {cusnap, "resume", "--json", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, NULL}},
+		/* --pid alone: the state directory recorded by suspend, newline and all */
+		{"resume --pid alone", 0, {cusnap, "resume", "--json", "--pid", pid, "--control-dir", g.ctl, NULL}},
 		{"a failure", 64, {cusnap, "suspend", "--json", "--pid", "1", "--dir", dir, NULL}},
 	};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
