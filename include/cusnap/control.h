@@ -4,6 +4,14 @@
 #ifndef CUSNAP_CONTROL_H
 #define CUSNAP_CONTROL_H
 
+/* What lives there: each participant's endpoint (CONTROL_ENDPOINT_FMT with its
+ * PID in its innermost namespace) and the workload's three control files. */
+#define CONTROL_ENDPOINT_FMT "cuda-vmm-%d.sock"
+#define CONTROL_READY "ready-for-snapshot"
+#define CONTROL_SNAPSHOT_DONE "snapshot-complete"
+#define CONTROL_RESTORE_DONE "restore-complete"
+#define CONTROL_DIR_DEFAULT "/snapshot-control"
+
 /* $SNAPSHOT_CONTROL_DIR, else the deprecated $DYN_SNAPSHOT_CONTROL_DIR, else
  * /snapshot-control. The string belongs to the environment (or is static). */
 const char *control_dir_from_env(void);

@@ -67,7 +67,7 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 int coord_compare_multicast(const struct topo_participant *rec, const struct topo_participant *cur, const int *map,
 			    size_t nmap, char *err, size_t errlen);
 
-enum coord_content { COORD_CONTENT_HOST = 1, COORD_CONTENT_NATIVE = 2 };
+enum coord_content { COORD_CONTENT_HOST = PROTO_CONTENT_HOST, COORD_CONTENT_NATIVE = PROTO_CONTENT_NATIVE };
 
 struct coord_options {
 	int timeout_ms;        /* per participant and stage */

@@ -30,7 +30,7 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 2 /* 1.2: error replies carry F_PHASE */
+#define PROTO_MINOR 3 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -57,6 +57,27 @@ enum proto_phase {
 	PROTO_PHASE_RESTORED = 10,   /* binds and multicast mappings back: ready to RESUME */
 	PROTO_PHASE_COUNT
 };
+
+/* What F_CONTENT carries (PREPARE). */
+enum proto_content { PROTO_CONTENT_HOST = 1, PROTO_CONTENT_NATIVE = 2 };
+/* What F_ROLE carries. */
+enum proto_role { PROTO_ROLE_CREATOR = 1, PROTO_ROLE_IMPORTER = 2 };
+/* F_HANDLE_TYPES and F_SHARED_TYPES carry CUmemAllocationHandleType bits as
+ * cuda.h numbers them (the shim checks these at compile time). */
+enum proto_handle_type {
+	PROTO_HANDLE_POSIX_FD = 0x1,
+	PROTO_HANDLE_WIN32 = 0x2,
+	PROTO_HANDLE_WIN32_KMT = 0x4,
+	PROTO_HANDLE_FABRIC = 0x8,
+};
+/* Device ordinals on the wire (F_DEVICE, F_DEVICE_MAP, F_MC_ADDED) and in every
+ * per-device table of the shim and the tools are below this. */
+#define PROTO_MAX_DEVICES 64
+
+/* F_CAPS bits: optional operations a participant serves. A coordinator sends
+ * such an operation only to a participant that set its bit. */
+#define PROTO_CAP_MULTICAST (1ull << 0)     /* PREPARE_MULTICAST, RESTORE_MULTICAST_* */
+#define PROTO_CAPS_SHIM PROTO_CAP_MULTICAST /* what this shim serves */
 
 enum proto_status {
 	PROTO_OK = 0,

@@ -77,6 +77,8 @@ struct topo_participant {
 	uint32_t nspid;
 	uint32_t pid;
 	uint32_t phase;
+	uint32_t major_min, major_max, minor; /* the protocol versions it speaks */
+	uint64_t caps;                        /* PROTO_CAP_* bits */
 	char endpoint[4200];
 	struct topo_alloc *allocs;
 	size_t nallocs;
@@ -88,12 +90,24 @@ struct topo_participant {
 	size_t nbinds;
 };
 
+struct proto_buf;
+
+/* The encoders, one per record, each the inverse of its decoder (the shim
+ * fills these structs from its tables; tests round-trip them). */
+/* type: REC_HELLO or REC_PARTICIPANT. */
+void topo_encode_identity(struct proto_buf *b, uint16_t type, const struct topo_participant *p);
+void topo_encode_alloc(struct proto_buf *b, const struct topo_alloc *a);
+void topo_encode_mapping(struct proto_buf *b, const struct topo_mapping *m);
+void topo_encode_mc(struct proto_buf *b, const struct topo_mc *m);
+void topo_encode_bind(struct proto_buf *b, const struct topo_mc_bind *x);
+/* Every record of p, identity first (as INSPECT sends it). */
+void topo_encode(struct proto_buf *b, const struct topo_participant *p);
+
 /* Decode an INSPECT payload into p (zeroed first). Unknown records and fields
  * are skipped. Returns 0 or a proto_status; on error p holds nothing to free. */
 int topo_decode(const uint8_t *payload, size_t len, struct topo_participant *p);
 void topo_free(struct topo_participant *p);
 const char *topo_role_name(uint32_t role);
-/* The shim phase as a word ("active", "prepared", ...). */
 /* "rw", "r" or "none". */
 const char *topo_access_name(uint32_t flags);
 

@@ -47,4 +47,36 @@ static inline uint64_t wire_get_u64(const uint8_t *p)
 	return v;
 }
 
+/* F_ACCESS: location type | location id | flags, u32 each. */
+#define WIRE_ACCESS_LEN 12
+
+static inline void wire_put_access(uint8_t *p, uint32_t loc_type, int32_t loc_id, uint32_t flags)
+{
+	wire_put_u32(p, loc_type);
+	wire_put_u32(p + 4, (uint32_t)loc_id);
+	wire_put_u32(p + 8, flags);
+}
+
+static inline void wire_get_access(const uint8_t *p, uint32_t *loc_type, int32_t *loc_id, uint32_t *flags)
+{
+	*loc_type = wire_get_u32(p);
+	*loc_id = (int32_t)wire_get_u32(p + 4);
+	*flags = wire_get_u32(p + 8);
+}
+
+/* F_DEVICE_MAP: old device ordinal | new ordinal, u32 each. */
+#define WIRE_PAIR_LEN 8
+
+static inline void wire_put_pair(uint8_t *p, uint32_t a, uint32_t b)
+{
+	wire_put_u32(p, a);
+	wire_put_u32(p + 4, b);
+}
+
+static inline void wire_get_pair(const uint8_t *p, uint32_t *a, uint32_t *b)
+{
+	*a = wire_get_u32(p);
+	*b = wire_get_u32(p + 4);
+}
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cusnap/exitcodes.h"
 #include "cusnap/fdcheck.h"
 
 #define FD_CHECK_MAX 4096
@@ -80,5 +81,5 @@ int fd_check_end(const char *tool, int rc)
 	struct leaks l = {.tool = tool};
 	fflush(stdout);
 	each_open(report, &l);
-	return l.n ? 70 : rc;
+	return l.n ? EX_SOFTWARE : rc;
 }

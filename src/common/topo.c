@@ -8,7 +8,7 @@
 
 const char *topo_role_name(uint32_t role)
 {
-	return role == 1 ? "creator" : role == 2 ? "importer" : "unknown";
+	return role == PROTO_ROLE_CREATOR ? "creator" : role == PROTO_ROLE_IMPORTER ? "importer" : "unknown";
 }
 
 const char *topo_access_name(uint32_t flags)
@@ -28,6 +28,10 @@ static int decode_identity(const struct proto_rec *r, struct topo_participant *p
 		case F_NSPID: rc = prec_u32(&f, &p->nspid); break;
 		case F_PID: rc = prec_u32(&f, &p->pid); break;
 		case F_PHASE: rc = prec_u32(&f, &p->phase); break;
+		case F_MAJOR_MIN: rc = prec_u32(&f, &p->major_min); break;
+		case F_MAJOR_MAX: rc = prec_u32(&f, &p->major_max); break;
+		case F_MINOR: rc = prec_u32(&f, &p->minor); break;
+		case F_CAPS: rc = prec_u64(&f, &p->caps); break;
 		case F_ENDPOINT: rc = prec_str(&f, p->endpoint, sizeof(p->endpoint)); break;
 		default: break;
 		}
@@ -87,7 +91,7 @@ static int decode_mapping(const struct proto_rec *r, struct topo_mapping *m)
 		case F_MAP_FLAGS: rc = prec_u64(&f, &m->flags); break;
 		case F_DETACHED: rc = prec_u32(&f, &m->detached); break;
 		case F_ACCESS:
-			if (f.len != 12) {
+			if (f.len != WIRE_ACCESS_LEN) {
 				rc = PROTO_E_LENGTH;
 				break;
 			}
@@ -100,10 +104,8 @@ static int decode_mapping(const struct proto_rec *r, struct topo_mapping *m)
 				}
 				m->access = grown;
 			}
-			m->access[m->naccess].loc_type = wire_get_u32(f.value);
-			m->access[m->naccess].loc_id = (int32_t)wire_get_u32(f.value + 4);
-			m->access[m->naccess].flags = wire_get_u32(f.value + 8);
-			m->naccess++;
+			struct topo_access *x = &m->access[m->naccess++];
+			wire_get_access(f.value, &x->loc_type, &x->loc_id, &x->flags);
 			break;
 		default: break;
 		}
@@ -205,6 +207,116 @@ static int decode_bind(const struct proto_rec *r, struct topo_mc_bind *b)
 	}
 	b->device = (int32_t)dev;
 	return rc ? rc : it.error;
+}
+
+/* ---- encoders ---- */
+
+void topo_encode_identity(struct proto_buf *b, uint16_t type, const struct topo_participant *p)
+{
+	size_t at = pbuf_begin(b, type);
+	pbuf_put_id(b, F_ID, &p->id);
+	pbuf_put_u32(b, F_NSPID, p->nspid);
+	pbuf_put_u32(b, F_PID, p->pid);
+	pbuf_put_u32(b, F_PHASE, p->phase);
+	pbuf_put_u32(b, F_MAJOR_MIN, p->major_min);
+	pbuf_put_u32(b, F_MAJOR_MAX, p->major_max);
+	pbuf_put_u32(b, F_MINOR, p->minor);
+	pbuf_put_u64(b, F_CAPS, p->caps);
+	pbuf_put_str(b, F_ENDPOINT, p->endpoint);
+	pbuf_end(b, at);
+}
+
+void topo_encode_alloc(struct proto_buf *b, const struct topo_alloc *a)
+{
+	size_t at = pbuf_begin(b, REC_ALLOCATION);
+	pbuf_put_u64(b, F_KEY, a->key);
+	pbuf_put_id(b, F_ALLOC_ID, &a->id);
+	pbuf_put_id(b, F_CREATOR, &a->creator);
+	pbuf_put_u32(b, F_ROLE, a->role);
+	pbuf_put_u32(b, F_SHARED, a->shared);
+	pbuf_put_u32(b, F_SHARED_TYPES, a->shared_types);
+	pbuf_put_u64(b, F_SIZE, a->size);
+	pbuf_put_u32(b, F_ALLOC_TYPE, a->alloc_type);
+	pbuf_put_u32(b, F_LOC_TYPE, a->loc_type);
+	pbuf_put_u32(b, F_DEVICE, (uint32_t)a->device);
+	pbuf_put_u32(b, F_HANDLE_TYPES, a->handle_types);
+	pbuf_put_u32(b, F_ALLOC_FLAGS, a->alloc_flags);
+	pbuf_put_u32(b, F_HANDLES, a->handles);
+	pbuf_put_u32(b, F_MAPPINGS, a->mappings);
+	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
+	pbuf_put_u32(b, F_DETACHED, a->detached);
+	pbuf_put_u32(b, F_BINDS, a->binds);
+	pbuf_end(b, at);
+}
+
+void topo_encode_mapping(struct proto_buf *b, const struct topo_mapping *m)
+{
+	size_t at = pbuf_begin(b, REC_MAPPING);
+	pbuf_put_u64(b, F_KEY, m->key);
+	pbuf_put_id(b, F_ALLOC_ID, &m->alloc_id);
+	pbuf_put_u64(b, F_ADDRESS, m->address);
+	pbuf_put_u64(b, F_SIZE, m->size);
+	pbuf_put_u64(b, F_OFFSET, m->offset);
+	pbuf_put_u64(b, F_MAP_FLAGS, m->flags);
+	pbuf_put_u32(b, F_DETACHED, m->detached);
+	for (size_t i = 0; i < m->naccess; i++) {
+		uint8_t acc[WIRE_ACCESS_LEN];
+		wire_put_access(acc, m->access[i].loc_type, m->access[i].loc_id, m->access[i].flags);
+		pbuf_put(b, F_ACCESS, acc, sizeof(acc));
+	}
+	pbuf_end(b, at);
+}
+
+void topo_encode_mc(struct proto_buf *b, const struct topo_mc *m)
+{
+	size_t at = pbuf_begin(b, REC_MULTICAST);
+	pbuf_put_u64(b, F_KEY, m->key);
+	pbuf_put_id(b, F_ALLOC_ID, &m->id);
+	pbuf_put_id(b, F_CREATOR, &m->creator);
+	pbuf_put_u32(b, F_ROLE, m->role);
+	pbuf_put_u64(b, F_SIZE, m->size);
+	pbuf_put_u64(b, F_MC_USED, m->used);
+	pbuf_put_u32(b, F_MC_DEVICES, m->num_devices);
+	pbuf_put_u32(b, F_HANDLE_TYPES, m->handle_types);
+	pbuf_put_u32(b, F_SHARED_TYPES, m->shared_types);
+	pbuf_put_u64(b, F_GRANULARITY, m->granularity);
+	pbuf_put_u32(b, F_HANDLES, m->handles);
+	pbuf_put_u32(b, F_MAPPINGS, m->mappings);
+	pbuf_put_u32(b, F_DETACHED, m->detached);
+	for (size_t i = 0; i < m->nadded; i++)
+		pbuf_put_u32(b, F_MC_ADDED, (uint32_t)m->added[i]);
+	for (size_t i = 0; i < m->nimporters; i++)
+		pbuf_put_id(b, F_MC_IMPORTER, &m->importers[i]);
+	pbuf_end(b, at);
+}
+
+void topo_encode_bind(struct proto_buf *b, const struct topo_mc_bind *x)
+{
+	size_t at = pbuf_begin(b, REC_MC_BIND);
+	pbuf_put_u64(b, F_KEY, x->key);
+	pbuf_put_id(b, F_ALLOC_ID, &x->mc_id);
+	pbuf_put_u32(b, F_DEVICE, (uint32_t)x->device);
+	pbuf_put_u64(b, F_MC_OFFSET, x->mc_offset);
+	pbuf_put_u64(b, F_SIZE, x->size);
+	if (!id_is_zero(&x->member))
+		pbuf_put_id(b, F_MEMBER, &x->member);
+	pbuf_put_u64(b, F_MEMBER_OFFSET, x->member_offset);
+	pbuf_put_u64(b, F_ADDRESS, x->member_va);
+	pbuf_put_u32(b, F_DETACHED, x->detached);
+	pbuf_end(b, at);
+}
+
+void topo_encode(struct proto_buf *b, const struct topo_participant *p)
+{
+	topo_encode_identity(b, REC_PARTICIPANT, p);
+	for (size_t i = 0; i < p->nallocs; i++)
+		topo_encode_alloc(b, &p->allocs[i]);
+	for (size_t i = 0; i < p->nmcs; i++)
+		topo_encode_mc(b, &p->mcs[i]);
+	for (size_t i = 0; i < p->nbinds; i++)
+		topo_encode_bind(b, &p->binds[i]);
+	for (size_t i = 0; i < p->nmaps; i++)
+		topo_encode_mapping(b, &p->maps[i]);
 }
 
 /* Append one element of size sz to *arr (count *n, capacity *cap). */

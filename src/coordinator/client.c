@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/control.h"
 #include "cusnap/coord.h"
 #include "cusnap/usock.h"
 
@@ -13,10 +14,10 @@ int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs,
 {
 	int n;
 	if (proc_root && *proc_root)
-		n = snprintf(out, len, "%s/%d/root%s%s/cuda-vmm-%d.sock", proc_root, obs,
+		n = snprintf(out, len, "%s/%d/root%s%s/" CONTROL_ENDPOINT_FMT, proc_root, obs,
 			     control_dir[0] == '/' ? "" : "/", control_dir, ns);
 	else
-		n = snprintf(out, len, "%s/cuda-vmm-%d.sock", control_dir, ns);
+		n = snprintf(out, len, "%s/" CONTROL_ENDPOINT_FMT, control_dir, ns);
 	return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
@@ -67,6 +68,11 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 	if (rc == PROTO_OK)
 		rc = proto_recv(sock, reply, reply_payload, NULL, deadline);
 	close(sock);
+	if (rc == PROTO_E_VERSION) {
+		snprintf(err, errlen, "endpoint %s speaks protocol %u.%u; this tool speaks %u.%u", endpoint,
+			 reply->major, reply->minor, PROTO_MAJOR, PROTO_MINOR);
+		return rc;
+	}
 	if (rc != PROTO_OK) {
 		snprintf(err, errlen, "endpoint %s: %s %s", endpoint, proto_op_name(op), proto_status_name(rc));
 		return rc;

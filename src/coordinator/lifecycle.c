@@ -16,6 +16,7 @@
 #include "cusnap/coord.h"
 #include "cusnap/json.h"
 #include "cusnap/hmap.h"
+#include "cusnap/wire.h"
 
 struct call {
 	const struct coord_target *t;
@@ -142,6 +143,13 @@ static long inspect_some(struct call *calls, struct coord_target *t, size_t n, c
 				 t[i].ns, proto_status_name(rc));
 			return (long)i;
 		}
+		if (p[i].major_min > PROTO_MAJOR || p[i].major_max < PROTO_MAJOR) {
+			snprintf(r->error, sizeof(r->error),
+				 "INSPECT: participant %d (ns %d) speaks protocol %u-%u.%u; this tool speaks %u.%u",
+				 t[i].obs, t[i].ns, p[i].major_min, p[i].major_max, p[i].minor, PROTO_MAJOR,
+				 PROTO_MINOR);
+			return (long)i;
+		}
 		if ((int)p[i].nspid != t[i].ns) {
 			snprintf(r->error, sizeof(r->error),
 				 "INSPECT: participant %d (ns %d): the endpoint answers as namespace PID %u", t[i].obs,
@@ -160,12 +168,28 @@ static long inspect_all(struct call *calls, struct coord_target *t, size_t n, co
 
 /* ---- multicast (SYSTEM.md §8) ---- */
 
-static bool any_multicast(const struct topo_participant *p, size_t n)
+/* Who among sel (NULL: all) is sent the multicast steps: the participants
+ * that serve them (PROTO_CAP_MULTICAST), into out[]. Returns how many, or -1
+ * with r->error when one holds multicast objects but does not serve them. */
+static long mc_select(const struct topo_participant *p, const struct coord_target *t, size_t n, const bool *sel,
+		      bool *out, struct coord_report *r)
 {
-	for (size_t i = 0; i < n; i++)
-		if (p[i].nmcs)
-			return true;
-	return false;
+	long count = 0;
+	bool any = false;
+	for (size_t i = 0; i < n; i++) {
+		bool served = (!sel || sel[i]) && (p[i].caps & PROTO_CAP_MULTICAST);
+		if ((!sel || sel[i]) && p[i].nmcs && !served) {
+			snprintf(r->error, sizeof(r->error),
+				 "participant %d (ns %d) holds multicast objects but its shim (protocol %u.%u) "
+				 "does not serve the multicast steps",
+				 t[i].obs, t[i].ns, p[i].major_max, p[i].minor);
+			return -1;
+		}
+		any |= p[i].nmcs != 0;
+		out[i] = served;
+		count += served;
+	}
+	return any ? count : 0; /* (not sent to a group without multicast objects) */
 }
 
 /* The request of the RESTORE_MULTICAST steps: every multicast object that any
@@ -288,15 +312,19 @@ static int rebuild_multicast(struct call *calls, struct coord_target *t, size_t 
 			     const struct coord_options *o, struct coord_report *r)
 {
 	struct topo_participant *p = calloc(n ? n : 1, sizeof(*p));
+	bool *mc_sel = calloc(n ? n : 1, sizeof(*mc_sel));
 	struct proto_buf req = {0};
 	int rc = -1;
-	if (!p) {
+	if (!p || !mc_sel) {
 		snprintf(r->error, sizeof(r->error), "out of memory");
+		free(p);
+		free(mc_sel);
 		return -1;
 	}
-	if (inspect_some(calls, t, n, sel, o, p, r) < 0) {
-		size_t wanted = mc_rebuild_request(p, n, sel, &req);
-		rc = wanted ? mc_restore_steps(calls, t, n, sel, o, &req, r) : 0;
+	long served;
+	if (inspect_some(calls, t, n, sel, o, p, r) < 0 && (served = mc_select(p, t, n, sel, mc_sel, r)) >= 0) {
+		size_t wanted = served ? mc_rebuild_request(p, n, sel, &req) : 0;
+		rc = wanted ? mc_restore_steps(calls, t, n, mc_sel, o, &req, r) : 0;
 		if (!rc && req.failed) {
 			snprintf(r->error, sizeof(r->error), "out of memory");
 			rc = -1;
@@ -305,6 +333,7 @@ static int rebuild_multicast(struct call *calls, struct coord_target *t, size_t 
 	for (size_t i = 0; i < n; i++)
 		topo_free(&p[i]);
 	free(p);
+	free(mc_sel);
 	pbuf_free(&req);
 	return rc;
 }
@@ -361,8 +390,9 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	struct topo_participant *before = calloc(n ? n : 1, sizeof(*before));
 	struct topo_participant *after = calloc(n ? n : 1, sizeof(*after));
 	bool *touched = calloc(n ? n : 1, sizeof(*touched));
+	bool *touched_mc = calloc(n ? n : 1, sizeof(*touched_mc));
 	int rc = -1;
-	if (!calls || !before || !after || !touched) {
+	if (!calls || !before || !after || !touched || !touched_mc) {
 		snprintf(r->error, sizeof(r->error), "out of memory");
 		goto out;
 	}
@@ -406,11 +436,14 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 	progress(o, "QUIESCE", r->ms_quiesce, "%s", "");
 	coord_fault_point("kill-after-quiesce");
 	/* 3. Multicast teardown first, and a barrier: no process may still hold a
-	 * multicast object when any is checkpointed. (Not sent to a group without
-	 * multicast objects, which older shims do not know this operation for.) */
-	if (any_multicast(after, n)) {
+	 * multicast object when any is checkpointed. Sent only to the shims that
+	 * serve it (PROTO_CAP_MULTICAST), and only when there are such objects. */
+	long served = mc_select(after, t, n, NULL, touched_mc, r);
+	if (served < 0)
+		goto abort;
+	if (served) {
 		t0 = now_ms();
-		bad = fan_out(calls, t, n, NULL, PROTO_OP_PREPARE_MULTICAST, NULL, 0, o->timeout_ms);
+		bad = fan_out(calls, t, n, touched_mc, PROTO_OP_PREPARE_MULTICAST, NULL, 0, o->timeout_ms);
 		r->ms_prepare_multicast = now_ms() - t0;
 		if (bad >= 0) {
 			stage_error(r, &calls[bad], "PREPARE_MULTICAST");
@@ -490,6 +523,7 @@ out:
 	free(before);
 	free(after);
 	free(touched);
+	free(touched_mc);
 	free_calls(calls, n);
 	r->ms_total = now_ms() - start;
 	return rc;
@@ -558,10 +592,8 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	if (o->device_map_len) {
 		size_t at = pbuf_begin(&map, REC_RESULT);
 		for (size_t d = 0; d < o->device_map_len; d++) {
-			uint8_t pair[8];
-			uint32_t v[2] = {(uint32_t)d, (uint32_t)o->device_map[d]};
-			for (int k = 0; k < 8; k++)
-				pair[k] = (uint8_t)(v[k / 4] >> (8 * (k % 4)));
+			uint8_t pair[WIRE_PAIR_LEN];
+			wire_put_pair(pair, (uint32_t)d, (uint32_t)o->device_map[d]);
 			if (o->device_map[d] >= 0)
 				pbuf_put(&map, F_DEVICE_MAP, pair, sizeof(pair));
 		}

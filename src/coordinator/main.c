@@ -11,11 +11,8 @@
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
 #include "cusnap/fdcheck.h"
+#include "cusnap/exitcodes.h"
 #include "cusnap/json.h"
-
-#define EX_FAILED 1
-#define EX_UNKNOWN 2
-#define EX_USAGE 64
 
 /* SIGINT, SIGTERM, SIGHUP during --prepare: finish the step in flight, then
  * abort what was prepared (never leave the participants half-prepared). */
@@ -88,7 +85,7 @@ static int inspect_state(const char *dir, int json)
 	struct state st;
 	if (state_read(path, &st, err, sizeof(err)) < 0) {
 		fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
-		return EX_FAILED;
+		return EX_LEFT_RUNNING;
 	}
 	struct coord_target *t = calloc(st.n ? st.n : 1, sizeof(*t));
 	struct topo_participant *p = calloc(st.n ? st.n : 1, sizeof(*p));
@@ -96,7 +93,7 @@ static int inspect_state(const char *dir, int json)
 		free(t);
 		free(p);
 		state_free(&st);
-		return EX_FAILED;
+		return EX_LEFT_RUNNING;
 	}
 	for (size_t i = 0; i < st.n; i++) {
 		t[i].obs = (int)st.p[i].obs;
@@ -206,7 +203,7 @@ static int run(int argc, char **argv)
 			struct coord_target *grown = realloc(targets, (ntargets + 1) * sizeof(*grown));
 			if (!grown) {
 				fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
-				return EX_FAILED;
+				return EX_LEFT_RUNNING;
 			}
 			targets = grown;
 			targets[ntargets++] = t;
@@ -267,7 +264,7 @@ static int run(int argc, char **argv)
 			if (arc < 0)
 				fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
 			free(targets);
-			return arc < 0 ? EX_UNKNOWN : EX_FAILED;
+			return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
 		}
 		if (json)
 			coord_report_json(stdout, &r);
@@ -276,19 +273,19 @@ static int run(int argc, char **argv)
 		free(targets);
 		if (rc == 0)
 			return 0;
-		return mode == OPT_PREPARE && (r.aborted || r.unchanged) ? EX_FAILED : EX_UNKNOWN;
+		return mode == OPT_PREPARE && (r.aborted || r.unchanged) ? EX_LEFT_RUNNING : EX_TERMINATED;
 	}
 	struct topo_participant *parts = calloc(ntargets, sizeof(*parts));
 	if (!parts) {
 		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
-		return EX_FAILED;
+		return EX_LEFT_RUNNING;
 	}
 	int status = 0;
 	for (size_t i = 0; i < ntargets; i++) {
 		char err[1200];
 		if (coord_inspect(&targets[i], timeout_ms, &parts[i], err, sizeof(err)) != PROTO_OK) {
 			fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
-			status = EX_FAILED;
+			status = EX_LEFT_RUNNING;
 		}
 	}
 	if (status == 0) {

@@ -9,8 +9,6 @@
 #include "cusnap/coord.h"
 #include "cusnap/hmap.h"
 
-#define POSIX_FD 1u
-
 struct creator_ref {
 	size_t part;
 	const struct topo_alloc *alloc;
@@ -90,7 +88,7 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 		for (size_t j = 0; j < p[i].nallocs; j++) {
 			const struct topo_alloc *a = &p[i].allocs[j];
 			id_hex(&a->id, hex);
-			if (a->shared && (a->shared_types & ~POSIX_FD)) {
+			if (a->shared && (a->shared_types & ~(uint32_t)PROTO_HANDLE_POSIX_FD)) {
 				snprintf(err, errlen,
 					 "participant %d (ns %d): allocation %s was shared as handle type %#x: only "
 					 "POSIX file "
@@ -99,7 +97,7 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				hmap_free(&keys);
 				goto out;
 			}
-			if (a->role == 2) {
+			if (a->role == PROTO_ROLE_IMPORTER) {
 				struct creator_ref *c = hmap_get(&creators, id_hash(&a->id));
 				if (!c || !id_equal(&c->alloc->id, &a->id)) {
 					id_hex(&a->creator, hex2);

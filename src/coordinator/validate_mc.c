@@ -9,9 +9,6 @@
 #include "cusnap/coord.h"
 #include "cusnap/hmap.h"
 
-#define POSIX_FD 1u
-#define MAX_DEVICE 64
-
 /* One multicast object across the group. */
 struct mc_group {
 	const struct topo_mc *first, *creator;
@@ -73,7 +70,7 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 					 x->first->num_devices, m->num_devices, x->first->size, m->size);
 				goto out;
 			}
-			if (m->shared_types & ~POSIX_FD) {
+			if (m->shared_types & ~(uint32_t)PROTO_HANDLE_POSIX_FD) {
 				snprintf(err, errlen,
 					 "participant %d (ns %d): multicast object %s was shared as handle type %#x: "
 					 "only POSIX file "
@@ -81,7 +78,7 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 					 t[i].obs, t[i].ns, hex, m->shared_types);
 				goto out;
 			}
-			if (m->role == 1) {
+			if (m->role == PROTO_ROLE_CREATOR) {
 				if (x->creator) {
 					snprintf(err, errlen,
 						 "multicast object %s has two creators: participant %d (ns %d) and %d "
@@ -101,7 +98,7 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			}
 			for (size_t d = 0; d < m->nadded; d++) {
 				int dev = m->added[d];
-				if (dev < 0 || dev >= MAX_DEVICE) {
+				if (dev < 0 || dev >= PROTO_MAX_DEVICES) {
 					snprintf(err, errlen,
 						 "participant %d (ns %d): multicast object %s: device %d is out of "
 						 "range",
@@ -147,7 +144,7 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 				bad = "lies outside the bound allocation";
 			else if (b->mc_offset % gran || b->size % gran)
 				bad = "is not aligned to the multicast granularity";
-			else if (b->device < 0 || b->device >= MAX_DEVICE)
+			else if (b->device < 0 || b->device >= PROTO_MAX_DEVICES)
 				bad = "names a device out of range";
 			else
 				x->bound |= 1ull << b->device;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/control.h"
 #include "cusnap/ids.h"
 #include "cusnap/json.h"
 
@@ -114,7 +115,7 @@ static int write_manifest(const char *dir, const struct tree *t, pid_t root, int
 			i ? "," : "", (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false",
 			p->shim ? "true" : "false");
 		char ep[PATH_MAX + 32];
-		snprintf(ep, sizeof(ep), "%s/cuda-vmm-%d.sock", opt_control_dir, (int)p->nspid);
+		snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, opt_control_dir, (int)p->nspid);
 		json_write_string(f, p->shim ? ep : "");
 		fprintf(f, "}");
 	}
@@ -155,7 +156,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	double start = now_ms(), t0;
 	if (wait_ready) {
 		char ready[PATH_MAX + 64];
-		control_file(pid, "ready-for-snapshot", ready, sizeof(ready));
+		control_file(pid, CONTROL_READY, ready, sizeof(ready));
 		t0 = now_ms();
 		if (wait_for(ready, opt_timeout_ms) < 0)
 			return fail(EX_LEFT_RUNNING, "%s did not appear within %d ms: nothing done", ready,
@@ -237,7 +238,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 		char done[PATH_MAX + 64];
-		control_file(pid, "snapshot-complete", done, sizeof(done));
+		control_file(pid, CONTROL_SNAPSHOT_DONE, done, sizeof(done));
 		if (write_file(done, "") < 0)
 			fprintf(stderr, "cusnap: warning: cannot write %s\n", done);
 		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
@@ -376,8 +377,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	struct manifest m;
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
-	CUcheckpointGpuPair pairs[64];
-	int npairs = device_map ? parse_device_map(device_map, pairs, 64) : 0;
+	CUcheckpointGpuPair pairs[PROTO_MAX_DEVICES];
+	int npairs = device_map ? parse_device_map(device_map, pairs, PROTO_MAX_DEVICES) : 0;
 	if (npairs < 0) {
 		json_free(m.root);
 		return fail(EX_USAGE, "--device-map %s: use OLD=NEW[,OLD=NEW...] with GPU UUIDs", device_map);
@@ -478,14 +479,14 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda,
 		 npairs ? ", devices remapped" : "");
 	/* Device ordinals then (the manifest's GPU list) and now, for the shims. */
-	int ordinal_map[64];
+	int ordinal_map[PROTO_MAX_DEVICES];
 	size_t nmap = 0;
 	if (npairs) {
 		const struct json *gpus = json_get(m.root, "gpus");
 		int ndev = 0;
 		t.nat.device_count(&ndev);
-		for (const struct json *g = gpus && gpus->type == JSON_ARRAY ? gpus->child : NULL; g && nmap < 64;
-		     g = g->next, nmap++) {
+		for (const struct json *g = gpus && gpus->type == JSON_ARRAY ? gpus->child : NULL;
+		     g && nmap < PROTO_MAX_DEVICES; g = g->next, nmap++) {
 			ordinal_map[nmap] = -1;
 			CUuuid old;
 			if (g->type != JSON_STRING || parse_uuid(g->string, strlen(g->string), &old) < 0)
@@ -525,7 +526,7 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 		goto kill;
 	/* Only now may the workload run: the sharing is back. */
 	char done[PATH_MAX + 64];
-	control_file(root, "restore-complete", done, sizeof(done));
+	control_file(root, CONTROL_RESTORE_DONE, done, sizeof(done));
 	if (write_file(done, "") < 0) {
 		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", done);
 		goto kill;

@@ -9,11 +9,7 @@
 
 #include <cuda.h>
 
-#define EX_OK 0
-#define EX_LEFT_RUNNING 1 /* failed; the workload runs as before */
-#define EX_TERMINATED 2   /* failed; the workload was terminated or its state is unknown */
-#define EX_USAGE 64
-#define EX_UNAVAILABLE 69 /* a required component is missing */
+#include "cusnap/exitcodes.h"
 
 /* ---- proctree.c ---- */
 struct proc {

@@ -12,11 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/exitcodes.h"
 #include "cusnap/paths.h"
 
 #define SHIM_NAME "libsnapshot_cuda_vmm.so"
-#define EX_USAGE 64
-#define EX_UNAVAILABLE 69
 
 static void usage(FILE *f)
 {

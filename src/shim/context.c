@@ -8,15 +8,13 @@
  * application created them, else device 0. */
 #include "shim.h"
 
-#define CTX_MAX_DEVICES 64
-
-static __thread bool retained[CTX_MAX_DEVICES];
-static __thread CUcontext contexts[CTX_MAX_DEVICES];
+static __thread bool retained[PROTO_MAX_DEVICES];
+static __thread CUcontext contexts[PROTO_MAX_DEVICES];
 static __thread int current = -1;
 
 CUresult ctx_enter_device(int dev)
 {
-	if (dev < 0 || dev >= CTX_MAX_DEVICES)
+	if (dev < 0 || dev >= PROTO_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!retained[dev]) {
 		CUresult rc = aux.cuDevicePrimaryCtxRetain(&contexts[dev], dev);
@@ -50,7 +48,7 @@ int ctx_current_device(void)
 
 CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const char **failed_call)
 {
-	for (int d = 0; d < n && d < CTX_MAX_DEVICES; d++) {
+	for (int d = 0; d < n && d < PROTO_MAX_DEVICES; d++) {
 		if (!used[d])
 			continue;
 		*failed_dev = d;
@@ -71,7 +69,7 @@ void ctx_leave_all(void)
 	if (current >= 0)
 		aux.cuCtxSetCurrent(NULL);
 	current = -1;
-	for (int d = 0; d < CTX_MAX_DEVICES; d++) {
+	for (int d = 0; d < PROTO_MAX_DEVICES; d++) {
 		if (retained[d])
 			aux.cuDevicePrimaryCtxRelease_v2(d);
 		retained[d] = false;

@@ -66,7 +66,7 @@ const struct shim_identity *shim_identity(const char **why)
 			id_random(&self.id);
 		}
 		snprintf(self.control_dir, sizeof(self.control_dir), "%s", control_dir_from_env());
-		snprintf(self.endpoint, sizeof(self.endpoint), "%s/cuda-vmm-%d.sock", self.control_dir,
+		snprintf(self.endpoint, sizeof(self.endpoint), "%s/" CONTROL_ENDPOINT_FMT, self.control_dir,
 			 (int)self.nspid);
 		have_identity = true;
 		__atomic_store_n(&published, true, __ATOMIC_RELEASE);

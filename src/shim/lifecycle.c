@@ -171,16 +171,10 @@ CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r)
  * reported in r (when given) and leaves the reference held. */
 CUresult life_release_ref(struct shim_alloc *a, struct life_result *r)
 {
-	if (!a->driver_ref)
-		return CUDA_SUCCESS;
-	CUresult rc = real.cuMemRelease(a->driver);
-	if (rc) {
-		if (r)
-			life_fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
-		return rc;
-	}
-	a->driver_ref = false;
-	return CUDA_SUCCESS;
+	CUresult rc = alloc_release_driver(a);
+	if (rc && r)
+		life_fail(r, a, "cuMemRelease failed: %s", shim_cu_name(rc));
+	return rc;
 }
 
 /* A driver reference the shim holds only while it needs one (no logical handle
@@ -208,13 +202,14 @@ static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 			life_fail(r, a, "neither a handle nor a mapping anchors it");
 			return CUDA_ERROR_INVALID_VALUE;
 		}
-		rc = real.cuMemRetainAllocationHandle(&a->driver, (void *)(uintptr_t)any->node.start);
+		CUmemGenericAllocationHandle h;
+		rc = real.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)any->node.start);
 		if (rc) {
 			life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s",
 				  (unsigned long long)any->node.start, shim_cu_name(rc));
 			return rc;
 		}
-		a->driver_ref = true;
+		alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
 	}
 	if (content == SHIM_CONTENT_HOST && !a->saved) {
 		void *buf = hostmem_alloc(a->size);
@@ -327,8 +322,7 @@ static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 				  shim_cu_name(rc));
 			return rc;
 		}
-		a->driver = h;
-		a->driver_ref = true;
+		alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
 		created = true;
 		rc = copy_through_temp(a, a->saved, true, r);
 		if (rc) {
@@ -349,7 +343,8 @@ static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 	hostmem_free(a->saved, a->size);
 	a->saved = NULL;
 	life_drop_spare_ref(a);
-	if (publish_export(a) < 0) {
+	/* Its device may have changed (a device map): the entry follows. */
+	if (exports_publish(a) < 0) {
 		life_fail(r, a, "out of memory registering its export");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -459,8 +454,7 @@ static int op_restore_importers(struct life_result *r)
 			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 			continue;
 		}
-		a->driver = h;
-		a->driver_ref = true;
+		alloc_set_driver(a, h); /* an importer: no entry */
 		rc = life_attach_mappings(a, r);
 		if (rc) {
 			life_detach_mappings(a, &(struct life_result){0});
@@ -511,9 +505,9 @@ static bool all_attached(struct life_result *r)
  * of the request. Caller holds tbl.lock. */
 static int apply_device_map(const uint8_t *payload, size_t len, struct life_result *r)
 {
-	int map[64];
+	int map[PROTO_MAX_DEVICES];
 	bool any = false;
-	for (int d = 0; d < 64; d++)
+	for (int d = 0; d < PROTO_MAX_DEVICES; d++)
 		map[d] = d;
 	struct proto_field_iter it;
 	struct proto_rec f;
@@ -521,12 +515,14 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 	while (pfield_next(&it, &f)) {
 		if (f.type != F_DEVICE_MAP)
 			continue;
-		if (f.len != 8) {
-			snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want 8)", f.len);
+		if (f.len != WIRE_PAIR_LEN) {
+			snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want %d)", f.len,
+				 WIRE_PAIR_LEN);
 			return PROTO_E_LENGTH;
 		}
-		uint32_t from = wire_get_u32(f.value), to = wire_get_u32(f.value + 4);
-		if (from >= 64 || to >= 64) {
+		uint32_t from, to;
+		wire_get_pair(f.value, &from, &to);
+		if (from >= PROTO_MAX_DEVICES || to >= PROTO_MAX_DEVICES) {
 			snprintf(r->msg, sizeof(r->msg), "device map %u -> %u out of range", from, to);
 			return PROTO_E_MALFORMED;
 		}
@@ -544,12 +540,12 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 		if (a->mc)
 			mc_apply_device_map(a, map);
 		else if (a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && a->prop.location.id >= 0 &&
-			 a->prop.location.id < 64)
+			 a->prop.location.id < PROTO_MAX_DEVICES)
 			a->prop.location.id = map[a->prop.location.id];
 		for (struct shim_mapping *m = a->maps; m; m = m->sibling)
 			for (size_t k = 0; k < m->naccess; k++)
 				if (m->access[k].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-				    m->access[k].location.id >= 0 && m->access[k].location.id < 64)
+				    m->access[k].location.id >= 0 && m->access[k].location.id < PROTO_MAX_DEVICES)
 					m->access[k].location.id = map[m->access[k].location.id];
 	}
 	return PROTO_OK;
@@ -568,18 +564,18 @@ int serve_QUIESCE(struct op_call *c)
 	/* Work still in flight on memory about to be unmapped would fault on a
 	 * GPU: synchronize every device this process's objects live on first
 	 * (without the table lock: it waits for the GPU). */
-	bool used[64] = {false};
+	bool used[PROTO_MAX_DEVICES] = {false};
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
 		int dev = tbl.allocs.keys[i] ? ctx_device_of(a) : -1;
-		if (dev >= 0 && dev < 64)
+		if (dev >= 0 && dev < PROTO_MAX_DEVICES)
 			used[dev] = true;
 	}
 	pthread_mutex_unlock(&tbl.lock);
 	int bad = -1;
 	const char *call = "";
-	CUresult sync = ctx_synchronize_devices(used, 64, &bad, &call);
+	CUresult sync = ctx_synchronize_devices(used, PROTO_MAX_DEVICES, &bad, &call);
 	if (sync) {
 		life_fail(&c->r, NULL, "QUIESCE: %s (device %d) failed: %s", call, bad, shim_cu_name(sync));
 		return PROTO_E_DRIVER;

@@ -55,10 +55,10 @@ void mc_apply_device_map(struct shim_alloc *a, const int *map)
 {
 	struct shim_mc *mc = a->mc;
 	for (size_t i = 0; i < mc->nadded; i++)
-		if (mc->added[i] >= 0 && mc->added[i] < 64)
+		if (mc->added[i] >= 0 && mc->added[i] < PROTO_MAX_DEVICES)
 			mc->added[i] = map[mc->added[i]];
 	for (size_t i = 0; i < mc->nbinds; i++)
-		if (mc->binds[i].device >= 0 && mc->binds[i].device < 64)
+		if (mc->binds[i].device >= 0 && mc->binds[i].device < PROTO_MAX_DEVICES)
 			mc->binds[i].device = map[mc->binds[i].device];
 }
 
@@ -206,11 +206,9 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 				  prop.size, shim_cu_name(rc));
 			continue;
 		}
-		a->driver = h;
-		a->driver_ref = true;
 		a->detached = false;
 		a->mc->fresh = true;
-		if (publish_export(a) < 0) {
+		if (alloc_set_driver(a, h) < 0) {
 			life_fail(r, a, "out of memory registering its export");
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		}
@@ -260,8 +258,7 @@ static CUresult reimport(uint64_t key, struct life_result *r)
 				life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 		}
 		if (!rc) {
-			a->driver = h;
-			a->driver_ref = true;
+			alloc_set_driver(a, h); /* an importer: no entry */
 			a->detached = false;
 			a->mc->fresh = true;
 		}

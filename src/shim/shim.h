@@ -18,6 +18,7 @@
 #include "cusnap/hmap.h"
 #include "cusnap/ids.h"
 #include "cusnap/itree.h"
+#include "cusnap/proto.h"
 
 #define SHIM_API __attribute__((visibility("default")))
 
@@ -110,7 +111,7 @@ const struct shim_identity *shim_self(void);
 
 /* ---- tables (table.c): everything under tbl_lock ---- */
 
-enum shim_role { SHIM_ROLE_CREATOR = 1, SHIM_ROLE_IMPORTER = 2 };
+enum shim_role { SHIM_ROLE_CREATOR = PROTO_ROLE_CREATOR, SHIM_ROLE_IMPORTER = PROTO_ROLE_IMPORTER };
 
 struct shim_access {
 	CUmemLocation location;
@@ -239,7 +240,7 @@ CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const
 void ctx_leave_all(void);
 
 /* ---- the dispatch and the phase (dispatch.c; operations: include/cusnap/ops.def) ---- */
-enum shim_content { SHIM_CONTENT_HOST = 1, SHIM_CONTENT_NATIVE = 2 };
+enum shim_content { SHIM_CONTENT_HOST = PROTO_CONTENT_HOST, SHIM_CONTENT_NATIVE = PROTO_CONTENT_NATIVE };
 /* The phase (enum proto_phase); tracked mutations are refused outside ACTIVE. */
 int shim_phase(void);
 /* CUDA_SUCCESS, or CUDA_ERROR_NOT_READY (logged) while a checkpoint is under way. */
@@ -317,9 +318,6 @@ struct shim_mc *mc_record_new(unsigned num_devices, size_t size);
 /* The driver's minimum multicast granularity for prop (0 when it will not say). */
 size_t mc_granularity(const CUmulticastObjectProp *prop);
 
-/* Keep what EXPORT serves for a creator's record in step with the driver
- * reference the shim holds. Returns 0 or -ENOMEM. */
-int publish_export(const struct shim_alloc *a);
 /* Free a record nothing refers to any more (handles, mappings, binds). */
 void forget_alloc(struct shim_alloc *a);
 
@@ -353,15 +351,31 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	     const char *endpoint);
 
-/* ---- exports served to peers (endpoint.c) ---- */
-/* Register or update what EXPORT serves for an allocation (its own lock).
- * mc_devices: the numDevices of a multicast object, 0 for memory; device: whose
- * context serves the export (ctx_device_of). */
-int exports_put(const struct cusnap_id *alloc_id, const struct cusnap_id *token, CUmemGenericAllocationHandle driver,
-		size_t size, unsigned mc_devices, int device);
-void exports_drop(const struct cusnap_id *alloc_id);
+/* ---- the export table (exports.c) ---- */
+/* The one place a tracked allocation's driver handle is set or dropped: its
+ * export entry follows in the same step. Caller holds tbl.lock. */
+/* a now holds driver (one reference). 0, -ENOMEM or -EEXIST (its entry). */
+int alloc_set_driver(struct shim_alloc *a, CUmemGenericAllocationHandle driver);
+/* Drop the reference a holds, if any; a failure leaves it held. */
+CUresult alloc_release_driver(struct shim_alloc *a);
+/* Publish a creator's record once it has a token (0, -ENOMEM or -EEXIST). */
+int exports_publish(const struct shim_alloc *a);
+/* Its entry goes with the record. */
+void exports_forget(const struct shim_alloc *a);
+/* The participants that redeemed multicast object alloc_id: a malloc'd array in
+ * *out (NULL when none), its length returned. */
+size_t exports_importers(const struct cusnap_id *alloc_id, struct cusnap_id **out);
+struct export_request {
+	struct cusnap_id alloc_id, token;
+	struct cusnap_id who; /* the redeemer (zero: not said) */
+};
+/* Serve one EXPORT: a fresh driver FD in *fd and what it is in *info, or a
+ * proto_status with the reason in err. Takes exp_lock, never tbl.lock. */
+int exports_export(const struct export_request *q, struct shim_export_info *info, int *fd, char *err, size_t errlen);
 /* Take (true) or release (false) the exports lock around fork, after tbl.lock. */
 void exports_lock_for_fork(bool take);
+
+/* ---- the endpoint (endpoint.c, records.c) ---- */
 int endpoint_start(const struct shim_identity *self);
 void endpoint_after_fork_child(void);
 

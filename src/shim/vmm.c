@@ -33,14 +33,6 @@ bool refuse_in_fork_child(const char *call)
 	return true;
 }
 
-int publish_export(const struct shim_alloc *a)
-{
-	if (a->role != SHIM_ROLE_CREATOR || id_is_zero(&a->token))
-		return 0;
-	return exports_put(&a->id, &a->token, a->driver_ref ? a->driver : 0, a->mc ? a->mc->prop.size : a->size,
-			   a->mc ? a->mc->prop.numDevices : 0, ctx_device_of(a));
-}
-
 static size_t granularity_of(const CUmemAllocationProp *prop)
 {
 	size_t g = 0;
@@ -62,8 +54,7 @@ void forget_alloc(struct shim_alloc *a)
 {
 	if (a->handles || a->mappings || a->mc_binds)
 		return;
-	if (a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token))
-		exports_drop(&a->id);
+	exports_forget(a);
 	struct shim_mc *mc = a->mc;
 	tbl_alloc_free(a);
 	if (!mc)
@@ -96,9 +87,8 @@ struct shim_alloc *track_created(const struct shim_identity *me, CUmemGenericAll
 	a->creator = me->id;
 	a->role = SHIM_ROLE_CREATOR;
 	a->size = size;
-	a->driver = drv;
-	a->driver_ref = true;
 	a->ctx_device = ctx_current_device();
+	alloc_set_driver(a, drv); /* no token yet: no entry to fail */
 	*handle = h->value;
 	return a;
 }
@@ -171,13 +161,10 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		/* The last logical handle: drop the driver reference the shim holds
 		 * (mappings keep the bytes, as in the driver). Memory bound into a
 		 * multicast object keeps it: prepare needs a handle to save it by. */
-		rc = real.cuMemRelease(a->driver);
-		if (rc == CUDA_SUCCESS)
-			a->driver_ref = false;
+		rc = alloc_release_driver(a);
 	}
 	if (rc == CUDA_SUCCESS) {
 		tbl_handle_drop(h);
-		publish_export(a);
 		forget_alloc(a);
 	}
 	pthread_mutex_unlock(&tbl.lock);
@@ -212,11 +199,8 @@ SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *hand
 				real.cuMemRelease(drv);
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		} else {
-			if (need_ref) {
-				a->driver = drv;
-				a->driver_ref = true;
-				publish_export(a);
-			}
+			if (need_ref)
+				alloc_set_driver(a, drv); /* its entry exists: cannot fail */
 			*handle = h->value;
 		}
 	}
@@ -477,7 +461,7 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	bool first = id_is_zero(&a->token);
 	if (first && a->role == SHIM_ROLE_CREATOR) {
 		id_random(&a->token);
-		if (publish_export(a) < 0) {
+		if (exports_publish(a) < 0) {
 			memset(&a->token, 0, sizeof(a->token));
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
@@ -555,12 +539,11 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 			a->shared_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 			a->size = info.size;
 			a->prop = prop;
-			a->driver = drv;
-			a->driver_ref = true;
 			a->mc = mc;
 			a->granularity = mc ? mc_granularity(&mc->prop) : granularity_of(&prop);
 			a->creator_endpoint = endpoint;
 			a->ctx_device = ctx_current_device();
+			alloc_set_driver(a, drv); /* an importer: no entry */
 			*handle = h->value;
 		}
 	}
