@@ -2,6 +2,7 @@
 /* The endpoint: permissions, credentials, deadlines, concurrent clients, bad
  * input, and no descriptor leaks. Runs with SNAPSHOT_CUDA_VMM_DEADLINE_MS=1500. */
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -119,6 +120,56 @@ static void silent_client_does_not_delay_export(void)
 	CHECK_CU(cuMemRelease(imp));
 }
 
+struct redeem {
+	int cap;
+	CUresult rc;
+	CUmemGenericAllocationHandle imp;
+};
+
+static void *redeem_thread(void *arg)
+{
+	struct redeem *r = arg;
+	r->rc = emu_use_device(0);
+	if (r->rc == CUDA_SUCCESS)
+		r->rc = cuMemImportFromShareableHandle(&r->imp, (void *)(intptr_t)r->cap,
+						       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	return NULL;
+}
+
+/* The application releases its last handle while an EXPORT of that allocation is
+ * in the driver: the release waits for the export, so the redeemer gets the
+ * allocation it asked for, never a released (or reused) driver handle. */
+static void release_racing_export(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h, other;
+	CHECK_CU(cuMemCreate(&h, 4 * MiB, &p, 0));
+	struct redeem r = {.cap = -1};
+	CHECK_CU(cuMemExportToShareableHandle(&r.cap, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	setenv("CUEMU_EXPORT_STALL_MS", "300", 1);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, redeem_thread, &r), 0);
+	usleep(100000); /* the EXPORT is in the driver now */
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemCreate(&other, 2 * MiB, &p, 0)); /* the driver may hand the value out again */
+	pthread_join(t, NULL);
+	unsetenv("CUEMU_EXPORT_STALL_MS");
+	CHECK_CU(r.rc);
+	if (r.rc == CUDA_SUCCESS) {
+		CUdeviceptr va;
+		size_t size = 0;
+		CHECK_CU(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));
+		CHECK_CU(cuMemMap(va, 4 * MiB, 0, r.imp, 0));
+		CHECK_CU(cuMemGetAddressRange(NULL, &size, va));
+		CHECK_EQ(size, 4 * MiB); /* the allocation redeemed, not the new one */
+		CHECK_CU(cuMemUnmap(va, 4 * MiB));
+		CHECK_CU(cuMemAddressFree(va, 4 * MiB));
+		CHECK_CU(cuMemRelease(r.imp));
+	}
+	close(r.cap);
+	CHECK_CU(cuMemRelease(other));
+}
+
 static void bad_input(void)
 {
 	uint8_t garbage[100];
@@ -178,6 +229,7 @@ int main(int argc, char **argv)
 	test_run("a silent client does not delay an EXPORT; its deadline closes it",
 		 silent_client_does_not_delay_export);
 	test_run("garbage, truncation, versions, unknown ops, stray FDs, bad tokens", bad_input);
+	test_run("a release racing an EXPORT waits for it: the redeemer gets what it asked for", release_racing_export);
 	CHECK_EQ(shim_fds_settle(fds_with_endpoint), fds_with_endpoint);
 	CHECK_CU(cuMemRelease(alloc));
 	CHECK_EQ(test_count_fds(), fds_with_endpoint - 1); /* only the allocation's memfd went */
