@@ -21,6 +21,8 @@ endif
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c17 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(WARN) $(CFLAGS) -Iinclude -I$(CUDA_HOME)/include
 LDLIBS := -lpthread
+# jansson, linked statically into the tools and tests (never the shim or cuemu).
+JSON_LIBS := -l:libjansson.a
 ifneq ($(SANITIZE),)
 ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -99,11 +101,11 @@ $(LAUNCH): $(BUILD)/obj/src/launch/launch.o $(BUILD)/obj/src/common/paths.o
 
 $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
 # Examples are CUDA programs: linked against libcuda (cuemu in the build tree;
 # the driver's own on a GPU node, found first through LD_LIBRARY_PATH or ldconfig).
@@ -116,7 +118,7 @@ $(BUILD)/emu/libcuda.so: $(EMU)
 
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
@@ -126,12 +128,12 @@ $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda
 # Shim tests run under the launcher (they re-exec themselves) over cuemu.
 $(BUILD)/tests/shim/%: $(BUILD)/obj/tests/shim/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(JSON_LIBS) $(LDLIBS)
 
 # End-to-end tests drive the built tools as a user would; they link no driver.
 $(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LDLIBS) -ldl
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(JSON_LIBS) $(LDLIBS) -ldl
 
 $(BUILD)/tests/check_format: tests/check_format.sh
 	@mkdir -p $(dir $@)
@@ -164,7 +166,7 @@ $(BUILD)/tests/fuzz/fuzz_%_helper: tests/fuzz/fuzz_%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c17 -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-Iinclude -I$(CUDA_HOME)/include -o $@ $^ -lpthread
+		-Iinclude -I$(CUDA_HOME)/include -o $@ $^ $(JSON_LIBS) -lpthread
 
 $(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/run_fuzz.sh
 	@mkdir -p $(dir $@)
@@ -194,7 +196,7 @@ bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worke
 
 $(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cusnap/json.h"
 #include "cusnap/proto.h"
 #include "cusnap/topo.h"
 
@@ -36,8 +37,8 @@ uint32_t coord_reply_phase(const uint8_t *payload, size_t len);
 /* HELLO then INSPECT one participant into *out. Returns 0 or a proto_status with err. */
 int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err, size_t errlen);
 
-/* JSON of participants (one object, {"participants":[...]}) to f. */
-void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n);
+/* The participants as JSON: {"participants":[...]} (NULL when out of memory). */
+json_t *coord_topology_json(const struct coord_target *t, const struct topo_participant *p, size_t n);
 /* The same, readable. */
 void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n);
 
@@ -79,12 +80,30 @@ struct coord_options {
 	size_t device_map_len;
 };
 
+/* The stages of prepare, restore and abort, as the report's timings name them. */
+enum coord_stage {
+	COORD_STAGE_INSPECT,
+	COORD_STAGE_VALIDATE,
+	COORD_STAGE_QUIESCE,
+	COORD_STAGE_PREPARE_MULTICAST,
+	COORD_STAGE_PREPARE,
+	COORD_STAGE_STATE,
+	COORD_STAGE_RESTORE_CREATORS,
+	COORD_STAGE_RESTORE_IMPORTERS,
+	COORD_STAGE_RESTORE_MULTICAST,
+	COORD_STAGE_COMPARE,
+	COORD_STAGE_RESUME,
+	COORD_STAGE_COUNT
+};
+/* "inspect", "validate", ...: the keys of the report's "timings_ms". */
+extern const char *const coord_stage_key[COORD_STAGE_COUNT];
+
 struct coord_report {
 	char op[16];
 	size_t participants, allocations, mappings, shared;
-	uint64_t bytes; /* copied by host-mode prepare or restore */
-	double ms_inspect, ms_validate, ms_quiesce, ms_prepare, ms_state, ms_restore_creators, ms_restore_importers,
-		ms_compare, ms_resume, ms_total, ms_prepare_multicast, ms_restore_multicast;
+	uint64_t bytes;               /* copied by host-mode prepare or restore */
+	double ms[COORD_STAGE_COUNT]; /* per stage (0: not run) */
+	double ms_total;
 	bool nothing_to_do; /* restore: no state file */
 	bool aborted;       /* prepare failed and every touched participant was rebuilt */
 	bool unchanged;     /* prepare failed before it changed anything */
@@ -99,8 +118,10 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 int coord_restore(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
 /* Rebuild every listed participant that is part way through a prepare. */
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
-/* The report as one JSON object on f. */
-void coord_report_json(FILE *f, const struct coord_report *r);
+/* Milliseconds on the monotonic clock (the tools' one clock for timings). */
+double now_ms(void);
+/* The report as one JSON object. */
+json_t *coord_report_json(const struct coord_report *r);
 /* Is pid dead, or a zombie its parent has not reaped? */
 bool coord_process_gone(int pid);
 /* A named fault point (include/cusnap/faults.def): with CUSNAP_FAULT=NAME:PID,

@@ -1,38 +1,31 @@
 /* SPDX-License-Identifier: MIT */
-/* A small JSON reader for the files cusnap writes itself (manifest.json):
- * objects, arrays, strings (\" \\ \/ \b \f \n \r \t \uXXXX for ASCII),
- * numbers, true, false, null. Depth and size are bounded. */
+/* JSON through jansson: every JSON output of cusnap and snapshot-cuda-vmm, and
+ * reading manifest.json. jansson is linked statically into those two tools
+ * (the agent image needs nothing new) and never into the shim. These helpers
+ * are what jansson leaves to its caller. */
 #ifndef CUSNAP_JSON_H
 #define CUSNAP_JSON_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
-enum json_type { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
+#include "cusnap/ids.h"
 
-struct json {
-	enum json_type type;
-	bool boolean;
-	double number;
-	char *string;       /* JSON_STRING */
-	char *key;          /* when a member of an object */
-	struct json *child; /* first element or member */
-	struct json *next;  /* next sibling */
-};
-
-/* Parse text (len bytes). Returns the root, or NULL with err saying where. */
-struct json *json_parse(const char *text, size_t len, char *err, size_t errlen);
-void json_free(struct json *j);
-/* Write s as a JSON string literal (quoted; quote, backslash and every control
- * character escaped, bytes >= 0x80 passed through): the one writer of strings
- * for every JSON output. */
-void json_write_string(FILE *f, const char *s);
-/* Member key of object o, or NULL. */
-const struct json *json_get(const struct json *o, const char *key);
-/* Typed member access: NULL / def when absent or of another type. */
-const char *json_get_string(const struct json *o, const char *key);
-double json_get_number(const struct json *o, const char *key, double def);
-bool json_get_bool(const struct json *o, const char *key, bool def);
+/* s as a JSON string. JSON text is Unicode and a path need not be: each byte
+ * that is not part of valid UTF-8 becomes U+FFFD. NULL s: JSON null. */
+json_t *json_text(const char *s);
+/* An id as its 32 hex digits. */
+json_t *json_id(const struct cusnap_id *id);
+/* Write v as one compact line on f, then drop it. Returns 0, or -1 when v is
+ * NULL (a build step ran out of memory) or the write failed. */
+int json_emit(FILE *f, json_t *v);
+/* Parse the JSON file at path (at most max bytes): NULL with err saying why. */
+json_t *json_read_file(const char *path, size_t max, char *err, size_t errlen);
+/* Typed members of object o: NULL / def when absent or of another type. */
+const char *json_member_string(const json_t *o, const char *key);
+double json_member_number(const json_t *o, const char *key, double def);
+bool json_member_bool(const json_t *o, const char *key, bool def);
 
 #endif

@@ -1,291 +1,124 @@
 /* SPDX-License-Identifier: MIT */
-#include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cusnap/json.h"
 
-#define MAX_DEPTH 32
-
-struct parser {
-	const char *p, *end, *begin;
-	char *err;
-	size_t errlen;
-	int failed;
-};
-
-static void fail(struct parser *ps, const char *what)
+/* The length of the UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
 {
-	if (!ps->failed)
-		snprintf(ps->err, ps->errlen, "%s at byte %zu", what, (size_t)(ps->p - ps->begin));
-	ps->failed = 1;
+	size_t len = s[0] < 0x80                    ? 1
+		     : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+		     : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+		     : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+						    : 0;
+	if (!len || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	/* Overlong three- and four-byte forms, surrogates, past U+10FFFF. */
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) || (s[0] == 0xf0 && s[1] < 0x90) ||
+	    (s[0] == 0xf4 && s[1] >= 0x90))
+		return 0;
+	return len;
 }
 
-static void skip_ws(struct parser *ps)
+json_t *json_text(const char *s)
 {
-	while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
-		ps->p++;
+	if (!s)
+		return json_null();
+	size_t n = strlen(s);
+	const unsigned char *u = (const unsigned char *)s;
+	size_t bad = 0;
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_seq(u + i, n - i);
+		bad += !len;
+		i += len ? len : 1;
+	}
+	if (!bad)
+		return json_stringn(s, n);
+	char *fixed = malloc(n + 2 * bad + 1), *o = fixed;
+	if (!fixed)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_seq(u + i, n - i);
+		if (len) {
+			memcpy(o, u + i, len);
+			o += len;
+			i += len;
+		} else {
+			memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD */
+			o += 3;
+			i++;
+		}
+	}
+	json_t *j = json_stringn(fixed, (size_t)(o - fixed));
+	free(fixed);
+	return j;
 }
 
-static char *parse_string(struct parser *ps)
+json_t *json_id(const struct cusnap_id *id)
 {
-	if (ps->p >= ps->end || *ps->p != '"') {
-		fail(ps, "expected a string");
-		return NULL;
-	}
-	ps->p++;
-	size_t cap = 16, n = 0;
-	char *s = malloc(cap);
-	while (s && ps->p < ps->end && *ps->p != '"') {
-		char c = *ps->p++;
-		if ((unsigned char)c < 0x20) {
-			fail(ps, "control character in a string");
-			break;
-		}
-		if (c == '\\') {
-			if (ps->p >= ps->end)
-				break;
-			char e = *ps->p++;
-			switch (e) {
-			case '"':
-			case '\\':
-			case '/': c = e; break;
-			case 'b': c = '\b'; break;
-			case 'f': c = '\f'; break;
-			case 'n': c = '\n'; break;
-			case 'r': c = '\r'; break;
-			case 't': c = '\t'; break;
-			case 'u': {
-				unsigned v = 0;
-				for (int i = 0; i < 4; i++) {
-					char h = ps->p < ps->end ? *ps->p++ : 0;
-					int d = h >= '0' && h <= '9'   ? h - '0'
-						: h >= 'a' && h <= 'f' ? h - 'a' + 10
-						: h >= 'A' && h <= 'F' ? h - 'A' + 10
-								       : -1;
-					if (d < 0) {
-						fail(ps, "bad \\u escape");
-						free(s);
-						return NULL;
-					}
-					v = v * 16 + (unsigned)d;
-				}
-				if (v == 0 || v > 0x7f) {
-					fail(ps, "only ASCII \\u escapes are accepted");
-					free(s);
-					return NULL;
-				}
-				c = (char)v;
-				break;
-			}
-			default:
-				fail(ps, "bad escape");
-				free(s);
-				return NULL;
-			}
-		}
-		if (n + 1 >= cap) {
-			cap *= 2;
-			char *g = realloc(s, cap);
-			if (!g) {
-				free(s);
-				s = NULL;
-				break;
-			}
-			s = g;
-		}
-		s[n++] = c;
-	}
-	if (!s || ps->failed || ps->p >= ps->end) {
-		fail(ps, s ? "unterminated string" : "out of memory");
-		free(s);
-		return NULL;
-	}
-	ps->p++;
-	s[n] = '\0';
-	return s;
+	char hex[ID_HEX_LEN + 1];
+	id_hex(id, hex);
+	return json_string(hex);
 }
 
-static struct json *parse_value(struct parser *ps, int depth);
-
-static struct json *parse_container(struct parser *ps, int depth, bool object)
+int json_emit(FILE *f, json_t *v)
 {
-	struct json *j = calloc(1, sizeof(*j));
-	if (!j) {
-		fail(ps, "out of memory");
-		return NULL;
-	}
-	j->type = object ? JSON_OBJECT : JSON_ARRAY;
-	ps->p++;
-	skip_ws(ps);
-	struct json **tail = &j->child;
-	if (ps->p < ps->end && *ps->p == (object ? '}' : ']')) {
-		ps->p++;
-		return j;
-	}
-	for (;;) {
-		char *key = NULL;
-		skip_ws(ps);
-		if (object) {
-			key = parse_string(ps);
-			skip_ws(ps);
-			if (!key || ps->p >= ps->end || *ps->p != ':') {
-				free(key);
-				fail(ps, "expected \"key\":");
-				break;
-			}
-			ps->p++;
-		}
-		struct json *v = parse_value(ps, depth + 1);
-		if (!v) {
-			free(key);
-			break;
-		}
-		v->key = key;
-		*tail = v;
-		tail = &v->next;
-		skip_ws(ps);
-		if (ps->p < ps->end && *ps->p == ',') {
-			ps->p++;
-			continue;
-		}
-		if (ps->p < ps->end && *ps->p == (object ? '}' : ']')) {
-			ps->p++;
-			return j;
-		}
-		fail(ps, object ? "expected , or }" : "expected , or ]");
-		break;
-	}
-	json_free(j);
-	return NULL;
+	if (!v)
+		return -1;
+	int rc = json_dumpf(v, f, JSON_COMPACT | JSON_REAL_PRECISION(10));
+	json_decref(v);
+	if (rc == 0 && fputc('\n', f) == EOF)
+		rc = -1;
+	return rc;
 }
 
-static struct json *parse_value(struct parser *ps, int depth)
+json_t *json_read_file(const char *path, size_t max, char *err, size_t errlen)
 {
-	skip_ws(ps);
-	if (depth > MAX_DEPTH) {
-		fail(ps, "nested too deeply");
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
-	if (ps->p >= ps->end) {
-		fail(ps, "unexpected end");
+	char *buf = malloc(max + 1);
+	size_t len = buf ? fread(buf, 1, max + 1, f) : 0;
+	fclose(f);
+	if (!buf) {
+		snprintf(err, errlen, "%s: out of memory", path);
 		return NULL;
 	}
-	char c = *ps->p;
-	if (c == '{' || c == '[')
-		return parse_container(ps, depth, c == '{');
-	struct json *j = calloc(1, sizeof(*j));
-	if (!j) {
-		fail(ps, "out of memory");
-		return NULL;
-	}
-	size_t left = (size_t)(ps->end - ps->p);
-	if (c == '"') {
-		j->type = JSON_STRING;
-		j->string = parse_string(ps);
-		if (!j->string) {
-			free(j);
-			return NULL;
-		}
-	} else if (left >= 4 && !memcmp(ps->p, "true", 4)) {
-		j->type = JSON_BOOL, j->boolean = true, ps->p += 4;
-	} else if (left >= 5 && !memcmp(ps->p, "false", 5)) {
-		j->type = JSON_BOOL, ps->p += 5;
-	} else if (left >= 4 && !memcmp(ps->p, "null", 4)) {
-		j->type = JSON_NULL, ps->p += 4;
-	} else if (c == '-' || (c >= '0' && c <= '9')) {
-		char buf[64];
-		size_t n = 0;
-		while (ps->p < ps->end && n < sizeof(buf) - 1 && strchr("+-0123456789.eE", *ps->p))
-			buf[n++] = *ps->p++;
-		buf[n] = '\0';
-		char *end;
-		j->type = JSON_NUMBER;
-		j->number = strtod(buf, &end);
-		if (*end || n == 0) {
-			fail(ps, "bad number");
-			free(j);
-			return NULL;
-		}
+	json_t *j = NULL;
+	if (len > max) {
+		snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
 	} else {
-		fail(ps, "unexpected character");
-		free(j);
-		return NULL;
+		json_error_t je;
+		j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+		if (!j)
+			snprintf(err, errlen, "%s: not valid JSON: %s at line %d, column %d", path, je.text, je.line,
+				 je.column);
 	}
+	free(buf);
 	return j;
 }
 
-struct json *json_parse(const char *text, size_t len, char *err, size_t errlen)
+const char *json_member_string(const json_t *o, const char *key)
 {
-	struct parser ps = {text, text + len, text, err, errlen, 0};
-	struct json *j = parse_value(&ps, 0);
-	if (j) {
-		skip_ws(&ps);
-		if (ps.p != ps.end) {
-			fail(&ps, "trailing characters");
-			json_free(j);
-			j = NULL;
-		}
-	}
-	return j;
+	const json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-void json_free(struct json *j)
+double json_member_number(const json_t *o, const char *key, double def)
 {
-	while (j) {
-		struct json *next = j->next;
-		json_free(j->child);
-		free(j->string);
-		free(j->key);
-		free(j);
-		j = next;
-	}
+	const json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+	return json_is_number(v) ? json_number_value(v) : def;
 }
 
-const struct json *json_get(const struct json *o, const char *key)
+bool json_member_bool(const json_t *o, const char *key, bool def)
 {
-	if (!o || o->type != JSON_OBJECT)
-		return NULL;
-	for (const struct json *m = o->child; m; m = m->next)
-		if (m->key && !strcmp(m->key, key))
-			return m;
-	return NULL;
-}
-
-const char *json_get_string(const struct json *o, const char *key)
-{
-	const struct json *m = json_get(o, key);
-	return m && m->type == JSON_STRING ? m->string : NULL;
-}
-
-double json_get_number(const struct json *o, const char *key, double def)
-{
-	const struct json *m = json_get(o, key);
-	return m && m->type == JSON_NUMBER ? m->number : def;
-}
-
-bool json_get_bool(const struct json *o, const char *key, bool def)
-{
-	const struct json *m = json_get(o, key);
-	return m && m->type == JSON_BOOL ? m->boolean : def;
-}
-
-void json_write_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		switch (*p) {
-		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\t': fputs("\\t", f); break;
-		case '\r': fputs("\\r", f); break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
-	}
-	fputc('"', f);
+	const json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+	return json_is_boolean(v) ? json_is_true(v) : def;
 }

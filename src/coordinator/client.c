@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Talking to participants' endpoints. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,4 +103,51 @@ int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_part
 	if (rc != PROTO_OK)
 		snprintf(err, errlen, "participant %d (ns %d): %s", t->obs, t->ns, why);
 	return rc;
+}
+
+static const char *const fault_names[] = {
+#define FAULT(name, where) name,
+#include "cusnap/faults.def"
+#undef FAULT
+};
+
+void coord_fault_point(const char *name)
+{
+	const char *spec = getenv("CUSNAP_FAULT");
+	size_t len = strlen(name);
+	if (!spec || strncmp(spec, name, len) != 0 || spec[len] != ':')
+		return;
+	bool listed = false;
+	for (size_t i = 0; i < sizeof(fault_names) / sizeof(fault_names[0]); i++)
+		listed |= strcmp(fault_names[i], name) == 0;
+	if (!listed)
+		return; /* every point is in faults.def */
+	const char *who = spec + len + 1;
+	if (strcmp(who, "term") == 0) {
+		/* SIGTERM to ourselves: the command's signal path runs */
+		fprintf(stderr, "CUSNAP_FAULT: SIGTERM to ourselves at %s\n", name);
+		raise(SIGTERM);
+		return;
+	}
+	int pid = strcmp(who, "self") == 0 ? getpid() : atoi(who);
+	if (pid > 0) {
+		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n",
+			pid == getpid() ? "ourselves, " : "participant ", pid, name);
+		kill(pid, SIGKILL);
+		usleep(50000);
+	}
+}
+
+bool coord_process_gone(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return true;
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	const char *close_paren = strrchr(buf, ')');
+	return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }

@@ -102,12 +102,11 @@ static int inspect_state(const char *dir, int json)
 	}
 	const char *content = st.content == COORD_CONTENT_NATIVE ? "native" : "host";
 	if (json) {
-		printf("{\"state\":{\"path\":");
-		json_write_string(stdout, path);
-		printf(",\"version\":\"%d.%d\",\"created\":%llu,\"content\":\"%s\"},\"topology\":", STATE_MAJOR,
-		       STATE_MINOR, (unsigned long long)st.created, content);
-		coord_print_json(stdout, t, p, st.n);
-		printf("}\n");
+		char version[32];
+		snprintf(version, sizeof(version), "%d.%d", STATE_MAJOR, STATE_MINOR);
+		json_emit(stdout, json_pack("{s:{s:o, s:s, s:I, s:s}, s:o}", "state", "path", json_text(path),
+					    "version", version, "created", (json_int_t)st.created, "content", content,
+					    "topology", coord_topology_json(t, p, st.n)));
 	} else {
 		printf("state file %s: format %d.%d, created %llu, content %s, %zu participant(s)\n", path, STATE_MAJOR,
 		       STATE_MINOR, (unsigned long long)st.created, content, st.n);
@@ -260,14 +259,14 @@ static int run(int argc, char **argv)
 			struct coord_report ar;
 			int arc = coord_abort(targets, ntargets, &o, &ar);
 			if (json)
-				coord_report_json(stdout, &ar);
+				json_emit(stdout, coord_report_json(&ar));
 			if (arc < 0)
 				fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
 			free(targets);
 			return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
 		}
 		if (json)
-			coord_report_json(stdout, &r);
+			json_emit(stdout, coord_report_json(&r));
 		if (rc < 0)
 			fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
 		free(targets);
@@ -290,7 +289,7 @@ static int run(int argc, char **argv)
 	}
 	if (status == 0) {
 		if (json)
-			coord_print_json(stdout, targets, parts, ntargets);
+			json_emit(stdout, coord_topology_json(targets, parts, ntargets));
 		else
 			coord_print_text(stdout, targets, parts, ntargets);
 	}

@@ -5,98 +5,85 @@
 #include "cusnap/coord.h"
 #include "cusnap/json.h"
 
-/* The participant's multicast objects, each with its devices, binds and mappings. */
-static void print_multicast_json(FILE *f, const struct topo_participant *p)
+#define JINT(x) json_integer((json_int_t)(x))
+
+static json_t *access_json(const struct topo_mapping *m)
 {
-	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
-	for (size_t j = 0; j < p->nmcs; j++) {
-		const struct topo_mc *m = &p->mcs[j];
-		id_hex(&m->id, hex);
-		id_hex(&m->creator, hex2);
-		fprintf(f,
-			"%s{\"id\":\"%s\",\"key\":%" PRIu64 ",\"role\":\"%s\",\"creator\":\"%s\",\"size\":%" PRIu64
-			",\"used\":%" PRIu64 ",\"num_devices\":%u,\"handles\":%u,\"detached\":%s,\"devices\":[",
-			j ? "," : "", hex, m->key, topo_role_name(m->role), hex2, m->size, m->used, m->num_devices,
-			m->handles, m->detached ? "true" : "false");
-		for (size_t d = 0; d < m->nadded; d++)
-			fprintf(f, "%s%d", d ? "," : "", m->added[d]);
-		fprintf(f, "],\"importers\":[");
-		for (size_t q = 0; q < m->nimporters; q++) {
-			id_hex(&m->importers[q], hex2);
-			fprintf(f, "%s\"%s\"", q ? "," : "", hex2);
-		}
-		fprintf(f, "],\"bindings\":[");
-		size_t k = 0;
-		for (size_t b = 0; b < p->nbinds; b++) {
-			const struct topo_mc_bind *x = &p->binds[b];
-			if (x->key != m->key)
-				continue;
-			id_hex(&x->member, hex2);
-			fprintf(f,
-				"%s{\"device\":%d,\"offset\":%" PRIu64 ",\"size\":%" PRIu64 ",\"member\":\"%s\","
-				"\"member_offset\":%" PRIu64 ",\"by\":\"%s\",\"address\":%" PRIu64 ",\"detached\":%s}",
-				k++ ? "," : "", x->device, x->mc_offset, x->size,
-				id_is_zero(&x->member) ? "untracked" : hex2, x->member_offset,
-				x->member_va ? "address" : "handle", x->member_va, x->detached ? "true" : "false");
-		}
-		fprintf(f, "],\"mappings\":[");
-		k = 0;
-		for (size_t q = 0; q < p->nmaps; q++) {
-			const struct topo_mapping *x = &p->maps[q];
-			if (x->key != m->key)
-				continue;
-			fprintf(f,
-				"%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"access\":[",
-				k++ ? "," : "", x->address, x->size, x->offset);
-			for (size_t a = 0; a < x->naccess; a++)
-				fprintf(f, "%s{\"device\":%d,\"flags\":\"%s\"}", a ? "," : "", x->access[a].loc_id,
-					topo_access_name(x->access[a].flags));
-			fprintf(f, "]}");
-		}
-		fprintf(f, "]}");
-	}
+	json_t *a = json_array();
+	for (size_t k = 0; k < m->naccess; k++)
+		json_array_append_new(a, json_pack("{s:i, s:s}", "device", m->access[k].loc_id, "flags",
+						   topo_access_name(m->access[k].flags)));
+	return a;
 }
 
-void coord_print_json(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n)
+/* One multicast object with its devices, binds and mappings. */
+static json_t *multicast_json(const struct topo_participant *p, const struct topo_mc *m)
 {
-	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
-	fprintf(f, "{\"participants\":[");
-	for (size_t i = 0; i < n; i++) {
-		id_hex(&p[i].id, hex);
-		fprintf(f, "%s{\"pid\":%d,\"nspid\":%d,\"id\":\"%s\",\"phase\":\"%s\",\"endpoint\":", i ? "," : "",
-			t[i].obs, t[i].ns, hex, proto_phase_name(p[i].phase));
-		json_write_string(f, p[i].endpoint);
-		fprintf(f, ",\"allocations\":[");
-		for (size_t j = 0; j < p[i].nallocs; j++) {
-			const struct topo_alloc *a = &p[i].allocs[j];
-			id_hex(&a->id, hex);
-			id_hex(&a->creator, hex2);
-			fprintf(f,
-				"%s{\"id\":\"%s\",\"key\":%" PRIu64 ",\"role\":\"%s\",\"creator\":\"%s\",\"shared\":%s,"
-				"\"size\":%" PRIu64
-				",\"device\":%d,\"handle_types\":%u,\"shared_types\":%u,\"handles\":%u,"
-				"\"mappings\":%u}",
-				j ? "," : "", hex, a->key, topo_role_name(a->role), hex2, a->shared ? "true" : "false",
-				a->size, a->device, a->handle_types, a->shared_types, a->handles, a->mappings);
-		}
-		fprintf(f, "],\"mappings\":[");
-		for (size_t j = 0; j < p[i].nmaps; j++) {
-			const struct topo_mapping *m = &p[i].maps[j];
-			id_hex(&m->alloc_id, hex);
-			fprintf(f,
-				"%s{\"allocation\":\"%s\",\"key\":%" PRIu64 ",\"address\":%" PRIu64 ",\"size\":%" PRIu64
-				",\"offset\":%" PRIu64 ",\"flags\":%" PRIu64 ",\"access\":[",
-				j ? "," : "", hex, m->key, m->address, m->size, m->offset, m->flags);
-			for (size_t k = 0; k < m->naccess; k++)
-				fprintf(f, "%s{\"device\":%d,\"flags\":\"%s\"}", k ? "," : "", m->access[k].loc_id,
-					topo_access_name(m->access[k].flags));
-			fprintf(f, "]}");
-		}
-		fprintf(f, "],\"multicast\":[");
-		print_multicast_json(f, &p[i]);
-		fprintf(f, "]}");
+	json_t *devices = json_array(), *importers = json_array(), *binds = json_array(), *maps = json_array();
+	for (size_t d = 0; d < m->nadded; d++)
+		json_array_append_new(devices, json_integer(m->added[d]));
+	for (size_t q = 0; q < m->nimporters; q++)
+		json_array_append_new(importers, json_id(&m->importers[q]));
+	for (size_t b = 0; b < p->nbinds; b++) {
+		const struct topo_mc_bind *x = &p->binds[b];
+		if (x->key != m->key)
+			continue;
+		json_array_append_new(binds,
+				      json_pack("{s:i, s:o, s:o, s:o, s:o, s:s, s:o, s:b}", "device", x->device,
+						"offset", JINT(x->mc_offset), "size", JINT(x->size), "member",
+						id_is_zero(&x->member) ? json_string("untracked") : json_id(&x->member),
+						"member_offset", JINT(x->member_offset), "by",
+						x->member_va ? "address" : "handle", "address", JINT(x->member_va),
+						"detached", x->detached));
 	}
-	fprintf(f, "]}\n");
+	for (size_t q = 0; q < p->nmaps; q++) {
+		const struct topo_mapping *x = &p->maps[q];
+		if (x->key == m->key)
+			json_array_append_new(maps, json_pack("{s:o, s:o, s:o, s:o}", "address", JINT(x->address),
+							      "size", JINT(x->size), "offset", JINT(x->offset),
+							      "access", access_json(x)));
+	}
+	return json_pack("{s:o, s:o, s:s, s:o, s:o, s:o, s:i, s:i, s:b, s:o, s:o, s:o, s:o}", "id", json_id(&m->id),
+			 "key", JINT(m->key), "role", topo_role_name(m->role), "creator", json_id(&m->creator), "size",
+			 JINT(m->size), "used", JINT(m->used), "num_devices", (int)m->num_devices, "handles",
+			 (int)m->handles, "detached", m->detached, "devices", devices, "importers", importers,
+			 "bindings", binds, "mappings", maps);
+}
+
+static json_t *participant_json(const struct coord_target *t, const struct topo_participant *p)
+{
+	json_t *allocs = json_array(), *maps = json_array(), *mcs = json_array();
+	for (size_t j = 0; j < p->nallocs; j++) {
+		const struct topo_alloc *a = &p->allocs[j];
+		json_array_append_new(allocs,
+				      json_pack("{s:o, s:o, s:s, s:o, s:b, s:o, s:i, s:i, s:i, s:i, s:i}", "id",
+						json_id(&a->id), "key", JINT(a->key), "role", topo_role_name(a->role),
+						"creator", json_id(&a->creator), "shared", a->shared, "size",
+						JINT(a->size), "device", a->device, "handle_types",
+						(int)a->handle_types, "shared_types", (int)a->shared_types, "handles",
+						(int)a->handles, "mappings", (int)a->mappings));
+	}
+	for (size_t j = 0; j < p->nmaps; j++) {
+		const struct topo_mapping *m = &p->maps[j];
+		json_array_append_new(maps,
+				      json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "allocation",
+						json_id(&m->alloc_id), "key", JINT(m->key), "address", JINT(m->address),
+						"size", JINT(m->size), "offset", JINT(m->offset), "flags",
+						JINT(m->flags), "access", access_json(m)));
+	}
+	for (size_t j = 0; j < p->nmcs; j++)
+		json_array_append_new(mcs, multicast_json(p, &p->mcs[j]));
+	return json_pack("{s:i, s:i, s:o, s:s, s:o, s:o, s:o, s:o}", "pid", t->obs, "nspid", t->ns, "id",
+			 json_id(&p->id), "phase", proto_phase_name(p->phase), "endpoint", json_text(p->endpoint),
+			 "allocations", allocs, "mappings", maps, "multicast", mcs);
+}
+
+json_t *coord_topology_json(const struct coord_target *t, const struct topo_participant *p, size_t n)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, participant_json(&t[i], &p[i]));
+	return json_pack("{s:o}", "participants", list);
 }
 
 void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n)

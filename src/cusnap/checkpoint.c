@@ -17,8 +17,7 @@
 #include "cusnap/control.h"
 #include "cusnap/ids.h"
 #include "cusnap/json.h"
-
-#define MANIFEST "manifest.json"
+#include "cusnap/manifest.h"
 
 /* <control dir of pid's mount namespace>/name, reached from here. */
 static void control_file(pid_t pid, const char *name, char *out, size_t len)
@@ -39,8 +38,6 @@ static int wait_for(const char *path, int timeout_ms)
 
 static unsigned long long dir_bytes(const char *dir)
 {
-	char cmd[PATH_MAX + 64];
-	snprintf(cmd, sizeof(cmd), "%s", dir);
 	unsigned long long total = 0;
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -54,83 +51,6 @@ static unsigned long long dir_bytes(const char *dir)
 	if (d)
 		closedir(d);
 	return total;
-}
-
-static int write_manifest(const char *dir, const struct tree *t, pid_t root, int content, bool prepared,
-			  bool leave_running, const char *criu, char *const dump_argv[],
-			  const struct checkpoint_result *r)
-{
-	char path[PATH_MAX + 32], tmp[PATH_MAX + 48], version[64], hostname[256] = "";
-	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
-	snprintf(tmp, sizeof(tmp), "%s/." MANIFEST ".tmp", dir);
-	criu_version(criu, version, sizeof(version));
-	gethostname(hostname, sizeof(hostname) - 1);
-	struct cusnap_id id;
-	id_random(&id);
-	char hex[ID_HEX_LEN + 1];
-	id_hex(&id, hex);
-	FILE *f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
-	fprintf(f, "{\n  \"format\": \"cusnap-manifest\",\n  \"version\": 1,\n  \"checkpoint_id\": \"%s\",\n", hex);
-	fprintf(f, "  \"created\": %lld,\n  \"hostname\": ", (long long)time(NULL));
-	json_write_string(f, hostname);
-	fprintf(f, ",\n  \"root_pid\": %d,\n  \"root_nspid\": %d,\n  \"control_dir\": ", (int)root,
-		(int)proc_nspid(root));
-	json_write_string(f, opt_control_dir);
-	fprintf(f, ",\n  \"content\": \"%s\",\n  \"prepared\": %s,\n  \"leave_running\": %s,\n",
-		content == COORD_CONTENT_NATIVE ? "native" : "host", prepared ? "true" : "false",
-		leave_running ? "true" : "false");
-	fprintf(f, "  \"criu\": {\"path\": ");
-	json_write_string(f, criu);
-	fprintf(f, ", \"version\": ");
-	json_write_string(f, version);
-	fprintf(f, ", \"dump_args\": [");
-	for (int i = 1; dump_argv[i]; i++) {
-		fprintf(f, "%s", i > 1 ? ", " : "");
-		json_write_string(f, dump_argv[i]);
-	}
-	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
-	 * --device-map, the workload running before its sharing is rebuilt). */
-	fprintf(f, "], \"cuda_plugin\": false, \"plugins\": \"none: an empty --libdir; cusnap does the native "
-		   "steps\"},\n  \"gpus\": [");
-	int ndev = 0;
-	if (t->nat.device_count && t->nat.device_uuid)
-		t->nat.device_count(&ndev);
-	for (int d = 0; d < ndev; d++) {
-		CUuuid u;
-		CUdevice dev;
-		if (t->nat.device_get(&dev, d) != CUDA_SUCCESS || t->nat.device_uuid(&u, dev) != CUDA_SUCCESS)
-			continue;
-		fprintf(f, "%s\"GPU-", d ? ", " : "");
-		for (int b = 0; b < 16; b++)
-			fprintf(f, "%02x%s", (unsigned char)u.bytes[b],
-				b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
-		fprintf(f, "\"");
-	}
-	fprintf(f, "],\n  \"processes\": [");
-	for (size_t i = 0; i < t->nprocs; i++) {
-		const struct proc *p = &t->procs[i];
-		fprintf(f, "%s\n    {\"pid\": %d, \"nspid\": %d, \"cuda\": %s, \"interposed\": %s, \"endpoint\": ",
-			i ? "," : "", (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false",
-			p->shim ? "true" : "false");
-		char ep[PATH_MAX + 32];
-		snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, opt_control_dir, (int)p->nspid);
-		json_write_string(f, p->shim ? ep : "");
-		fprintf(f, "}");
-	}
-	fprintf(f,
-		"\n  ],\n  \"timings_ms\": {\"prepare\": %.1f, \"lock\": %.1f, \"checkpoint\": %.1f, \"criu_dump\": "
-		"%.1f, "
-		"\"restore_in_place\": %.1f},\n  \"bytes\": {\"host_copies\": %llu, \"images\": %llu}\n}\n",
-		r->ms_prepare, r->ms_lock, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place, r->bytes_copied,
-		r->image_bytes);
-	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-		fclose(f);
-		return -EIO;
-	}
-	fclose(f);
-	return rename(tmp, path) < 0 ? -errno : 0;
 }
 
 static bool session_leader_inside(pid_t root)
@@ -204,8 +124,8 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
 	char manifest[PATH_MAX + 32];
-	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST, dir);
-	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
+	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
+	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -243,7 +163,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 			fprintf(stderr, "cusnap: warning: cannot write %s\n", done);
 		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
 	}
-	if (write_manifest(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
+	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
@@ -258,17 +178,15 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
-	if (opt_json && !res) {
-		printf("{\"ok\":true,\"operation\":\"checkpoint\",\"pid\":%d,\"dir\":", (int)pid);
-		json_write_string(stdout, dir);
-		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"leave_running\":%s,\"bytes_copied\":%"
-		       "llu,"
-		       "\"image_bytes\":%llu,\"timings_ms\":{\"prepare\":%.1f,\"checkpoint\":%.1f,\"criu_dump\":%.1f,"
-		       "\"restore_in_place\":%.1f,\"total\":%.1f}}\n",
-		       t.nprocs, t.ncuda, vmm ? "true" : "false", leave_running ? "true" : "false", r->bytes_copied,
-		       r->image_bytes, r->ms_prepare, r->ms_checkpoint, r->ms_dump, r->ms_restore_in_place,
-		       r->ms_total);
-	}
+	if (opt_json && !res)
+		json_emit(stdout,
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}}",
+				    "ok", 1, "operation", "checkpoint", "pid", (int)pid, "dir", json_text(dir),
+				    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda, "vmm",
+				    vmm, "leave_running", leave_running, "bytes_copied", (json_int_t)r->bytes_copied,
+				    "image_bytes", (json_int_t)r->image_bytes, "timings_ms", "prepare", r->ms_prepare,
+				    "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump, "restore_in_place",
+				    r->ms_restore_in_place, "total", r->ms_total));
 	rc = EX_OK;
 out:
 	tree_free(&t);
@@ -310,52 +228,6 @@ static void kill_tree(pid_t root)
 	free(procs);
 }
 
-struct manifest {
-	struct json *root;
-	const struct json *procs;
-	bool prepared;
-	char control_dir[4096];
-};
-
-static int manifest_load(const char *dir, struct manifest *m, char *err, size_t errlen)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
-	FILE *f = fopen(path, "re");
-	if (!f) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	char *buf = malloc(1 << 20);
-	size_t len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-	fclose(f);
-	if (!buf) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
-	char why[256];
-	m->root = json_parse(buf, len, why, sizeof(why));
-	free(buf);
-	if (!m->root) {
-		snprintf(err, errlen, "%s: not valid JSON: %s", path, why);
-		return -1;
-	}
-	const char *format = json_get_string(m->root, "format");
-	double version = json_get_number(m->root, "version", 0);
-	const char *ctl = json_get_string(m->root, "control_dir");
-	m->procs = json_get(m->root, "processes");
-	if (!format || strcmp(format, "cusnap-manifest") != 0 || version != 1 || !ctl || !m->procs ||
-	    m->procs->type != JSON_ARRAY) {
-		snprintf(err, errlen,
-			 "%s: not a cusnap manifest of version 1 (format, version, control_dir, processes)", path);
-		json_free(m->root);
-		return -1;
-	}
-	snprintf(m->control_dir, sizeof(m->control_dir), "%s", ctl);
-	m->prepared = json_get_bool(m->root, "prepared", false);
-	return 0;
-}
-
 /* A signal during a restore: the half-restored tree is killed (it never ran). */
 static int restore_interrupted(const char *dir, const char *after)
 {
@@ -380,18 +252,18 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	CUcheckpointGpuPair pairs[PROTO_MAX_DEVICES];
 	int npairs = device_map ? parse_device_map(device_map, pairs, PROTO_MAX_DEVICES) : 0;
 	if (npairs < 0) {
-		json_free(m.root);
+		manifest_free(&m);
 		return fail(EX_USAGE, "--device-map %s: use OLD=NEW[,OLD=NEW...] with GPU UUIDs", device_map);
 	}
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0) {
-		json_free(m.root);
+		manifest_free(&m);
 		return fail(EX_UNAVAILABLE, "%s", err);
 	}
 	opt_control_dir = strdup(m.control_dir);
 	double start = now_ms(), t0;
 	/* Stale endpoint sockets of the dumped processes would stand in the way. */
-	for (const struct json *p = m.procs->child; p; p = p->next) {
-		const char *ep = json_get_string(p, "endpoint");
+	for (size_t i = 0; i < json_array_size(m.procs); i++) {
+		const char *ep = json_member_string(json_array_get(m.procs, i), "endpoint");
 		struct stat st;
 		if (ep && *ep && lstat(ep, &st) == 0 && S_ISSOCK(st.st_mode))
 			unlink(ep);
@@ -402,22 +274,19 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	unlink(pidfile);
 	char plugins[PATH_MAX + 32];
 	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
-		json_free(m.root);
+		manifest_free(&m);
 		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
 	}
 	char *argv[16] = {"criu",        "restore", "-d",        "-D",    images,     "-o",
 			  "restore.log", "-v4",     "--pidfile", pidfile, "--libdir", plugins};
 	int n = 12;
-	const struct json *dump_args = json_get(json_get(m.root, "criu"), "dump_args");
-	for (const struct json *a = dump_args ? dump_args->child : NULL; a; a = a->next)
-		if (a->type == JSON_STRING && !strcmp(a->string, "--shell-job"))
-			argv[n++] = "--shell-job";
+	if (manifest_dump_arg(&m, "--shell-job"))
+		argv[n++] = "--shell-job";
 	argv[n] = NULL;
 	t0 = now_ms();
 	signals_arm();
 	int crc = criu_run(criu, argv, log, false);
 	r->ms_criu_restore = now_ms() - t0;
-	char *pidtext = NULL;
 	FILE *pf = fopen(pidfile, "re");
 	pid_t root = 0;
 	if (pf) {
@@ -426,11 +295,10 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 			root = v;
 		fclose(pf);
 	}
-	free(pidtext);
 	if (crc != 0 || root <= 0) {
 		if (root > 0)
 			kill_tree(root);
-		json_free(m.root);
+		manifest_free(&m);
 		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
 	}
 	progress("criu restore", r->ms_criu_restore, "root process %d", (int)root);
@@ -439,16 +307,17 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	int rc = tree_load(root, &t);
 	if (rc) {
 		kill_tree(root);
-		json_free(m.root);
+		manifest_free(&m);
 		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
 	}
 	/* Every CUDA process of the manifest, found again by its namespace PID. */
 	size_t want = 0;
-	for (const struct json *p = m.procs->child; p; p = p->next) {
-		if (!json_get_bool(p, "cuda", false))
+	for (size_t j = 0; j < json_array_size(m.procs); j++) {
+		const json_t *p = json_array_get(m.procs, j);
+		if (!json_member_bool(p, "cuda", false))
 			continue;
 		want++;
-		int ns = (int)json_get_number(p, "nspid", -1);
+		int ns = (int)json_member_number(p, "nspid", -1);
 		bool found = false;
 		for (size_t i = 0; i < t.ncuda && !found; i++)
 			found = t.targets[i].ns == ns;
@@ -482,14 +351,14 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	int ordinal_map[PROTO_MAX_DEVICES];
 	size_t nmap = 0;
 	if (npairs) {
-		const struct json *gpus = json_get(m.root, "gpus");
+		const json_t *gpus = json_object_get(m.root, "gpus");
 		int ndev = 0;
 		t.nat.device_count(&ndev);
-		for (const struct json *g = gpus && gpus->type == JSON_ARRAY ? gpus->child : NULL;
-		     g && nmap < PROTO_MAX_DEVICES; g = g->next, nmap++) {
+		for (; nmap < json_array_size(gpus) && nmap < PROTO_MAX_DEVICES; nmap++) {
+			const json_t *g = json_array_get(gpus, nmap);
 			ordinal_map[nmap] = -1;
 			CUuuid old;
-			if (g->type != JSON_STRING || parse_uuid(g->string, strlen(g->string), &old) < 0)
+			if (!json_is_string(g) || parse_uuid(json_string_value(g), json_string_length(g), &old) < 0)
 				continue;
 			for (int k = 0; k < npairs; k++) {
 				if (memcmp(pairs[k].oldUuid.bytes, old.bytes, 16) != 0)
@@ -533,53 +402,20 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	r->ms_total = now_ms() - start;
 	progress("restore complete", r->ms_total, "%s written", done);
-	if (opt_json && !res) {
-		printf("{\"ok\":true,\"operation\":\"restore\",\"dir\":");
-		json_write_string(stdout, dir);
-		printf(",\"root_pid\":%d,\"processes\":%zu,\"cuda_processes\":%zu,\"bytes_copied\":%llu,\"timings_ms\":"
-		       "{"
-		       "\"criu_restore\":%.1f,\"native_restore\":%.1f,\"vmm_restore\":%.1f,\"total\":%.1f}}\n",
-		       (int)root, t.nprocs, t.ncuda, r->bytes_copied, r->ms_criu_restore, r->ms_native_restore,
-		       r->ms_vmm_restore, r->ms_total);
-	}
+	if (opt_json && !res)
+		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
+					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,
+					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
+					    "bytes_copied", (json_int_t)r->bytes_copied, "timings_ms", "criu_restore",
+					    r->ms_criu_restore, "native_restore", r->ms_native_restore, "vmm_restore",
+					    r->ms_vmm_restore, "total", r->ms_total));
 	tree_free(&t);
-	json_free(m.root);
+	manifest_free(&m);
 	return EX_OK;
 kill:
 	/* A half-restored workload must never run. */
 	kill_tree(root);
 	tree_free(&t);
-	json_free(m.root);
+	manifest_free(&m);
 	return rc;
-}
-
-int manifest_print(const char *dir)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof(path), "%s/" MANIFEST, dir);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	struct manifest m;
-	char err[PATH_MAX + 1200];
-	fclose(f);
-	if (manifest_load(dir, &m, err, sizeof(err)) < 0) {
-		fprintf(stderr, "cusnap: %s\n", err);
-		return -2;
-	}
-	printf("manifest %s: checkpoint %s, created %.0f, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n",
-	       path, json_get_string(m.root, "checkpoint_id") ? json_get_string(m.root, "checkpoint_id") : "?",
-	       json_get_number(m.root, "created", 0), json_get_number(m.root, "root_pid", 0),
-	       json_get_number(m.root, "root_nspid", 0),
-	       json_get_string(m.root, "content") ? json_get_string(m.root, "content") : "?",
-	       m.prepared ? "ran" : "did not run",
-	       json_get_string(json_get(m.root, "criu"), "version")
-		       ? json_get_string(json_get(m.root, "criu"), "version")
-		       : "?");
-	for (const struct json *p = m.procs->child; p; p = p->next)
-		printf("  process %.0f (ns %.0f)%s%s\n", json_get_number(p, "pid", 0), json_get_number(p, "nspid", 0),
-		       json_get_bool(p, "cuda", false) ? " cuda" : "",
-		       json_get_bool(p, "interposed", false) ? " interposed" : "");
-	json_free(m.root);
-	return 0;
 }

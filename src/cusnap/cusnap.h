@@ -66,7 +66,6 @@ extern const char *opt_control_dir;
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double now_ms(void);
 /* Write path (0644) with text; returns 0 or -errno. */
 int write_file(const char *path, const char *text);
 
@@ -188,7 +187,9 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		   struct checkpoint_result *res);
 int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res);
 int cmd_demo(int processes, unsigned long long size, bool in_place, const char *keep, const char *criu_arg);
-/* manifest.json of DIR, printed readably (or as it is with --json). */
-int manifest_print(const char *dir);
+/* ---- manifest_write.c ---- */
+/* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
+int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,
+		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r);
 
 #endif

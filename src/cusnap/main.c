@@ -17,6 +17,7 @@
 #include "cusnap/coord.h"
 #include "cusnap/fdcheck.h"
 #include "cusnap/json.h"
+#include "cusnap/manifest.h"
 
 static void usage(FILE *f)
 {
@@ -88,14 +89,12 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 	struct coord_report r;
 	if ((rc = tree_suspend(&t, &rec, content, &r)))
 		goto out;
-	if (opt_json) {
-		printf("{\"ok\":true,\"operation\":\"suspend\",\"pid\":%d,\"dir\":", (int)pid);
-		json_write_string(stdout, dir);
-		printf(",\"processes\":%zu,\"cuda_processes\":%zu,\"vmm\":%s,\"shared_allocations\":%zu,"
-		       "\"bytes_copied\":%llu,\"total_ms\":%.1f}\n",
-		       t.nprocs, t.ncuda, vmm ? "true" : "false", r.shared, (unsigned long long)r.bytes,
-		       now_ms() - start);
-	}
+	if (opt_json)
+		json_emit(stdout, json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:f}", "ok", 1, "operation",
+					    "suspend", "pid", (int)pid, "dir", json_text(dir), "processes",
+					    (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda, "vmm", vmm,
+					    "shared_allocations", (json_int_t)r.shared, "bytes_copied",
+					    (json_int_t)r.bytes, "total_ms", now_ms() - start));
 	rc = EX_OK;
 out:
 	tree_free(&t);
@@ -135,16 +134,16 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
 			(int)pid, vmm ? ", every participant active" : "");
 		if (opt_json)
-			printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"nothing_to_do\":true}\n", (int)pid);
+			json_emit(stdout, json_pack("{s:b, s:s, s:i, s:b}", "ok", 1, "operation", "resume", "pid",
+						    (int)pid, "nothing_to_do", 1));
 		rc = EX_OK;
 		goto out;
 	}
-	if (opt_json) {
-		printf("{\"ok\":true,\"operation\":\"resume\",\"pid\":%d,\"dir\":", (int)pid);
-		json_write_string(stdout, dir);
-		printf(",\"cuda_processes\":%zu,\"vmm\":%s,\"bytes_copied\":%llu,\"total_ms\":%.1f}\n", t.ncuda,
-		       vmm ? "true" : "false", (unsigned long long)r.bytes, now_ms() - start);
-	}
+	if (opt_json)
+		json_emit(stdout,
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:f}", "ok", 1, "operation", "resume", "pid",
+				    (int)pid, "dir", json_text(dir), "cuda_processes", (json_int_t)t.ncuda, "vmm", vmm,
+				    "bytes_copied", (json_int_t)r.bytes, "total_ms", now_ms() - start));
 	rc = EX_OK;
 out:
 	tree_free(&t);
@@ -170,7 +169,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 		}
 		if (t && p) {
 			if (opt_json)
-				coord_print_json(stdout, t, p, st.n);
+				json_emit(stdout, coord_topology_json(t, p, st.n));
 			else {
 				printf("state %s: content %s, %zu participant(s)\n", path,
 				       st.content == COORD_CONTENT_NATIVE ? "native" : "host", st.n);
@@ -186,22 +185,20 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
-	if (opt_json)
-		printf("{\"pid\":%d,\"processes\":[", (int)pid);
-	else
+	json_t *out = opt_json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
+	if (!opt_json)
 		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
 	for (size_t i = 0; i < t.nprocs; i++) {
 		const struct proc *p = &t.procs[i];
 		if (opt_json)
-			printf("%s{\"pid\":%d,\"nspid\":%d,\"cuda\":%s,\"state\":\"%s\",\"interposed\":%s}",
-			       i ? "," : "", (int)p->pid, (int)p->nspid, p->cuda ? "true" : "false",
-			       state_name(p->state), p->shim ? "true" : "false");
+			json_array_append_new(json_object_get(out, "processes"),
+					      json_pack("{s:i, s:i, s:b, s:s, s:b}", "pid", (int)p->pid, "nspid",
+							(int)p->nspid, "cuda", p->cuda, "state", state_name(p->state),
+							"interposed", p->shim));
 		else
 			printf("%-8d %-8d %-5s %-13s %s\n", (int)p->pid, (int)p->nspid, p->cuda ? "yes" : "no",
 			       state_name(p->state), p->cuda ? (p->shim ? "yes" : "no") : "-");
 	}
-	if (opt_json)
-		printf("]");
 	size_t unsettled = 0, ok_shims = 0, failed = 0;
 	if (t.nshim) {
 		struct topo_participant *parts = calloc(t.ncuda, sizeof(*parts));
@@ -216,9 +213,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 				fprintf(stderr, "cusnap: %s\n", err);
 		}
 		if (opt_json)
-			printf(",\"topology\":");
-		if (opt_json)
-			coord_print_json(stdout, t.targets, parts, ok);
+			json_object_set_new(out, "topology", coord_topology_json(t.targets, parts, ok));
 		else
 			coord_print_text(stdout, t.targets, parts, ok);
 		for (size_t i = 0; i < ok; i++) {
@@ -236,10 +231,14 @@ static int cmd_inspect(pid_t pid, const char *dir)
 	}
 	bool half = (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda);
 	if (opt_json) {
-		printf(",\"half_done\":%s,\"parked\":%zu", half || failed ? "true" : "false", failed);
-		if (half && !failed)
-			printf(",\"repair\":\"cusnap resume --pid %d\"", (int)pid);
-		printf("}\n");
+		json_object_set_new(out, "half_done", json_boolean(half || failed));
+		json_object_set_new(out, "parked", json_integer((json_int_t)failed));
+		if (half && !failed) {
+			char repair[64];
+			snprintf(repair, sizeof(repair), "cusnap resume --pid %d", (int)pid);
+			json_object_set_new(out, "repair", json_string(repair));
+		}
+		json_emit(stdout, out);
 	} else if (failed) {
 		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse "
 		       "VMM "

@@ -28,13 +28,6 @@ void progress(const char *step, double ms, const char *fmt, ...)
 	fprintf(stderr, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
 }
 
-double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 int fail(int code, const char *fmt, ...)
 {
 	char msg[2600];
@@ -43,11 +36,8 @@ int fail(int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "cusnap: %s\n", msg);
-	if (opt_json) {
-		printf("{\"ok\":false,\"exit\":%d,\"error\":", code);
-		json_write_string(stdout, msg);
-		printf("}\n");
-	}
+	if (opt_json)
+		json_emit(stdout, json_pack("{s:b, s:i, s:o}", "ok", 0, "exit", code, "error", json_text(msg)));
 	return code;
 }
 

@@ -5,6 +5,7 @@
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
  * multicast groups (issue 6). */
 #include "cusnap/json.h"
+#include "cusnap/manifest.h"
 #include "sweep.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
@@ -296,20 +297,22 @@ static void device_map(void)
 	char mpath[PATH_MAX + 32], err[256], map[256];
 	snprintf(mpath, sizeof(mpath), "%s/manifest.json", ck);
 	char *text = test_read_file(mpath);
-	struct json *m = text ? json_parse(text, strlen(text), err, sizeof(err)) : NULL;
-	const struct json *gpus = json_get(m, "gpus");
-	CHECK(gpus && gpus->child && gpus->child->next);
+	struct manifest m = {0};
+	CHECK_EQ(text ? manifest_parse(text, strlen(text), &m, err, sizeof(err)) : -1, 0);
+	const json_t *gpus = json_object_get(m.root, "gpus");
+	const char *g0 = json_string_value(json_array_get(gpus, 0)), *g1 = json_string_value(json_array_get(gpus, 1));
+	CHECK(g0 && g1);
 	/* CRIU ran with an empty plugin directory: its CUDA plugin never loaded. */
-	CHECK(json_get(m, "criu") && !json_get_bool(json_get(m, "criu"), "cuda_plugin", true));
+	const json_t *criu_rec = json_object_get(m.root, "criu");
+	CHECK(criu_rec && !json_member_bool(criu_rec, "cuda_plugin", true));
 	CHECK_CONTAINS(text, "\"--libdir\"");
-	if (!gpus || !gpus->child || !gpus->child->next) {
-		json_free(m);
+	if (!g0 || !g1) {
+		manifest_free(&m);
 		free(text);
 		return;
 	}
-	snprintf(map, sizeof(map), "%s=%s,%s=%s", gpus->child->string, gpus->child->next->string,
-		 gpus->child->next->string, gpus->child->string);
-	json_free(m);
+	snprintf(map, sizeof(map), "%s=%s,%s=%s", g0, g1, g1, g0);
+	manifest_free(&m);
 	free(text);
 	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", ck, "--criu", criu, "--device-map", map, NULL), 0);
 	CHECK_CONTAINS(out, "devices remapped");

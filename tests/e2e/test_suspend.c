@@ -312,14 +312,17 @@ static void json_odd_paths(void)
 		int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 		out = test_read_file(log);
 		char err[256] = "";
-		struct json *j = out ? json_parse(out, strlen(out), err, sizeof(err)) : NULL;
+		json_error_t je;
+		json_t *j = out ? json_loads(out, 0, &je) : NULL;
+		if (!j)
+			snprintf(err, sizeof(err), "%s", out ? je.text : "no output");
 		if (rc != runs[i].want || !j)
 			test_fail(__FILE__, __LINE__, "%s --json: exit %d, %s:\n%s", runs[i].what, rc,
 				  j ? "valid" : err, out ? out : "");
-		const char *d = j ? json_get_string(j, "dir") : NULL;
+		const char *d = json_member_string(j, "dir");
 		if (j && d && strcmp(d, dir) != 0)
 			test_fail(__FILE__, __LINE__, "%s --json: the dir read back differs", runs[i].what);
-		json_free(j);
+		json_decref(j);
 		free(out);
 	}
 	CHECK_EQ(group_finish(&g), 2);

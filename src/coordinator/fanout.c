@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* The barrier (SYSTEM.md §6): each stage fans out to every participant at
+ * once, each request under its own deadline, and the next stage starts only
+ * when all have answered. Also the checks every INSPECT gets, and the
+ * selection and request of the multicast steps. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cusnap/hmap.h"
+#include "fanout.h"
+
+static void *run_call(void *arg)
+{
+	struct call *c = arg;
+	c->status = coord_request(c->t->endpoint, c->op, c->payload, c->len, c->timeout_ms, &c->reply,
+				  &c->reply_payload, c->err, sizeof(c->err));
+	return NULL;
+}
+
+long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+	     const uint8_t *payload, size_t len, int timeout_ms)
+{
+	pthread_t *th = calloc(n ? n : 1, sizeof(*th));
+	bool *started = calloc(n ? n : 1, sizeof(*started));
+	for (size_t i = 0; i < n; i++) {
+		free(calls[i].reply_payload);
+		calls[i] = (struct call){.t = &t[i],
+					 .op = op,
+					 .payload = payload,
+					 .len = len,
+					 .timeout_ms = timeout_ms,
+					 .status = PROTO_OK};
+		if (selected && !selected[i])
+			continue;
+		if (!th || !started || pthread_create(&th[i], NULL, run_call, &calls[i]) != 0)
+			run_call(&calls[i]); /* no thread: do it here */
+		else
+			started[i] = true;
+	}
+	long first = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (started && started[i])
+			pthread_join(th[i], NULL);
+		if (calls[i].status != PROTO_OK && first < 0)
+			first = (long)i;
+	}
+	free(th);
+	free(started);
+	return first;
+}
+
+void free_calls(struct call *calls, size_t n)
+{
+	for (size_t i = 0; calls && i < n; i++)
+		free(calls[i].reply_payload);
+	free(calls);
+}
+
+double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
+{
+	if (!o->progress)
+		return;
+	char extra[256] = "";
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(extra, sizeof(extra), fmt, ap);
+	va_end(ap);
+	fprintf(o->progress, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, extra[0] ? "  " : "", extra);
+	fflush(o->progress);
+}
+
+uint64_t bytes_of(const struct call *calls, size_t n)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct proto_field_iter it;
+		struct proto_rec f;
+		uint64_t b;
+		pfield_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0,
+			    REC_RESULT);
+		while (pfield_next(&it, &f))
+			if (f.type == F_BYTES && prec_u64(&f, &b) == 0)
+				total += b;
+	}
+	return total;
+}
+
+void stage_error(struct coord_report *r, const struct call *c, const char *stage)
+{
+	snprintf(r->error, sizeof(r->error), "%s: participant %d (ns %d): %s", stage, c->t->obs, c->t->ns, c->err);
+}
+
+long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bool *sel, const struct coord_options *o,
+		  struct topo_participant *p, struct coord_report *r)
+{
+	long bad = fan_out(calls, t, n, sel, PROTO_OP_INSPECT, NULL, 0, o->timeout_ms);
+	if (bad >= 0) {
+		stage_error(r, &calls[bad], "INSPECT");
+		return bad;
+	}
+	for (size_t i = 0; i < n; i++) {
+		topo_free(&p[i]);
+		if (sel && !sel[i])
+			continue;
+		int rc = topo_decode(calls[i].reply_payload, calls[i].reply.payload_len, &p[i]);
+		if (rc) {
+			snprintf(r->error, sizeof(r->error), "INSPECT: participant %d (ns %d): reply: %s", t[i].obs,
+				 t[i].ns, proto_status_name(rc));
+			return (long)i;
+		}
+		if (p[i].major_min > PROTO_MAJOR || p[i].major_max < PROTO_MAJOR) {
+			snprintf(r->error, sizeof(r->error),
+				 "INSPECT: participant %d (ns %d) speaks protocol %u-%u.%u; this tool speaks %u.%u",
+				 t[i].obs, t[i].ns, p[i].major_min, p[i].major_max, p[i].minor, PROTO_MAJOR,
+				 PROTO_MINOR);
+			return (long)i;
+		}
+		if ((int)p[i].nspid != t[i].ns) {
+			snprintf(r->error, sizeof(r->error),
+				 "INSPECT: participant %d (ns %d): the endpoint answers as namespace PID %u", t[i].obs,
+				 t[i].ns, p[i].nspid);
+			return (long)i;
+		}
+	}
+	return -1;
+}
+
+void count_records(const struct topo_participant *p, size_t n, struct coord_report *r)
+{
+	r->participants = n;
+	r->allocations = r->mappings = r->shared = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->allocations += p[i].nallocs;
+		r->mappings += p[i].nmaps;
+		for (size_t j = 0; j < p[i].nallocs; j++)
+			r->shared += p[i].allocs[j].shared != 0;
+	}
+}
+
+long mc_select(const struct topo_participant *p, const struct coord_target *t, size_t n, const bool *sel, bool *out,
+	       struct coord_report *r)
+{
+	long count = 0;
+	bool any = false;
+	for (size_t i = 0; i < n; i++) {
+		bool served = (!sel || sel[i]) && (p[i].caps & PROTO_CAP_MULTICAST);
+		if ((!sel || sel[i]) && p[i].nmcs && !served) {
+			snprintf(r->error, sizeof(r->error),
+				 "participant %d (ns %d) holds multicast objects but its shim (protocol %u.%u) "
+				 "does not serve the multicast steps",
+				 t[i].obs, t[i].ns, p[i].major_max, p[i].minor);
+			return -1;
+		}
+		any |= p[i].nmcs != 0;
+		out[i] = served;
+		count += served;
+	}
+	return any ? count : 0; /* (not sent to a group without multicast objects) */
+}
+
+size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, struct proto_buf *b)
+{
+	struct hmap seen = {0};
+	size_t count = 0;
+	size_t at = pbuf_begin(b, REC_RESULT);
+	for (size_t i = 0; i < n; i++) {
+		if (sel && !sel[i])
+			continue;
+		struct hmap keys = {0}; /* this participant's objects with a part taken down */
+		for (size_t j = 0; j < p[i].nbinds; j++)
+			if (p[i].binds[j].detached)
+				hmap_put(&keys, p[i].binds[j].key, (void *)1);
+		for (size_t j = 0; j < p[i].nmaps; j++)
+			if (p[i].maps[j].detached)
+				hmap_put(&keys, p[i].maps[j].key, (void *)1);
+		for (size_t j = 0; j < p[i].nmcs; j++) {
+			const struct topo_mc *m = &p[i].mcs[j];
+			if (!m->detached && !hmap_get(&keys, m->key))
+				continue;
+			if (hmap_get(&seen, id_hash(&m->id)))
+				continue;
+			hmap_put(&seen, id_hash(&m->id), (void *)1);
+			pbuf_put_id(b, F_MC_REBUILD, &m->id);
+			count++;
+		}
+		hmap_free(&keys);
+	}
+	pbuf_end(b, at);
+	hmap_free(&seen);
+	return count;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* The coordinator's barrier machinery (fanout.c), shared by its lifecycles. */
+#ifndef CUSNAP_COORD_FANOUT_H
+#define CUSNAP_COORD_FANOUT_H
+
+#include "cusnap/coord.h"
+
+/* One request to one participant and what came back. */
+struct call {
+	const struct coord_target *t;
+	uint16_t op;
+	const uint8_t *payload;
+	size_t len;
+	int timeout_ms;
+	/* results */
+	int status;
+	struct proto_header reply;
+	uint8_t *reply_payload;
+	char err[1200];
+};
+
+/* One stage: op to each selected participant (NULL: all) at once; waits for
+ * all. Returns the index of the first failure or -1; calls[] keeps every result. */
+long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+	     const uint8_t *payload, size_t len, int timeout_ms);
+void free_calls(struct call *calls, size_t n);
+/* INSPECT the selected (NULL: all) into p[], checked (versions, namespace PID).
+ * Returns the index of the first failure (r->error says why) or -1. */
+long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bool *sel, const struct coord_options *o,
+		  struct topo_participant *p, struct coord_report *r);
+/* Sum of F_BYTES over the lifecycle results in calls[]. */
+uint64_t bytes_of(const struct call *calls, size_t n);
+/* r->error: "STAGE: participant OBS (ns NS): what the call said". */
+void stage_error(struct coord_report *r, const struct call *c, const char *stage);
+/* Participants, allocations, shared allocations and mappings of p[] into r. */
+void count_records(const struct topo_participant *p, size_t n, struct coord_report *r);
+/* Who among sel (NULL: all) is sent the multicast steps, into out[]: the
+ * participants whose shims serve them (PROTO_CAP_MULTICAST). Returns how many
+ * (0 when no participant holds a multicast object), or -1 with r->error when
+ * one holds multicast objects but does not serve them. */
+long mc_select(const struct topo_participant *p, const struct coord_target *t, size_t n, const bool *sel, bool *out,
+	       struct coord_report *r);
+/* The request of the RESTORE_MULTICAST steps: every multicast object that any
+ * selected participant has taken down in part or whole, so that all of its
+ * participants join the same new object. Returns how many. */
+size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, struct proto_buf *b);
+/* One progress line (when o->progress is set). */
+void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#endif

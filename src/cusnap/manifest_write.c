@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/* Writing DIR/manifest.json (read back through include/cusnap/manifest.h). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+#include "cusnap/control.h"
+#include "cusnap/manifest.h"
+
+/* The UUIDs of the GPUs this process sees, "GPU-xxxxxxxx-xxxx-...". */
+static json_t *gpus_json(const struct tree *t)
+{
+	json_t *gpus = json_array();
+	int ndev = 0;
+	if (t->nat.device_count && t->nat.device_uuid)
+		t->nat.device_count(&ndev);
+	for (int d = 0; d < ndev; d++) {
+		CUuuid u;
+		CUdevice dev;
+		if (t->nat.device_get(&dev, d) != CUDA_SUCCESS || t->nat.device_uuid(&u, dev) != CUDA_SUCCESS)
+			continue;
+		char text[48] = "GPU-", *o = text + 4;
+		for (int b = 0; b < 16; b++)
+			o += sprintf(o, "%02x%s", (unsigned char)u.bytes[b],
+				     b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
+		json_array_append_new(gpus, json_string(text));
+	}
+	return gpus;
+}
+
+static json_t *processes_json(const struct tree *t)
+{
+	json_t *procs = json_array();
+	for (size_t i = 0; i < t->nprocs; i++) {
+		const struct proc *p = &t->procs[i];
+		char ep[PATH_MAX + 32] = "";
+		if (p->shim)
+			snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, opt_control_dir, (int)p->nspid);
+		json_array_append_new(procs,
+				      json_pack("{s:i, s:i, s:b, s:b, s:o}", "pid", (int)p->pid, "nspid", (int)p->nspid,
+						"cuda", p->cuda, "interposed", p->shim, "endpoint", json_text(ep)));
+	}
+	return procs;
+}
+
+int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,
+		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r)
+{
+	char path[PATH_MAX + 32], tmp[PATH_MAX + 48], version[64], hostname[256] = "";
+	snprintf(path, sizeof(path), "%s/" MANIFEST_FILE, dir);
+	snprintf(tmp, sizeof(tmp), "%s/." MANIFEST_FILE ".tmp", dir);
+	criu_version(criu, version, sizeof(version));
+	gethostname(hostname, sizeof(hostname) - 1);
+	struct cusnap_id id;
+	id_random(&id);
+	json_t *args = json_array();
+	for (int i = 1; dump_argv[i]; i++)
+		json_array_append_new(args, json_text(dump_argv[i]));
+	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
+	 * --device-map, the workload running before its sharing is rebuilt). */
+	json_t *m = json_pack("{s:s, s:i, s:o, s:I, s:o, s:i, s:i, s:o, s:s, s:b, s:b,"
+			      " s:{s:o, s:o, s:o, s:b, s:s}, s:o, s:o,"
+			      " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:I, s:I}}",
+			      "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "checkpoint_id", json_id(&id),
+			      "created", (json_int_t)time(NULL), "hostname", json_text(hostname), "root_pid", (int)root,
+			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(opt_control_dir), "content",
+			      content == COORD_CONTENT_NATIVE ? "native" : "host", "prepared", prepared,
+			      "leave_running", leave_running, "criu", "path", json_text(criu), "version",
+			      json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",
+			      "none: an empty --libdir; cusnap does the native steps", "gpus", gpus_json(t),
+			      "processes", processes_json(t), "timings_ms", "prepare", r->ms_prepare, "lock",
+			      r->ms_lock, "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump, "restore_in_place",
+			      r->ms_restore_in_place, "bytes", "host_copies", (json_int_t)r->bytes_copied, "images",
+			      (json_int_t)r->image_bytes);
+	if (!m)
+		return -ENOMEM;
+	FILE *f = fopen(tmp, "we");
+	if (!f) {
+		json_decref(m);
+		return -errno;
+	}
+	int rc = json_dumpf(m, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	json_decref(m);
+	if (rc != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+		fclose(f);
+		unlink(tmp);
+		return -EIO;
+	}
+	fclose(f);
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
