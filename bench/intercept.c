@@ -4,8 +4,13 @@
  * allocations (each its own cuMemCreate of 64 KiB; cuemu's granularity is set to
  * that). Prints a table; asserts nothing.
  *
+ * The last case imports, in another process, what this one exported: through
+ * the shim a capability redeemed at this process's endpoint, directly the
+ * driver's own FD.
+ *
  *   build/bench/intercept            run every case, directly and under the launcher
  *   build/bench/intercept --one N    one process's figures for N live objects */
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +24,13 @@
 #include "cu_check.h"
 
 #define MiB ((size_t)1 << 20)
-enum { OPS = 5 };
-static const char *const op_names[OPS] = {"map+unmap", "set-access", "retain+release", "get-properties",
-					  "export+import+release"};
+enum { OPS = 6 };
+static const char *const op_names[OPS] = {"map+unmap",
+					  "set-access",
+					  "retain+release",
+					  "get-properties",
+					  "export+import+release",
+					  "import+release (other)"};
 
 static double now_ns(void)
 {
@@ -30,12 +39,58 @@ static double now_ns(void)
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static int one(long objects)
+static void context(void)
 {
 	CUcontext ctx;
 	CU(cuInit(0));
 	CU(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CU(cuCtxSetCurrent(ctx));
+}
+
+/* --import-child FD ITERS: import FD ITERS times (each released), print ns each. */
+static int import_child(int fd, int iters)
+{
+	context();
+	double t0 = now_ns();
+	for (int i = 0; i < iters; i++) {
+		CUmemGenericAllocationHandle r;
+		CU(cuMemImportFromShareableHandle(&r, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CU(cuMemRelease(r));
+	}
+	printf("%.1f\n", (now_ns() - t0) / iters);
+	return 0;
+}
+
+/* The other process's figure for importing what h exports (it inherits the FD). */
+static double import_elsewhere(CUmemGenericAllocationHandle h, int iters)
+{
+	int fd, pipefd[2];
+	CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	if (pipe(pipefd) < 0 || fcntl(fd, F_SETFD, 0) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		char fds[16], its[16];
+		snprintf(fds, sizeof(fds), "%d", fd);
+		snprintf(its, sizeof(its), "%d", iters);
+		dup2(pipefd[1], 1);
+		close(pipefd[0]);
+		execl("/proc/self/exe", "intercept", "--import-child", fds, its, (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	char buf[64] = "";
+	ssize_t len = read(pipefd[0], buf, sizeof(buf) - 1);
+	close(pipefd[0]);
+	close(fd);
+	int status;
+	waitpid(pid, &status, 0);
+	return len > 0 && WIFEXITED(status) && !WEXITSTATUS(status) ? strtod(buf, NULL) : -1;
+}
+
+static int one(long objects)
+{
+	context();
 	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 				 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
@@ -51,9 +106,9 @@ static int one(long objects)
 		CU(cuMemCreate(&live[i], 64 << 10, &p, 0));
 	CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000};
+	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000, 5000};
 	double ns[OPS];
-	for (int op = 0; op < OPS; op++) {
+	for (int op = 0; op < OPS - 1; op++) {
 		double t0 = now_ns();
 		for (int i = 0; i < iters[op]; i++) {
 			CUmemGenericAllocationHandle r;
@@ -81,6 +136,7 @@ static int one(long objects)
 		}
 		ns[op] = (now_ns() - t0) / iters[op];
 	}
+	ns[OPS - 1] = import_elsewhere(h, iters[OPS - 1]);
 	for (int op = 0; op < OPS; op++)
 		printf("%.1f%c", ns[op], op == OPS - 1 ? '\n' : ' ');
 	return 0;
@@ -123,6 +179,8 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--one"))
 		return one(atol(argv[2]));
+	if (argc == 4 && !strcmp(argv[1], "--import-child"))
+		return import_child(atoi(argv[2]), atoi(argv[3]));
 	char self[PATH_MAX], launcher[PATH_MAX + 64];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)

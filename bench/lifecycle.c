@@ -16,12 +16,6 @@
 
 static char bin[PATH_MAX];
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records)
 {

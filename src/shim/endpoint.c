@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The participant's endpoint (SYSTEM.md §4.3, §5): a Unix socket served by an
- * accept thread and one short-lived thread per connection, all with every
- * signal blocked and none calling into the application. Each connection has a
- * deadline, so a silent client cannot hold anything for longer than that.
- * Requests go to shim_serve (dispatch.c); EXPORT is served from the export
- * table (exports.c), never waiting for the table lock that wrappers hold
- * across driver calls; HELLO and INSPECT are in records.c. */
+ * accept thread and a thread per connection taken from a small pool, all with
+ * every signal blocked (they inherit the accept thread's mask) and none calling
+ * into the application. Each connection has a deadline, so a silent client
+ * cannot hold anything for longer than that. Requests go to shim_serve
+ * (dispatch.c); EXPORT is served from the export table (exports.c), never
+ * waiting for the table lock that wrappers hold across driver calls; HELLO and
+ * INSPECT are in records.c. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,12 +23,23 @@
 #include "cusnap/usock.h"
 #include "shim.h"
 
-#define MAX_CLIENTS 64
+#define MAX_CLIENTS 64 /* connections served at once; more are closed unanswered */
+#define IDLE_MAX 4     /* threads kept waiting for the next connection */
 
 static const struct shim_identity *me;
 static int listen_fd = -1;
-static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
-static int clients;
+
+/* The connection threads. One that has served its connection waits for the
+ * next (up to IDLE_MAX of them), so a connection normally costs a wake-up, not
+ * a thread: a new thread is made only when none is idle. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t ready;
+	int threads; /* alive, serving or idle */
+	int idle;    /* waiting in pool_next */
+	int queue[MAX_CLIENTS];
+	int head, len; /* accepted connections not yet taken */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}, 0, 0};
 
 void endpoint_after_fork_child(void)
 {
@@ -36,8 +48,11 @@ void endpoint_after_fork_child(void)
 		close(listen_fd);
 	listen_fd = -1;
 	me = NULL;
-	clients = 0;
-	pthread_mutex_init(&clients_lock, NULL);
+	for (int i = 0; i < pool.len; i++)
+		close(pool.queue[(pool.head + i) % MAX_CLIENTS]);
+	pool.threads = pool.idle = pool.head = pool.len = 0;
+	pthread_mutex_init(&pool.lock, NULL);
+	pthread_cond_init(&pool.ready, NULL);
 }
 
 /* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
@@ -80,9 +95,10 @@ int serve_EXPORT(struct op_call *c)
 	return PROTO_OK;
 }
 
-static void *serve_client(void *arg)
+/* One connection, served until the peer closes it, goes silent past the
+ * deadline or sends something broken. Closes sock. */
+static void serve_connection(int sock)
 {
-	int sock = (int)(intptr_t)arg;
 	int64_t deadline = proto_deadline(shim_deadline_ms());
 	for (;;) {
 		struct proto_header h;
@@ -131,10 +147,63 @@ static void *serve_client(void *arg)
 		deadline = proto_deadline(shim_deadline_ms());
 	}
 	close(sock);
-	pthread_mutex_lock(&clients_lock);
-	clients--;
-	pthread_mutex_unlock(&clients_lock);
+}
+
+/* After a connection: the next one to serve, or -1 when this thread should end
+ * (enough threads are idle already). */
+static int pool_next(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	if (pool.idle >= IDLE_MAX) {
+		pool.threads--;
+		pthread_mutex_unlock(&pool.lock);
+		return -1;
+	}
+	pool.idle++;
+	while (!pool.len)
+		pthread_cond_wait(&pool.ready, &pool.lock);
+	pool.idle--;
+	int sock = pool.queue[pool.head];
+	pool.head = (pool.head + 1) % MAX_CLIENTS;
+	pool.len--;
+	pthread_mutex_unlock(&pool.lock);
+	return sock;
+}
+
+static void *connection_thread(void *arg)
+{
+	for (int sock = (int)(intptr_t)arg; sock >= 0; sock = pool_next())
+		serve_connection(sock);
 	return NULL;
+}
+
+/* Hand an accepted connection to an idle thread, or to a new one. */
+static void dispatch_connection(int sock)
+{
+	pthread_mutex_lock(&pool.lock);
+	if (pool.idle > pool.len) {
+		pool.queue[(pool.head + pool.len++) % MAX_CLIENTS] = sock;
+		pthread_cond_signal(&pool.ready);
+		pthread_mutex_unlock(&pool.lock);
+		return;
+	}
+	bool room = pool.threads < MAX_CLIENTS;
+	if (room)
+		pool.threads++;
+	pthread_mutex_unlock(&pool.lock);
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (!room || pthread_create(&t, &attr, connection_thread, (void *)(intptr_t)sock) != 0) {
+		close(sock); /* no reply: the client sees the connection close */
+		if (room) {
+			pthread_mutex_lock(&pool.lock);
+			pool.threads--;
+			pthread_mutex_unlock(&pool.lock);
+		}
+	}
+	pthread_attr_destroy(&attr);
 }
 
 static bool peer_allowed(int sock)
@@ -163,24 +232,7 @@ static void *accept_loop(void *arg)
 			close(sock); /* no reply to other users */
 			continue;
 		}
-		pthread_mutex_lock(&clients_lock);
-		bool room = clients < MAX_CLIENTS;
-		if (room)
-			clients++;
-		pthread_mutex_unlock(&clients_lock);
-		pthread_t t;
-		pthread_attr_t attr;
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!room || pthread_create(&t, &attr, serve_client, (void *)(intptr_t)sock) != 0) {
-			close(sock);
-			if (room) {
-				pthread_mutex_lock(&clients_lock);
-				clients--;
-				pthread_mutex_unlock(&clients_lock);
-			}
-		}
-		pthread_attr_destroy(&attr);
+		dispatch_connection(sock);
 	}
 	return NULL;
 }

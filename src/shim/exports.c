@@ -95,7 +95,8 @@ CUresult alloc_release_driver(struct shim_alloc *a)
 	CUresult rc = real.cuMemRelease(a->driver);
 	if (rc == CUDA_SUCCESS) {
 		a->driver_ref = false;
-		struct export_entry *e = entry_of(&a->id);
+		/* (an importer in the creator's own process has the creator's id) */
+		struct export_entry *e = exported(a) ? entry_of(&a->id) : NULL;
 		if (e)
 			e->driver = 0;
 	}
@@ -159,15 +160,16 @@ int exports_export(const struct export_request *q, struct shim_export_info *info
 		snprintf(err, errlen, "allocation %s: not attached now (a checkpoint is under way)", hex);
 		rc = PROTO_E_DRIVER;
 	} else {
-		/* This thread has no context of its own (SYSTEM.md §4.1). */
-		CUresult cr = ctx_enter_device(e->device);
+		/* An endpoint thread has no context of its own (SYSTEM.md §4.1). */
+		CUresult cr = q->in_caller_context ? CUDA_SUCCESS : ctx_enter_device(e->device);
 		const char *call = CTX_ENTER_CALLS;
 		if (cr == CUDA_SUCCESS) {
 			call = "cuMemExportToShareableHandle";
 			cr = real.cuMemExportToShareableHandle(fd, e->driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 							       0);
 		}
-		ctx_leave_all();
+		if (!q->in_caller_context)
+			ctx_leave_all();
 		if (cr != CUDA_SUCCESS) {
 			snprintf(err, errlen, "allocation %s: %s failed: %s", hex, call, shim_cu_name(cr));
 			rc = PROTO_E_DRIVER;

@@ -367,7 +367,8 @@ void exports_forget(const struct shim_alloc *a);
 size_t exports_importers(const struct cusnap_id *alloc_id, struct cusnap_id **out);
 struct export_request {
 	struct cusnap_id alloc_id, token;
-	struct cusnap_id who; /* the redeemer (zero: not said) */
+	struct cusnap_id who;   /* the redeemer (zero: not said) */
+	bool in_caller_context; /* an application thread: its current context serves the export */
 };
 /* Serve one EXPORT: a fresh driver FD in *fd and what it is in *info, or a
  * proto_status with the reason in err. Takes exp_lock, never tbl.lock. */

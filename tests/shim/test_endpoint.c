@@ -170,6 +170,22 @@ static void release_racing_export(void)
 	CHECK_CU(cuMemRelease(other));
 }
 
+/* A process imports its own capability (the export table answers it without
+ * the endpoint) and releases the import: the creator's export is untouched,
+ * and the capability redeems again. */
+static void own_capability(void)
+{
+	int cap = -1;
+	CHECK_CU(cuMemExportToShareableHandle(&cap, alloc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	for (int i = 0; i < 3; i++) {
+		CUmemGenericAllocationHandle imp;
+		CHECK_CU(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)cap,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CHECK_CU(cuMemRelease(imp));
+	}
+	close(cap);
+}
+
 static void bad_input(void)
 {
 	uint8_t garbage[100];
@@ -229,6 +245,7 @@ int main(int argc, char **argv)
 	test_run("a silent client does not delay an EXPORT; its deadline closes it",
 		 silent_client_does_not_delay_export);
 	test_run("garbage, truncation, versions, unknown ops, stray FDs, bad tokens", bad_input);
+	test_run("its own capability, imported and released, redeems again", own_capability);
 	test_run("a release racing an EXPORT waits for it: the redeemer gets what it asked for", release_racing_export);
 	CHECK_EQ(shim_fds_settle(fds_with_endpoint), fds_with_endpoint);
 	CHECK_CU(cuMemRelease(alloc));
