@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -142,6 +145,49 @@ static int one(long objects)
 	return 0;
 }
 
+/* The floor of any import from another process on this machine: one
+ * connect, request and reply between two processes over a Unix socket. */
+static double socket_round_trip(int iters)
+{
+	char path[] = "/tmp/cusnap-bench-rt-XXXXXX";
+	int tmp = mkstemp(path);
+	if (tmp < 0)
+		return -1;
+	close(tmp);
+	unlink(path);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 64) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		char buf[128];
+		for (;;) {
+			int c = accept(l, NULL, NULL);
+			while (c >= 0 && read(c, buf, sizeof(buf)) > 0)
+				if (write(c, buf, 64) != 64)
+					break;
+			close(c);
+		}
+	}
+	char buf[128] = {0};
+	double t0 = now_ns();
+	for (int i = 0; i < iters; i++) {
+		int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) < 0 || write(c, buf, 96) != 96 ||
+		    read(c, buf, sizeof(buf)) <= 0)
+			return -1;
+		close(c);
+	}
+	double ns = (now_ns() - t0) / iters;
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(l);
+	unlink(path);
+	return ns;
+}
+
 /* Run "--one N" (under the launcher when shim) and read its figures. */
 static int run(const char *self, const char *launcher, long objects, double *ns)
 {
@@ -203,5 +249,8 @@ int main(int argc, char **argv)
 			printf("%-22s %10ld %12.1f %12.1f %12.1f\n", op_names[op], sizes[s], direct[op], shim[op],
 			       shim[op] - direct[op]);
 	}
+	printf("\nfloor of an import from another process here: a Unix socket connect + request + reply "
+	       "between two processes takes %.1f ns\n",
+	       socket_round_trip(20000));
 	return 0;
 }

@@ -310,10 +310,9 @@ int proto_send(int sock, const struct proto_header *h, const void *payload, int 
 	struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)payload, payload ? h->payload_len : 0}};
 	size_t total = sizeof(hdr) + iov[1].iov_len, sent = 0;
 	bool fd_sent = pass_fd < 0;
+	/* Each try goes first; poll only when the socket would block (the
+	 * deadline is checked there). */
 	while (sent < total) {
-		int rc = wait_for(sock, POLLOUT, deadline);
-		if (rc)
-			return rc;
 		/* Skip what was sent already across the two iovecs. */
 		struct iovec cur[2];
 		int n = 0;
@@ -345,9 +344,10 @@ int proto_send(int sock, const struct proto_header *h, const void *payload, int 
 		}
 		ssize_t w = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return PROTO_E_IO;
+			int rc = errno == EINTR ? 0 : errno == EAGAIN ? wait_for(sock, POLLOUT, deadline) : PROTO_E_IO;
+			if (rc)
+				return rc;
+			continue;
 		}
 		fd_sent = true;
 		sent += (size_t)w;
@@ -359,10 +359,7 @@ int proto_send(int sock, const struct proto_header *h, const void *payload, int 
 static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadline)
 {
 	size_t got = 0;
-	while (got < len) {
-		int rc = wait_for(sock, POLLIN, deadline);
-		if (rc)
-			return rc;
+	while (got < len) { /* as in proto_send: poll only when it would block */
 		struct iovec iov = {buf + got, len - got};
 		union {
 			char buf[CMSG_SPACE(sizeof(int) * 4)];
@@ -374,9 +371,10 @@ static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadl
 				     .msg_controllen = sizeof(u.buf)};
 		ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 		if (r < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return PROTO_E_IO;
+			int rc = errno == EINTR ? 0 : errno == EAGAIN ? wait_for(sock, POLLIN, deadline) : PROTO_E_IO;
+			if (rc)
+				return rc;
+			continue;
 		}
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
 			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)

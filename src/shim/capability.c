@@ -57,19 +57,85 @@ int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, 
 	return fd;
 }
 
+/* The last capabilities made, kept open, so that exporting one again (NCCL
+ * exports a buffer once for each peer) is a dup, not a new sealed memfd (which
+ * costs about 9 us here). Bounded, so that a process exporting many
+ * allocations does not hold a descriptor for each. Under tbl.lock. */
+#define CAP_CACHE 16
+static struct {
+	struct cusnap_id creator, alloc_id, token;
+	char *endpoint; /* NULL: an empty slot */
+	int fd;
+	uint64_t used;
+} cached[CAP_CACHE];
+static uint64_t cache_clock;
+
+static void cache_drop(int i)
+{
+	close(cached[i].fd);
+	free(cached[i].endpoint);
+	cached[i].endpoint = NULL;
+	cached[i].used = 0;
+}
+
+int cap_get(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
+	    const char *endpoint)
+{
+	int lru = 0;
+	for (int i = 0; i < CAP_CACHE; i++) {
+		if (cached[i].endpoint && id_equal(&cached[i].alloc_id, alloc_id) &&
+		    id_equal(&cached[i].creator, creator) && id_equal(&cached[i].token, token) &&
+		    strcmp(cached[i].endpoint, endpoint) == 0) {
+			cached[i].used = ++cache_clock;
+			int fd = fcntl(cached[i].fd, F_DUPFD_CLOEXEC, 0);
+			return fd < 0 ? -errno : fd;
+		}
+		if (cached[i].used < cached[lru].used)
+			lru = i;
+	}
+	int fd = cap_make(creator, alloc_id, token, endpoint);
+	int keep = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+	char *copy = keep >= 0 ? strdup(endpoint) : NULL;
+	if (!copy) {
+		if (keep >= 0)
+			close(keep);
+		return fd; /* not kept: made anew next time */
+	}
+	if (cached[lru].endpoint)
+		cache_drop(lru);
+	cached[lru].creator = *creator;
+	cached[lru].alloc_id = *alloc_id;
+	cached[lru].token = *token;
+	cached[lru].endpoint = copy;
+	cached[lru].fd = keep;
+	cached[lru].used = ++cache_clock;
+	return fd;
+}
+
+void cap_forget(const struct cusnap_id *alloc_id)
+{
+	for (int i = 0; i < CAP_CACHE; i++)
+		if (cached[i].endpoint && id_equal(&cached[i].alloc_id, alloc_id))
+			cache_drop(i);
+}
+
+void cap_forget_all(void)
+{
+	for (int i = 0; i < CAP_CACHE; i++)
+		if (cached[i].endpoint)
+			cache_drop(i);
+}
+
 bool cap_parse(int fd, struct shim_cap *cap)
 {
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return false;
-	if (st.st_size <= CAP_HEADER || st.st_size > CAP_HEADER + 4095)
-		return false;
-	if (fcntl(fd, F_GET_SEALS) != CAP_SEALS)
+	/* Only a sealed memfd has these seals; nothing can change its bytes. */
+	if (fd < 0 || fcntl(fd, F_GET_SEALS) != CAP_SEALS)
 		return false;
 	uint8_t buf[CAP_HEADER + 4096];
-	size_t len = (size_t)st.st_size;
-	if (pread(fd, buf, len, 0) != (ssize_t)len)
+	ssize_t got = pread(fd, buf, sizeof(buf), 0);
+	if (got <= CAP_HEADER || got > CAP_HEADER + 4095)
 		return false;
+	size_t len = (size_t)got;
 	size_t n = wire_get_u16(buf + 6);
 	if (wire_get_u32(buf) != CAP_MAGIC || wire_get_u16(buf + 4) != CAP_VERSION || n + CAP_HEADER != len)
 		return false;

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The participant's endpoint (SYSTEM.md §4.3, §5): a Unix socket served by an
- * accept thread and a thread per connection taken from a small pool, all with
- * every signal blocked (they inherit the accept thread's mask) and none calling
- * into the application. Each connection has a deadline, so a silent client
+ * small pool of threads, each accepting and serving a connection itself, all
+ * with every signal blocked and none calling into the application. Each connection has a deadline, so a silent client
  * cannot hold anything for longer than that. Requests go to shim_serve
  * (dispatch.c); EXPORT is served from the export table (exports.c), never
  * waiting for the table lock that wrappers hold across driver calls; HELLO and
@@ -23,23 +22,21 @@
 #include "cusnap/usock.h"
 #include "shim.h"
 
-#define MAX_CLIENTS 64 /* connections served at once; more are closed unanswered */
-#define IDLE_MAX 4     /* threads kept waiting for the next connection */
+#define MAX_THREADS 64 /* connections served at once; more wait in the listen backlog */
+#define IDLE_MAX 4     /* threads kept waiting in accept */
 
 static const struct shim_identity *me;
 static int listen_fd = -1;
 
-/* The connection threads. One that has served its connection waits for the
- * next (up to IDLE_MAX of them), so a connection normally costs a wake-up, not
- * a thread: a new thread is made only when none is idle. */
+/* The endpoint threads: each accepts a connection and serves it itself, so a
+ * connection costs no hand-off between threads; the one that takes the last
+ * idle slot starts another, and one that finds enough idle after its
+ * connection ends. */
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t ready;
-	int threads; /* alive, serving or idle */
-	int idle;    /* waiting in pool_next */
-	int queue[MAX_CLIENTS];
-	int head, len; /* accepted connections not yet taken */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}, 0, 0};
+	int threads; /* alive */
+	int busy;    /* serving a connection */
+} pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
 
 void endpoint_after_fork_child(void)
 {
@@ -48,11 +45,8 @@ void endpoint_after_fork_child(void)
 		close(listen_fd);
 	listen_fd = -1;
 	me = NULL;
-	for (int i = 0; i < pool.len; i++)
-		close(pool.queue[(pool.head + i) % MAX_CLIENTS]);
-	pool.threads = pool.idle = pool.head = pool.len = 0;
+	pool.threads = pool.busy = 0;
 	pthread_mutex_init(&pool.lock, NULL);
-	pthread_cond_init(&pool.ready, NULL);
 }
 
 /* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
@@ -149,63 +143,6 @@ static void serve_connection(int sock)
 	close(sock);
 }
 
-/* After a connection: the next one to serve, or -1 when this thread should end
- * (enough threads are idle already). */
-static int pool_next(void)
-{
-	pthread_mutex_lock(&pool.lock);
-	if (pool.idle >= IDLE_MAX) {
-		pool.threads--;
-		pthread_mutex_unlock(&pool.lock);
-		return -1;
-	}
-	pool.idle++;
-	while (!pool.len)
-		pthread_cond_wait(&pool.ready, &pool.lock);
-	pool.idle--;
-	int sock = pool.queue[pool.head];
-	pool.head = (pool.head + 1) % MAX_CLIENTS;
-	pool.len--;
-	pthread_mutex_unlock(&pool.lock);
-	return sock;
-}
-
-static void *connection_thread(void *arg)
-{
-	for (int sock = (int)(intptr_t)arg; sock >= 0; sock = pool_next())
-		serve_connection(sock);
-	return NULL;
-}
-
-/* Hand an accepted connection to an idle thread, or to a new one. */
-static void dispatch_connection(int sock)
-{
-	pthread_mutex_lock(&pool.lock);
-	if (pool.idle > pool.len) {
-		pool.queue[(pool.head + pool.len++) % MAX_CLIENTS] = sock;
-		pthread_cond_signal(&pool.ready);
-		pthread_mutex_unlock(&pool.lock);
-		return;
-	}
-	bool room = pool.threads < MAX_CLIENTS;
-	if (room)
-		pool.threads++;
-	pthread_mutex_unlock(&pool.lock);
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (!room || pthread_create(&t, &attr, connection_thread, (void *)(intptr_t)sock) != 0) {
-		close(sock); /* no reply: the client sees the connection close */
-		if (room) {
-			pthread_mutex_lock(&pool.lock);
-			pool.threads--;
-			pthread_mutex_unlock(&pool.lock);
-		}
-	}
-	pthread_attr_destroy(&attr);
-}
-
 static bool peer_allowed(int sock)
 {
 	struct ucred cred;
@@ -215,7 +152,9 @@ static bool peer_allowed(int sock)
 	return cred.uid == 0 || cred.uid == getuid();
 }
 
-static void *accept_loop(void *arg)
+static int start_thread(void);
+
+static void *endpoint_thread(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
 	for (;;) {
@@ -224,7 +163,7 @@ static void *accept_loop(void *arg)
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			if (errno == EBADF || errno == EINVAL)
-				return NULL;
+				break;
 			usleep(10000);
 			continue;
 		}
@@ -232,9 +171,44 @@ static void *accept_loop(void *arg)
 			close(sock); /* no reply to other users */
 			continue;
 		}
-		dispatch_connection(sock);
+		pthread_mutex_lock(&pool.lock);
+		bool more = ++pool.busy == pool.threads && pool.threads < MAX_THREADS;
+		pthread_mutex_unlock(&pool.lock);
+		if (more)
+			start_thread(); /* (when it cannot, the next connection waits for this one) */
+		serve_connection(sock);
+		pthread_mutex_lock(&pool.lock);
+		bool leave = pool.threads - --pool.busy > IDLE_MAX;
+		if (leave)
+			pool.threads--;
+		pthread_mutex_unlock(&pool.lock);
+		if (leave)
+			return NULL;
 	}
+	pthread_mutex_lock(&pool.lock);
+	pool.threads--;
+	pthread_mutex_unlock(&pool.lock);
 	return NULL;
+}
+
+/* One more endpoint thread (it inherits this thread's signal mask). 0 or an errno. */
+static int start_thread(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.threads++;
+	pthread_mutex_unlock(&pool.lock);
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int rc = pthread_create(&t, &attr, endpoint_thread, (void *)(intptr_t)listen_fd);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		pthread_mutex_lock(&pool.lock);
+		pool.threads--;
+		pthread_mutex_unlock(&pool.lock);
+	}
+	return rc;
 }
 
 int endpoint_start(const struct shim_identity *self)
@@ -254,12 +228,7 @@ int endpoint_start(const struct shim_identity *self)
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the endpoint threads */
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, accept_loop, (void *)(intptr_t)listen_fd);
-	pthread_attr_destroy(&attr);
+	rc = start_thread();
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
 		close(listen_fd);

@@ -110,6 +110,7 @@ static void after_fork_child(void)
 	published = false;
 	exports_lock_for_fork(false);
 	endpoint_after_fork_child();
+	cap_forget_all(); /* its kept capabilities are the parent's */
 	pthread_mutex_unlock(&tbl.lock);
 	pthread_mutex_unlock(&identity_lock);
 }

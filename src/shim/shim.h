@@ -350,6 +350,13 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 /* A capability FD for the allocation named by these fields; -errno on failure. */
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
 	     const char *endpoint);
+/* The same, a dup of one made before when it is still kept. Caller holds tbl.lock. */
+int cap_get(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
+	    const char *endpoint);
+/* Close what is kept for alloc_id (its record goes), or everything (a forked
+ * child). Caller holds tbl.lock. */
+void cap_forget(const struct cusnap_id *alloc_id);
+void cap_forget_all(void);
 
 /* ---- the export table (exports.c) ---- */
 /* The one place a tracked allocation's driver handle is set or dropped: its

@@ -55,6 +55,11 @@ void forget_alloc(struct shim_alloc *a)
 	if (a->handles || a->mappings || a->mc_binds)
 		return;
 	exports_forget(a);
+	/* Its kept capability goes, unless it names this process's own allocation
+	 * and this is an import of it (the creator's record still exports it). */
+	const struct shim_identity *me = shim_self();
+	if (!id_is_zero(&a->token) && (a->role == SHIM_ROLE_CREATOR || !me || !id_equal(&a->creator, &me->id)))
+		cap_forget(&a->id);
 	struct shim_mc *mc = a->mc;
 	tbl_alloc_free(a);
 	if (!mc)
@@ -469,7 +474,7 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	}
 	/* An importer forwards the creator's capability: it names the creator. */
 	const char *endpoint = a->role == SHIM_ROLE_CREATOR ? me->endpoint : a->creator_endpoint;
-	int fd = cap_make(&a->creator, &a->id, &a->token, endpoint);
+	int fd = cap_get(&a->creator, &a->id, &a->token, endpoint);
 	if (fd < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
