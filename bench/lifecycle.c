@@ -16,7 +16,6 @@
 
 static char bin[PATH_MAX];
 
-
 static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records)
 {
 	char dir[] = "/tmp/cusnap-bench-XXXXXX";
