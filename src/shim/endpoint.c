@@ -72,7 +72,7 @@ int serve_EXPORT(struct op_call *c)
 		shim_error_reply(out, "EXPORT needs an allocation id and a token");
 		return PROTO_E_MALFORMED;
 	}
-	struct export_request q = {.alloc_id = id, .token = token, .who = who};
+	struct export_request q = {.alloc_id = id, .token = token, .who = who, .keep_context = true};
 	struct shim_export_info info = {0};
 	char err[600];
 	int rc = exports_export(&q, &info, c->fd, err, sizeof(err));
@@ -141,6 +141,7 @@ static void serve_connection(int sock)
 		deadline = proto_deadline(shim_deadline_ms());
 	}
 	close(sock);
+	ctx_leave_all(); /* what EXPORT entered for this connection's requests */
 }
 
 static bool peer_allowed(int sock)

@@ -168,7 +168,7 @@ int exports_export(const struct export_request *q, struct shim_export_info *info
 			cr = real.cuMemExportToShareableHandle(fd, e->driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 							       0);
 		}
-		if (!q->in_caller_context)
+		if (!q->in_caller_context && !q->keep_context)
 			ctx_leave_all();
 		if (cr != CUDA_SUCCESS) {
 			snprintf(err, errlen, "allocation %s: %s failed: %s", hex, call, shim_cu_name(cr));

@@ -360,6 +360,40 @@ struct pending_import {
 	char err[700];
 };
 
+/* Import one redeemed capability and map it where it was. */
+static CUresult import_again(const struct pending_import *p, struct life_result *r)
+{
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_alloc *a = hmap_get(&tbl.allocs, p->key);
+	CUresult rc = CUDA_SUCCESS;
+	if (!a) {
+		/* gone meanwhile: nothing to rebuild */
+	} else if (p->fd < 0) {
+		life_fail(r, a, "redeeming its capability failed: %s", p->err);
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else if (!(rc = life_enter(a, r))) { /* (a failure is named there) */
+		CUmemGenericAllocationHandle h;
+		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)p->fd,
+							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (rc) {
+			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
+		} else {
+			alloc_set_driver(a, h); /* an importer: no entry */
+			rc = life_attach_mappings(a, r);
+			if (rc) {
+				life_detach_mappings(a, &(struct life_result){0});
+				life_release_ref(a, NULL);
+			} else {
+				a->detached = false;
+				life_drop_spare_ref(a);
+				r->count++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
 static int op_restore_importers(struct life_result *r)
 {
 	size_t n = 0;
@@ -403,72 +437,39 @@ static int op_restore_importers(struct life_result *r)
 	/* Redeem every capability at its creator (restored first): one connection
 	 * per run of capabilities naming the same creator, with up to WINDOW
 	 * requests in flight (replies come back in order; a bounded window keeps
-	 * both sides' socket buffers from filling up). */
+	 * both sides' socket buffers from filling up). Each FD is imported as it
+	 * comes, so that the creator exports the next meanwhile and this process
+	 * never holds more than WINDOW of them. */
 	enum { WINDOW = 32 };
+	CUresult rc = CUDA_SUCCESS;
 	for (size_t start = 0; start < n;) {
 		size_t end = start + 1;
 		while (end < n && !strcmp(list[end].cap.endpoint, list[start].cap.endpoint))
 			end++;
 		int sock = usock_connect(list[start].cap.endpoint);
 		size_t sent = start, got = start;
-		if (sock < 0) {
-			for (size_t i = start; i < end; i++)
-				snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s",
-					 list[i].cap.endpoint, strerror(-sock));
-			got = end;
-		}
-		while (got < end) {
-			while (sent < end && sent - got < WINDOW && cap_export_send(sock, &list[sent].cap) == PROTO_OK)
+		for (size_t i = start; sock < 0 && i < end; i++)
+			snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s", list[i].cap.endpoint,
+				 strerror(-sock));
+		for (; got < end; got++) {
+			while (sock >= 0 && sent < end && sent - got < WINDOW &&
+			       cap_export_send(sock, &list[sent].cap) == PROTO_OK)
 				sent++;
-			if (sent == got) {
+			if (got < sent)
+				list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].info, list[got].err,
+							       sizeof(list[got].err));
+			else if (sock >= 0)
 				snprintf(list[got].err, sizeof(list[got].err), "EXPORT to %s: the connection failed",
 					 list[got].cap.endpoint);
-				got++;
-				continue;
-			}
-			list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].info, list[got].err,
-						       sizeof(list[got].err));
-			got++;
+			if (!rc)
+				rc = import_again(&list[got], r);
+			if (list[got].fd >= 0)
+				close(list[got].fd);
 		}
 		if (sock >= 0)
 			close(sock);
 		start = end;
 	}
-	CUresult rc = CUDA_SUCCESS;
-	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; i < n; i++) {
-		struct shim_alloc *a = hmap_get(&tbl.allocs, list[i].key);
-		if (rc || !a)
-			continue;
-		if (list[i].fd < 0) {
-			life_fail(r, a, "redeeming its capability failed: %s", list[i].err);
-			rc = CUDA_ERROR_INVALID_VALUE;
-			continue;
-		}
-		CUmemGenericAllocationHandle h;
-		if ((rc = life_enter(a, r)))
-			continue; /* (named there) */
-		rc = real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)list[i].fd,
-							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		if (rc) {
-			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
-			continue;
-		}
-		alloc_set_driver(a, h); /* an importer: no entry */
-		rc = life_attach_mappings(a, r);
-		if (rc) {
-			life_detach_mappings(a, &(struct life_result){0});
-			life_release_ref(a, NULL);
-			continue;
-		}
-		a->detached = false;
-		life_drop_spare_ref(a);
-		r->count++;
-	}
-	pthread_mutex_unlock(&tbl.lock);
-	for (size_t i = 0; i < n; i++)
-		if (list[i].fd >= 0)
-			close(list[i].fd);
 	free(list);
 	return rc ? PROTO_E_DRIVER : PROTO_OK;
 }

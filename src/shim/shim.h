@@ -376,6 +376,7 @@ struct export_request {
 	struct cusnap_id alloc_id, token;
 	struct cusnap_id who;   /* the redeemer (zero: not said) */
 	bool in_caller_context; /* an application thread: its current context serves the export */
+	bool keep_context;      /* an endpoint thread: the context entered stays until the connection ends */
 };
 /* Serve one EXPORT: a fresh driver FD in *fd and what it is in *info, or a
  * proto_status with the reason in err. Takes exp_lock, never tbl.lock. */
