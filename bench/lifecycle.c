@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* bench/lifecycle: the coordinator's control plane (everything except the
  * native checkpoint calls) for P participants x N allocations, in both content
- * modes, and validation alone on 1,000,000 records. Prints a table.
- *   build/bench/lifecycle [--quick] */
+ * modes; the same group suspended and resumed by cusnap as whole commands
+ * (native steps included); and validation alone on 1,000,000 records. In each
+ * group participant 0 creates the N allocations and the others import and map
+ * all of them. Prints tables.
+ *   build/bench/lifecycle [--quick]    (BENCH_ONLY=P,N: that shape only) */
+#include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +21,49 @@
 
 static char bin[PATH_MAX];
 
-static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records)
+/* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */
+static int timed(char *const argv[], double *ms)
+{
+	double t0 = now_ms();
+	pid_t c = fork();
+	if (c == 0) {
+		if (!getenv("BENCH_VERBOSE")) {
+			int nul = open("/dev/null", O_WRONLY);
+			dup2(nul, 1);
+			dup2(nul, 2);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status = 0;
+	waitpid(c, &status, 0);
+	*ms = now_ms() - t0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Suspend and resume with cusnap, as a user would: the group is the tree of a
+ * root process that started it. */
+static void run_commands(pid_t root, const char *dir, const char *ctl, int content, double *suspend, double *resume)
+{
+	char cusnap[PATH_MAX + 32], pid[16], ck[PATH_MAX + 16];
+	snprintf(cusnap, sizeof(cusnap), "%s/../bin/cusnap", bin);
+	snprintf(pid, sizeof(pid), "%d", (int)root);
+	snprintf(ck, sizeof(ck), "%s/ck", dir);
+	char *sus[] =
+		{cusnap, "suspend",       "--pid",     pid,         "--dir",
+		 ck,     "--control-dir", (char *)ctl, "--content", content == COORD_CONTENT_NATIVE ? "native" : "host",
+		 NULL};
+	char *res[] = {cusnap, "resume", "--pid", pid, "--dir", ck, "--control-dir", (char *)ctl, NULL};
+	*suspend = *resume = -1;
+	double ms;
+	if (timed(sus, &ms) == 0) {
+		*suspend = ms;
+		if (timed(res, &ms) == 0)
+			*resume = ms;
+	}
+}
+
+static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands)
 {
 	char dir[] = "/tmp/cusnap-bench-XXXXXX";
 	if (!mkdtemp(dir))
@@ -28,7 +75,20 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 	setenv("SNAPSHOT_CONTROL_DIR", ctl, 1);
 	setenv("CUEMU_GRANULARITY", "64K", 1);
 	pid_t pids[64];
-	for (int i = 0; i < P; i++) {
+	/* With commands, the workers are the children of one root (their tree). */
+	int link[2] = {-1, -1};
+	pid_t root = -1;
+	if (commands) {
+		if (pipe(link) < 0 || (root = fork()) < 0)
+			return -1;
+		if (root > 0) {
+			close(link[1]);
+			if (read(link[0], pids, sizeof(pid_t) * (size_t)P) != (ssize_t)(sizeof(pid_t) * (size_t)P))
+				return -1;
+			close(link[0]);
+		}
+	}
+	for (int i = 0; root <= 0 && i < P; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			char idx[16], cnt[16], n[16];
@@ -38,6 +98,12 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 			execl(launcher, launcher, worker, dir, idx, cnt, n, (char *)NULL);
 			_exit(127);
 		}
+	}
+	if (root == 0) {
+		if (write(link[1], pids, sizeof(pid_t) * (size_t)P) < 0)
+			_exit(1);
+		for (;;)
+			pause();
 	}
 	int ready = 0;
 	for (double t0 = now_ms(); ready < P && now_ms() - t0 < 300000;) {
@@ -61,6 +127,11 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 					  .dir = dir,
 					  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
 		struct coord_report r;
+		if (commands) {
+			run_commands(root, dir, ctl, content, prep, rest);
+			rc = *prep < 0 || *rest < 0 ? -1 : 0;
+			goto out;
+		}
 		double t0 = now_ms();
 		int a = coord_prepare(t, (size_t)P, &o, &r);
 		*prep = now_ms() - t0;
@@ -74,9 +145,14 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 			fprintf(stderr, "restore: %s\n", r.error);
 		rc = a < 0 || b < 0 ? -1 : 0;
 	}
+out:
 	for (int i = 0; i < P; i++)
 		kill(pids[i], SIGKILL);
-	for (int i = 0; i < P; i++)
+	if (root > 0) {
+		kill(root, SIGKILL);
+		waitpid(root, NULL, 0);
+	}
+	for (int i = 0; root < 0 && i < P; i++)
 		waitpid(pids[i], NULL, 0);
 	char *argv[] = {"rm", "-rf", dir, NULL};
 	pid_t c = fork();
@@ -143,6 +219,9 @@ int main(int argc, char **argv)
 	ssize_t n = readlink("/proc/self/exe", bin, sizeof(bin) - 1);
 	bin[n > 0 ? n : 0] = '\0';
 	*strrchr(bin, '/') = '\0';
+	char emu[PATH_MAX + 16];
+	snprintf(emu, sizeof(emu), "%s/../emu", bin);
+	setenv("LD_LIBRARY_PATH", emu, 0); /* cusnap's driver, when there is no GPU */
 	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 1024, 4096};
 	printf("%-8s %12s %12s %8s %12s %12s %12s\n", "content", "participants", "allocations", "records", "prepare ms",
 	       "restore ms", "total ms");
@@ -157,7 +236,7 @@ int main(int argc, char **argv)
 					continue;
 				double prep = 0, rest = 0;
 				size_t records = 0;
-				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records) < 0) {
+				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false) < 0) {
 					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi],
 					       allocs[ai]);
 					continue;
@@ -167,6 +246,20 @@ int main(int argc, char **argv)
 				fflush(stdout);
 			}
 		}
+	}
+	/* The same shape as whole commands: 1 creator, 7 importers. */
+	printf("\n%-8s %12s %12s %12s %12s %12s\n", "content", "participants", "allocations", "suspend ms", "resume ms",
+	       "total ms");
+	for (int c = 1; c <= 2; c++) {
+		int P = 8, N = quick ? 1024 : 4096;
+		double sus = 0, res = 0;
+		size_t records = 0;
+		if (run_case(P, N, c, &sus, &res, &records, true) < 0)
+			printf("%-8s %12d %12d   failed (cusnap suspend/resume)\n", c == 1 ? "host" : "native", P, N);
+		else
+			printf("%-8s %12d %12d %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", P, N, sus, res,
+			       sus + res);
+		fflush(stdout);
 	}
 	size_t records;
 	double ms = validate_million(&records);

@@ -50,6 +50,8 @@ static void usage(FILE *f)
 		   "         --timeout MS (per participant and step, default 30000), --json (summary on stdout)\n"
 		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
 		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
+		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
+		   "         steps run at once (1: one after another)\n"
 		   "\n"
 		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
 		   "2 failed, the workload was terminated or its state is unknown; 64 usage error;\n"

@@ -139,6 +139,9 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 		return -ENOMEM;
 	}
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *cap = getenv("CUSNAP_NATIVE_PARALLEL"); /* 1: one process after another */
+	if (cap && atol(cap) > 0)
+		cores = atol(cap);
 	size_t limit = cores > 0 ? (size_t)cores : 1;
 	size_t threads = n < limit ? n : limit, started = 0;
 	for (size_t k = 0; k < threads; k++) {
