@@ -47,7 +47,7 @@ run() { # LABEL PLAIN(0|1)
 	local root
 	root=$(cat "$dir/ckpt/restore.pid" 2>/dev/null)
 	for p in $(cat /proc/"$root"/task/*/children 2>/dev/null) $root; do kill -9 "$p" 2>/dev/null; done
-	get() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p"; }
+	get() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" | awk '{printf "%.1f", $1}'; }
 	printf "%-22s %9s %9s %9s %9s %9s %9s %9s %9s\n" "$label" "$(get "$c" prepare)" "$(get "$c" checkpoint)" \
 		"$(get "$c" criu_dump)" "$(get "$r" criu_restore)" "$(get "$r" native_restore)" "$(get "$r" vmm_restore)" \
 		"$(awk -v a="$(get "$c" total)" -v b="$(get "$r" total)" 'BEGIN {printf "%.1f", a + b}')" \
@@ -78,7 +78,7 @@ native() { # P PARALLEL(0|1)
 		"$(step lock "$dir/suspend.err")" "$(step "native checkpoint" "$dir/suspend.err")" \
 		"$(step "native restore+unlock" "$dir/resume.err")"
 	kill -9 -- -"$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
 }
 
 echo
@@ -88,3 +88,4 @@ for P in 1 4 8; do
 	native "$P" 1
 	native "$P" 0
 done
+exit 0

@@ -70,7 +70,7 @@ int json_emit(FILE *f, json_t *v)
 {
 	if (!v)
 		return -1;
-	int rc = json_dumpf(v, f, JSON_COMPACT | JSON_REAL_PRECISION(10));
+	int rc = json_dumpf(v, f, JSON_COMPACT | JSON_REAL_PRECISION(7));
 	json_decref(v);
 	if (rc == 0 && fputc('\n', f) == EOF)
 		rc = -1;

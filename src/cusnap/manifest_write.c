@@ -82,7 +82,7 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 		json_decref(m);
 		return -errno;
 	}
-	int rc = json_dumpf(m, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	int rc = json_dumpf(m, f, JSON_INDENT(2) | JSON_REAL_PRECISION(7));
 	json_decref(m);
 	if (rc != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0) {
 		fclose(f);
