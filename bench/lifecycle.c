@@ -222,12 +222,12 @@ int main(int argc, char **argv)
 	char emu[PATH_MAX + 16];
 	snprintf(emu, sizeof(emu), "%s/../emu", bin);
 	setenv("LD_LIBRARY_PATH", emu, 0); /* cusnap's driver, when there is no GPU */
-	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 1024, 4096};
+	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 1024, 2048, 4096};
 	printf("%-8s %12s %12s %8s %12s %12s %12s\n", "content", "participants", "allocations", "records", "prepare ms",
 	       "restore ms", "total ms");
 	for (int c = 1; c <= 2; c++) {
 		for (int pi = 0; pi < 4; pi++) {
-			for (int ai = 0; ai < 3; ai++) {
+			for (int ai = 0; ai < 4; ai++) {
 				if (quick && (parts[pi] > 8 || allocs[ai] > 1024))
 					continue;
 				const char *only = getenv("BENCH_ONLY"); /* "P,N" */
