@@ -143,22 +143,28 @@ size_t exports_importers(const struct cusnap_id *alloc_id, struct cusnap_id **ou
 	return *out ? n : 0;
 }
 
-int exports_export(const struct export_request *q, struct shim_export_info *info, int *fd, char *err, size_t errlen)
+/* A refused EXPORT: "allocation <id><why>" in err (the id is formatted only
+ * here, off the path of an export that succeeds). Returns rc. */
+static int refused(int rc, const struct cusnap_id *id, const char *why, char *err, size_t errlen)
 {
 	char hex[ID_HEX_LEN + 1];
-	id_hex(&q->alloc_id, hex);
+	id_hex(id, hex);
+	snprintf(err, errlen, "allocation %s%s", hex, why);
+	return rc;
+}
+
+int exports_export(const struct export_request *q, struct shim_export_info *info, int *fd, char *err, size_t errlen)
+{
 	pthread_mutex_lock(&exp_lock);
 	struct export_entry *e = entry_of(&q->alloc_id);
 	int rc = PROTO_OK;
 	if (!e) {
-		snprintf(err, errlen, "allocation %s is not exported by this participant", hex);
-		rc = PROTO_E_NOT_FOUND;
+		rc = refused(PROTO_E_NOT_FOUND, &q->alloc_id, " is not exported by this participant", err, errlen);
 	} else if (!id_equal_ct(&e->token, &q->token)) {
-		snprintf(err, errlen, "allocation %s: capability token does not match", hex);
-		rc = PROTO_E_AUTH;
+		rc = refused(PROTO_E_AUTH, &q->alloc_id, ": capability token does not match", err, errlen);
 	} else if (!e->driver) {
-		snprintf(err, errlen, "allocation %s: not attached now (a checkpoint is under way)", hex);
-		rc = PROTO_E_DRIVER;
+		rc = refused(PROTO_E_DRIVER, &q->alloc_id, ": not attached now (a checkpoint is under way)", err,
+			     errlen);
 	} else {
 		/* An endpoint thread has no context of its own (SYSTEM.md §4.1). */
 		CUresult cr = q->in_caller_context ? CUDA_SUCCESS : ctx_enter_device(e->device);
@@ -171,8 +177,9 @@ int exports_export(const struct export_request *q, struct shim_export_info *info
 		if (!q->in_caller_context && !q->keep_context)
 			ctx_leave_all();
 		if (cr != CUDA_SUCCESS) {
-			snprintf(err, errlen, "allocation %s: %s failed: %s", hex, call, shim_cu_name(cr));
-			rc = PROTO_E_DRIVER;
+			char why[256];
+			snprintf(why, sizeof(why), ": %s failed: %s", call, shim_cu_name(cr));
+			rc = refused(PROTO_E_DRIVER, &q->alloc_id, why, err, errlen);
 		} else {
 			info->size = e->size;
 			info->mc_devices = e->mc_devices;
