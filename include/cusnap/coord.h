@@ -39,6 +39,11 @@ int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_part
 
 /* The participants as JSON: {"participants":[...]} (NULL when out of memory). */
 json_t *coord_topology_json(const struct coord_target *t, const struct topo_participant *p, size_t n);
+/* The participants a state file records, as targets and topologies to print:
+ * malloc'ed arrays in *t and *p (p[i] borrows st's records: free only the
+ * arrays). 0 or -ENOMEM. */
+struct state;
+int coord_state_view(const struct state *st, struct coord_target **t, struct topo_participant **p);
 /* The same, readable. */
 void coord_print_text(FILE *f, const struct coord_target *t, const struct topo_participant *p, size_t n);
 

@@ -87,18 +87,12 @@ static int inspect_state(const char *dir, int json)
 		fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
 		return EX_LEFT_RUNNING;
 	}
-	struct coord_target *t = calloc(st.n ? st.n : 1, sizeof(*t));
-	struct topo_participant *p = calloc(st.n ? st.n : 1, sizeof(*p));
-	if (!t || !p) {
-		free(t);
-		free(p);
+	struct coord_target *t;
+	struct topo_participant *p;
+	if (coord_state_view(&st, &t, &p) < 0) {
+		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
 		state_free(&st);
 		return EX_LEFT_RUNNING;
-	}
-	for (size_t i = 0; i < st.n; i++) {
-		t[i].obs = (int)st.p[i].obs;
-		t[i].ns = (int)st.p[i].nspid;
-		p[i] = st.p[i].topo;
 	}
 	const char *content = st.content == COORD_CONTENT_NATIVE ? "native" : "host";
 	if (json) {

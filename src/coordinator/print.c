@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* Printing topologies: JSON for programs, text for people. */
+#include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "cusnap/coord.h"
 #include "cusnap/json.h"
+#include "cusnap/state.h"
 
 #define JINT(x) json_integer((json_int_t)(x))
 
@@ -76,6 +79,25 @@ static json_t *participant_json(const struct coord_target *t, const struct topo_
 	return json_pack("{s:i, s:i, s:o, s:s, s:o, s:o, s:o, s:o}", "pid", t->obs, "nspid", t->ns, "id",
 			 json_id(&p->id), "phase", proto_phase_name(p->phase), "endpoint", json_text(p->endpoint),
 			 "allocations", allocs, "mappings", maps, "multicast", mcs);
+}
+
+int coord_state_view(const struct state *st, struct coord_target **t, struct topo_participant **p)
+{
+	*t = calloc(st->n ? st->n : 1, sizeof(**t));
+	*p = calloc(st->n ? st->n : 1, sizeof(**p));
+	if (!*t || !*p) {
+		free(*t);
+		free(*p);
+		*t = NULL;
+		*p = NULL;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < st->n; i++) {
+		(*t)[i].obs = (int)st->p[i].obs;
+		(*t)[i].ns = (int)st->p[i].nspid;
+		(*p)[i] = st->p[i].topo;
+	}
+	return 0;
 }
 
 json_t *coord_topology_json(const struct coord_target *t, const struct topo_participant *p, size_t n)

@@ -162,21 +162,18 @@ static int cmd_inspect(pid_t pid, const char *dir)
 		struct state st;
 		if (state_read(path, &st, err, sizeof(err)) < 0)
 			return fail(EX_LEFT_RUNNING, "%s", err);
-		struct coord_target *t = calloc(st.n ? st.n : 1, sizeof(*t));
-		struct topo_participant *p = calloc(st.n ? st.n : 1, sizeof(*p));
-		for (size_t i = 0; t && p && i < st.n; i++) {
-			t[i].obs = (int)st.p[i].obs;
-			t[i].ns = (int)st.p[i].nspid;
-			p[i] = st.p[i].topo;
+		struct coord_target *t;
+		struct topo_participant *p;
+		if (coord_state_view(&st, &t, &p) < 0) {
+			state_free(&st);
+			return fail(EX_LEFT_RUNNING, "out of memory");
 		}
-		if (t && p) {
-			if (opt_json)
-				json_emit(stdout, coord_topology_json(t, p, st.n));
-			else {
-				printf("state %s: content %s, %zu participant(s)\n", path,
-				       st.content == COORD_CONTENT_NATIVE ? "native" : "host", st.n);
-				coord_print_text(stdout, t, p, st.n);
-			}
+		if (opt_json) {
+			json_emit(stdout, coord_topology_json(t, p, st.n));
+		} else {
+			printf("state %s: content %s, %zu participant(s)\n", path,
+			       st.content == COORD_CONTENT_NATIVE ? "native" : "host", st.n);
+			coord_print_text(stdout, t, p, st.n);
 		}
 		free(t);
 		free(p);
