@@ -190,13 +190,18 @@ sweep: deps
 	done; echo "make sweep: passed in $$(( $$(date +%s) - start )) s"
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
-bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/lc_worker all
+bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/copy $(BUILD)/bench/lc_worker all
 	$(BUILD)/bench/intercept
 	$(BUILD)/bench/lifecycle
+	$(BUILD)/bench/copy
 
 $(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/copy: $(BUILD)/obj/bench/copy.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB) $(BUILD)/emu/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter-out %.so,$^) $(JSON_LIBS) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../emu' $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

@@ -2,7 +2,9 @@
 /* A participant for bench/lifecycle: participant 0 creates N allocations, maps
  * them and sends their (capability) FDs to every other participant over a
  * socket in DIR; the others import and map all of them. Then it parks.
- *   lc_worker DIR INDEX COUNT N */
+ * Each allocation is SIZE bytes (rounded up to the granularity; 0: one
+ * granularity), on device 0 and 1 in turn.
+ *   lc_worker DIR INDEX COUNT N [SIZE] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +16,17 @@
 
 #include "cu_check.h"
 
-static size_t gran;
+static size_t size;
 
-static void map(CUmemGenericAllocationHandle h, int dev)
+static CUdeviceptr map(CUmemGenericAllocationHandle h, int dev)
 {
 	CUdeviceptr va;
-	CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
-	CU(cuMemMap(va, gran, 0, h, 0));
+	CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+	CU(cuMemMap(va, size, 0, h, 0));
 	CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
 			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	CU(cuMemSetAccess(va, gran, &d, 1));
+	CU(cuMemSetAccess(va, size, &d, 1));
+	return va;
 }
 
 static int send_fd(int s, int fd)
@@ -62,7 +65,7 @@ static int recv_fd(int s)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5)
+	if (argc != 5 && argc != 6)
 		return 64;
 	const char *dir = argv[1];
 	int index = atoi(argv[2]), count = atoi(argv[3]), n = atoi(argv[4]);
@@ -73,7 +76,10 @@ int main(int argc, char **argv)
 	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 				 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	size_t gran;
 	CU(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	size = argc == 6 ? strtoull(argv[5], NULL, 0) : 0;
+	size = size ? (size + gran - 1) / gran * gran : gran;
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s/share.sock", dir);
 	if (index == 0) {
@@ -84,8 +90,8 @@ int main(int argc, char **argv)
 		CUmemGenericAllocationHandle *h = malloc(sizeof(*h) * (size_t)n);
 		for (int i = 0; i < n; i++) {
 			p.location.id = i % 2;
-			CU(cuMemCreate(&h[i], gran, &p, 0));
-			map(h[i], i % 2);
+			CU(cuMemCreate(&h[i], size, &p, 0));
+			CU(cuMemsetD8_v2(map(h[i], i % 2), (unsigned char)(i + 1), size));
 		}
 		for (int peer = 1; peer < count; peer++) {
 			int c = accept(l, NULL, NULL);

@@ -18,8 +18,7 @@
 #include <unistd.h>
 
 #include "cusnap/coord.h"
-
-static char bin[PATH_MAX];
+#include "group.h"
 
 /* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */
 static int timed(char *const argv[], double *ms)
@@ -46,7 +45,7 @@ static int timed(char *const argv[], double *ms)
 static void run_commands(pid_t root, const char *dir, const char *ctl, int content, double *suspend, double *resume)
 {
 	char cusnap[PATH_MAX + 32], pid[16], ck[PATH_MAX + 16];
-	snprintf(cusnap, sizeof(cusnap), "%s/../bin/cusnap", bin);
+	snprintf(cusnap, sizeof(cusnap), "%s/../bin/cusnap", bench_bin());
 	snprintf(pid, sizeof(pid), "%d", (int)root);
 	snprintf(ck, sizeof(ck), "%s/ck", dir);
 	char *sus[] =
@@ -65,102 +64,34 @@ static void run_commands(pid_t root, const char *dir, const char *ctl, int conte
 
 static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands)
 {
-	char dir[] = "/tmp/cusnap-bench-XXXXXX";
-	if (!mkdtemp(dir))
-		return -1;
-	char ctl[PATH_MAX], worker[PATH_MAX + 32], launcher[PATH_MAX + 32];
-	snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-	snprintf(worker, sizeof(worker), "%s/lc_worker", bin);
-	snprintf(launcher, sizeof(launcher), "%s/../bin/snapshot-cuda-vmm-launch", bin);
-	setenv("SNAPSHOT_CONTROL_DIR", ctl, 1);
+	struct bench_group g;
 	setenv("CUEMU_GRANULARITY", "64K", 1);
-	pid_t pids[64];
-	/* With commands, the workers are the children of one root (their tree). */
-	int link[2] = {-1, -1};
-	pid_t root = -1;
+	if (bench_group_start(&g, P, N, 0, commands, false) < 0)
+		return -1;
+	struct coord_options o = {.timeout_ms = 120000,
+				  .content = content,
+				  .dir = g.dir,
+				  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
+	struct coord_report r;
+	int rc = 0;
 	if (commands) {
-		if (pipe(link) < 0 || (root = fork()) < 0)
-			return -1;
-		if (root > 0) {
-			close(link[1]);
-			if (read(link[0], pids, sizeof(pid_t) * (size_t)P) != (ssize_t)(sizeof(pid_t) * (size_t)P))
-				return -1;
-			close(link[0]);
-		}
-	}
-	for (int i = 0; root <= 0 && i < P; i++) {
-		pids[i] = fork();
-		if (pids[i] == 0) {
-			char idx[16], cnt[16], n[16];
-			snprintf(idx, sizeof(idx), "%d", i);
-			snprintf(cnt, sizeof(cnt), "%d", P);
-			snprintf(n, sizeof(n), "%d", N);
-			execl(launcher, launcher, worker, dir, idx, cnt, n, (char *)NULL);
-			_exit(127);
-		}
-	}
-	if (root == 0) {
-		if (write(link[1], pids, sizeof(pid_t) * (size_t)P) < 0)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	int ready = 0;
-	for (double t0 = now_ms(); ready < P && now_ms() - t0 < 300000;) {
-		ready = 0;
-		for (int i = 0; i < P; i++) {
-			char path[PATH_MAX + 32];
-			snprintf(path, sizeof(path), "%s/ready-%d", dir, i);
-			ready += access(path, F_OK) == 0;
-		}
-		usleep(20000);
-	}
-	int rc = -1;
-	if (ready == P) {
-		struct coord_target t[64];
-		for (int i = 0; i < P; i++) {
-			t[i].obs = t[i].ns = pids[i];
-			coord_endpoint_path("", ctl, pids[i], pids[i], t[i].endpoint, sizeof(t[i].endpoint));
-		}
-		struct coord_options o = {.timeout_ms = 120000,
-					  .content = content,
-					  .dir = dir,
-					  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
-		struct coord_report r;
-		if (commands) {
-			run_commands(root, dir, ctl, content, prep, rest);
-			rc = *prep < 0 || *rest < 0 ? -1 : 0;
-			goto out;
-		}
+		run_commands(g.root, g.dir, g.ctl, content, prep, rest);
+		rc = *prep < 0 || *rest < 0 ? -1 : 0;
+	} else {
 		double t0 = now_ms();
-		int a = coord_prepare(t, (size_t)P, &o, &r);
+		int a = coord_prepare(g.t, (size_t)P, &o, &r);
 		*prep = now_ms() - t0;
 		*records = r.participants + r.allocations + r.mappings;
 		if (a < 0)
 			fprintf(stderr, "prepare: %s\n", r.error);
 		t0 = now_ms();
-		int b = a < 0 ? -1 : coord_restore(t, (size_t)P, &o, &r);
+		int b = a < 0 ? -1 : coord_restore(g.t, (size_t)P, &o, &r);
 		*rest = now_ms() - t0;
 		if (b < 0 && a >= 0)
 			fprintf(stderr, "restore: %s\n", r.error);
 		rc = a < 0 || b < 0 ? -1 : 0;
 	}
-out:
-	for (int i = 0; i < P; i++)
-		kill(pids[i], SIGKILL);
-	if (root > 0) {
-		kill(root, SIGKILL);
-		waitpid(root, NULL, 0);
-	}
-	for (int i = 0; root < 0 && i < P; i++)
-		waitpid(pids[i], NULL, 0);
-	char *argv[] = {"rm", "-rf", dir, NULL};
-	pid_t c = fork();
-	if (c == 0) {
-		execvp("rm", argv);
-		_exit(127);
-	}
-	waitpid(c, NULL, 0);
+	bench_group_stop(&g);
 	return rc;
 }
 
@@ -216,11 +147,8 @@ static double validate_million(size_t *records)
 int main(int argc, char **argv)
 {
 	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-	ssize_t n = readlink("/proc/self/exe", bin, sizeof(bin) - 1);
-	bin[n > 0 ? n : 0] = '\0';
-	*strrchr(bin, '/') = '\0';
 	char emu[PATH_MAX + 16];
-	snprintf(emu, sizeof(emu), "%s/../emu", bin);
+	snprintf(emu, sizeof(emu), "%s/../emu", bench_bin());
 	setenv("LD_LIBRARY_PATH", emu, 0); /* cusnap's driver, when there is no GPU */
 	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 1024, 2048, 4096};
 	printf("%-8s %12s %12s %8s %12s %12s %12s\n", "content", "participants", "allocations", "records", "prepare ms",

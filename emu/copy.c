@@ -17,8 +17,9 @@ struct op {
 	struct op *next;
 	enum op_kind kind;
 	uint64_t dst, src;
-	size_t count;   /* bytes for copies, elements for sets */
-	unsigned width; /* 1, 2 or 4 for sets */
+	size_t count;            /* bytes for copies, elements for sets */
+	bool dst_host, src_host; /* copies: either end may be host memory */
+	unsigned width;          /* 1, 2 or 4 for sets */
 	uint32_t value;
 	CUhostFn fn;
 	void *data;
@@ -79,15 +80,15 @@ static CUresult check_range(uint64_t p, size_t n, bool write, bool host_ok)
 	return CUDA_SUCCESS;
 }
 
-static CUresult run_op(struct op *o, bool dst_host_ok, bool src_host_ok)
+static CUresult run_op(struct op *o)
 {
 	CUresult rc = CUDA_SUCCESS;
 	switch (o->kind) {
 	case OP_COPY:
 		pthread_mutex_lock(&emu.lock);
-		rc = check_range(o->dst, o->count, true, dst_host_ok);
+		rc = check_range(o->dst, o->count, true, o->dst_host);
 		if (!rc)
-			rc = check_range(o->src, o->count, false, src_host_ok);
+			rc = check_range(o->src, o->count, false, o->src_host);
 		if (!rc)
 			memmove((void *)(uintptr_t)o->dst, (const void *)(uintptr_t)o->src, o->count);
 		pthread_mutex_unlock(&emu.lock);
@@ -142,7 +143,7 @@ static void *stream_worker(void *arg)
 			s->tail = NULL;
 		s->busy = true;
 		pthread_mutex_unlock(&s->mu);
-		CUresult rc = run_op(o, true, true);
+		CUresult rc = run_op(o);
 		if (rc)
 			emu_log(1, "asynchronous operation failed with %d (range not mapped or not accessible)",
 				(int)rc);
@@ -194,7 +195,7 @@ void emu_streams_sync_all(void)
 }
 
 /* Queue o on stream h (taking ownership), or run it now on the null stream. */
-static CUresult submit(CUstream h, struct op *o, bool dst_host_ok, bool src_host_ok)
+static CUresult submit(CUstream h, struct op *o)
 {
 	if (!have_context()) {
 		free(o);
@@ -203,7 +204,7 @@ static CUresult submit(CUstream h, struct op *o, bool dst_host_ok, bool src_host
 	if (null_stream(h)) {
 		/* The legacy default stream waits for the other streams. */
 		emu_streams_sync_all();
-		CUresult rc = run_op(o, dst_host_ok, src_host_ok);
+		CUresult rc = run_op(o);
 		free(o);
 		return rc;
 	}
@@ -216,9 +217,9 @@ static CUresult submit(CUstream h, struct op *o, bool dst_host_ok, bool src_host
 		/* Report bad ranges at the call, as the driver does for what it can see. */
 		pthread_mutex_lock(&emu.lock);
 		CUresult rc = check_range(o->dst, o->kind == OP_SET ? o->count * o->width : o->count, true,
-					  o->kind == OP_COPY && dst_host_ok);
+					  o->kind == OP_COPY && o->dst_host);
 		if (!rc && o->kind == OP_COPY)
-			rc = check_range(o->src, o->count, false, src_host_ok);
+			rc = check_range(o->src, o->count, false, o->src_host);
 		pthread_mutex_unlock(&emu.lock);
 		if (rc) {
 			free(o);
@@ -255,7 +256,9 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t n, CUstream h, bool dst_
 	o->dst = dst;
 	o->src = src;
 	o->count = n;
-	return submit(h, o, dst_host, src_host);
+	o->dst_host = dst_host;
+	o->src_host = src_host;
+	return submit(h, o);
 }
 
 static CUresult set(uint64_t dst, uint32_t value, unsigned width, size_t count, CUstream h)
@@ -270,7 +273,7 @@ static CUresult set(uint64_t dst, uint32_t value, unsigned width, size_t count, 
 	o->value = value;
 	o->width = width;
 	o->count = count;
-	return submit(h, o, false, false);
+	return submit(h, o);
 }
 
 #define HOST(p) ((uint64_t)(uintptr_t)(p))
@@ -355,7 +358,7 @@ static CUresult host_fn(CUstream h, CUhostFn fn, void *data)
 	o->kind = OP_HOSTFN;
 	o->fn = fn;
 	o->data = data;
-	return submit(h, o, false, false);
+	return submit(h, o);
 }
 
 EMU_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
@@ -528,7 +531,7 @@ static CUresult event_op(CUevent h, CUstream s, enum op_kind kind)
 		e->pending++;
 		pthread_mutex_unlock(&e->mu);
 	}
-	CUresult rc = submit(s, o, false, false);
+	CUresult rc = submit(s, o);
 	if (rc && kind == OP_RECORD) {
 		pthread_mutex_lock(&e->mu);
 		e->pending--;

@@ -137,6 +137,7 @@ struct emu_state {
 	struct itree reservations;
 	struct itree mappings;
 	struct itree legacy; /* cuMemAlloc allocations (memalloc.c) */
+	struct itree pinned; /* cuMemHostRegister ranges (vmm.c) */
 	size_t multicast_objects;
 	bool has_context; /* a context or device memory exists: a CUDA process */
 };

@@ -726,10 +726,46 @@ EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 	EMU_CALL(cuMemGetInfo_v2, mem_info(free_bytes, total));
 }
 
+/* Host memory is already what a copy reads and writes, so pinning changes
+ * nothing but the books: as documented, a range overlapping one registered
+ * already fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, and unregistering
+ * what is not the start of a registered range with
+ * CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED. */
 static CUresult host_register(void *p, size_t size)
 {
-	/* Host memory is already what a copy reads and writes; pinning is a no-op. */
-	return p && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!p || !size || (uintptr_t)p + size < (uintptr_t)p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct itree_node *n = calloc(1, sizeof(*n));
+	if (!n)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	n->start = (uintptr_t)p;
+	n->end = (uintptr_t)p + size;
+	pthread_mutex_lock(&emu.lock);
+	struct itree_node *at = itree_first_from(&emu.pinned, n->start);
+	CUresult rc = at && at->start < n->end ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_SUCCESS;
+	if (!rc && itree_insert(&emu.pinned, n) < 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&emu.lock);
+	if (rc)
+		free(n);
+	return rc;
+}
+
+static CUresult host_unregister(void *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&emu.lock);
+	struct itree_node *n = itree_find(&emu.pinned, (uintptr_t)p);
+	bool found = n && n->start == (uintptr_t)p;
+	if (found)
+		itree_remove(&emu.pinned, n);
+	pthread_mutex_unlock(&emu.lock);
+	if (found)
+		free(n);
+	return found ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 EMU_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
@@ -740,5 +776,5 @@ EMU_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fla
 
 EMU_API CUresult cuMemHostUnregister(void *p)
 {
-	EMU_CALL(cuMemHostUnregister, host_register(p, 1));
+	EMU_CALL(cuMemHostUnregister, host_unregister(p));
 }

@@ -123,8 +123,6 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 int coord_restore(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
 /* Rebuild every listed participant that is part way through a prepare. */
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
-/* Milliseconds on the monotonic clock (the tools' one clock for timings). */
-double now_ms(void);
 /* The report as one JSON object. */
 json_t *coord_report_json(const struct coord_report *r);
 /* Is pid dead, or a zombie its parent has not reaped? */

@@ -231,6 +231,8 @@ int prec_id(const struct proto_rec *r, struct cusnap_id *id);
 int prec_str(const struct proto_rec *r, char *out, size_t outlen);
 
 /* ---- messages on a socket ---- */
+/* Milliseconds on the monotonic clock (the one clock for deadlines and timings). */
+double now_ms(void);
 /* Absolute deadline (CLOCK_MONOTONIC ms) timeout_ms from now; -1 = none. */
 int64_t proto_deadline(int timeout_ms);
 /* Send header + payload, with pass_fd (>= 0) attached by SCM_RIGHTS. Returns 0 or a proto_status. */

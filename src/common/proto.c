@@ -269,16 +269,16 @@ int prec_str(const struct proto_rec *r, char *out, size_t outlen)
 
 /* ---- sockets ---- */
 
-static int64_t now_ms(void)
+double now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 int64_t proto_deadline(int timeout_ms)
 {
-	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	return timeout_ms < 0 ? -1 : (int64_t)now_ms() + timeout_ms;
 }
 
 /* Wait for events on sock until deadline. Returns 0 or PROTO_E_TIMEOUT / PROTO_E_IO. */
@@ -287,7 +287,7 @@ static int wait_for(int sock, short events, int64_t deadline)
 	for (;;) {
 		int left = -1;
 		if (deadline >= 0) {
-			int64_t d = deadline - now_ms();
+			int64_t d = deadline - (int64_t)now_ms();
 			if (d <= 0)
 				return PROTO_E_TIMEOUT;
 			left = d > 1 << 30 ? 1 << 30 : (int)d;

@@ -61,13 +61,6 @@ void free_calls(struct call *calls, size_t n)
 	free(calls);
 }
 
-double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
 {
 	if (!o->progress)

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
@@ -54,63 +53,6 @@ CUresult life_enter(const struct shim_alloc *a, struct life_result *r)
 	CUresult rc = ctx_enter_device(dev);
 	if (rc)
 		life_fail(r, a, CTX_ENTER_CALLS " (device %d) failed: %s", dev, shim_cu_name(rc));
-	return rc;
-}
-
-/* Copy between host memory and the allocation through a temporary mapping
- * (the application's mappings may lack access for the copying device). */
-static CUresult copy_through_temp(struct shim_alloc *a, void *host, bool to_device, struct life_result *r)
-{
-	CUdeviceptr va = 0;
-	CUresult rc = life_enter(a, r);
-	if (rc)
-		return rc;
-	rc = aux.cuMemAddressReserve(&va, a->size, a->granularity, 0, 0);
-	if (rc) {
-		life_fail(r, a, "cuMemAddressReserve(%zu) failed: %s", a->size, shim_cu_name(rc));
-		goto out;
-	}
-	rc = real.cuMemMap(va, a->size, 0, a->driver, 0);
-	if (rc) {
-		life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)va, a->size, shim_cu_name(rc));
-		goto free_va;
-	}
-	CUmemAccessDesc d = {.location = a->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	rc = real.cuMemSetAccess(va, a->size, &d, 1);
-	if (rc)
-		life_fail(r, a, "cuMemSetAccess(%#llx, %zu) failed: %s", (unsigned long long)va, a->size,
-			  shim_cu_name(rc));
-	bool on_host = a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
-		       a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST;
-	if (!rc && on_host) {
-		/* Host memory (NCCL's shared host buffers): the CPU copies it through
-		 * the mapping, which the access just granted makes host-accessible. */
-		if (to_device)
-			memcpy((void *)(uintptr_t)va, host, a->size);
-		else
-			memcpy(host, (const void *)(uintptr_t)va, a->size);
-		r->bytes += a->size;
-	} else if (!rc) {
-		rc = to_device ? aux.cuMemcpyHtoD_v2(va, host, a->size) : aux.cuMemcpyDtoH_v2(host, va, a->size);
-		if (rc)
-			life_fail(r, a, "%s(%#llx, %zu) failed: %s", to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH",
-				  (unsigned long long)va, a->size, shim_cu_name(rc));
-		else
-			r->bytes += a->size;
-	}
-	CUresult urc = real.cuMemUnmap(va, a->size);
-	if (urc != CUDA_SUCCESS)
-		urc = real.cuMemUnmap(va, a->size); /* once more: the mapping is ours and must not stay */
-	if (urc != CUDA_SUCCESS && rc == CUDA_SUCCESS) {
-		life_fail(r, a, "cuMemUnmap(%#llx, %zu) of the copy mapping failed: %s", (unsigned long long)va,
-			  a->size, shim_cu_name(urc));
-		rc = urc;
-	}
-free_va:
-	if (real.cuMemAddressFree(va, a->size) != CUDA_SUCCESS)
-		LOG_AT(LOG_WARN, "cuMemAddressFree of the copy reservation %#llx failed: address space leaked",
-		       (unsigned long long)va);
-out:
 	return rc;
 }
 
@@ -187,44 +129,36 @@ void life_drop_spare_ref(struct shim_alloc *a)
 
 /* ---- PREPARE ---- */
 
-static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
+/* A driver reference to a creator's allocation, taken if only mappings anchor it. */
+static CUresult anchor(struct shim_alloc *a, struct life_result *r)
 {
 	CUresult rc = life_enter(a, r);
-	if (rc)
+	if (rc || a->driver_ref)
 		return rc;
-	if (!a->driver_ref) {
-		/* Only mappings anchor it: take a reference before unmapping them. */
-		struct shim_mapping *any = NULL;
-		for (struct shim_mapping *m = a->maps; m && !any; m = m->sibling)
-			if (!m->detached)
-				any = m;
-		if (!any) {
-			life_fail(r, a, "neither a handle nor a mapping anchors it");
-			return CUDA_ERROR_INVALID_VALUE;
-		}
-		CUmemGenericAllocationHandle h;
-		rc = real.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)any->node.start);
-		if (rc) {
-			life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s",
-				  (unsigned long long)any->node.start, shim_cu_name(rc));
-			return rc;
-		}
-		alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
+	struct shim_mapping *any = NULL;
+	for (struct shim_mapping *m = a->maps; m && !any; m = m->sibling)
+		if (!m->detached)
+			any = m;
+	if (!any) {
+		life_fail(r, a, "neither a handle nor a mapping anchors it");
+		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (content == SHIM_CONTENT_HOST && !a->saved) {
-		void *buf = hostmem_alloc(a->size);
-		if (!buf) {
-			life_fail(r, a, "no host memory for %zu bytes", a->size);
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		rc = copy_through_temp(a, buf, false, r);
-		if (rc) {
-			hostmem_free(buf, a->size);
-			return rc;
-		}
-		a->saved = buf;
+	CUmemGenericAllocationHandle h;
+	rc = real.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)any->node.start);
+	if (rc) {
+		life_fail(r, a, "cuMemRetainAllocationHandle(%#llx) failed: %s", (unsigned long long)any->node.start,
+			  shim_cu_name(rc));
+		return rc;
 	}
-	rc = life_detach_mappings(a, r);
+	alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
+	return CUDA_SUCCESS;
+}
+
+/* Unmap a creator's mappings; then keep its one reference (native) or, its
+ * bytes saved, release it (host). */
+static CUresult take_down_creator(struct shim_alloc *a, struct life_result *r)
+{
+	CUresult rc = life_detach_mappings(a, r);
 	if (rc)
 		return rc;
 	if (content == SHIM_CONTENT_NATIVE) {
@@ -236,6 +170,58 @@ static CUresult prepare_creator(struct shim_alloc *a, struct life_result *r)
 		return rc;
 	a->detached = true;
 	return CUDA_SUCCESS;
+}
+
+static bool untouched(const struct shim_alloc *a)
+{
+	bool touched = a->detached || a->carrier;
+	for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
+		touched = m->detached;
+	return !touched;
+}
+
+/* The allocations (not multicast objects) of a role; shared only when asked. */
+static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t *n)
+{
+	struct shim_alloc **list = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(*list));
+	*n = 0;
+	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (tbl.allocs.keys[i] && !a->mc && a->role == role && (a->shared || !shared_only))
+			list[(*n)++] = a;
+	}
+	return list;
+}
+
+/* Every shared allocation this process created: anchored, its bytes copied out
+ * together (host), then taken down. On a failure, what was taken down stays so
+ * for ABORT; an allocation left untouched gives back the reference taken for it
+ * and its copy. */
+static CUresult prepare_creators(struct life_result *r)
+{
+	size_t n;
+	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, true, &n);
+	if (!list) {
+		life_fail(r, NULL, "out of memory");
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	CUresult rc = CUDA_SUCCESS;
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = anchor(list[i], r);
+	if (!rc && content == SHIM_CONTENT_HOST)
+		rc = hostcopy_save(list, n, r);
+	for (size_t i = 0; !rc && i < n; i++) {
+		rc = take_down_creator(list[i], r);
+		r->count += !rc;
+	}
+	for (size_t i = 0; rc && i < n; i++) {
+		if (untouched(list[i])) {
+			hostcopy_forget(list[i]);
+			life_drop_spare_ref(list[i]);
+		}
+	}
+	free(list);
+	return rc;
 }
 
 static CUresult prepare_importer(struct shim_alloc *a, struct life_result *r)
@@ -295,7 +281,7 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 	/* Importers first: a creator's allocation then has no importer left. */
 	CUresult rc = for_each_shared(SHIM_ROLE_IMPORTER, prepare_importer, r);
 	if (!rc)
-		rc = for_each_shared(SHIM_ROLE_CREATOR, prepare_creator, r);
+		rc = prepare_creators(r);
 	if (rc)
 		return shim_step_failed(r, PROTO_E_DRIVER);
 	return PROTO_OK;
@@ -303,45 +289,35 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 
 /* ---- RESTORE ---- */
 
-static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
+/* A creator's allocation made anew (host content) for its saved bytes. */
+static CUresult recreate(struct shim_alloc *a, struct life_result *r)
 {
+	if (!a->saved) {
+		life_fail(r, a, "released without a copy of its bytes");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	CUresult rc = life_enter(a, r);
 	if (rc)
 		return rc;
-	bool created = false;
-	if (a->detached) {
-		/* Host mode (or a host-mode prepare that got this far): a new allocation. */
-		if (!a->saved) {
-			life_fail(r, a, "released without a copy of its bytes");
-			return CUDA_ERROR_INVALID_VALUE;
-		}
-		CUmemGenericAllocationHandle h;
-		rc = real.cuMemCreate(&h, a->size, &a->prop, 0);
-		if (rc) {
-			life_fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
-				  shim_cu_name(rc));
-			return rc;
-		}
-		alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
-		created = true;
-		rc = copy_through_temp(a, a->saved, true, r);
-		if (rc) {
-			life_release_ref(a, NULL);
-			return rc;
-		}
-	}
-	rc = life_attach_mappings(a, r);
+	CUmemGenericAllocationHandle h;
+	rc = real.cuMemCreate(&h, a->size, &a->prop, 0);
 	if (rc) {
-		if (created) {
-			life_detach_mappings(a, &(struct life_result){0});
-			life_release_ref(a, NULL);
-		}
+		life_fail(r, a, "cuMemCreate(%zu bytes, device %d) failed: %s", a->size, a->prop.location.id,
+			  shim_cu_name(rc));
 		return rc;
 	}
-	a->detached = false;
+	alloc_set_driver(a, h); /* its entry, if any, exists: cannot fail */
+	return CUDA_SUCCESS;
+}
+
+/* A creator's allocation, holding its bytes again, mapped where it was. */
+static CUresult reattach_creator(struct shim_alloc *a, struct life_result *r)
+{
+	CUresult rc = life_attach_mappings(a, r);
+	if (rc)
+		return rc;
 	a->carrier = false;
-	hostmem_free(a->saved, a->size);
-	a->saved = NULL;
+	hostcopy_forget(a);
 	life_drop_spare_ref(a);
 	/* Its device may have changed (a device map): the entry follows. */
 	if (exports_publish(a) < 0) {
@@ -349,6 +325,61 @@ static CUresult restore_creator(struct shim_alloc *a, struct life_result *r)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	return CUDA_SUCCESS;
+}
+
+/* Every creator's allocation prepare touched: those released (host content)
+ * made anew, mapped again and their bytes copied back together; then the others
+ * mapped again. A failure before the copies are done takes down what this step
+ * made (the saved bytes stay, for another try); after, an allocation holds its
+ * bytes and only its mappings are left to redo. */
+static CUresult restore_creators(struct life_result *r)
+{
+	size_t n, k = 0, fresh = 0;
+	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, false, &n);
+	if (!list) {
+		life_fail(r, NULL, "out of memory");
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!untouched(list[i]))
+			list[k++] = list[i];
+		else
+			hostcopy_forget(list[i]); /* (never kept past its prepare) */
+	}
+	n = k;
+	for (size_t i = 0; i < n; i++) { /* the released ones first */
+		if (list[i]->detached) {
+			struct shim_alloc *t = list[fresh];
+			list[fresh++] = list[i];
+			list[i] = t;
+		}
+	}
+	CUresult rc = CUDA_SUCCESS;
+	size_t made = 0;
+	while (!rc && made < fresh)
+		if (!(rc = recreate(list[made], r)))
+			made++;
+	/* Mapped where they were first: the copies can go through those mappings. */
+	for (size_t i = 0; !rc && i < fresh; i++)
+		rc = life_attach_mappings(list[i], r);
+	if (!rc)
+		rc = hostcopy_load(list, fresh, r);
+	if (rc) {
+		for (size_t i = 0; i < made; i++) {
+			life_detach_mappings(list[i], &(struct life_result){0});
+			life_release_ref(list[i], NULL);
+		}
+		free(list);
+		return rc;
+	}
+	for (size_t i = 0; i < fresh; i++)
+		list[i]->detached = false;
+	for (size_t i = 0; !rc && i < n; i++) {
+		rc = reattach_creator(list[i], r);
+		r->count += !rc;
+	}
+	free(list);
+	return rc;
 }
 
 /* An importer to rebuild, copied out so that redemption runs without the lock. */
@@ -633,19 +664,7 @@ int serve_RESTORE_CREATORS(struct op_call *c)
 		pthread_mutex_unlock(&tbl.lock);
 		return rc;
 	}
-	CUresult cr = CUDA_SUCCESS;
-	for (size_t i = 0; !cr && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_CREATOR)
-			continue;
-		bool touched = a->detached || a->carrier;
-		for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
-			touched = m->detached;
-		if (!touched)
-			continue;
-		cr = restore_creator(a, &c->r);
-		c->r.count += !cr;
-	}
+	CUresult cr = restore_creators(&c->r);
 	rc = step_result(c, cr ? PROTO_E_DRIVER : PROTO_OK);
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;

@@ -126,8 +126,6 @@ static void load_driver(void)
 			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].sym));
 #define AUX(name) *(void **)&aux.name = shim_real_dlsym(h, #name)
 	AUX(cuMemAddressReserve);
-	AUX(cuMemcpyDtoH_v2);
-	AUX(cuMemcpyHtoD_v2);
 	AUX(cuDevicePrimaryCtxRetain);
 	AUX(cuDevicePrimaryCtxRelease_v2);
 	AUX(cuCtxSetCurrent);
@@ -137,9 +135,17 @@ static void load_driver(void)
 	AUX(cuGetErrorName);
 	AUX(cuMemGetAllocationGranularity);
 	AUX(cuMulticastGetGranularity);
+	AUX(cuMemHostRegister_v2);
+	AUX(cuMemHostUnregister);
+	AUX(cuStreamCreate);
+	AUX(cuStreamSynchronize);
+	AUX(cuStreamDestroy_v2);
+	AUX(cuMemcpyDtoHAsync_v2);
+	AUX(cuMemcpyHtoDAsync_v2);
 #undef AUX
-	driver_ok = real.cuMemCreate != NULL && aux.cuMemAddressReserve && aux.cuMemcpyDtoH_v2 && aux.cuMemcpyHtoD_v2 &&
-		    aux.cuDevicePrimaryCtxRetain && aux.cuCtxSetCurrent && aux.cuGetErrorName;
+	driver_ok = real.cuMemCreate != NULL && aux.cuMemAddressReserve && aux.cuMemcpyDtoHAsync_v2 &&
+		    aux.cuMemcpyHtoDAsync_v2 && aux.cuStreamCreate && aux.cuStreamSynchronize &&
+		    aux.cuStreamDestroy_v2 && aux.cuDevicePrimaryCtxRetain && aux.cuCtxSetCurrent && aux.cuGetErrorName;
 }
 
 const char *shim_cu_name(CUresult r)

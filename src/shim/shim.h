@@ -66,8 +66,6 @@ extern struct shim_real real;
 /* Driver functions the shim calls but does not wrap. */
 struct shim_aux {
 	__typeof__(&cuMemAddressReserve) cuMemAddressReserve;
-	__typeof__(&cuMemcpyDtoH_v2) cuMemcpyDtoH_v2;
-	__typeof__(&cuMemcpyHtoD_v2) cuMemcpyHtoD_v2;
 	__typeof__(&cuDevicePrimaryCtxRetain) cuDevicePrimaryCtxRetain;
 	__typeof__(&cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease_v2;
 	__typeof__(&cuCtxSetCurrent) cuCtxSetCurrent;
@@ -77,6 +75,13 @@ struct shim_aux {
 	__typeof__(&cuGetErrorName) cuGetErrorName;
 	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
 	__typeof__(&cuMulticastGetGranularity) cuMulticastGetGranularity;
+	__typeof__(&cuMemHostRegister_v2) cuMemHostRegister_v2;
+	__typeof__(&cuMemHostUnregister) cuMemHostUnregister;
+	__typeof__(&cuStreamCreate) cuStreamCreate;
+	__typeof__(&cuStreamSynchronize) cuStreamSynchronize;
+	__typeof__(&cuStreamDestroy_v2) cuStreamDestroy_v2;
+	__typeof__(&cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2;
+	__typeof__(&cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2;
 };
 extern struct shim_aux aux;
 /* "CUDA_ERROR_..." for r, from the driver. */
@@ -289,6 +294,15 @@ CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r);
 CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r);
 CUresult life_release_ref(struct shim_alloc *a, struct life_result *r);
 void life_drop_spare_ref(struct shim_alloc *a);
+/* Host-mode copies through the arena (hostcopy.c), for allocations that hold a
+ * driver handle. hostcopy_save gives each a->saved and fills it, all or none;
+ * hostcopy_load copies a->saved back; hostcopy_forget gives a->saved back.
+ * Caller holds tbl.lock. */
+CUresult hostcopy_save(struct shim_alloc **list, size_t n, struct life_result *r);
+CUresult hostcopy_load(struct shim_alloc **list, size_t n, struct life_result *r);
+void hostcopy_forget(struct shim_alloc *a);
+/* Bytes the arena holds (kept between suspends). */
+size_t hostcopy_arena_bytes(void);
 /* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
 int mc_prepare(struct life_result *r);
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);

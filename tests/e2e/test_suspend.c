@@ -43,6 +43,58 @@ static void native_content(void)
 	round_trip("native");
 }
 
+/* Anonymous memory of the tree's processes, in KiB (the arena lives there;
+ * cuemu's device memory is shared memory). */
+static long tree_rss_anon_kb(pid_t root)
+{
+	pid_t pids[16];
+	int n = tree_pids(root, pids, 16);
+	long kb = 0;
+	for (int i = 0; i < n; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/status", pids[i]);
+		char *text = test_read_file(path), *at = text ? strstr(text, "RssAnon:") : NULL;
+		kb += at ? atol(at + strlen("RssAnon:")) : 0;
+		free(text);
+	}
+	return kb;
+}
+
+/* Host content copies into one arena per process (SYSTEM.md §6.2): about the
+ * shared bytes of host memory (at most 1.1x), and a second suspend writes into
+ * the same pages instead of populating new ones. */
+static void arena_reused(void)
+{
+	enum { ALLOCS = 16 };
+	const long shared_kb = ALLOCS * 4096L; /* vmm_group's 4 MiB each */
+	const long native_kb = 2 * 4096L;      /* each process's private 4 MiB, which cuemu's native checkpoint saves */
+	struct group g;
+	char *env[] = {"SNAPSHOT_CUDA_VMM_LOG=2", NULL};
+	if (group_start(&g, "arena", 1, ALLOCS, false, NULL, env, NULL) < 0)
+		return;
+	char *out;
+	long before = tree_rss_anon_kb(g.root);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	long first = tree_rss_anon_kb(g.root) - before - native_kb;
+	CHECK(first >= shared_kb * 95 / 100);
+	CHECK(first <= shared_kb * 11 / 10);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	long resumed = tree_rss_anon_kb(g.root);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	long second = tree_rss_anon_kb(g.root) - resumed - native_kb;
+	CHECK(second < shared_kb / 10);
+	char *log = test_read_file(g.log);
+	CHECK_EQ(count_of(log, "arena of"), 1); /* made once, populated once */
+	free(log);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 static void r615(void)
 {
 	char *env[] = {"CUEMU_PROFILE=r615", NULL};
@@ -583,6 +635,7 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
+	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
 	test_run("a failing rollback: exit 2, the participant and the call named", failing_rollback);

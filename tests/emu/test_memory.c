@@ -99,6 +99,22 @@ static int importer(int fd)
 	return 0;
 }
 
+/* Registration keeps books as the driver documents them. */
+static void host_register(void)
+{
+	size_t len = 4 * 4096;
+	char *buf = aligned_alloc(4096, len);
+	CHECK_CU(cuMemHostRegister(buf, len, CU_MEMHOSTREGISTER_PORTABLE));
+	CHECK_CU_EQ(cuMemHostRegister(buf + 4096, 4096, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	CHECK_CU_EQ(cuMemHostUnregister(buf + 4096), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	CHECK_CU(cuMemHostUnregister(buf));
+	CHECK_CU_EQ(cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	CHECK_CU(cuMemHostRegister(buf + 4096, 4096, 0)); /* free again */
+	CHECK_CU(cuMemHostUnregister(buf + 4096));
+	CHECK_CU_EQ(cuMemHostRegister(NULL, len, 0), CUDA_ERROR_INVALID_VALUE);
+	free(buf);
+}
+
 static void mem_alloc(void)
 {
 	size_t free0, free1, total;
@@ -188,6 +204,7 @@ int main(int argc, char **argv)
 	int fds = test_count_fds();
 	test_run("host memory: HOST_NUMA and HOST, CPU access, export and import", host_numa);
 	test_run("cuMemAlloc/cuMemFree, cuMemGetAddressRange, cuPointerGetAttribute(s)", mem_alloc);
+	test_run("cuMemHostRegister/Unregister: overlaps and unknown ranges refused", host_register);
 	CHECK_EQ(test_count_fds(), fds);
 	return test_done();
 }

@@ -375,6 +375,43 @@ static void streams_and_events(void)
 	free(dst);
 }
 
+static volatile int gate_open;
+static void CUDA_CB wait_gate(void *arg)
+{
+	(void)arg;
+	while (!gate_open)
+		usleep(1000);
+}
+
+/* A queued copy whose device range is unmapped before it runs fails (logged)
+ * and writes nothing: the range is no longer device memory, and it is not host
+ * memory the copy was given. (It wrote into the unmapped range and crashed.) */
+static void unmapped_before_run(void)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = map_new(0, gran, &h);
+	CUstream s;
+	CHECK_CU(cuStreamCreate(&s, 0));
+	unsigned char *src = malloc(gran);
+	emu_pattern(src, gran, 9);
+	gate_open = 0;
+	CHECK_CU(cuLaunchHostFunc(s, wait_gate, NULL));
+	CHECK_CU(cuMemcpyHtoDAsync(va, src, gran, s));
+	CHECK_CU(cuMemUnmap(va, gran));
+	gate_open = 1;
+	CHECK_CU(cuStreamSynchronize(s));
+	/* Map it again: the allocation never received the copy. */
+	CHECK_CU(cuMemMap(va, gran, 0, h, 0));
+	CUmemAccessDesc d = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va, gran, &d, 1));
+	CHECK(memcmp((void *)(uintptr_t)va, src, gran) != 0);
+	CHECK_CU(cuStreamDestroy(s));
+	CHECK_CU(cuMemUnmap(va, gran));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, gran));
+	free(src);
+}
+
 /* Adds device 1 to *arg after 50 ms, noting when. */
 static struct timespec joined_at;
 static void *add_device_later(void *arg)
@@ -531,6 +568,7 @@ int main(void)
 	test_run("NULL and unknown handles", null_and_unknown);
 	test_run("export and import in one process", export_import_same_process);
 	test_run("streams, events, host functions, async copies", streams_and_events);
+	test_run("a queued copy to a range unmapped before it runs writes nothing", unmapped_before_run);
 	test_run("multicast objects, binds and mappings", multicast_local);
 	test_run("cuGetProcAddress by version", proc_address);
 	CHECK_EQ(test_count_fds(), fds); /* nothing leaked (the endpoint socket predates this count) */
