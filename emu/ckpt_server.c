@@ -77,6 +77,14 @@ static CUresult do_checkpoint(void)
 			emu.multicast_objects);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	if (emu.ipc_opened) {
+		/* r580 cannot checkpoint legacy IPC; what it does is undocumented: fail loudly. */
+		emu_log(0,
+			"native checkpoint of a process holding %zu opened legacy IPC mapping(s) "
+			"(cuIpcOpenMemHandle) is not supported; failing with CUDA_ERROR_NOT_SUPPORTED",
+			emu.ipc_opened);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
 		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)

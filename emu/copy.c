@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "emu.h"
 
@@ -40,6 +41,7 @@ struct emu_event {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	unsigned pending; /* records not yet reached by their stream */
+	unsigned flags;   /* cuEventCreate's */
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -462,7 +464,7 @@ static struct emu_event *event_get(CUevent h)
 	return e;
 }
 
-static CUresult event_create(CUevent *out)
+static CUresult event_create(CUevent *out, unsigned flags)
 {
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -473,6 +475,7 @@ static CUresult event_create(CUevent *out)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
+	e->flags = flags;
 	pthread_mutex_lock(&registry_mu);
 	int rc = hmap_put(&events, (uint64_t)(uintptr_t)e, e);
 	pthread_mutex_unlock(&registry_mu);
@@ -486,8 +489,48 @@ static CUresult event_create(CUevent *out)
 
 EMU_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-	(void)Flags;
-	EMU_CALL(cuEventCreate, event_create(phEvent));
+	EMU_CALL(cuEventCreate, event_create(phEvent, Flags));
+}
+
+/* Event IPC, as far as the shim's refusal needs it: a handle for an event made
+ * with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING (as documented), and an
+ * opened handle is an event of the opener's own that is not linked to the
+ * exporter's (not emulated). */
+enum { EVENT_IPC_MAGIC = 0x45504963 }; /* "cIPE" */
+
+static CUresult event_ipc_get(CUipcEventHandle *h, CUevent ev)
+{
+	struct emu_event *e = event_get(ev);
+	unsigned need = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	if (!h || !e || (e->flags & need) != need)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(h, 0, sizeof(*h));
+	uint32_t magic = EVENT_IPC_MAGIC;
+	int32_t pid = getpid();
+	memcpy(h->reserved, &magic, 4);
+	memcpy(h->reserved + 4, &pid, 4);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+	EMU_CALL(cuIpcGetEventHandle, event_ipc_get(pHandle, event));
+}
+
+static CUresult event_ipc_open(CUevent *out, const CUipcEventHandle *h)
+{
+	uint32_t magic;
+	int32_t pid;
+	memcpy(&magic, h->reserved, 4);
+	memcpy(&pid, h->reserved + 4, 4);
+	if (!out || magic != EVENT_IPC_MAGIC || pid <= 0 || pid == getpid())
+		return CUDA_ERROR_INVALID_VALUE;
+	return event_create(out, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+}
+
+EMU_API CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+	EMU_CALL(cuIpcOpenEventHandle, event_ipc_open(phEvent, &handle));
 }
 
 static CUresult event_destroy(CUevent h)

@@ -139,7 +139,8 @@ struct emu_state {
 	struct itree legacy; /* cuMemAlloc allocations (memalloc.c) */
 	struct itree pinned; /* cuMemHostRegister ranges (vmm.c) */
 	size_t multicast_objects;
-	bool has_context; /* a context or device memory exists: a CUDA process */
+	size_t ipc_opened; /* cuIpcOpenMemHandle mappings open in this process (memalloc.c) */
+	bool has_context;  /* a context or device memory exists: a CUDA process */
 };
 
 extern struct emu_state emu;
@@ -205,6 +206,8 @@ CUresult emu_mem_release(CUmemGenericAllocationHandle h);
 CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
 		     unsigned long long flags);
 CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size);
+/* Import an exported memfd (our own exports only; fd stays the caller's). */
+CUresult emu_import_fd(CUmemGenericAllocationHandle *handle, int fd);
 CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 
 /* multicast.c */

@@ -1,18 +1,54 @@
 /* SPDX-License-Identifier: MIT */
-/* cuMemAlloc/cuMemFree (the route cudaMalloc takes), cuMemGetAddressRange and
- * cuPointerGetAttribute(s), over the emulator's own VMM: each cuMemAlloc is one
- * allocation of the current context's device, rounded up to the granularity,
- * mapped read-write for that device. */
+/* cuMemAlloc/cuMemFree (the route cudaMalloc takes), legacy IPC over that
+ * memory (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle),
+ * cuMemGetAddressRange and cuPointerGetAttribute(s), over the emulator's own
+ * VMM: each cuMemAlloc is one allocation of the current context's device,
+ * rounded up to the granularity, mapped read-write for that device. An IPC
+ * handle names the exporting process and the memfd behind the allocation; the
+ * opener opens that memfd through /proc, imports it and maps it read-write for
+ * its current device. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "emu.h"
 
 struct emu_legacy {
 	struct itree_node node; /* [base, base + rounded size) */
 	size_t bytes;           /* what was asked for */
-	struct emu_ctx *ctx;    /* the context it was allocated in */
+	struct emu_ctx *ctx;    /* the context it was allocated in (opened in) */
+	/* opened by cuIpcOpenMemHandle: */
+	unsigned ipc_refs; /* opens not yet closed (0: a cuMemAlloc of this process) */
+	int32_t ipc_pid;
+	uint64_t ipc_ino;
 };
+
+/* Peer access, per device pair as the primary contexts have it:
+ * peer[a][o] when device a may access device o's cuMemAlloc memory
+ * (cuCtxEnablePeerAccess). Under emu.lock. */
+static bool peer[EMU_MAX_DEVICES][EMU_MAX_DEVICES];
+
+/* Read-write access to [va, va + size) on device owner for every device that
+ * enabled peer access to it. */
+static CUresult grant_peers(CUdeviceptr va, size_t size, int owner)
+{
+	bool to[EMU_MAX_DEVICES];
+	pthread_mutex_lock(&emu.lock);
+	for (int d = 0; d < EMU_MAX_DEVICES; d++)
+		to[d] = peer[d][owner];
+	pthread_mutex_unlock(&emu.lock);
+	for (int d = 0; d < EMU_MAX_DEVICES; d++) {
+		CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d},
+				     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		CUresult rc = to[d] ? emu_set_access(va, size, &a, 1) : CUDA_SUCCESS;
+		if (rc)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}
 
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
 {
@@ -47,6 +83,9 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
 	l->node.end = va + size;
 	l->bytes = bytes;
 	l->ctx = emu_current;
+	rc = grant_peers(va, size, dev);
+	if (rc)
+		goto fail_map;
 	pthread_mutex_lock(&emu.lock);
 	int in = itree_insert(&emu.legacy, &l->node);
 	pthread_mutex_unlock(&emu.lock);
@@ -76,8 +115,8 @@ static CUresult mem_free(CUdeviceptr ptr)
 		return CUDA_SUCCESS; /* cudaFree(NULL) is a no-op, and so is this */
 	pthread_mutex_lock(&emu.lock);
 	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
-	if (!l || l->node.start != ptr) {
-		pthread_mutex_unlock(&emu.lock);
+	if (!l || l->node.start != ptr || l->ipc_refs) {
+		pthread_mutex_unlock(&emu.lock); /* (an opened IPC mapping is closed, not freed) */
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	itree_remove(&emu.legacy, &l->node);
@@ -93,6 +132,253 @@ static CUresult mem_free(CUdeviceptr ptr)
 EMU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	EMU_CALL(cuMemFree_v2, mem_free(dptr));
+}
+
+/* ---- legacy IPC ---- */
+
+enum { IPC_MAGIC = 0x43504963 }; /* "cIPC" */
+
+/* The 64 bytes, packed field by field: magic, pid, memfd number in that
+ * process, its inode (a closed and reused descriptor is told apart), the
+ * rounded size and what was asked for. */
+struct ipc_wire {
+	uint32_t magic;
+	int32_t pid, fd;
+	uint64_t ino, size, bytes;
+};
+
+static void ipc_pack(CUipcMemHandle *h, const struct ipc_wire *w)
+{
+	memset(h, 0, sizeof(*h));
+	char *p = h->reserved;
+	memcpy(p, &w->magic, 4);
+	memcpy(p + 4, &w->pid, 4);
+	memcpy(p + 8, &w->fd, 4);
+	memcpy(p + 12, &w->ino, 8);
+	memcpy(p + 20, &w->size, 8);
+	memcpy(p + 28, &w->bytes, 8);
+}
+
+static bool ipc_unpack(const CUipcMemHandle *h, struct ipc_wire *w)
+{
+	const char *p = h->reserved;
+	memcpy(&w->magic, p, 4);
+	memcpy(&w->pid, p + 4, 4);
+	memcpy(&w->fd, p + 8, 4);
+	memcpy(&w->ino, p + 12, 8);
+	memcpy(&w->size, p + 20, 8);
+	memcpy(&w->bytes, p + 28, 8);
+	return w->magic == IPC_MAGIC && w->pid > 0 && w->fd >= 0 && w->size && w->bytes && w->bytes <= w->size;
+}
+
+static CUresult ipc_get(CUipcMemHandle *h, CUdeviceptr ptr)
+{
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
+	struct emu_mapping *m = l && !l->ipc_refs ? emu_mapping_at(l->node.start) : NULL;
+	struct stat st;
+	/* Any address inside a cuMemAlloc allocation names it (an assumption: the
+	 * driver documents the base). VMM memory has no legacy IPC handle. */
+	CUresult rc = m && m->alloc->fd >= 0 && fstat(m->alloc->fd, &st) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		ipc_pack(h, &(struct ipc_wire){.magic = IPC_MAGIC,
+					       .pid = getpid(),
+					       .fd = m->alloc->fd,
+					       .ino = (uint64_t)st.st_ino,
+					       .size = l->node.end - l->node.start,
+					       .bytes = l->bytes});
+	pthread_mutex_unlock(&emu.lock);
+	return rc;
+}
+
+EMU_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	EMU_CALL(cuIpcGetMemHandle, ipc_get(pHandle, dptr));
+}
+
+/* The open mapping of (pid, ino) in this process, if any. Caller holds emu.lock. */
+static struct emu_legacy *ipc_find(int32_t pid, uint64_t ino)
+{
+	for (struct itree_node *n = itree_first_from(&emu.legacy, 0); n; n = itree_next(&emu.legacy, n)) {
+		struct emu_legacy *l = (struct emu_legacy *)n;
+		if (l->ipc_refs && l->ipc_pid == pid && l->ipc_ino == ino)
+			return l;
+	}
+	return NULL;
+}
+
+static CUresult ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned flags)
+{
+	struct ipc_wire w;
+	if (!out || !ipc_unpack(h, &w) || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (w.pid == getpid())
+		return CUDA_ERROR_INVALID_VALUE; /* the exporter itself (assumed: undocumented) */
+	pthread_mutex_lock(&emu.lock);
+	struct emu_legacy *known = ipc_find(w.pid, w.ino);
+	if (known) {
+		/* Opened already in this process: one more reference, the same pointer. */
+		known->ipc_refs++;
+		*out = known->node.start;
+		pthread_mutex_unlock(&emu.lock);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)w.pid, (int)w.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_ino != w.ino || (uint64_t)st.st_size != w.size) {
+		if (fd >= 0)
+			close(fd);
+		return CUDA_ERROR_INVALID_VALUE; /* gone, or not what the handle named */
+	}
+	struct emu_legacy *l = calloc(1, sizeof(*l));
+	CUmemGenericAllocationHandle mh = 0;
+	CUdeviceptr va = 0;
+	CUresult rc = l ? emu_import_fd(&mh, fd) : CUDA_ERROR_OUT_OF_MEMORY;
+	close(fd);
+	if (rc)
+		goto fail;
+	rc = emu_address_reserve(&va, w.size, 0, 0);
+	if (rc)
+		goto fail_release;
+	rc = emu_mem_map(va, w.size, 0, mh, 0);
+	if (rc)
+		goto fail_va;
+	CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = emu_current->device},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	rc = emu_set_access(va, w.size, &d, 1);
+	if (rc)
+		goto fail_map;
+	emu_mem_release(mh); /* the mapping holds it */
+	l->node.start = va;
+	l->node.end = va + w.size;
+	l->bytes = w.bytes;
+	l->ctx = emu_current;
+	l->ipc_refs = 1;
+	l->ipc_pid = w.pid;
+	l->ipc_ino = w.ino;
+	pthread_mutex_lock(&emu.lock);
+	int in = itree_insert(&emu.legacy, &l->node);
+	emu.ipc_opened += in == 0;
+	pthread_mutex_unlock(&emu.lock);
+	if (in < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		emu_mem_unmap(va, w.size);
+		emu_address_free(va, w.size);
+		free(l);
+		return rc;
+	}
+	*out = va;
+	return CUDA_SUCCESS;
+fail_map:
+	emu_mem_unmap(va, w.size);
+fail_va:
+	emu_address_free(va, w.size);
+fail_release:
+	emu_mem_release(mh);
+fail:
+	free(l);
+	return rc;
+}
+
+EMU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	EMU_CALL(cuIpcOpenMemHandle_v2, ipc_open(pdptr, &handle, Flags));
+}
+
+static CUresult ipc_close(CUdeviceptr ptr)
+{
+	pthread_mutex_lock(&emu.lock);
+	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
+	if (!l || l->node.start != ptr || !l->ipc_refs) {
+		pthread_mutex_unlock(&emu.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (--l->ipc_refs) {
+		pthread_mutex_unlock(&emu.lock);
+		return CUDA_SUCCESS;
+	}
+	itree_remove(&emu.legacy, &l->node);
+	emu.ipc_opened--;
+	pthread_mutex_unlock(&emu.lock);
+	size_t size = l->node.end - l->node.start;
+	CUresult rc = emu_mem_unmap(ptr, size);
+	if (!rc)
+		rc = emu_address_free(ptr, size);
+	free(l);
+	return rc;
+}
+
+EMU_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	EMU_CALL(cuIpcCloseMemHandle, ipc_close(dptr));
+}
+
+/* ---- peer access ---- */
+
+static CUresult peer_access(CUcontext peer_ctx, unsigned flags, bool enable)
+{
+	struct emu_ctx *p = (struct emu_ctx *)peer_ctx;
+	if (enable && flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!p || !p->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	int from = emu_current->device, owner = p->device;
+	if (from == owner)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&emu.lock);
+	bool was = peer[from][owner];
+	peer[from][owner] = enable;
+	size_t n = 0, cap = 0;
+	struct itree_node *list = NULL; /* copies of the ranges */
+	bool oom = false;
+	/* The owner's cuMemAlloc memory so far gets the access (a disable leaves
+	 * the access granted: not modelled). */
+	for (struct itree_node *i = itree_first_from(&emu.legacy, 0); enable && !was && i && !oom;
+	     i = itree_next(&emu.legacy, i)) {
+		struct emu_legacy *l = (struct emu_legacy *)i;
+		struct emu_mapping *m = l->ipc_refs ? NULL : emu_mapping_at(l->node.start);
+		if (!m || m->alloc->prop.location.id != owner)
+			continue;
+		if (n == cap) {
+			struct itree_node *more = realloc(list, (cap = cap ? 2 * cap : 16) * sizeof(*list));
+			oom = !more;
+			list = more ? more : list;
+		}
+		if (!oom)
+			list[n++] = *i;
+	}
+	if (oom)
+		peer[from][owner] = was;
+	pthread_mutex_unlock(&emu.lock);
+	CUresult rc = oom               ? CUDA_ERROR_OUT_OF_MEMORY
+		      : enable && was   ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+		      : !enable && !was ? CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+					: CUDA_SUCCESS;
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = from},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = emu_set_access(list[i].start, list[i].end - list[i].start, &a, 1);
+	free(list);
+	return rc;
+}
+
+EMU_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	EMU_CALL(cuCtxEnablePeerAccess, peer_access(peerContext, Flags, true));
+}
+
+EMU_API CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	EMU_CALL(cuCtxDisablePeerAccess, peer_access(peerContext, 0, false));
 }
 
 /* What the emulator knows of a pointer. */

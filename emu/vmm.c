@@ -582,13 +582,8 @@ EMU_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
 
 int emu_mc_attach(struct emu_alloc *a);
 
-static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, CUmemAllocationHandleType type)
+CUresult emu_import_fd(CUmemGenericAllocationHandle *handle, int fd)
 {
-	if (!handle)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-		return CUDA_ERROR_NOT_SUPPORTED; /* FABRIC imports need an IMEX daemon: not emulated */
-	int fd = (int)(intptr_t)os_handle;
 	char link[64], target[256];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	ssize_t len = fd >= 0 ? readlink(link, target, sizeof(target) - 1) : -1;
@@ -637,6 +632,15 @@ static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_han
 out:
 	pthread_mutex_unlock(&emu.lock);
 	return rc;
+}
+
+static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, CUmemAllocationHandleType type)
+{
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED; /* FABRIC imports need an IMEX daemon: not emulated */
+	return emu_import_fd(handle, (int)(intptr_t)os_handle);
 }
 
 EMU_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,

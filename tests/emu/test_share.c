@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Two processes share an allocation through cuemu: export a POSIX FD, pass it
- * with SCM_RIGHTS, import and map it; each sees the other's writes. */
+ * with SCM_RIGHTS, import and map it; each sees the other's writes. And legacy
+ * IPC: cuMemAlloc memory through cuIpcGetMemHandle/cuIpcOpenMemHandle, which
+ * the native checkpoint of the opener refuses. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -98,8 +103,107 @@ static void two_processes(void)
 	close(sock);
 }
 
-int main(void)
+/* The opener (a fresh process, exec'd): device 1, the exporter's bytes. */
+static int ipc_opener(int sock)
 {
+	CHECK_CU(emu_use_device(1));
+	CUipcMemHandle h;
+	CUipcEventHandle eh;
+	CHECK_EQ(read(sock, &h, sizeof(h)), (ssize_t)sizeof(h));
+	CHECK_EQ(read(sock, &eh, sizeof(eh)), (ssize_t)sizeof(eh));
+	CUdeviceptr p = 0, again = 0;
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CHECK_CU_EQ(cuIpcOpenMemHandle(&again, h, 0x4), CUDA_ERROR_INVALID_VALUE); /* unknown flag */
+	CHECK_CU(cuIpcOpenMemHandle(&again, h, 0));
+	CHECK_EQ(again, p); /* opened already: the same pointer, one more reference */
+	CHECK(emu_pattern_ok((const unsigned char *)(uintptr_t)p, SIZE - 100, 7));
+	CUdeviceptr base;
+	size_t size;
+	CHECK_CU(cuMemGetAddressRange(&base, &size, p + 100));
+	CHECK_EQ(base, p);
+	CHECK_EQ(size, (size_t)(SIZE - 100));                /* what was asked for */
+	CHECK_CU_EQ(cuMemFree(p), CUDA_ERROR_INVALID_VALUE); /* closed, not freed */
+	unsigned char one = 0xa5;
+	CHECK_CU(cuMemcpyHtoD(p + 5, &one, 1));
+	CUevent ev;
+	CHECK_CU(cuIpcOpenEventHandle(&ev, eh));
+	CHECK_CU(cuEventDestroy(ev));
+	put(sock, 'w');
+	CHECK_EQ(get(sock), 'c'); /* the exporter tried a native checkpoint of this process */
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	CHECK_CU_EQ(cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE);
+	put(sock, 'd');
+	CHECK_EQ(get(sock), 'x');
+	return test_done();
+}
+
+static char self[PATH_MAX];
+
+static void legacy_ipc(void)
+{
+	int sv[2];
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	char fdarg[16];
+	snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
+	pid_t pid = fork(); /* and exec: a fresh process (its failures on our stderr) */
+	if (pid == 0) {
+		close(sv[0]);
+		execl(self, self, "ipc-opener", fdarg, (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	int sock = sv[0];
+	CHECK_CU(emu_use_device(0));
+	CUdeviceptr d;
+	CHECK_CU(cuMemAlloc(&d, SIZE - 100));
+	unsigned char *pat = malloc(SIZE);
+	emu_pattern(pat, SIZE - 100, 7);
+	CHECK_CU(cuMemcpyHtoD(d, pat, SIZE - 100));
+	CUipcMemHandle h;
+	CHECK_CU(cuIpcGetMemHandle(&h, d));
+	CUevent plain, shared;
+	CUipcEventHandle eh;
+	CHECK_CU(cuEventCreate(&plain, 0));
+	CHECK_CU_EQ(cuIpcGetEventHandle(&eh, plain), CUDA_ERROR_INVALID_VALUE); /* not interprocess */
+	CHECK_CU(cuEventCreate(&shared, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+	CHECK_CU(cuIpcGetEventHandle(&eh, shared));
+	CUdeviceptr own;
+	CHECK_CU_EQ(cuIpcOpenMemHandle(&own, h, 0), CUDA_ERROR_INVALID_VALUE); /* the exporter itself */
+	CHECK_EQ(write(sock, &h, sizeof(h)), (ssize_t)sizeof(h));
+	CHECK_EQ(write(sock, &eh, sizeof(eh)), (ssize_t)sizeof(eh));
+	CHECK_EQ(get(sock), 'w');
+	unsigned char got = 0;
+	CHECK_CU(cuMemcpyDtoH(&got, d + 5, 1));
+	CHECK_EQ(got, 0xa5); /* the opener's write */
+	/* r580: the native checkpoint of a process holding an opened IPC mapping fails. */
+	CHECK_CU(cuCheckpointProcessLock(pid, &(CUcheckpointLockArgs){.timeoutMs = 10000}));
+	CHECK_CU_EQ(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_CU(cuCheckpointProcessUnlock(pid, NULL));
+	put(sock, 'c');
+	CHECK_EQ(get(sock), 'd');
+	/* All closed: now it checkpoints. */
+	CHECK_CU(cuCheckpointProcessLock(pid, &(CUcheckpointLockArgs){.timeoutMs = 10000}));
+	CHECK_CU(cuCheckpointProcessCheckpoint(pid, NULL));
+	CHECK_CU(cuCheckpointProcessRestore(pid, NULL));
+	CHECK_CU(cuCheckpointProcessUnlock(pid, NULL));
+	put(sock, 'x');
+	int status = test_wait_child(pid, 10000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_CU(cuEventDestroy(plain));
+	CHECK_CU(cuEventDestroy(shared));
+	CHECK_CU(cuMemFree(d));
+	free(pat);
+	close(sock);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "ipc-opener"))
+		return ipc_opener(atoi(argv[2]));
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
 	test_run("export, SCM_RIGHTS, import, map: writes shared both ways", two_processes);
+	test_run("legacy IPC: cuMemAlloc memory opened in another process; its native checkpoint refused", legacy_ipc);
 	return test_done();
 }
