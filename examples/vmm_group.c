@@ -11,7 +11,7 @@
  * sharing in both directions. Each process prints one PASS or FAIL line; the
  * exit status is 0 only when every process passed.
  *
- *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] [--multicast]
+ *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] [--multicast] [--ipc]
  *
  * --multicast adds what NVLS collectives do: the parent creates a multicast
  * object over the devices in use, exports it to the workers, the first process
@@ -24,6 +24,9 @@
  * unbinds and binds. VMM_GROUP_MC_REQUEST=BYTES asks for another capacity;
  * VMM_GROUP_MULTICAST=1 does the same as --multicast; VMM_GROUP_MC_DEFECT=no-add|no-bind leaves the last device of the team
  * unadded (then nobody binds) or unbound, for validation tests.
+ *
+ * --ipc (or VMM_GROUP_IPC=1) adds what vLLM's custom all-reduce does with
+ * legacy CUDA IPC between all processes (vmm_group_ipc.h).
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
@@ -348,6 +351,8 @@ static int mc_verify(int rank)
 	return 0;
 }
 
+#include "vmm_group_ipc.h"
+
 static int wait_file(const char *name)
 {
 	char path[4200];
@@ -437,6 +442,8 @@ static int worker_main(int w, int sock)
 		if (rc || mc_join(w + 1, workers + 1) < 0)
 			return 1;
 	}
+	if (ipc.on && ipc_setup(w + 1, NULL, sock) < 0)
+		return 1;
 	if (make_private(device) < 0)
 		return 1;
 	put(sock, 'R');
@@ -446,6 +453,10 @@ static int worker_main(int w, int sock)
 	verify_local(w + 1, false);
 	if (multicast)
 		mc_verify(w + 1);
+	if (ipc.on) {
+		ipc_verify(w + 1);
+		ipc_finish(w + 1, 0, 1); /* the parent's write; the workers' are the parent's to check */
+	}
 	/* Live sharing, both directions: the parent wrote 0xA0+k; we answer 0xB0+k. */
 	for (int k = 0; k < nallocs; k++) {
 		uint32_t v = rd32(mark(&allocs[k], 0));
@@ -454,6 +465,8 @@ static int worker_main(int w, int sock)
 		wr32(mark(&allocs[k], 1 + w), 0xB000u + (unsigned)k);
 	}
 	put(sock, failures ? 'F' : 'P');
+	if (ipc.on && get(sock) != 'X') /* the others may still open our handles */
+		check(0, "the parent did not say when to exit");
 	printf("%s vmm_group %s pid %d\n", failures ? "FAIL" : "PASS", role, getpid());
 	fflush(stdout);
 	return failures ? 1 : 0;
@@ -495,6 +508,8 @@ static int parent_main(int *socks, pid_t *pids)
 		if (mc_join(0, workers + 1) < 0)
 			return 1;
 	}
+	if (ipc.on && ipc_setup(0, socks, -1) < 0)
+		return 1;
 	if (make_private(0) < 0)
 		return 1;
 	for (int w = 0; w < workers; w++)
@@ -519,6 +534,8 @@ static int parent_main(int *socks, pid_t *pids)
 	verify_local(0, true);
 	if (multicast)
 		mc_verify(0);
+	if (ipc.on)
+		ipc_verify(0);
 	for (int k = 0; k < nallocs; k++) {
 		wr32(mark(&allocs[k], 0), 0xA000u + (unsigned)k);
 	}
@@ -526,6 +543,11 @@ static int parent_main(int *socks, pid_t *pids)
 		put(socks[w], 'V');
 	for (int w = 0; w < workers; w++)
 		check(get(socks[w]) == 'P', "worker %d failed its checks", w);
+	if (ipc.on) {
+		ipc_finish(0, 1, workers + 1);
+		for (int w = 0; w < workers; w++)
+			put(socks[w], 'X');
+	}
 	for (int k = 0; k < nallocs; k++) {
 		for (int w = 0; w < workers; w++) {
 			uint32_t v = rd32(mark(&allocs[k], 1 + w));
@@ -557,10 +579,12 @@ int main(int argc, char **argv)
 			timeout_s = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--multicast"))
 			multicast = true;
+		else if (!strcmp(argv[i], "--ipc"))
+			ipc.on = true;
 		else {
 			fprintf(stderr,
 				"usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
-				"[--multicast]\n");
+				"[--multicast] [--ipc]\n");
 			return 64;
 		}
 	}
@@ -574,6 +598,8 @@ int main(int argc, char **argv)
 	}
 	const char *mcenv = getenv("VMM_GROUP_MULTICAST");
 	multicast = multicast || (mcenv && !strcmp(mcenv, "1"));
+	const char *ipcenv = getenv("VMM_GROUP_IPC");
+	ipc.on = ipc.on || (ipcenv && !strcmp(ipcenv, "1"));
 	const char *c = getenv("SNAPSHOT_CONTROL_DIR");
 	snprintf(control, sizeof(control), "%s", c && *c ? c : "/snapshot-control");
 	mkdir(control, 0700);

@@ -32,8 +32,15 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 	for (size_t i = 0; !ret && i < n; i++) {
 		if (rc[i] == CUDA_SUCCESS)
 			continue;
-		snprintf(err, errlen, "%s of process %d failed: %s", step == NATIVE_LOCK ? "lock" : "native checkpoint",
-			 t->targets[i].obs, native_error(&t->nat, rc[i]));
+		/* What r580 drivers are known not to checkpoint, named (the driver does not say). */
+		const char *hint = step == NATIVE_CHECKPOINT && rc[i] == CUDA_ERROR_NOT_SUPPORTED
+					   ? " (the driver cannot checkpoint a process holding legacy CUDA IPC "
+					     "mappings (cuIpcOpenMemHandle) or multicast objects: run the workload "
+					     "under the interposer, which rebuilds them)"
+					   : "";
+		snprintf(err, errlen, "%s of process %d failed: %s%s",
+			 step == NATIVE_LOCK ? "lock" : "native checkpoint", t->targets[i].obs,
+			 native_error(&t->nat, rc[i]), hint);
 		ret = -1;
 	}
 	free(rc);

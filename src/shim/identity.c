@@ -87,6 +87,7 @@ const struct shim_identity *shim_self(void)
 
 static void before_fork(void)
 {
+	legacy_lock_for_fork(true);
 	pthread_mutex_lock(&identity_lock);
 	pthread_mutex_lock(&tbl.lock);
 	exports_lock_for_fork(true);
@@ -97,6 +98,7 @@ static void after_fork_parent(void)
 	exports_lock_for_fork(false);
 	pthread_mutex_unlock(&tbl.lock);
 	pthread_mutex_unlock(&identity_lock);
+	legacy_lock_for_fork(false);
 }
 
 static void after_fork_child(void)
@@ -113,6 +115,7 @@ static void after_fork_child(void)
 	cap_forget_all(); /* its kept capabilities are the parent's */
 	pthread_mutex_unlock(&tbl.lock);
 	pthread_mutex_unlock(&identity_lock);
+	legacy_lock_for_fork(false);
 }
 
 __attribute__((constructor)) static void shim_init(void)
@@ -120,6 +123,8 @@ __attribute__((constructor)) static void shim_init(void)
 	/* Only the environment is read here. */
 	const char *lvl = getenv("SNAPSHOT_CUDA_VMM_LOG");
 	log_init("snapshot-cuda-vmm", lvl ? atoi(lvl) : LOG_WARN, STDERR_FILENO);
+	const char *ipc = getenv("SNAPSHOT_CUDA_VMM_IPC");
+	shim_ipc_adapter = !ipc || strcmp(ipc, "0") != 0;
 	const char *dl = getenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS");
 	if (dl && atoi(dl) > 0)
 		deadline_ms = atoi(dl);

@@ -613,6 +613,8 @@ int serve_QUIESCE(struct op_call *c)
 		return PROTO_E_DRIVER;
 	}
 	int rc = PROTO_OK;
+	char why[300];
+	bool ipc_refused = ipc_refusal(why, sizeof(why)); /* (its lock comes before the table's) */
 	pthread_mutex_lock(&tbl.lock);
 	if (shim_mc_objects > 0) {
 		/* Never let the native checkpoint hang on a multicast object it cannot take down. */
@@ -620,6 +622,9 @@ int serve_QUIESCE(struct op_call *c)
 			  "%zu multicast handle(s) were imported from raw file descriptors, not through "
 			  "the shim's capabilities: they cannot be taken down and rebuilt",
 			  shim_mc_objects);
+		rc = PROTO_E_NOT_FOUND;
+	} else if (ipc_refused) {
+		life_fail(&c->r, NULL, "%s", why);
 		rc = PROTO_E_NOT_FOUND;
 	} else {
 		shim_step_set_phase(PROTO_PHASE_QUIESCED); /* with the table locked: no mutation slips in */

@@ -338,6 +338,32 @@ void forget_alloc(struct shim_alloc *a);
 /* ---- fork safety ---- */
 extern bool shim_forked_child; /* a child of a process that tracked state */
 
+/* ---- the cuMemAlloc adapter (legacy.c) and legacy IPC (ipc.c) ---- */
+extern bool shim_ipc_adapter;       /* SNAPSHOT_CUDA_VMM_IPC (default on) */
+extern pthread_mutex_t legacy_lock; /* both files' state; taken before identity_lock and tbl.lock */
+/* An adapter chunk's export, made at its first cuIpcGetMemHandle. */
+struct legacy_export {
+	bool done;
+	struct cusnap_id creator, alloc_id, token;
+};
+/* A block of the adapter (or an opened IPC handle) as the application sees it. */
+struct legacy_block {
+	CUdeviceptr start;
+	size_t bytes;
+	uint64_t id;
+	CUcontext ctx;
+	CUdeviceptr chunk_start; /* blocks only: */
+	CUmemGenericAllocationHandle chunk_handle;
+	struct legacy_export *exp;
+};
+/* The adapter's block holding ptr (caller holds legacy_lock). */
+bool legacy_block_of(CUdeviceptr ptr, struct legacy_block *out);
+/* The opened IPC handle holding ptr (caller holds legacy_lock). */
+bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out);
+/* Why QUIESCE must refuse this process's IPC (message in msg), or false. */
+bool ipc_refusal(char *msg, size_t len);
+void legacy_lock_for_fork(bool lock);
+
 /* ---- capabilities (capability.c) ---- */
 struct shim_cap {
 	struct cusnap_id creator;
@@ -347,6 +373,11 @@ struct shim_cap {
 };
 /* Is fd a capability? Fills *cap when it is. */
 bool cap_parse(int fd, struct shim_cap *cap);
+/* Redeem cap and track the import (what cuMemImportFromShareableHandle does
+ * with a capability FD): the logical handle, the size in *size (when given). */
+struct shim_cap;
+CUresult shim_import_cap(const char *call, const struct shim_cap *cap, CUmemGenericAllocationHandle *handle,
+			 size_t *size);
 /* What EXPORT says of the object it hands out. */
 struct shim_export_info {
 	size_t size;         /* bytes (a multicast object: its requested capacity) */

@@ -495,8 +495,16 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	struct shim_cap cap;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !handle || !cap_parse((int)(intptr_t)os_handle, &cap))
 		return real.cuMemImportFromShareableHandle(handle, os_handle, type); /* a raw FD: untracked */
+	return shim_import_cap("cuMemImportFromShareableHandle", &cap, handle, NULL);
+}
+
+CUresult shim_import_cap(const char *call, const struct shim_cap *capp, CUmemGenericAllocationHandle *handle,
+			 size_t *size)
+{
+	const struct shim_cap cap = *capp;
+	const CUmemAllocationHandleType type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	const struct shim_identity *me;
-	CUresult allowed = tracking_begin("cuMemImportFromShareableHandle", &me);
+	CUresult allowed = tracking_begin(call, &me);
 	if (allowed)
 		return allowed;
 	/* Redeemed without the table lock: the creator may be busy. */
@@ -506,9 +514,7 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	if (raw < 0) {
 		char hex[ID_HEX_LEN + 1];
 		id_hex(&cap.alloc_id, hex);
-		LOG_AT(LOG_ERROR,
-		       "cuMemImportFromShareableHandle: capability for allocation %s could not be redeemed: %s", hex,
-		       err);
+		LOG_AT(LOG_ERROR, "%s: capability for allocation %s could not be redeemed: %s", call, hex, err);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_lock(&tbl.lock);
@@ -550,6 +556,8 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 			a->ctx_device = ctx_current_device();
 			alloc_set_driver(a, drv); /* an importer: no entry */
 			*handle = h->value;
+			if (size)
+				*size = info.size;
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);

@@ -30,6 +30,7 @@ struct sweep {
 	const char *content; /* host | native */
 	const char *role;    /* VMM_GROUP_FAULT_ROLE: parent, worker0, ... */
 	bool multicast;      /* VMM_GROUP_MULTICAST=1 */
+	bool ipc;            /* VMM_GROUP_IPC=1 */
 	const char *criu;    /* checkpoint and restore */
 };
 
@@ -260,14 +261,15 @@ static inline int sweep_run(const struct sweep *s)
 	snprintf(env_trace, sizeof(env_trace), "CUEMU_TRACE=%s", census);
 	snprintf(env_report, sizeof(env_report), "CUEMU_FAULT_REPORT=%s", report);
 	snprintf(env_role, sizeof(env_role), "VMM_GROUP_FAULT_ROLE=%s", s->role);
-	char *mc = s->multicast ? "VMM_GROUP_MULTICAST=1" : NULL;
+	char *mc = s->multicast ? "VMM_GROUP_MULTICAST=1" : s->ipc ? "VMM_GROUP_IPC=1" : NULL;
+	const char *kind = s->multicast ? ", multicast" : s->ipc ? ", legacy IPC" : "";
 	unlink(census);
 	struct group g;
 	char *out;
 	char *census_env[] = {env_arm, env_trace, env_role, mc, NULL};
 	char what[256];
 	snprintf(what, sizeof(what), "census of %s (%s content, in %s%s)", sweep_op_names[s->op], s->content, s->role,
-		 s->multicast ? ", multicast" : "");
+		 kind);
 	int rc = sweep_case(s, &g, workers, census_env, arm, &out);
 	if (rc > 0)
 		test_fail(__FILE__, __LINE__, "%s exited %d:\n%s", what, rc, out);
@@ -290,7 +292,7 @@ static inline int sweep_run(const struct sweep *s)
 			char fault[128];
 			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", sweep_calls[c], n);
 			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault,
-				 s->content, s->role, s->multicast ? ", multicast" : "");
+				 s->content, s->role, kind);
 			char *env[] = {fault, env_arm, env_report, env_role, mc, NULL};
 			unlink(report);
 			rc = sweep_case(s, &g, workers, env, arm, &out);

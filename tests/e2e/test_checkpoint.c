@@ -67,6 +67,7 @@ static void dump_kill_restore_group(const char *content, const char *const *wrap
 				    char *const *env)
 {
 	struct group g;
+	bool mc = env && strstr(env[0], "MULTICAST");
 	if (group_start(&g, name, workers, 3, false, wrapper, env, NULL) < 0)
 		return;
 	char dir[PATH_MAX + 32], *out;
@@ -78,7 +79,7 @@ static void dump_kill_restore_group(const char *content, const char *const *wrap
 	CHECK_EQ(rc, 0);
 	if (rc)
 		printf("%s\n", out);
-	if (env) /* the multicast groups: taken down before the native checkpoint */
+	if (mc) /* the multicast groups: taken down before the native checkpoint */
 		CHECK_CONTAINS(out, "PREPARE_MULTICAST");
 	free(out);
 	/* The dump killed the tree. */
@@ -91,7 +92,7 @@ static void dump_kill_restore_group(const char *content, const char *const *wrap
 	if (rc)
 		printf("%s\n", out);
 	CHECK_CONTAINS(out, "topology identical");
-	if (env)
+	if (mc)
 		CHECK_CONTAINS(out, "RESTORE_MULTICAST_BIND");
 	free(out);
 	pid_t root = restored_root(dir);
@@ -118,6 +119,19 @@ static void multicast(void)
 	dump_kill_restore_group("host", NULL, "mc2", 1, env);
 	dump_kill_restore_group("host", NULL, "mc4", 3, env);
 	dump_kill_restore_group("native", NULL, "mc4n", 3, env);
+}
+
+/* vLLM-style custom all-reduce over legacy IPC (cuMemAlloc memory through the
+ * adapter): checkpoint, kill, restore in the workload's own PID namespace; the
+ * group then opens the same handle bytes again. */
+static void legacy_ipc(void)
+{
+	if (access("/usr/bin/unshare", X_OK) || access("/usr/bin/setsid", X_OK))
+		SKIP("unshare/setsid missing");
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", "/usr/bin/setsid", NULL};
+	char *env[] = {"VMM_GROUP_IPC=1", NULL};
+	dump_kill_restore_group("host", wrapper, "ipc2", 1, env);
+	dump_kill_restore_group("native", wrapper, "ipc4n", 3, env);
 }
 
 static void host_pidns_host_content(void)
@@ -425,6 +439,8 @@ int main(void)
 	test_run("partial interposition: refused before anything changes", partial_interposition);
 	test_run("--device-map: GPUs swapped at restore, sharing rebuilt on the new ones", device_map);
 	test_run("multicast groups of 2 and 4 processes over 2 devices: checkpoint, kill, restore", multicast);
+	test_run("legacy IPC groups of 2 and 4 (host, native): checkpoint, kill, restore in their own PID namespace",
+		 legacy_ipc);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
 	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);
