@@ -6,10 +6,12 @@
  *
  * The last case imports, in another process, what this one exported: through
  * the shim a capability redeemed at this process's endpoint, directly the
- * driver's own FD.
+ * driver's own FD. A second table: cuMemAlloc + cuMemFree of 4 KiB with 10 and
+ * 10,000 live cuMemAllocs, through the shim's adapter against cuemu's own.
  *
- *   build/bench/intercept            run every case, directly and under the launcher
- *   build/bench/intercept --one N    one process's figures for N live objects */
+ *   build/bench/intercept              run every case, directly and under the launcher
+ *   build/bench/intercept --one N      one process's figures for N live objects
+ *   build/bench/intercept --alloc N    one process's cuMemAlloc+Free figure, N live */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -145,6 +147,27 @@ static int one(long objects)
 	return 0;
 }
 
+/* --alloc N: ns per cuMemAlloc(4 KiB) + cuMemFree with N cuMemAllocs live. */
+static int alloc_free(long live)
+{
+	context();
+	CUdeviceptr *keep = malloc(sizeof(*keep) * (size_t)live);
+	for (long i = 0; i < live; i++)
+		CU(cuMemAlloc(&keep[i], 4096));
+	enum { ITERS = 20000 };
+	double t0 = now_ns();
+	for (int i = 0; i < ITERS; i++) {
+		CUdeviceptr p;
+		CU(cuMemAlloc(&p, 4096));
+		CU(cuMemFree(p));
+	}
+	printf("%.1f\n", (now_ns() - t0) / ITERS);
+	for (long i = 0; i < live; i++)
+		CU(cuMemFree(keep[i]));
+	free(keep);
+	return 0;
+}
+
 /* The floor of any import from another process on this machine: one
  * connect, request and reply between two processes over a Unix socket. */
 static double socket_round_trip(int iters)
@@ -189,7 +212,7 @@ static double socket_round_trip(int iters)
 }
 
 /* Run "--one N" (under the launcher when shim) and read its figures. */
-static int run(const char *self, const char *launcher, long objects, double *ns)
+static int run(const char *self, const char *launcher, const char *mode, long objects, double *ns, int nfigures)
 {
 	int pipefd[2];
 	if (pipe(pipefd) < 0)
@@ -201,9 +224,9 @@ static int run(const char *self, const char *launcher, long objects, double *ns)
 		dup2(pipefd[1], 1);
 		close(pipefd[0]);
 		if (launcher)
-			execl(launcher, launcher, self, "--one", n, (char *)NULL);
+			execl(launcher, launcher, self, mode, n, (char *)NULL);
 		else
-			execl(self, self, "--one", n, (char *)NULL);
+			execl(self, self, mode, n, (char *)NULL);
 		_exit(127);
 	}
 	close(pipefd[1]);
@@ -216,7 +239,7 @@ static int run(const char *self, const char *launcher, long objects, double *ns)
 		return -1;
 	buf[len] = '\0';
 	char *p = buf;
-	for (int op = 0; op < OPS; op++)
+	for (int op = 0; op < nfigures; op++)
 		ns[op] = strtod(p, &p);
 	return 0;
 }
@@ -225,6 +248,8 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--one"))
 		return one(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "--alloc"))
+		return alloc_free(atol(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--import-child"))
 		return import_child(atoi(argv[2]), atoi(argv[3]));
 	char self[PATH_MAX], launcher[PATH_MAX + 64];
@@ -241,13 +266,26 @@ int main(int argc, char **argv)
 	printf("%-22s %10s %12s %12s %12s\n", "call", "objects", "direct ns", "shim ns", "overhead ns");
 	for (size_t s = 0; s < 3; s++) {
 		double direct[OPS], shim[OPS];
-		if (run(self, NULL, sizes[s], direct) < 0 || run(self, launcher, sizes[s], shim) < 0) {
+		if (run(self, NULL, "--one", sizes[s], direct, OPS) < 0 ||
+		    run(self, launcher, "--one", sizes[s], shim, OPS) < 0) {
 			fprintf(stderr, "intercept: a run with %ld objects failed\n", sizes[s]);
 			return 1;
 		}
 		for (int op = 0; op < OPS; op++)
 			printf("%-22s %10ld %12.1f %12.1f %12.1f\n", op_names[op], sizes[s], direct[op], shim[op],
 			       shim[op] - direct[op]);
+	}
+	printf("\n%-22s %10s %12s %12s %12s\n", "cuMemAlloc+cuMemFree", "live", "cuemu ns", "adapter ns", "ratio");
+	const long live[] = {10, 10000};
+	for (size_t s = 0; s < 2; s++) {
+		double direct, adapter;
+		if (run(self, NULL, "--alloc", live[s], &direct, 1) < 0 ||
+		    run(self, launcher, "--alloc", live[s], &adapter, 1) < 0) {
+			fprintf(stderr, "intercept: a cuMemAlloc run with %ld live failed\n", live[s]);
+			return 1;
+		}
+		printf("%-22s %10ld %12.1f %12.1f %12.1f\n", "4 KiB", live[s], direct, adapter,
+		       adapter > 0 ? direct / adapter : 0);
 	}
 	printf("\nfloor of an import from another process here: a Unix socket connect + request + reply "
 	       "between two processes takes %.1f ns\n",
