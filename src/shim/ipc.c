@@ -11,6 +11,7 @@
  * restore. What cannot be rebuilt is remembered for QUIESCE to refuse: a raw
  * driver handle opened (SNAPSHOT_CUDA_VMM_IPC=0, or one from a process without
  * the adapter) and event IPC. Under legacy_lock. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +151,7 @@ static struct opened_chunk *chunks_open;
 static size_t nraw;            /* raw driver handles open: QUIESCE refuses */
 static CUdeviceptr *raw_opens; /* their addresses, as far as memory allowed */
 static size_t nlisted, raw_cap;
-static const char *_Atomic event_ipc; /* the first event IPC call made */
+static const char *_Atomic other_ipc; /* the first event or memory-pool IPC call made */
 
 static struct opened_chunk *chunk_open(const struct ipc_handle *h, const struct shim_identity *me, CUresult *rc)
 {
@@ -340,26 +341,69 @@ bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out)
 	return true;
 }
 
-/* ---- event IPC: passed on, and refused at QUIESCE ---- */
+/* ---- event and memory-pool IPC: passed on, and refused at QUIESCE ---- */
+
+static CUresult note_other(CUresult rc, const char *call)
+{
+	const char *none = NULL;
+	if (rc == CUDA_SUCCESS)
+		atomic_compare_exchange_strong(&other_ipc, &none, call);
+	return rc;
+}
 
 SHIM_API CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	CUresult rc = real.cuIpcGetEventHandle(pHandle, event);
-	if (rc == CUDA_SUCCESS && !event_ipc)
-		event_ipc = "cuIpcGetEventHandle";
-	return rc;
+	return note_other(real.cuIpcGetEventHandle(pHandle, event), "cuIpcGetEventHandle");
 }
 
 SHIM_API CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	CUresult rc = real.cuIpcOpenEventHandle(phEvent, handle);
-	if (rc == CUDA_SUCCESS && !event_ipc)
-		event_ipc = "cuIpcOpenEventHandle";
-	return rc;
+	return note_other(real.cuIpcOpenEventHandle(phEvent, handle), "cuIpcOpenEventHandle");
+}
+
+/* (A driver without memory pools has none of these: not supported.) */
+SHIM_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+						   CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	if (!real.cuMemPoolExportToShareableHandle)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return note_other(real.cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags),
+			  "cuMemPoolExportToShareableHandle");
+}
+
+SHIM_API CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+						     CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	if (!real.cuMemPoolImportFromShareableHandle)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return note_other(real.cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags),
+			  "cuMemPoolImportFromShareableHandle");
+}
+
+SHIM_API CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	if (!real.cuMemPoolExportPointer)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return note_other(real.cuMemPoolExportPointer(shareData_out, ptr), "cuMemPoolExportPointer");
+}
+
+SHIM_API CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
+{
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	if (!real.cuMemPoolImportPointer)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return note_other(real.cuMemPoolImportPointer(ptr_out, pool, shareData), "cuMemPoolImportPointer");
 }
 
 bool ipc_refusal(char *msg, size_t len)
@@ -367,17 +411,16 @@ bool ipc_refusal(char *msg, size_t len)
 	pthread_mutex_lock(&legacy_lock);
 	size_t raw = nraw;
 	pthread_mutex_unlock(&legacy_lock);
-	const char *ev = event_ipc;
+	const char *other = other_ipc;
 	if (raw)
 		snprintf(msg, len,
 			 "%zu legacy IPC handle(s) were opened with cuIpcOpenMemHandle from driver handles, not "
 			 "through the shim's adapter (SNAPSHOT_CUDA_VMM_IPC=0, or an exporter without it): they "
 			 "cannot be taken down and rebuilt",
 			 raw);
-	else if (ev)
+	else if (other)
 		snprintf(msg, len,
-			 "this process used event IPC (%s): events shared between processes cannot be "
-			 "checkpointed",
-			 ev);
-	return raw || ev;
+			 "this process used %s: event and memory-pool IPC between processes cannot be checkpointed",
+			 other);
+	return raw || other;
 }
