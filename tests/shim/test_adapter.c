@@ -139,31 +139,77 @@ static void adapter_off(void)
 	CHECK_CU(cuMemFree(b));
 }
 
-int main(int argc, char **argv)
+/* One driver call of a chunk's making fails (CUEMU_FAULT, this process): the
+ * cuMemAlloc fails with it, nothing is left behind, and the next one works. */
+static void fault_in_chunk(void)
 {
-	bool off = argc > 1 && !strcmp(argv[1], "--off");
-	if (off)
-		setenv("SNAPSHOT_CUDA_VMM_IPC", "0", 1);
-	shim_reexec(argc, argv);
-	CHECK_CU(emu_use_device(0));
-	if (off) {
-		test_run("SNAPSHOT_CUDA_VMM_IPC=0: cuMemAlloc is the driver's", adapter_off);
-		return shim_done();
-	}
-	test_run("1,000 small cuMemAllocs share chunks: <= 1.5x + one granularity, all given back", small_allocations);
-	test_run("a large cuMemAlloc gets a chunk of its own, given back at cuMemFree", large_allocation);
-	test_run("cuCtxEnablePeerAccess reaches the adapter's memory, present and to come", peer_access);
-	/* The same binary with the adapter off, in its own process. */
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = '\0';
+	const char *spec = getenv("CUEMU_FAULT");
+	if (!spec)
+		SKIP("runs in its own process (CUEMU_FAULT)");
+	size_t before = used();
+	CUdeviceptr p = 0;
+	CHECK_CU_EQ(cuMemAlloc(&p, 4096), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(used(), before);
+	struct topo_participant t;
+	CHECK_EQ(shim_inspect(getpid(), &t), 0);
+	CHECK_EQ(t.nallocs, 0);
+	CHECK_EQ(t.nmaps, 0);
+	topo_free(&t);
+	CHECK_CU(cuMemAlloc(&p, 4096));
+	CHECK_CU(cuMemFree(p));
+	CHECK_EQ(used(), before);
+}
+
+/* This binary again in its own process with extra environment; its exit status. */
+static int again(const char *self, const char *mode, const char *env)
+{
 	pid_t pid = fork();
 	if (pid == 0) {
 		unsetenv("CUSNAP_UNDER_SHIM");
-		execl(self, self, "--off", (char *)NULL);
+		if (env)
+			putenv((char *)env);
+		execl(self, self, mode, (char *)NULL);
 		_exit(127);
 	}
 	int status = test_wait_child(pid, 60000);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char self[PATH_MAX];
+
+static void chunk_faults(void)
+{
+	static const char *const calls[] = {"cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess"};
+	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+		char env[128];
+		snprintf(env, sizeof(env), "CUEMU_FAULT=%s:1:CUDA_ERROR_OUT_OF_MEMORY", calls[i]);
+		if (again(self, "--fault", env) != 0)
+			test_fail(__FILE__, __LINE__, "%s: the failed cuMemAlloc left something behind", env);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	if (!strcmp(mode, "--off"))
+		setenv("SNAPSHOT_CUDA_VMM_IPC", "0", 1);
+	shim_reexec(argc, argv);
+	CHECK_CU(emu_use_device(0));
+	if (!strcmp(mode, "--off")) {
+		test_run("SNAPSHOT_CUDA_VMM_IPC=0: cuMemAlloc is the driver's", adapter_off);
+		return shim_done();
+	}
+	if (!strcmp(mode, "--fault")) {
+		test_run(getenv("CUEMU_FAULT"), fault_in_chunk);
+		return shim_done();
+	}
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	test_run("1,000 small cuMemAllocs share chunks: <= 1.5x + one granularity, all given back", small_allocations);
+	test_run("a large cuMemAlloc gets a chunk of its own, given back at cuMemFree", large_allocation);
+	test_run("cuCtxEnablePeerAccess reaches the adapter's memory, present and to come", peer_access);
+	test_run("a failing driver call while making a chunk: cuMemAlloc fails, nothing left behind", chunk_faults);
+	/* The same binary with the adapter off, in its own process. */
+	CHECK_EQ(again(self, "--off", NULL), 0);
 	return shim_done();
 }

@@ -196,6 +196,59 @@ static void multicast_resolvers(void)
 	dlclose(lib);
 }
 
+/* The route cudaMalloc takes and legacy IPC, through every resolver: the
+ * adapter's wrappers; memory from a resolved cuMemAlloc is a tracked chunk. */
+static void adapter_resolvers(void)
+{
+	static const char *const names[] = {"cuMemAlloc",
+					    "cuMemFree",
+					    "cuMemGetAddressRange",
+					    "cuPointerGetAttribute",
+					    "cuPointerGetAttributes",
+					    "cuCtxEnablePeerAccess",
+					    "cuIpcGetMemHandle",
+					    "cuIpcOpenMemHandle",
+					    "cuIpcCloseMemHandle"};
+	static const char *const syms[] = {"cuMemAlloc_v2",         "cuMemFree_v2",           "cuMemGetAddressRange_v2",
+					   "cuPointerGetAttribute", "cuPointerGetAttributes", "cuCtxEnablePeerAccess",
+					   "cuIpcGetMemHandle",     "cuIpcOpenMemHandle_v2",  "cuIpcCloseMemHandle"};
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
+	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(lib && rt);
+	if (!lib || !rt)
+		return;
+	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
+	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+	CUdriverProcAddressQueryResult st;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		void *want = shim_sym(syms[i]), *fn = NULL;
+		CHECK(want != NULL);
+		CHECK(dlsym(lib, syms[i]) == want);
+		CHECK_CU(cuGetProcAddress(names[i], &fn, 13000, 0, &st));
+		if (fn != want)
+			test_fail(__FILE__, __LINE__, "%s through cuGetProcAddress: not the shim's wrapper", names[i]);
+		int rst = -1;
+		fn = NULL;
+		CHECK_EQ(getv(names[i], &fn, 12080, 0, &rst), 0);
+		if (fn != want)
+			test_fail(__FILE__, __LINE__, "%s through cudaGetDriverEntryPointByVersion: not the shim's",
+				  names[i]);
+	}
+	void *fn = NULL;
+	CHECK(cuGetProcAddress("cuIpcOpenMemHandle", &fn, 10000, 0, &st) != CUDA_SUCCESS ||
+	      fn != shim_sym("cuIpcOpenMemHandle_v2"));
+	CHECK_CU(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, &st));
+	CUdeviceptr p = 0;
+	CHECK_CU(((CUresult(*)(CUdeviceptr *, size_t))fn)(&p, 4096));
+	CHECK_EQ(cli_creators(), 1); /* the adapter's chunk */
+	CHECK_CU(cuMemFree(p));
+	CHECK_EQ(cli_creators(), 0);
+	dlclose(rt);
+	dlclose(lib);
+}
+
 /* The ABI and stream mode asked select the wrapper; ABIs the shim does not wrap
  * are refused; unwrapped calls that take allocation handles never see logical
  * ones. */
@@ -292,6 +345,7 @@ int main(int argc, char **argv)
 	test_run("cudaGetDriverEntryPoint(ByVersion) through a libcudart", driver_entry_point);
 	test_run("untracked allocations and unknown handles pass through", untracked_passes_through);
 	test_run("the multicast wrappers through every resolver", multicast_resolvers);
+	test_run("cuMemAlloc and legacy IPC through every resolver: the adapter's", adapter_resolvers);
 	test_run("cuGetProcAddress by ABI version and stream flags", versions_and_flags);
 	return shim_done();
 }
