@@ -11,6 +11,9 @@
  *   probe handles          retain returns the mapped value; a second import of one
  *                          exported FD in one process: same handle or a new one;
  *                          width of a boolean pointer attribute
+ *   probe ipc              legacy IPC: a handle of an interior pointer, opening in the
+ *                          exporting process, then (probe ipc-open HEX, another process)
+ *                          flags 0, a second open, the opened range's size
  *   probe initonly         cuInit and nothing else, then sleep (for the restore-TID check)
  *   probe tid PID          cuCheckpointProcessGetRestoreThreadId(PID) */
 #include <dlfcn.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -46,6 +50,12 @@
 	F(cuMemImportFromShareableHandle) \
 	F(cuMemGetAllocationGranularity) \
 	F(cuPointerGetAttribute) \
+	F(cuMemAlloc_v2) \
+	F(cuMemFree_v2) \
+	F(cuMemGetAddressRange_v2) \
+	F(cuIpcGetMemHandle) \
+	F(cuIpcOpenMemHandle_v2) \
+	F(cuIpcCloseMemHandle) \
 	F(cuCheckpointProcessGetRestoreThreadId) \
 	F(cuGetProcAddress_v2)
 /* clang-format on */
@@ -240,6 +250,69 @@ static int handles(void)
 	return 0;
 }
 
+enum { IPC_BYTES = 1 << 20 };
+
+/* In a process of its own: open the handle (hex) twice, with flags 0 then the lazy flag. */
+static int ipc_open(const char *hex)
+{
+	if (context())
+		return 1;
+	CUipcMemHandle h;
+	for (size_t i = 0; i < sizeof(h.reserved); i++) {
+		unsigned v = 0;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return 1;
+		h.reserved[i] = (char)v;
+	}
+	CUdeviceptr a = 0, b = 0, base = 0;
+	size_t size = 0;
+	CUresult r1 = d.cuIpcOpenMemHandle_v2(&a, h, 0);
+	printf("ipc_open_flags0 %s\n", name_of(r1));
+	CUresult r2 = d.cuIpcOpenMemHandle_v2(&b, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	printf("ipc_open_twice_same %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : a == b ? "yes" : "no");
+	CUresult r3 = r1 ? r1 : d.cuMemGetAddressRange_v2(&base, &size, a + 100);
+	printf("ipc_opened_range %s\n", r3 ? name_of(r3) : base == a && size == IPC_BYTES ? "as_allocated" : "other");
+	if (!r2)
+		d.cuIpcCloseMemHandle(b);
+	if (!r1)
+		d.cuIpcCloseMemHandle(a);
+	return 0;
+}
+
+static int ipc(const char *self)
+{
+	if (context())
+		return 1;
+	CUdeviceptr p = 0, own = 0;
+	CUipcMemHandle h, inner;
+	CUresult rc = d.cuMemAlloc_v2(&p, IPC_BYTES);
+	if (!rc)
+		rc = d.cuIpcGetMemHandle(&h, p);
+	if (rc) {
+		printf("error ipc_setup %s\n", name_of(rc));
+		return 1;
+	}
+	rc = d.cuIpcGetMemHandle(&inner, p + 4096);
+	printf("ipc_interior_handle %s\n", rc ? name_of(rc) : memcmp(&h, &inner, sizeof(h)) ? "differs" : "same");
+	rc = d.cuIpcOpenMemHandle_v2(&own, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	printf("ipc_open_own %s\n", name_of(rc));
+	if (!rc)
+		d.cuIpcCloseMemHandle(own);
+	char hex[2 * sizeof(h.reserved) + 1];
+	for (size_t i = 0; i < sizeof(h.reserved); i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)h.reserved[i]);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(self, self, "ipc-open", hex, (char *)NULL);
+		_exit(127);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	d.cuMemFree_v2(p);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int rc = load();
@@ -253,6 +326,10 @@ int main(int argc, char **argv)
 		return noctx();
 	if (argc >= 2 && !strcmp(argv[1], "handles"))
 		return handles();
+	if (argc >= 2 && !strcmp(argv[1], "ipc"))
+		return ipc(argv[0]);
+	if (argc >= 3 && !strcmp(argv[1], "ipc-open"))
+		return ipc_open(argv[2]);
 	if (argc >= 2 && !strcmp(argv[1], "initonly")) {
 		printf("ready\n");
 		fflush(stdout);
@@ -267,6 +344,6 @@ int main(int argc, char **argv)
 		printf("restore_tid %s %d\n", name_of(r), tid);
 		return 0;
 	}
-	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|initonly [S]|tid PID\n");
+	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|ipc|ipc-open HEX|initonly [S]|tid PID\n");
 	return 64;
 }

@@ -227,6 +227,15 @@ if run probe-handles 30 "$probe" handles; then
 	assume "a second import of one FD in one process gives the same handle" no "$(sed -n 's/^second_import_same_handle //p' "$logs/probe-handles.log")"
 	assume "a boolean pointer attribute is 4 bytes" 4 "$(sed -n 's/^bool_attribute_bytes //p' "$logs/probe-handles.log")"
 fi
+# Legacy IPC as cuemu and the adapter model it (SYSTEM.md §4.4).
+if run probe-ipc 30 "$probe" ipc; then
+	ipcfact() { v=$(sed -n "s/^$1 //p" "$logs/probe-ipc.log"); echo "${v:-unknown}"; }
+	assume "cuIpcGetMemHandle of an interior pointer names its allocation" same "$(ipcfact ipc_interior_handle)"
+	assume "cuIpcOpenMemHandle in the exporting process fails" CUDA_ERROR_INVALID_VALUE "$(ipcfact ipc_open_own)"
+	assume "cuIpcOpenMemHandle takes flags 0" CUDA_SUCCESS "$(ipcfact ipc_open_flags0)"
+	assume "a second cuIpcOpenMemHandle in one process returns the same pointer" yes "$(ipcfact ipc_open_twice_same)"
+	assume "cuMemGetAddressRange of an opened IPC pointer is the allocation as asked for" as_allocated "$(ipcfact ipc_opened_range)"
+fi
 
 # ---- G4: a process that only called cuInit ----
 setsid "$probe" initonly 30 >"$logs/g4-initonly.log" 2>&1 </dev/null &
@@ -407,6 +416,30 @@ else
 	result E6 FAIL "multicast group: $(lastlines e6 3) $(lastlines e6-suspend 2) $(lastlines e6-resume 2)"
 	stop "$pid"
 fi
+
+# ---- E7: legacy IPC (vLLM's custom all-reduce) ----
+if start e7 env VMM_GROUP_IPC=1 "$cusnap" run -- "$group" --workers 1 --allocs 1 &&
+	suspend_resume e7h "$pid" host && suspend_resume e7n "$pid" native && finish "$pid"; then
+	result E7 PASS "legacy IPC group of 2 processes (cuMemAlloc through the adapter): suspended and resumed in both content modes, the same handles opened again"
+else
+	result E7 FAIL "legacy IPC group: $(lastlines e7 3) $(lastlines e7h-suspend 2) $(lastlines e7h-resume 2) $(lastlines e7n-suspend 2)"
+	stop "$pid"
+fi
+# What the driver does with the same group without the interposer (cuemu fails loudly).
+seen=unknown
+if start e7-plain env VMM_GROUP_IPC=1 "$group" --workers 1 --allocs 1; then
+	if run e7-plain-suspend 120 "$cusnap" suspend --pid "$pid" --content host --dir "$work/s-e7p"; then
+		seen=checkpointed
+		run e7-plain-resume 120 "$cusnap" resume --pid "$pid" --dir "$work/s-e7p" || seen="checkpointed, resume failed"
+	elif grep -q CUDA_ERROR_NOT_SUPPORTED "$logs/e7-plain-suspend.log"; then
+		seen=CUDA_ERROR_NOT_SUPPORTED
+	else
+		seen="other: $(lastlines e7-plain-suspend 1)"
+	fi
+	finish "$pid" || true
+fi
+stop "$pid" 2>/dev/null
+assume "r580: the native checkpoint of a process holding an opened IPC mapping fails" CUDA_ERROR_NOT_SUPPORTED "$seen"
 
 # ---- the report ----
 esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\000-\037'; }
