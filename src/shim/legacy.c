@@ -74,21 +74,34 @@ static CUresult chunk_access(CUdeviceptr va, size_t size, int dev)
 	return cuMemSetAccess(va, size, d, n);
 }
 
-static void chunk_destroy(struct chunk *c)
+static void chunk_unlink(struct chunk *c);
+
+static void chunk_free(struct chunk *c)
 {
-	size_t size = c->node.end - c->node.start;
-	if (cuMemUnmap(c->node.start, size) == CUDA_SUCCESS)
-		cuMemAddressFree(c->node.start, size);
-	else
-		LOG_AT(LOG_WARN, "cuMemUnmap of an adapter chunk at %#llx failed: it stays mapped",
-		       (unsigned long long)c->node.start);
-	cuMemRelease(c->handle);
 	while (c->free) {
 		struct extent *e = c->free;
 		c->free = e->next;
 		free(e);
 	}
 	free(c);
+}
+
+/* Unmap and release an empty chunk. A chunk the driver (or a lifecycle phase)
+ * will not unmap stays, empty and reusable: -1. */
+static int chunk_destroy(struct chunk *c)
+{
+	size_t size = c->node.end - c->node.start;
+	CUresult rc = cuMemUnmap(c->node.start, size);
+	if (rc) {
+		LOG_AT(LOG_WARN, "cuMemUnmap of an empty adapter chunk at %#llx failed: %s; it stays for reuse",
+		       (unsigned long long)c->node.start, shim_cu_name(rc));
+		return -1;
+	}
+	cuMemAddressFree(c->node.start, size);
+	cuMemRelease(c->handle);
+	chunk_unlink(c);
+	chunk_free(c);
+	return 0;
 }
 
 static struct chunk *chunk_new(size_t size, int dev, CUresult *rc)
@@ -240,6 +253,8 @@ static CUresult adapter_alloc(CUdeviceptr *dptr, size_t bytes)
 	if (itree_insert(&blocks, &b->node) < 0) {
 		give(c, off, len);
 		free(b);
+		if (!c->blocks)
+			chunk_destroy(c);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	c->blocks++;
@@ -285,12 +300,10 @@ SHIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 	itree_remove(&blocks, &b->node);
 	size_t off = b->node.start - c->node.start, len = b->node.end - b->node.start;
 	free(b);
-	if (--c->blocks == 0) {
-		chunk_unlink(c);
-		chunk_destroy(c);
-	} else if (give(c, off, len) < 0) {
+	if (give(c, off, len) < 0)
 		LOG_AT(LOG_WARN, "cuMemFree: out of memory: %zu bytes of an adapter chunk stay unused", len);
-	}
+	if (--c->blocks == 0)
+		chunk_destroy(c);
 	pthread_mutex_unlock(&legacy_lock);
 	return CUDA_SUCCESS;
 }
@@ -312,13 +325,17 @@ bool legacy_block_of(CUdeviceptr ptr, struct legacy_block *out)
 
 /* ---- what the driver says of cuMemAlloc memory ---- */
 
-/* The range the application sees around ptr: a block, or an opened IPC handle. */
-static bool app_range(CUdeviceptr ptr, struct legacy_block *out)
+/* The range the application sees around ptr: 1 for a block or an opened IPC
+ * handle (in *out), -1 for a chunk's free space (no allocation there), 0 for
+ * memory that is not the adapter's. */
+static int app_range(CUdeviceptr ptr, struct legacy_block *out)
 {
 	pthread_mutex_lock(&legacy_lock);
-	bool found = (shim_ipc_adapter && legacy_block_of(ptr, out)) || ipc_range_of(ptr, out);
+	int r = (shim_ipc_adapter && legacy_block_of(ptr, out)) || ipc_range_of(ptr, out) ? 1
+		: shim_ipc_adapter && itree_find(&chunks, ptr)                            ? -1
+											  : 0;
 	pthread_mutex_unlock(&legacy_lock);
-	return found;
+	return r;
 }
 
 SHIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
@@ -326,8 +343,11 @@ SHIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	struct legacy_block b;
-	if (!app_range(dptr, &b))
+	int r = app_range(dptr, &b);
+	if (r == 0)
 		return real.cuMemGetAddressRange_v2(pbase, psize, dptr);
+	if (r < 0)
+		return CUDA_ERROR_NOT_FOUND;
 	if (pbase)
 		*pbase = b.start;
 	if (psize)
@@ -354,7 +374,10 @@ SHIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribut
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	struct legacy_block b;
-	if (data && app_range(ptr, &b) && adapted(attribute, data, &b))
+	int r = data ? app_range(ptr, &b) : 0;
+	if (r < 0)
+		return CUDA_ERROR_INVALID_VALUE; /* no allocation there */
+	if (r > 0 && adapted(attribute, data, &b))
 		return CUDA_SUCCESS;
 	return real.cuPointerGetAttribute(data, attribute, ptr);
 }
@@ -365,9 +388,11 @@ SHIM_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *at
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	CUresult rc = real.cuPointerGetAttributes(n, attributes, data, ptr);
 	struct legacy_block b;
-	if (rc == CUDA_SUCCESS && app_range(ptr, &b))
-		for (unsigned i = 0; i < n; i++)
-			adapted(attributes[i], data[i], &b);
+	int r = rc == CUDA_SUCCESS ? app_range(ptr, &b) : 0;
+	for (unsigned i = 0; r > 0 && i < n; i++)
+		adapted(attributes[i], data[i], &b);
+	if (r < 0) /* no allocation there: what the driver says of an unknown pointer */
+		rc = real.cuPointerGetAttributes(n, attributes, data, 0);
 	return rc;
 }
 

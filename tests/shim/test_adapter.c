@@ -70,6 +70,11 @@ static void small_allocations(void)
 	CHECK(t.nallocs > 0 && t.nallocs < SMALL / 10);
 	topo_free(&t);
 	CHECK_CU_EQ(cuMemFree(p[0] + 256), CUDA_ERROR_INVALID_VALUE); /* not what cuMemAlloc returned */
+	/* Free space of a chunk is no allocation. */
+	CUdeviceptr gap = p[SMALL - 1] + ((len[SMALL - 1] + 255) & ~(size_t)255);
+	CUdeviceptr base;
+	size_t size;
+	CHECK_CU_EQ(cuMemGetAddressRange(&base, &size, gap), CUDA_ERROR_NOT_FOUND);
 	for (int i = 0; i < SMALL; i++)
 		CHECK_CU(cuMemFree(p[i]));
 	CHECK_EQ(used(), before);                                       /* every chunk given back */
