@@ -109,6 +109,17 @@ EMU_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	EMU_CALL(cuMemAlloc_v2, mem_alloc(dptr, bytesize));
 }
 
+/* Unmap and forget l (out of the tree already). */
+static CUresult legacy_drop(struct emu_legacy *l)
+{
+	size_t size = l->node.end - l->node.start;
+	CUresult rc = emu_mem_unmap(l->node.start, size);
+	if (!rc)
+		rc = emu_address_free(l->node.start, size);
+	free(l);
+	return rc;
+}
+
 static CUresult mem_free(CUdeviceptr ptr)
 {
 	if (!ptr)
@@ -121,12 +132,7 @@ static CUresult mem_free(CUdeviceptr ptr)
 	}
 	itree_remove(&emu.legacy, &l->node);
 	pthread_mutex_unlock(&emu.lock);
-	size_t size = l->node.end - l->node.start;
-	CUresult rc = emu_mem_unmap(ptr, size);
-	if (!rc)
-		rc = emu_address_free(ptr, size);
-	free(l);
-	return rc;
+	return legacy_drop(l);
 }
 
 EMU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -307,12 +313,7 @@ static CUresult ipc_close(CUdeviceptr ptr)
 	itree_remove(&emu.legacy, &l->node);
 	emu.ipc_opened--;
 	pthread_mutex_unlock(&emu.lock);
-	size_t size = l->node.end - l->node.start;
-	CUresult rc = emu_mem_unmap(ptr, size);
-	if (!rc)
-		rc = emu_address_free(ptr, size);
-	free(l);
-	return rc;
+	return legacy_drop(l);
 }
 
 EMU_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
