@@ -120,6 +120,7 @@ static CUresult attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *pi = 1; break;
 	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: *pi = 0; break;
 	case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: *pi = 1; break;
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
 	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = 0; break;
 	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;

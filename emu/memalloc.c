@@ -62,7 +62,8 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
 	if (!l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+				    .allocFlags = {.gpuDirectRDMACapable = 1}}; /* as ordinary device memory is */
 	CUmemGenericAllocationHandle h = 0;
 	CUdeviceptr va = 0;
 	CUresult rc = emu_address_reserve(&va, size, 0, 0);
@@ -457,8 +458,10 @@ static CUresult attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
 		*(void **)data = (void *)(uintptr_t)ptr;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *(int *)data = 0; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = 0; return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+		*(int *)data = p->allocFlags.gpuDirectRDMACapable;
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = pi->alloc->handle; return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = dev; return CUDA_SUCCESS;

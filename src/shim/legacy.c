@@ -55,11 +55,25 @@ static size_t round_up(size_t v, size_t to)
 	return (v + to - 1) / to * to;
 }
 
+/* What cuMemAlloc memory is: the device's, and GPUDirect RDMA capable (NCCL
+ * registers such buffers with the network) where VMM memory can be. */
 static CUmemAllocationProp chunk_prop(int dev)
 {
+	static int rdma[PROTO_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+	if (!rdma[dev]) {
+		int v = 0;
+		rdma[dev] = aux.cuDeviceGetAttribute &&
+					    aux.cuDeviceGetAttribute(
+						    &v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+						    dev) == CUDA_SUCCESS &&
+					    v
+				    ? 1
+				    : 2;
+	}
 	return (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				     .allocFlags = {.gpuDirectRDMACapable = rdma[dev] == 1}};
 }
 
 /* Read-write for its device and for every device with peer access to it. */

@@ -135,6 +135,7 @@ static void load_driver(void)
 	AUX(cuGetErrorName);
 	AUX(cuMemGetAllocationGranularity);
 	AUX(cuMulticastGetGranularity);
+	AUX(cuDeviceGetAttribute);
 	AUX(cuMemHostRegister_v2);
 	AUX(cuMemHostUnregister);
 	AUX(cuStreamCreate);

@@ -75,6 +75,7 @@ struct shim_aux {
 	__typeof__(&cuGetErrorName) cuGetErrorName;
 	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
 	__typeof__(&cuMulticastGetGranularity) cuMulticastGetGranularity;
+	__typeof__(&cuDeviceGetAttribute) cuDeviceGetAttribute;
 	__typeof__(&cuMemHostRegister_v2) cuMemHostRegister_v2;
 	__typeof__(&cuMemHostUnregister) cuMemHostUnregister;
 	__typeof__(&cuStreamCreate) cuStreamCreate;

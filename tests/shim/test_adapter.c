@@ -44,11 +44,13 @@ static void small_allocations(void)
 		CUdeviceptr start = 0;
 		size_t range = 0;
 		int ipc = 0;
+		int rdma = 0;
 		CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-					       CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
-		void *data[] = {&start, &range, &ipc};
-		CHECK_CU(cuPointerGetAttributes(3, attrs, data, p[i] + 1));
-		wrong_attr += start != p[i] || range != len[i] || !ipc;
+					       CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+					       CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE};
+		void *data[] = {&start, &range, &ipc, &rdma};
+		CHECK_CU(cuPointerGetAttributes(4, attrs, data, p[i] + 1));
+		wrong_attr += start != p[i] || range != len[i] || !ipc || !rdma; /* as the driver's cuMemAlloc memory */
 	}
 	CHECK_EQ(misaligned, 0);
 	CHECK_EQ(wrong_range, 0);
