@@ -61,6 +61,7 @@ void forget_alloc(struct shim_alloc *a)
 	if (!id_is_zero(&a->token) && (a->role == SHIM_ROLE_CREATOR || !me || !id_equal(&a->creator, &me->id)))
 		cap_forget(&a->id);
 	struct shim_mc *mc = a->mc;
+	hostcopy_forget(a); /* (a copy is only ever held between prepare and restore) */
 	tbl_alloc_free(a);
 	if (!mc)
 		return;
