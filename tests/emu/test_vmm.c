@@ -6,6 +6,7 @@
 #include <time.h>
 #include <signal.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -375,7 +376,7 @@ static void streams_and_events(void)
 	free(dst);
 }
 
-static volatile int gate_open;
+static atomic_int gate_open;
 static void CUDA_CB wait_gate(void *arg)
 {
 	(void)arg;
