@@ -275,7 +275,8 @@ int main(int argc, char **argv)
 			printf("%-22s %10ld %12.1f %12.1f %12.1f\n", op_names[op], sizes[s], direct[op], shim[op],
 			       shim[op] - direct[op]);
 	}
-	printf("\n%-22s %10s %12s %12s %12s\n", "cuMemAlloc+cuMemFree", "live", "cuemu ns", "adapter ns", "ratio");
+	printf("\n%-22s %10s %12s %12s %12s\n", "cuMemAlloc+cuMemFree", "live", "cuemu ns", "adapter ns",
+	       "cuemu/adapter");
 	const long live[] = {10, 10000};
 	for (size_t s = 0; s < 2; s++) {
 		double direct, adapter;
