@@ -119,14 +119,6 @@ void hostcopy_forget(struct shim_alloc *a)
 			s->used = 0;
 }
 
-size_t hostcopy_arena_bytes(void)
-{
-	size_t n = 0;
-	for (struct segment *s = arena; s; s = s->next)
-		n += s->cap;
-	return n;
-}
-
 /* ---- one batch of copies ---- */
 
 struct lane { /* one device's part of a batch */

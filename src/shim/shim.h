@@ -302,8 +302,6 @@ void life_drop_spare_ref(struct shim_alloc *a);
 CUresult hostcopy_save(struct shim_alloc **list, size_t n, struct life_result *r);
 CUresult hostcopy_load(struct shim_alloc **list, size_t n, struct life_result *r);
 void hostcopy_forget(struct shim_alloc *a);
-/* Bytes the arena holds (kept between suspends). */
-size_t hostcopy_arena_bytes(void);
 /* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
 int mc_prepare(struct life_result *r);
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);
