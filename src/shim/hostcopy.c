@@ -2,23 +2,23 @@
 /* The host-mode data path (SYSTEM.md §6.2): a creator's shared bytes are copied
  * into one arena of this process, registered with the driver (pinned) for the
  * length of a step, by asynchronous copies on one stream per device with one
- * synchronisation per device per step. Each device's allocations are mapped
- * side by side in one temporary reservation for the copy (the application's
- * own mappings may lack access for the copying device). The arena stays after
- * a restore, so that a second suspend of the same shape writes into pages that
- * are already there. HOST_NUMA memory is copied by the CPU through its
- * temporary mapping. All of it runs under tbl.lock. */
+ * synchronisation per device per step. A copy goes through the application's
+ * own mapping of the whole allocation when its device has the access the copy
+ * needs; the others of a device are mapped side by side in one temporary
+ * reservation. The arena stays after a restore, so that a second suspend of
+ * the same shape writes into pages that are already there. HOST_NUMA memory is
+ * copied by the CPU through a temporary mapping. All of it runs under tbl.lock. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
 #include "shim.h"
 
 /* The arena: normally one segment; a save while bytes of an earlier, unfinished
  * one are still held adds another. Slots are taken in order and all given back
- * together (live counts the slots held). */
+ * together (live counts the slots held; every segment's used is 0 when live is). */
 struct segment {
 	uint8_t *base;
 	size_t cap, used;
@@ -30,18 +30,11 @@ static size_t live;
 
 enum { SLOT_ALIGN = 4096 };
 
-static size_t round_up(size_t v, size_t to)
-{
-	return (v + to - 1) / to * to;
-}
-
 static struct segment *segment_new(size_t cap)
 {
 	struct segment *s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
-	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
+	void *p = s ? hostmem_alloc(cap) : NULL;
+	if (!p) {
 		free(s);
 		return NULL;
 	}
@@ -55,7 +48,7 @@ static void arena_drop(void)
 	while (arena) {
 		struct segment *s = arena;
 		arena = s->next;
-		munmap(s->base, s->cap);
+		hostmem_free(s->base, s->cap);
 		free(s);
 	}
 }
@@ -71,8 +64,6 @@ static size_t slot_size(const struct shim_alloc *a)
 static int arena_fit(size_t need)
 {
 	if (live == 0) {
-		for (struct segment *s = arena; s; s = s->next)
-			s->used = 0;
 		if (arena && !arena->next && arena->cap >= need && arena->cap - need <= need / 10)
 			return 0;
 		arena_drop();

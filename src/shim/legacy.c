@@ -34,7 +34,6 @@ struct chunk {
 	size_t blocks;       /* live blocks */
 	struct extent *free; /* by offset */
 	struct legacy_export exp;
-	struct chunk *next; /* all chunks */
 };
 
 struct block {
@@ -45,35 +44,42 @@ struct block {
 	struct chunk *chunk;
 };
 
-static struct itree chunks, blocks;
-static struct chunk *all;
+static struct itree chunks, blocks; /* by address */
 static uint64_t next_id = 1;
 static bool peer[PROTO_MAX_DEVICES][PROTO_MAX_DEVICES]; /* [accessor][owner] */
 
-static size_t round_up(size_t v, size_t to)
+/* What the driver says of a device's memory, asked once: its granularity and
+ * whether VMM memory there can be GPUDirect RDMA capable. */
+static const struct device_info {
+	bool known, rdma;
+	size_t gran;
+} * device_info(int dev)
 {
-	return (v + to - 1) / to * to;
+	static struct device_info info[PROTO_MAX_DEVICES];
+	struct device_info *d = &info[dev];
+	if (!d->known) {
+		CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+		int v = 0;
+		d->rdma = aux.cuDeviceGetAttribute &&
+			  aux.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+						   dev) == CUDA_SUCCESS &&
+			  v;
+		if (aux.cuMemGetAllocationGranularity(&d->gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) || !d->gran)
+			d->gran = CHUNK_MIN;
+		d->known = true;
+	}
+	return d;
 }
 
 /* What cuMemAlloc memory is: the device's, and GPUDirect RDMA capable (NCCL
  * registers such buffers with the network) where VMM memory can be. */
 static CUmemAllocationProp chunk_prop(int dev)
 {
-	static int rdma[PROTO_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
-	if (!rdma[dev]) {
-		int v = 0;
-		rdma[dev] = aux.cuDeviceGetAttribute &&
-					    aux.cuDeviceGetAttribute(
-						    &v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
-						    dev) == CUDA_SUCCESS &&
-					    v
-				    ? 1
-				    : 2;
-	}
 	return (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
 				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-				     .allocFlags = {.gpuDirectRDMACapable = rdma[dev] == 1}};
+				     .allocFlags = {.gpuDirectRDMACapable = device_info(dev)->rdma}};
 }
 
 /* Read-write for its device and for every device with peer access to it. */
@@ -87,8 +93,6 @@ static CUresult chunk_access(CUdeviceptr va, size_t size, int dev)
 						   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	return cuMemSetAccess(va, size, d, n);
 }
-
-static void chunk_unlink(struct chunk *c);
 
 static void chunk_free(struct chunk *c)
 {
@@ -113,7 +117,7 @@ static int chunk_destroy(struct chunk *c)
 	}
 	cuMemAddressFree(c->node.start, size);
 	cuMemRelease(c->handle);
-	chunk_unlink(c);
+	itree_remove(&chunks, &c->node);
 	chunk_free(c);
 	return 0;
 }
@@ -124,14 +128,12 @@ static struct chunk *chunk_new(size_t size, int dev, CUresult *rc)
 	struct extent *e = calloc(1, sizeof(*e));
 	CUmemAllocationProp p = chunk_prop(dev);
 	CUdeviceptr va = 0;
-	size_t gran = 0;
 	*rc = CUDA_ERROR_OUT_OF_MEMORY;
 	if (!c || !e)
 		goto fail;
 	if ((*rc = cuMemCreate(&c->handle, size, &p, 0)))
 		goto fail;
-	aux.cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-	if ((*rc = aux.cuMemAddressReserve(&va, size, gran, 0, 0)))
+	if ((*rc = aux.cuMemAddressReserve(&va, size, device_info(dev)->gran, 0, 0)))
 		goto release;
 	if ((*rc = cuMemMap(va, size, 0, c->handle, 0)))
 		goto free_va;
@@ -146,8 +148,6 @@ static struct chunk *chunk_new(size_t size, int dev, CUresult *rc)
 	c->dev = dev;
 	e->len = size;
 	c->free = e;
-	c->next = all;
-	all = c;
 	return c;
 unmap:
 	cuMemUnmap(va, size);
@@ -159,17 +159,6 @@ fail:
 	free(c);
 	free(e);
 	return NULL;
-}
-
-static void chunk_unlink(struct chunk *c)
-{
-	itree_remove(&chunks, &c->node);
-	for (struct chunk **p = &all; *p; p = &(*p)->next) {
-		if (*p == c) {
-			*p = c->next;
-			break;
-		}
-	}
 }
 
 #define NONE ((size_t)-1)
@@ -230,10 +219,7 @@ static CUresult adapter_alloc(CUdeviceptr *dptr, size_t bytes)
 	int dev = ctx_current_device();
 	if (dev < 0 || dev >= PROTO_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_CONTEXT; /* cuMemAlloc allocates in the current context */
-	CUmemAllocationProp p = chunk_prop(dev);
-	size_t gran = 0;
-	if (aux.cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) || !gran)
-		gran = CHUNK_MIN;
+	size_t gran = device_info(dev)->gran;
 	if (bytes > SIZE_MAX - BLOCK_ALIGN)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	size_t len = round_up(bytes, BLOCK_ALIGN), chunk_size = round_up(CHUNK_MIN, gran);
@@ -247,9 +233,11 @@ static CUresult adapter_alloc(CUdeviceptr *dptr, size_t bytes)
 		c = chunk_new(round_up(len, gran), dev, &rc); /* one of its own */
 		off = c ? take(c, len) : NONE;
 	} else {
-		for (c = all; c; c = c->next)
-			if (c->dev == dev && c->node.end - c->node.start == chunk_size && (off = take(c, len)) != NONE)
-				break;
+		for (struct itree_node *n = itree_first_from(&chunks, 0); n && !c; n = itree_next(&chunks, n)) {
+			struct chunk *k = (struct chunk *)n;
+			if (k->dev == dev && n->end - n->start == chunk_size && (off = take(k, len)) != NONE)
+				c = k;
+		}
 		if (!c && (c = chunk_new(chunk_size, dev, &rc)))
 			off = take(c, len);
 	}
@@ -438,9 +426,9 @@ SHIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flag
 	 * those there are and those to come. */
 	pthread_mutex_lock(&legacy_lock);
 	peer[from][owner] = true;
-	for (struct chunk *c = all; c && !rc; c = c->next)
-		if (c->dev == owner)
-			rc = chunk_access(c->node.start, c->node.end - c->node.start, owner);
+	for (struct itree_node *n = itree_first_from(&chunks, 0); n && !rc; n = itree_next(&chunks, n))
+		if (((struct chunk *)n)->dev == owner)
+			rc = chunk_access(n->start, n->end - n->start, owner);
 	pthread_mutex_unlock(&legacy_lock);
 	if (rc)
 		LOG_AT(LOG_ERROR,

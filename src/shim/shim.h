@@ -60,6 +60,12 @@ struct shim_real {
 #undef RT
 };
 
+/* v rounded up to a multiple of to (> 0). */
+static inline size_t round_up(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
 /* Real driver functions (NULL until resolved). */
 extern struct shim_real real;
 
