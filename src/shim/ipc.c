@@ -76,15 +76,10 @@ static CUresult export_chunk(CUmemGenericAllocationHandle chunk, struct legacy_e
 {
 	if (exp->done)
 		return CUDA_SUCCESS;
-	int fd = -1;
-	CUresult rc = cuMemExportToShareableHandle(&fd, chunk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	struct shim_cap cap;
+	CUresult rc = shim_export_capability("cuIpcGetMemHandle", chunk, &cap);
 	if (rc)
 		return rc;
-	struct shim_cap cap;
-	bool ok = cap_parse(fd, &cap);
-	close(fd);
-	if (!ok)
-		return CUDA_ERROR_INVALID_VALUE;
 	exp->creator = cap.creator;
 	exp->alloc_id = cap.alloc_id;
 	exp->token = cap.token;

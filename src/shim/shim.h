@@ -378,6 +378,9 @@ struct shim_cap {
 };
 /* Is fd a capability? Fills *cap when it is. */
 bool cap_parse(int fd, struct shim_cap *cap);
+/* Export a tracked allocation as a POSIX capability without making its FD (as
+ * cuMemExportToShareableHandle does, marking it shared): what names it in *cap. */
+CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle handle, struct shim_cap *cap);
 /* Redeem cap and track the import (what cuMemImportFromShareableHandle does
  * with a capability FD): the logical handle, the size in *size (when given). */
 struct shim_cap;

@@ -4,6 +4,7 @@
  * calling the driver; where it still fails after the driver succeeded, the
  * driver call is undone: the tables never disagree with the driver. Calls on
  * objects the shim does not track go straight to the driver. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -422,6 +423,51 @@ SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pr
 	return rc;
 }
 
+/* What exporting a as a POSIX FD takes: the driver's agreement that it is
+ * exportable (its FD is not handed out) and, for a creator, a token and an
+ * export entry. The capability that names it in *cap (an importer forwards the
+ * creator's). Caller holds tbl.lock. */
+static CUresult posix_capability(struct shim_alloc *a, unsigned long long flags, struct shim_cap *cap)
+{
+	int raw = -1;
+	CUresult rc = real.cuMemExportToShareableHandle(&raw, a->driver, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+							flags);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	close(raw);
+	const struct shim_identity *me = shim_self(); /* made when this allocation was first tracked */
+	if (!me)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (id_is_zero(&a->token) && a->role == SHIM_ROLE_CREATOR) {
+		id_random(&a->token);
+		if (exports_publish(a) < 0) {
+			memset(&a->token, 0, sizeof(a->token));
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	cap->creator = a->creator;
+	cap->alloc_id = a->id;
+	cap->token = a->token;
+	snprintf(cap->endpoint, sizeof(cap->endpoint), "%s",
+		 a->role == SHIM_ROLE_CREATOR ? me->endpoint : a->creator_endpoint);
+	return CUDA_SUCCESS;
+}
+
+CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle handle, struct shim_cap *cap)
+{
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *h = tbl_handle_get(handle);
+	CUresult rc = h ? tracked_call_allowed(call) : CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		rc = posix_capability(h->alloc, 0, cap);
+	if (!rc) {
+		h->alloc->shared = true;
+		h->alloc->shared_types |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return rc;
+}
+
 SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
 					       CUmemAllocationHandleType type, unsigned long long flags)
 {
@@ -435,9 +481,7 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 		return refused ? refused : real.cuMemExportToShareableHandle(shareable, handle, type, flags);
 	}
 	struct shim_alloc *a = h->alloc;
-	CUresult rc = CUDA_SUCCESS;
-	const struct shim_identity *me = NULL;
-	rc = tracked_call_allowed("cuMemExportToShareableHandle");
+	CUresult rc = tracked_call_allowed("cuMemExportToShareableHandle");
 	if (rc)
 		goto out;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
@@ -453,29 +497,11 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 		rc = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	/* The driver must agree that it is exportable; its FD is not handed out. */
-	int raw = -1;
-	rc = real.cuMemExportToShareableHandle(&raw, a->driver, type, flags);
-	if (rc != CUDA_SUCCESS)
+	struct shim_cap cap;
+	rc = posix_capability(a, flags, &cap);
+	if (rc)
 		goto out;
-	close(raw);
-	me = shim_self(); /* made when this allocation was first tracked */
-	if (!me) {
-		rc = CUDA_ERROR_NOT_SUPPORTED;
-		goto out;
-	}
-	bool first = id_is_zero(&a->token);
-	if (first && a->role == SHIM_ROLE_CREATOR) {
-		id_random(&a->token);
-		if (exports_publish(a) < 0) {
-			memset(&a->token, 0, sizeof(a->token));
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
-			goto out;
-		}
-	}
-	/* An importer forwards the creator's capability: it names the creator. */
-	const char *endpoint = a->role == SHIM_ROLE_CREATOR ? me->endpoint : a->creator_endpoint;
-	int fd = cap_get(&a->creator, &a->id, &a->token, endpoint);
+	int fd = cap_get(&cap.creator, &cap.alloc_id, &cap.token, cap.endpoint);
 	if (fd < 0) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
