@@ -16,7 +16,8 @@ if [ $rc = 0 ]; then
 	status=1
 fi
 for path in 'dlsym on a dlopen' 'cuGetProcAddress_v2 at' 'cudaGetDriverEntryPoint(ByVersion)' \
-	'the multicast wrappers through every resolver' 'cuGetProcAddress by ABI version and stream flags'; do
+	'the multicast wrappers through every resolver' 'cuMemAlloc and legacy IPC through every resolver' \
+	'cuGetProcAddress by ABI version and stream flags'; do
 	if grep -q "^FAIL $path" "$log"; then
 		echo "ok   without substitution, fails: $path"
 	else

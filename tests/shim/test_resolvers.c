@@ -8,6 +8,9 @@
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
 
+/* cudaGetDriverEntryPointByVersion */
+typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
+
 static void *shim_sym(const char *name)
 {
 	/* The preloaded shim comes first in the global scope. */
@@ -110,7 +113,6 @@ static void driver_entry_point(void)
 	if (!rt)
 		return;
 	typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
-	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
 	entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
 	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
 	CHECK(get == (entry_fn)shim_sym("cudaGetDriverEntryPoint"));
@@ -146,35 +148,65 @@ static void untracked_passes_through(void)
 	CHECK_CU_EQ(cuMemRelease(0x1234), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* The resolvers a program can reach a wrapper through: dlsym on libcuda,
+ * cuGetProcAddress, and a libcudart's cudaGetDriverEntryPointByVersion. */
+struct resolvers {
+	void *lib, *rt;
+	entry_v_fn getv;
+};
+
+static bool resolvers_open(struct resolvers *r)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
+	r->lib = dlopen("libcuda.so.1", RTLD_NOW);
+	r->rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	r->getv = r->rt ? (entry_v_fn)dlsym(r->rt, "cudaGetDriverEntryPointByVersion") : NULL;
+	CHECK(r->lib && r->rt && r->getv);
+	return r->lib && r->rt && r->getv;
+}
+
+static void resolvers_close(struct resolvers *r)
+{
+	dlclose(r->rt);
+	dlclose(r->lib);
+}
+
+/* name (whose driver symbol is sym) resolves to the shim's wrapper of sym by
+ * dlsym, by cuGetProcAddress at each of versions[0..n), and by the runtime. */
+static void resolves_to_shim(const struct resolvers *r, const char *name, const char *sym, const int *versions,
+			     size_t n)
+{
+	void *want = shim_sym(sym), *fn = NULL;
+	CHECK(want != NULL);
+	CHECK(dlsym(r->lib, sym) == want);
+	CUdriverProcAddressQueryResult st;
+	for (size_t v = 0; v < n; v++) {
+		fn = NULL;
+		CHECK_CU(cuGetProcAddress(name, &fn, versions[v], 0, &st));
+		if (fn != want)
+			test_fail(__FILE__, __LINE__, "%s through cuGetProcAddress at %d: not the shim's wrapper", name,
+				  versions[v]);
+	}
+	int rst = -1;
+	fn = NULL;
+	CHECK_EQ(r->getv(name, &fn, 12080, 0, &rst), 0);
+	if (fn != want)
+		test_fail(__FILE__, __LINE__, "%s through cudaGetDriverEntryPointByVersion: not the shim's", name);
+}
+
 /* Every multicast wrapper through every resolver; an object created through a
  * resolved pointer is tracked. cuMulticastGetGranularity is not wrapped. */
 static void multicast_resolvers(void)
 {
 	static const char *const names[] = {"cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
 					    "cuMulticastBindAddr", "cuMulticastUnbind"};
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
-	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(lib && rt);
-	if (!lib || !rt)
+	static const int versions[] = {12010, 13000};
+	struct resolvers r;
+	if (!resolvers_open(&r))
 		return;
-	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
-	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		void *want = shim_sym(names[i]), *fn = NULL;
-		CHECK(want != NULL);
-		CHECK(dlsym(lib, names[i]) == want);
-		CUdriverProcAddressQueryResult st;
-		CHECK_CU(cuGetProcAddress(names[i], &fn, 12010, 0, &st));
-		CHECK(fn == want);
-		CHECK_CU(cuGetProcAddress(names[i], &fn, 13000, 0, &st));
-		CHECK(fn == want);
-		int rst = -1;
-		fn = NULL;
-		CHECK_EQ(getv(names[i], &fn, 12080, 0, &rst), 0);
-		CHECK(fn == want);
-	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		resolves_to_shim(&r, names[i], names[i], versions, 2);
 	void *gran = NULL;
 	CUdriverProcAddressQueryResult st;
 	CHECK_CU(cuGetProcAddress("cuMulticastGetGranularity", &gran, 13000, 0, &st));
@@ -192,8 +224,7 @@ static void multicast_resolvers(void)
 	CHECK_EQ(cli_creators(), 1); /* the multicast record is its creator's */
 	CHECK_CU(cuMemRelease(mc));
 	CHECK_EQ(cli_creators(), 0);
-	dlclose(rt);
-	dlclose(lib);
+	resolvers_close(&r);
 }
 
 /* The route cudaMalloc takes and legacy IPC, through every resolver: the
@@ -212,31 +243,15 @@ static void adapter_resolvers(void)
 	static const char *const syms[] = {"cuMemAlloc_v2",         "cuMemFree_v2",           "cuMemGetAddressRange_v2",
 					   "cuPointerGetAttribute", "cuPointerGetAttributes", "cuCtxEnablePeerAccess",
 					   "cuIpcGetMemHandle",     "cuIpcOpenMemHandle_v2",  "cuIpcCloseMemHandle"};
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/libcudart.so.13", test_exe_dir());
-	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(lib && rt);
-	if (!lib || !rt)
+	static const int versions[] = {13000};
+	struct resolvers r;
+	if (!resolvers_open(&r))
 		return;
-	typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
-	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
-	CUdriverProcAddressQueryResult st;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		void *want = shim_sym(syms[i]), *fn = NULL;
-		CHECK(want != NULL);
-		CHECK(dlsym(lib, syms[i]) == want);
-		CHECK_CU(cuGetProcAddress(names[i], &fn, 13000, 0, &st));
-		if (fn != want)
-			test_fail(__FILE__, __LINE__, "%s through cuGetProcAddress: not the shim's wrapper", names[i]);
-		int rst = -1;
-		fn = NULL;
-		CHECK_EQ(getv(names[i], &fn, 12080, 0, &rst), 0);
-		if (fn != want)
-			test_fail(__FILE__, __LINE__, "%s through cudaGetDriverEntryPointByVersion: not the shim's",
-				  names[i]);
-	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		resolves_to_shim(&r, names[i], syms[i], versions, 1);
+	/* The first ABI of cuIpcOpenMemHandle never gets the second's wrapper. */
 	void *fn = NULL;
+	CUdriverProcAddressQueryResult st;
 	CHECK(cuGetProcAddress("cuIpcOpenMemHandle", &fn, 10000, 0, &st) != CUDA_SUCCESS ||
 	      fn != shim_sym("cuIpcOpenMemHandle_v2"));
 	CHECK_CU(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, &st));
@@ -245,8 +260,7 @@ static void adapter_resolvers(void)
 	CHECK_EQ(cli_creators(), 1); /* the adapter's chunk */
 	CHECK_CU(cuMemFree(p));
 	CHECK_EQ(cli_creators(), 0);
-	dlclose(rt);
-	dlclose(lib);
+	resolvers_close(&r);
 }
 
 /* The ABI and stream mode asked select the wrapper; ABIs the shim does not wrap
@@ -302,7 +316,6 @@ static void versions_and_flags(void)
 	CHECK(rt != NULL);
 	if (rt) {
 		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
-		typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
 		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
 		entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
 		int rst = -1;
