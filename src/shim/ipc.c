@@ -165,29 +165,19 @@ static struct opened_chunk *chunk_open(const struct ipc_handle *h, const struct 
 	if ((*rc = shim_import_cap("cuIpcOpenMemHandle", cap, &c->handle, &c->size)))
 		goto fail;
 	int dev = ctx_current_device();
-	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev < 0 ? 0 : dev}};
-	size_t gran = 0;
-	aux.cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-	if ((*rc = aux.cuMemAddressReserve(&c->va, c->size, gran, 0, 0)))
-		goto release;
-	if ((*rc = cuMemMap(c->va, c->size, 0, c->handle, 0)))
-		goto free_va;
+	dev = dev < 0 || dev >= PROTO_MAX_DEVICES ? 0 : dev;
 	/* Read-write for this process's device (what opening grants, peer or not). */
-	CUmemAccessDesc d = {.location = p.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	if ((*rc = cuMemSetAccess(c->va, c->size, &d, 1)))
-		goto unmap;
+	CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if ((*rc = legacy_map_new(c->handle, c->size, dev, &d, 1, &c->va))) {
+		cuMemRelease(c->handle);
+		goto fail;
+	}
 	free(cap);
 	c->id = h->chunk;
 	c->next = chunks_open;
 	chunks_open = c;
 	return c;
-unmap:
-	cuMemUnmap(c->va, c->size);
-free_va:
-	cuMemAddressFree(c->va, c->size);
-release:
-	cuMemRelease(c->handle);
 fail:
 	free(c);
 	free(cap);
@@ -204,8 +194,7 @@ static void chunk_close(struct opened_chunk *c)
 			break;
 		}
 	}
-	if (cuMemUnmap(c->va, c->size) == CUDA_SUCCESS)
-		cuMemAddressFree(c->va, c->size);
+	legacy_unmap(c->va, c->size);
 	cuMemRelease(c->handle);
 	free(c);
 }

@@ -82,16 +82,37 @@ static CUmemAllocationProp chunk_prop(int dev)
 				     .allocFlags = {.gpuDirectRDMACapable = device_info(dev)->rdma}};
 }
 
-/* Read-write for its device and for every device with peer access to it. */
-static CUresult chunk_access(CUdeviceptr va, size_t size, int dev)
+/* Read-write for its device and for every device with peer access to it:
+ * the access descriptors into d, their count returned. */
+static size_t chunk_access(int dev, CUmemAccessDesc d[PROTO_MAX_DEVICES])
 {
-	CUmemAccessDesc d[PROTO_MAX_DEVICES];
 	size_t n = 0;
 	for (int a = 0; a < PROTO_MAX_DEVICES; a++)
 		if (a == dev || peer[a][dev])
 			d[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = a},
 						   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	return cuMemSetAccess(va, size, d, n);
+	return n;
+}
+
+CUresult legacy_map_new(CUmemGenericAllocationHandle h, size_t size, int dev, const CUmemAccessDesc *d, size_t n,
+			CUdeviceptr *va)
+{
+	CUresult rc = aux.cuMemAddressReserve(va, size, device_info(dev)->gran, 0, 0);
+	if (rc)
+		return rc;
+	if ((rc = cuMemMap(*va, size, 0, h, 0)) == CUDA_SUCCESS && (rc = cuMemSetAccess(*va, size, d, n)))
+		cuMemUnmap(*va, size);
+	if (rc)
+		cuMemAddressFree(*va, size);
+	return rc;
+}
+
+CUresult legacy_unmap(CUdeviceptr va, size_t size)
+{
+	CUresult rc = cuMemUnmap(va, size);
+	if (rc == CUDA_SUCCESS)
+		cuMemAddressFree(va, size);
+	return rc;
 }
 
 static void chunk_free(struct chunk *c)
@@ -108,14 +129,12 @@ static void chunk_free(struct chunk *c)
  * will not unmap stays, empty and reusable: -1. */
 static int chunk_destroy(struct chunk *c)
 {
-	size_t size = c->node.end - c->node.start;
-	CUresult rc = cuMemUnmap(c->node.start, size);
+	CUresult rc = legacy_unmap(c->node.start, c->node.end - c->node.start);
 	if (rc) {
 		LOG_AT(LOG_WARN, "cuMemUnmap of an empty adapter chunk at %#llx failed: %s; it stays for reuse",
 		       (unsigned long long)c->node.start, shim_cu_name(rc));
 		return -1;
 	}
-	cuMemAddressFree(c->node.start, size);
 	cuMemRelease(c->handle);
 	itree_remove(&chunks, &c->node);
 	chunk_free(c);
@@ -133,26 +152,20 @@ static struct chunk *chunk_new(size_t size, int dev, CUresult *rc)
 		goto fail;
 	if ((*rc = cuMemCreate(&c->handle, size, &p, 0)))
 		goto fail;
-	if ((*rc = aux.cuMemAddressReserve(&va, size, device_info(dev)->gran, 0, 0)))
+	CUmemAccessDesc d[PROTO_MAX_DEVICES];
+	if ((*rc = legacy_map_new(c->handle, size, dev, d, chunk_access(dev, d), &va)))
 		goto release;
-	if ((*rc = cuMemMap(va, size, 0, c->handle, 0)))
-		goto free_va;
-	if ((*rc = chunk_access(va, size, dev)))
-		goto unmap;
 	c->node.start = va;
 	c->node.end = va + size;
 	if (itree_insert(&chunks, &c->node) < 0) {
 		*rc = CUDA_ERROR_OUT_OF_MEMORY;
-		goto unmap;
+		legacy_unmap(va, size);
+		goto release;
 	}
 	c->dev = dev;
 	e->len = size;
 	c->free = e;
 	return c;
-unmap:
-	cuMemUnmap(va, size);
-free_va:
-	cuMemAddressFree(va, size);
 release:
 	cuMemRelease(c->handle);
 fail:
@@ -426,9 +439,11 @@ SHIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flag
 	 * those there are and those to come. */
 	pthread_mutex_lock(&legacy_lock);
 	peer[from][owner] = true;
+	CUmemAccessDesc d[PROTO_MAX_DEVICES];
+	size_t nd = chunk_access(owner, d);
 	for (struct itree_node *n = itree_first_from(&chunks, 0); n && !rc; n = itree_next(&chunks, n))
 		if (((struct chunk *)n)->dev == owner)
-			rc = chunk_access(n->start, n->end - n->start, owner);
+			rc = cuMemSetAccess(n->start, n->end - n->start, d, nd);
 	pthread_mutex_unlock(&legacy_lock);
 	if (rc)
 		LOG_AT(LOG_ERROR,

@@ -365,6 +365,14 @@ struct legacy_block {
 bool legacy_block_of(CUdeviceptr ptr, struct legacy_block *out);
 /* The opened IPC handle holding ptr (caller holds legacy_lock). */
 bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out);
+/* Map all size bytes of the logical handle h at a new address (aligned to
+ * device dev's granularity) with access d[0..n), through the wrappers (the
+ * mapping is tracked): CUDA_SUCCESS with *va, or the failing call's result
+ * with nothing left. legacy_unmap undoes it (the reservation is kept when the
+ * unmap fails). */
+CUresult legacy_map_new(CUmemGenericAllocationHandle h, size_t size, int dev, const CUmemAccessDesc *d, size_t n,
+			CUdeviceptr *va);
+CUresult legacy_unmap(CUdeviceptr va, size_t size);
 /* Why QUIESCE must refuse this process's IPC (message in msg), or false. */
 bool ipc_refusal(char *msg, size_t len);
 void legacy_lock_for_fork(bool lock);
