@@ -60,14 +60,15 @@ static void usage(FILE *f)
 
 int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 {
-	struct tree t;
-	int rc = tree_load(pid, &t);
+	/* Refused before the tree's processes are even asked anything. */
+	int rc = check_pid_guard(pid);
 	if (rc)
+		return rc;
+	struct tree t;
+	if ((rc = tree_load(pid, &t)))
 		return rc;
 	char dir[PATH_MAX];
 	double start = now_ms();
-	if ((rc = check_guard_rails(&t)))
-		goto out;
 	if (!t.ncuda) {
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
@@ -105,9 +106,11 @@ out:
 
 int cmd_resume(pid_t pid, const char *dir_arg)
 {
-	struct tree t;
-	int rc = tree_load(pid, &t);
+	int rc = check_pid_guard(pid);
 	if (rc)
+		return rc;
+	struct tree t;
+	if ((rc = tree_load(pid, &t)))
 		return rc;
 	char dir[PATH_MAX], err[1200];
 	double start = now_ms();

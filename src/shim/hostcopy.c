@@ -70,7 +70,8 @@ static int arena_fit(size_t need)
 		double t0 = now_ms();
 		if (need && !(arena = segment_new(need)))
 			return -1;
-		LOG_AT(LOG_INFO, "host-mode arena of %zu bytes made and populated in %.1f ms", need, now_ms() - t0);
+		LOG_AT(LOG_INFO, "host-mode arena of %zu bytes at %p made and populated in %.1f ms", need,
+		       need ? (void *)arena->base : NULL, now_ms() - t0);
 		return 0;
 	}
 	size_t room = 0;
@@ -81,7 +82,8 @@ static int arena_fit(size_t need)
 	struct segment *s = segment_new(need);
 	if (!s)
 		return -1;
-	LOG_AT(LOG_INFO, "host-mode arena: another %zu bytes made and populated (%zu copies still held)", need, live);
+	LOG_AT(LOG_INFO, "host-mode arena: another %zu bytes at %p made and populated (%zu copies still held)", need,
+	       (void *)s->base, live);
 	s->next = arena;
 	arena = s;
 	return 0;

@@ -3,6 +3,7 @@
 #ifndef CUSNAP_TESTS_E2E_UTIL_H
 #define CUSNAP_TESTS_E2E_UTIL_H
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -51,9 +52,44 @@ static inline void e2e_done(void)
 	}
 }
 
-/* Run a tool; its stdout and stderr go to out (returned, malloc'ed). Exit status or -1. */
+/* The last tool run, shown with the first failure that follows it: what ran,
+ * how it ended and what it printed. */
+static struct {
+	char argv[1024], how[192];
+	char *out;
+	bool shown;
+} tool_last;
+
+static inline void tool_last_show(void)
+{
+	if (tool_last.shown || !tool_last.argv[0])
+		return;
+	tool_last.shown = true;
+	const char *out = tool_last.out ? tool_last.out : "";
+	size_t len = strlen(out);
+	printf("    the last command run, %s, %s; it printed%s:\n%s\n", tool_last.argv, tool_last.how,
+	       len > 6000 ? " (the last 6000 bytes)" : "", len > 6000 ? out + len - 6000 : out);
+}
+
+static inline void tool_last_set(char *const argv[], int status, int timeout_ms, const char *out)
+{
+	size_t n = 0;
+	tool_last.argv[0] = '\0';
+	for (int i = 0; argv[i] && n < sizeof(tool_last.argv) - 1; i++)
+		n += (size_t)snprintf(tool_last.argv + n, sizeof(tool_last.argv) - n, "%s%s", i ? " " : "", argv[i]);
+	test_describe_status(status, timeout_ms, tool_last.how, sizeof(tool_last.how));
+	free(tool_last.out);
+	tool_last.out = strdup(out ? out : "");
+	tool_last.shown = false;
+	test_fail_hook = tool_last_show;
+}
+
+/* Run a tool; its stdout and stderr go to out (returned, malloc'ed). Exit
+ * status, or -1 when it was killed, timed out or could not be waited for (a
+ * check that fails afterwards shows how it ended and what it printed). */
 static inline int tool(char **out, char *const env[], const char *first, ...)
 {
+	enum { TIMEOUT_MS = 120000 };
 	char *argv[64];
 	int n = 0;
 	va_list ap;
@@ -73,10 +109,18 @@ static inline int tool(char **out, char *const env[], const char *first, ...)
 		for (int i = 0; env && env[i]; i++)
 			putenv(env[i]);
 		execv(argv[0], argv);
+		dprintf(2, "cannot execute %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
-	int status = test_wait_child(pid, 120000);
+	int status = pid < 0 ? -1 : test_wait_child(pid, TIMEOUT_MS);
 	char *text = test_read_file(log);
+	if (pid < 0) {
+		char why[128];
+		snprintf(why, sizeof(why), "cannot fork: %s\n", strerror(errno));
+		free(text);
+		text = strdup(why);
+	}
+	tool_last_set(argv, status, TIMEOUT_MS, text);
 	if (out)
 		*out = text ? text : strdup("");
 	else

@@ -19,6 +19,7 @@
 
 int test_failures;
 const char *test_current = "main";
+void (*test_fail_hook)(void);
 static int sub_failures;
 
 void test_fail(const char *file, int line, const char *fmt, ...)
@@ -36,6 +37,8 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 	vfprintf(stdout, fmt, ap);
 	va_end(ap);
 	fprintf(stdout, "\n");
+	if (test_fail_hook)
+		test_fail_hook();
 	fflush(stdout);
 }
 
@@ -222,14 +225,38 @@ int test_wait_child(pid_t pid, int timeout_ms)
 	}
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	return -1;
+	return -2;
+}
+
+void test_describe_status(int status, int timeout_ms, char *out, size_t len)
+{
+	if (status == -2)
+		snprintf(out, len, "did not finish within %d ms and was killed", timeout_ms);
+	else if (status < 0)
+		snprintf(out, len, "could not be waited for: %s", strerror(errno));
+	else if (WIFEXITED(status))
+		snprintf(out, len, "exited %d%s", WEXITSTATUS(status),
+			 WEXITSTATUS(status) == 127 ? " (127: could not be executed)" : "");
+	else if (WIFSIGNALED(status))
+		snprintf(out, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else
+		snprintf(out, len, "ended with status %#x", status);
+}
+
+/* In a child that failed to exec: say why on its stderr, exit 127. */
+static void exec_failed(const char *path)
+{
+	dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
+	_exit(127);
 }
 
 int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms)
 {
 	pid_t pid = fork();
-	if (pid < 0)
+	if (pid < 0) {
+		printf("  cannot fork for %s: %s\n", argv[0], strerror(errno));
 		return -1;
+	}
 	if (pid == 0) {
 		if (log_path) {
 			int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -239,9 +266,14 @@ int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms)
 			}
 		}
 		execvp(argv[0], argv);
-		_exit(127);
+		exec_failed(argv[0]);
 	}
 	int status = test_wait_child(pid, timeout_ms);
+	if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		char why[160];
+		test_describe_status(status, timeout_ms, why, sizeof(why));
+		printf("  %s %s%s%s\n", argv[0], why, log_path ? "; its output is in " : "", log_path ? log_path : "");
+	}
 	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -265,7 +297,7 @@ pid_t test_spawn(char *const argv[], char *const env[], const char *log)
 	for (int i = 0; env && env[i]; i++)
 		putenv(env[i]);
 	execv(argv[0], argv);
-	_exit(127);
+	exec_failed(argv[0]);
 }
 
 char *test_command(const char *dir, const char *name, const char *cmd, int timeout_ms)

@@ -14,6 +14,8 @@ extern int test_failures;
 extern const char *test_current;
 
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Called after each failure is printed (the e2e tests show the last command run). */
+extern void (*test_fail_hook)(void);
 
 #define CHECK(cond)                                                                 \
 	do {                                                                        \
@@ -79,9 +81,14 @@ int test_count_fds(void);
 /* Send/receive one FD over a Unix socket with SCM_RIGHTS. */
 int test_send_fd(int sock, int fd);
 int test_recv_fd(int sock);
-/* waitpid with a timeout; returns the raw status or -1 (child then killed). */
+/* waitpid with a timeout; returns the raw status, -2 when it timed out (the
+ * child then killed) or -1 when it cannot be waited for. */
 int test_wait_child(pid_t pid, int timeout_ms);
-/* Run argv (NULL-terminated), wait up to timeout_ms, return its exit status or -1. */
+/* What a status of test_wait_child means, in words ("exited 2", "was killed by
+ * signal 9 (Killed)", "did not finish within 120000 ms and was killed"). */
+void test_describe_status(int status, int timeout_ms, char *out, size_t len);
+/* Run argv (NULL-terminated), wait up to timeout_ms, return its exit status or
+ * -1; a failure (not exit 0) is described on stdout. */
 int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms);
 
 /* The criu the tests use: $CRIU, else what `make test` provisioned

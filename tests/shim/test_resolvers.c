@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Every resolver path hands out the shim's wrappers, and allocations made
  * through each are tracked (seen by snapshot-cuda-vmm --inspect). */
+#include <errno.h>
 #include <dlfcn.h>
 
 #include "shim_util.h"
@@ -41,11 +42,16 @@ static int cli_creators(void)
 	if (c == 0) {
 		dup2(fd, 1);
 		execv(cli, argv);
+		dprintf(2, "cannot execute %s: %s\n", cli, strerror(errno));
 		_exit(127);
 	}
 	close(fd);
 	int status = test_wait_child(c, 10000);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		char why[160];
+		test_describe_status(status, 10000, why, sizeof(why));
+		test_fail(__FILE__, __LINE__, "snapshot-cuda-vmm --inspect %s", why);
+	}
 	char *json = test_read_file(out);
 	int n = 0;
 	for (const char *p = json; p && (p = strstr(p, "\"role\":\"creator\"")); p++)

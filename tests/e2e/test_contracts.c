@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+/* The coordinator's and cusnap's contract (SYSTEM.md §3): guard rails, the
+ * validation refusals, partial interposition, the agent's argv shapes in a PID
+ * namespace, and a restore with nothing prepared. */
+#include <dirent.h>
+
+#include "sweep.h"
+
+static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
+
+/* Guard rails: a tree with cusnap's own ancestors or this namespace's init is
+ * refused (by suspend, resume and checkpoint) before anything changes; a thread id stands for its process. */
+static void guard_rails(void)
+{
+	char tool_path[PATH_MAX], self[16], *out;
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(self, sizeof(self), "%d", getpid()); /* cusnap's parent: an ancestor */
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", "1", NULL), 64);
+	CHECK_CONTAINS(out, "PID 1");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, tool_path, "resume", "--pid", "1", NULL), 64);
+	CHECK_CONTAINS(out, "PID 1");
+	free(out);
+	char dir[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/guard", e2e_root);
+	CHECK_EQ(tool(&out, NULL, tool_path, "checkpoint", "--pid", "1", "--dir", dir, NULL), 64);
+	CHECK_CONTAINS(out, "PID 1");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", self, NULL), 64);
+	CHECK_CONTAINS(out, "an ancestor of cusnap");
+	free(out);
+	struct group g;
+	if (group_start(&g, "guard", 1, 1, false, NULL, NULL, NULL) < 0)
+		return;
+	/* A thread of the workload's root (the shim's endpoint thread) names the process. */
+	char task[64], tid[16] = "";
+	snprintf(task, sizeof(task), "/proc/%d/task", g.root);
+	DIR *d = opendir(task);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.' && atoi(e->d_name) != g.root)
+			snprintf(tid, sizeof(tid), "%s", e->d_name);
+	if (d)
+		closedir(d);
+	CHECK(tid[0]);
+	CHECK_EQ(tool(&out, NULL, tool_path, "inspect", "--pid", tid, "--control-dir", g.ctl, NULL), 0);
+	char note[64];
+	snprintf(note, sizeof(note), "is a thread of process %d", g.root);
+	CHECK_CONTAINS(out, note);
+	free(out);
+	group_kill(&g);
+}
+
+/* A target_helper under the launcher, for the refusals. */
+static pid_t helper(const char *dir, const char *name, const char *ctl, const char *const *opts)
+{
+	static char launcher[PATH_MAX + 32], h[PATH_MAX + 32], envctl[PATH_MAX + 32];
+	snprintf(launcher, sizeof(launcher), "%s/snapshot-cuda-vmm-launch", bin_dir);
+	snprintf(h, sizeof(h), "%s/emu/target_helper", tests_dir);
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", ctl);
+	const char *argv[16] = {launcher, h, dir, name};
+	int n = 4;
+	for (int i = 0; opts && opts[i]; i++)
+		argv[n++] = opts[i];
+	argv[n] = NULL;
+	char *env[] = {envctl, NULL};
+	char log[PATH_MAX + 32];
+	snprintf(log, sizeof(log), "%s/%s.log", dir, name);
+	pid_t pid = test_spawn((char *const *)argv, env, log);
+	int ns;
+	unsigned long long va;
+	if (test_wait_ready(dir, name, 20000, &ns, &va) < 0)
+		test_fail(__FILE__, __LINE__, "helper %s did not get ready", name);
+	return pid;
+}
+
+static int prepare(const char *ctl, const char *dir, char **out, pid_t a, pid_t b)
+{
+	char pa[16], pb[16], cd[PATH_MAX + 32];
+	snprintf(pa, sizeof(pa), "%d", a);
+	snprintf(pb, sizeof(pb), "%d", b);
+	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
+	if (b > 0)
+		return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa,
+			    "--process", pb, pb, NULL);
+	return tool(out, NULL, coord, "--prepare", cd, "--checkpoint-dir", dir, "--process", pa, pa, NULL);
+}
+
+static void validation_refusals(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	e2e_scratch("refusals", dir, ctl);
+	const char *serve[] = {"--serve", NULL}, *import[] = {"--import", "c", "--dev", "1", NULL};
+	pid_t c = helper(dir, "c", ctl, serve), i = helper(dir, "i", ctl, import);
+	/* A partial group: the importer without its creator. */
+	CHECK_EQ(prepare(ctl, dir, &out, i, 0), 1);
+	CHECK_CONTAINS(out, "partial group");
+	free(out);
+	/* Nothing changed: the full group prepares (and is rebuilt by a restore). */
+	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
+	free(out);
+	char pc[16], pi[16], cd[PATH_MAX + 32];
+	snprintf(pc, sizeof(pc), "%d", c);
+	snprintf(pi, sizeof(pi), "%d", i);
+	snprintf(cd, sizeof(cd), "--control-dir=%s", ctl);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi,
+		      pi, NULL),
+		 0);
+	free(out);
+	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
+	/* The creator drops its handle and mapping: only capabilities remain. */
+	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
+	CHECK_EQ(prepare(ctl, dir, &out, c, i), 1);
+	CHECK_CONTAINS(out, "holds neither a handle nor a mapping");
+	free(out);
+	kill(c, SIGKILL);
+	kill(i, SIGKILL);
+	waitpid(c, NULL, 0);
+	waitpid(i, NULL, 0);
+	/* Shared as a FABRIC handle: refused, with the handle type named. */
+	const char *fabric[] = {"--fabric", NULL};
+	pid_t f = helper(dir, "f", ctl, fabric);
+	TARGET_EXPECT_DIR(dir, "f", "fabric", "CUDA_SUCCESS");
+	CHECK_EQ(prepare(ctl, dir, &out, f, 0), 1);
+	CHECK_CONTAINS(out, "only POSIX file descriptor sharing");
+	free(out);
+	kill(f, SIGKILL);
+	waitpid(f, NULL, 0);
+}
+
+static void partial_interposition(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	e2e_scratch("partial", dir, ctl);
+	pid_t sh = partial_tree_start(dir, ctl);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", sh);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
+	CHECK_CONTAINS(out, "partial interposition");
+	free(out);
+	/* Refused before anything changed. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
+	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
+	free(out);
+	tree_kill(sh);
+	waitpid(sh, NULL, 0);
+}
+
+/* The agent's exact argv shapes, with a workload in its own PID namespace. */
+static void contract_shapes(void)
+{
+	if (geteuid() != 0) {
+		printf("  (PID namespace part skipped: needs root)\n");
+		return;
+	}
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", NULL};
+	struct group g;
+	if (group_start(&g, "pidns", 2, 2, false, wrapper, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 3);
+	char obs[3][16], ns[3][16], dir[PATH_MAX + 32], *out;
+	for (int i = 0; i < 3; i++) {
+		snprintf(obs[i], sizeof(obs[i]), "%d", pids[i]);
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/status", pids[i]);
+		char *st = test_read_file(path), *line = st ? strstr(st, "NSpid:") : NULL;
+		char *nl = line ? strchr(line, '\n') : NULL;
+		if (nl)
+			*nl = '\0';
+		char *last = line ? strrchr(line, '\t') : NULL;
+		snprintf(ns[i], sizeof(ns[i]), "%s", last ? last + 1 : "0");
+		free(st);
+		CHECK(strcmp(obs[i], ns[i]) != 0); /* observed PID != namespace PID */
+	}
+	snprintf(dir, sizeof(dir), "%s/state", g.ctl);
+	mkdir(dir, 0700);
+	char *env[] = {g.env_ctl, NULL};
+	/* Prepare, as the agent runs it in the host namespaces. */
+	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process",
+		      obs[0], ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
+		 0);
+	free(out);
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0 + 3); /* only the private allocations remain */
+	/* Restore, as it runs inside the container: empty proc-root, SNAPSHOT_CONTROL_DIR. */
+	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0],
+		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
+		 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 3);
+	group_kill(&g);
+}
+
+static void missing_state(void)
+{
+	char dir[PATH_MAX], *out;
+	snprintf(dir, sizeof(dir), "%s/empty", e2e_root);
+	mkdir(dir, 0700);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", "1", "1",
+		      NULL),
+		 0);
+	CHECK_CONTAINS(out, "nothing was prepared");
+	free(out);
+	CHECK(tool(&out, NULL, coord, "--restore", "--require-state", "--proc-root", "", "--checkpoint-dir", dir,
+		   "--process", "1", "1", NULL) != 0);
+	CHECK_CONTAINS(out, "cuda-vmm.state");
+	free(out);
+}
+
+int main(void)
+{
+	e2e_init("contracts");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
+	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
+	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
+	test_run("partial interposition refused before anything changes", partial_interposition);
+	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
+	test_run("restore without a state file", missing_state);
+	e2e_done();
+	return test_done();
+}

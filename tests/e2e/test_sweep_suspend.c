@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/* The countdown fault sweeps over cusnap suspend and resume (sweep.h): every
+ * driver call each makes, in the creator and in an importer, both content
+ * modes; a sample under the sanitizers, all of it in `make sweep`. */
+#include "sweep.h"
+
+/* The countdown sweeps over suspend and resume (sweep.h): both content modes,
+ * the creator and an importer. */
+static void sweeps(void)
+{
+	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND}, SWEEP_RESUME, false, "");
+}
+
+int main(void)
+{
+	e2e_init("sweep-suspend");
+	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
+	e2e_done();
+	return test_done();
+}
