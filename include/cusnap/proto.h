@@ -38,7 +38,7 @@
 #define PROTO_FLAG_REPLY 1u
 
 enum proto_op {
-#define OP(name, value, kind, admitted, next) PROTO_OP_##name = value,
+#define OP(name, value, kind, admitted, done, next) PROTO_OP_##name = value,
 #include "cusnap/ops.def"
 #undef OP
 };

@@ -71,7 +71,7 @@ const char *proto_status_name(int status)
 const char *proto_op_name(int op)
 {
 	static const char *const names[] = {
-#define OP(name, value, kind, admitted, next) [PROTO_OP_##name] = #name,
+#define OP(name, value, kind, admitted, done, next) [PROTO_OP_##name] = #name,
 #include "cusnap/ops.def"
 #undef OP
 	};

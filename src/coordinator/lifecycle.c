@@ -126,10 +126,15 @@ static int validate(struct run *x)
  * was validated. */
 static int quiesce(struct run *x)
 {
-	x->r->unchanged = false;
 	long bad = fan_out(x->calls, x->t, x->n, NULL, PROTO_OP_QUIESCE, NULL, 0, x->o->timeout_ms);
-	for (size_t i = 0; i < x->n; i++)
-		x->touched[i] = x->calls[i].status != PROTO_E_IO; /* a timeout may have quiesced it */
+	for (size_t i = 0; i < x->n; i++) {
+		/* A participant that refused (another command's, or one that cannot be
+		 * quiesced) changed nothing; one that did not answer may have quiesced. */
+		int st = x->calls[i].status;
+		x->touched[i] = st == PROTO_OK || st == PROTO_E_IO || st == PROTO_E_TIMEOUT;
+		if (x->touched[i])
+			x->r->unchanged = false;
+	}
 	if (bad >= 0) {
 		stage_error(x->r, &x->calls[bad], "QUIESCE");
 		return -1;
@@ -346,8 +351,8 @@ static int resume(struct run *x)
 
 static const struct stage restore_stages[] = {
 	{COORD_STAGE_INSPECT, "HELLO/INSPECT", match_state, NULL},
-	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, NULL},
-	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, NULL},
+	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, "kill-after-restore-creators"},
+	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, "kill-after-restore-importers"},
 	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, NULL},
 	{COORD_STAGE_COMPARE, "compare", compare_state, NULL},
 	{COORD_STAGE_RESUME, "RESUME", resume, NULL},

@@ -54,6 +54,8 @@ CUresult shim_mutation_allowed(const char *call)
 
 #define PH(x) (1u << PROTO_PHASE_##x)
 #define ANY (~0u)
+#define NONE 0u
+#define AFTER_UNICAST (PH(UNICAST_RESTORED) | PH(MC_CREATED) | PH(MC_IMPORTED) | PH(RESTORED))
 #define PROTO_PHASE_SAME 0
 #define KIND_READ false
 #define KIND_STEP true
@@ -61,10 +63,10 @@ CUresult shim_mutation_allowed(const char *call)
 static const struct op_rule {
 	int (*serve)(struct op_call *c);
 	bool step;
-	unsigned admitted;
+	unsigned admitted, done;
 	int next;
 } rules[] = {
-#define OP(name, value, kind, adm, nxt) [PROTO_OP_##name] = {serve_##name, KIND_##kind, adm, PROTO_PHASE_##nxt},
+#define OP(name, value, kind, adm, dn, nxt) [PROTO_OP_##name] = {serve_##name, KIND_##kind, adm, dn, PROTO_PHASE_##nxt},
 #include "cusnap/ops.def"
 #undef OP
 };
@@ -89,7 +91,9 @@ void shim_error_reply(struct proto_buf *out, const char *fmt, ...)
 	pbuf_end(out, at);
 }
 
-int shim_step(int op, struct op_call *c)
+/* Run lifecycle step op with c (the lifecycle lock held): the phase rule (a
+ * step already done answers done), the step, the phase it leaves. */
+static int shim_step(int op, struct op_call *c)
 {
 	const struct op_rule *rule = rule_of(op);
 	if (!rule || !rule->step) {
@@ -98,13 +102,16 @@ int shim_step(int op, struct op_call *c)
 		return PROTO_E_OP;
 	}
 	int now = shim_phase();
+	if (rule->done & (1u << now)) {
+		LOG_AT(LOG_INFO, "%s: already done (phase %s)", proto_op_name(op), proto_phase_name((uint32_t)now));
+		return PROTO_OK;
+	}
 	if (!(rule->admitted & (1u << now))) {
 		bool f = now == PROTO_PHASE_FAILED;
 		snprintf(c->r.msg, sizeof(c->r.msg), "%s refused in phase %s%s%.400s", proto_op_name(op),
 			 proto_phase_name((uint32_t)now), f ? ": " : "", f ? failure : "");
 		return PROTO_E_PHASE;
 	}
-	c->phase = now;
 	int rc = rule->serve(c);
 	if (rc == PROTO_OK && rule->next != PROTO_PHASE_SAME)
 		set_phase(rule->next);

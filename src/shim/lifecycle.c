@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The lifecycle (SYSTEM.md §6): QUIESCE, PREPARE in host or native content mode,
- * RESTORE_CREATORS, RESTORE_IMPORTERS, RESUME and ABORT, run on an endpoint
+ * RESTORE_CREATORS, RESTORE_IMPORTERS and RESUME, run on an endpoint
  * thread for the coordinator.
  *
  * PREPARE detaches every *shared* allocation from the driver while keeping its
@@ -11,7 +11,7 @@
  * recorded addresses with the recorded access, and the application's logical
  * handles follow their records to the new driver handles. Each allocation and
  * each mapping carries its own detached mark, so a rebuild after a failure half
- * way (ABORT) restores exactly what was taken down. */
+ * way (the coordinator's abort) restores exactly what was taken down. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,7 +195,7 @@ static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t
 
 /* Every shared allocation this process created: anchored, its bytes copied out
  * together (host), then taken down. On a failure, what was taken down stays so
- * for ABORT; an allocation left untouched gives back the reference taken for it
+ * for the abort; an allocation left untouched gives back the reference taken for it
  * and its copy. */
 static CUresult prepare_creators(struct life_result *r)
 {
@@ -685,45 +685,5 @@ int serve_RESUME(struct op_call *c)
 	pthread_mutex_lock(&tbl.lock);
 	int rc = all_attached(&c->r) ? PROTO_OK : PROTO_E_PHASE;
 	pthread_mutex_unlock(&tbl.lock);
-	return rc;
-}
-
-int serve_ABORT(struct op_call *c)
-{
-	/* Everything this process took down, rebuilt in place (its creators'
-	 * importers elsewhere are the coordinator's to order). Multicast objects are
-	 * rebuilt here alone: right for a group of one process; a group of several
-	 * needs the coordinator's staged rebuild. */
-	int now = c->phase;
-	if (now != PROTO_PHASE_ACTIVE && now != PROTO_PHASE_RESTORED) {
-		static const int steps[] = {PROTO_OP_RESTORE_CREATORS, PROTO_OP_RESTORE_IMPORTERS,
-					    PROTO_OP_RESTORE_MULTICAST, PROTO_OP_RESTORE_MULTICAST_IMPORT,
-					    PROTO_OP_RESTORE_MULTICAST_BIND};
-		size_t first = now == PROTO_PHASE_CREATORS_RESTORED  ? 1
-			       : now == PROTO_PHASE_UNICAST_RESTORED ? 2
-			       : now == PROTO_PHASE_MC_CREATED       ? 3
-			       : now == PROTO_PHASE_MC_IMPORTED      ? 4
-								     : 0;
-		if (first == 0)
-			shim_step_set_phase(PROTO_PHASE_PREPARED);
-		struct op_call sub = {.out = c->out};
-		for (size_t s = first; s < sizeof(steps) / sizeof(steps[0]); s++) {
-			if (steps[s] == PROTO_OP_RESTORE_MULTICAST && !mc_any_detached())
-				break; /* no multicast object was taken down */
-			int rc = shim_step(steps[s], &sub);
-			c->r.bytes += sub.r.bytes;
-			c->r.count += sub.r.count;
-			if (rc != PROTO_OK) {
-				snprintf(c->r.msg, sizeof(c->r.msg), "%s", sub.r.msg);
-				return rc;
-			}
-		}
-	}
-	if (shim_phase() == PROTO_PHASE_ACTIVE)
-		return PROTO_OK;
-	struct op_call resume = {.out = c->out};
-	int rc = shim_step(PROTO_OP_RESUME, &resume);
-	if (rc != PROTO_OK)
-		snprintf(c->r.msg, sizeof(c->r.msg), "%s", resume.r.msg);
 	return rc;
 }

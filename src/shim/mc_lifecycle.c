@@ -39,18 +39,6 @@ static bool any_part_detached(const struct shim_alloc *a)
 	return false;
 }
 
-bool mc_any_detached(void)
-{
-	bool any = false;
-	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; !any && i < tbl.allocs.cap; i++) {
-		const struct shim_alloc *a = tbl.allocs.vals[i];
-		any = tbl.allocs.keys[i] && a->mc && any_part_detached(a);
-	}
-	pthread_mutex_unlock(&tbl.lock);
-	return any;
-}
-
 void mc_apply_device_map(struct shim_alloc *a, const int *map)
 {
 	struct shim_mc *mc = a->mc;

@@ -271,21 +271,17 @@ struct op_call {
 	struct proto_buf *out; /* READ operations: the reply's records */
 	int *fd;               /* READ operations: a descriptor sent with the reply */
 	struct life_result r;  /* STEP operations */
-	int phase;             /* STEP operations: the phase when it began */
 };
 /* Serve operation op (the endpoint's one entry): the reply's records go to out,
  * a descriptor to send with it to *fd. Returns a proto_status. */
 int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd);
-/* Run lifecycle step op with c (the lifecycle lock held): the phase rule, the
- * step, the phase it leaves. ABORT runs the rebuild's steps through it. */
-int shim_step(int op, struct op_call *c);
 /* A step that changed something failed: phase FAILED, r's message kept; returns rc. */
 int shim_step_failed(struct life_result *r, int rc);
 /* For a step that decides its phase itself (under the table lock). */
 void shim_step_set_phase(int p);
 /* An error record (message and the phase) for the reply. */
 void shim_error_reply(struct proto_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define OP(name, value, kind, admitted, next) int serve_##name(struct op_call *c);
+#define OP(name, value, kind, admitted, done, next) int serve_##name(struct op_call *c);
 #include "cusnap/ops.def"
 #undef OP
 /* Untracked multicast handles seen in use (a native checkpoint would hang on them). */
@@ -313,8 +309,6 @@ int mc_prepare(struct life_result *r);
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);
 int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r);
 int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r);
-/* Multicast objects of this process with any part taken down (abort's rebuild list). */
-bool mc_any_detached(void);
 /* Translate recorded devices by map[old] = new. Caller holds tbl.lock. */
 void mc_apply_device_map(struct shim_alloc *a, const int *map);
 

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/* What cusnap suspend and resume leave after a failure (SYSTEM.md §6.1, §12):
+ * a rollback that fails, a participant that dies, a native call that does not
+ * return, cusnap itself SIGKILLed or SIGTERMed at each phase boundary. */
+#include "sweep.h"
+
+static char coord[PATH_MAX + 32];
+
+/* Did the group pass after an aborted or completed suspend? (rc: suspend's exit) */
+static bool group_back_and_passing(struct group *g, int rc, const char *what)
+{
+	bool ok = true;
+	if (rc == 0) {
+		char *out;
+		int r = group_resume(g, &out, NULL);
+		if (r != 0) {
+			test_fail(__FILE__, __LINE__, "%s: suspend succeeded, resume exited %d:\n%s", what, r, out);
+			ok = false;
+		}
+		free(out);
+	} else {
+		char *json = group_inspect(g);
+		/* Nothing half-prepared: every process active, running, sharing again. */
+		if (count_of(json, "\"phase\":\"active\"") != 2 || count_of(json, "\"state\":\"running\"") != 2) {
+			test_fail(__FILE__, __LINE__, "%s: after the abort:\n%s", what, json);
+			ok = false;
+		}
+		free(json);
+	}
+	if (ok && group_finish(g) != 2) {
+		test_fail(__FILE__, __LINE__, "%s: the workload did not pass afterwards", what);
+		ok = false;
+	}
+	group_kill(g);
+	return ok;
+}
+
+/* A native call that does not return (the real driver hangs on what it cannot
+ * checkpoint): the watchdog names the process and the step, suspend exits 2
+ * instead of hanging, and once the call returned `cusnap resume` brings the
+ * group back. */
+static void native_watchdog(void)
+{
+	char *env[] = {"CUEMU_CKPT_STALL_MS=3000", NULL};
+	struct group g;
+	if (group_start(&g, "stall", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char *out, *tool_env[] = {"CUSNAP_NATIVE_TIMEOUT_MS=600", NULL};
+	int rc = group_suspend(&g, "host", &out, tool_env);
+	if (rc != 2)
+		test_fail(__FILE__, __LINE__, "suspend exited %d, not 2:\n%s", rc, out);
+	CHECK_CONTAINS(out, "cuCheckpointProcessCheckpoint did not return within 600 ms");
+	CHECK_CONTAINS(out, "cusnap resume --pid");
+	free(out);
+	usleep(3500 * 1000); /* the stalled checkpoints complete */
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+/* The phase boundaries of suspend (include/cusnap/faults.def, less the
+ * multicast one: these groups have no multicast object). */
+static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
+					 "kill-after-lock", "kill-after-checkpoint"};
+
+/* A fresh group, then `cusnap suspend` of it with CUSNAP_FAULT=point:how.
+ * Returns suspend's exit (-1: killed, -2: no group); its output in *out, the
+ * group's SNAPSHOT_CONTROL_DIR=... (for the commands that follow) in envctl. */
+static int faulted_suspend(struct group *g, const char *point, const char *how, const char *content,
+			   char envctl[PATH_MAX + 32], char **out)
+{
+	if (group_start(g, how, 1, 2, false, NULL, NULL, NULL) < 0)
+		return -2;
+	char tool_path[PATH_MAX], pid[16], fault[96];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:%s", point, how);
+	snprintf(envctl, PATH_MAX + 32, "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	char *env[] = {fault, envctl, NULL};
+	return tool(out, env, tool_path, "suspend", "--pid", pid, "--content", content, NULL);
+}
+
+/* cusnap suspend SIGKILLed at every phase boundary (CUSNAP_FAULT=...:self):
+ * `cusnap resume --pid ROOT` alone brings the group back from wherever it was
+ * left, and a running tree is answered "nothing to resume" with exit 0. */
+static void recovery_after_sigkill(void)
+{
+	static const char *const contents[] = {"host", "native"};
+	char tool_path[PATH_MAX];
+	cusnap_path(tool_path, sizeof(tool_path));
+	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
+		for (int c = 0; c < 2; c++) {
+			struct group g;
+			char envctl[PATH_MAX + 32], pid[16], *out;
+			int rc = faulted_suspend(&g, boundaries[i], "self", contents[c], envctl, &out);
+			if (rc == -2)
+				return;
+			if (rc != -1)
+				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s",
+					  boundaries[i], rc, out);
+			free(out);
+			snprintf(pid, sizeof(pid), "%d", g.root);
+			char *env2[] = {envctl, NULL};
+			if (i == 0) {
+				/* inspect names the half-done tree and the command that repairs it */
+				CHECK_EQ(tool(&out, env2, tool_path, "inspect", "--pid", pid, NULL), 0);
+				CHECK_CONTAINS(out, "half-done");
+				CHECK_CONTAINS(out, "cusnap resume --pid");
+				free(out);
+			}
+			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
+			if (rc != 0)
+				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s",
+					  boundaries[i], contents[c], rc, out);
+			free(out);
+			if (i == 0 && c == 0) {
+				/* Already running: nothing to do, and said so. */
+				CHECK_EQ(tool(&out, env2, tool_path, "resume", "--pid", pid, NULL), 0);
+				CHECK_CONTAINS(out, "nothing to resume");
+				free(out);
+			}
+			char what[128];
+			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", boundaries[i], contents[c]);
+			group_back_and_passing(&g, 1, what);
+		}
+	}
+}
+
+/* SIGTERM at each phase boundary of suspend (CUSNAP_FAULT=...:term): cusnap
+ * undoes everything and exits 1, every participant active, the group passing. */
+static void sigterm_undoes(void)
+{
+	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
+		struct group g;
+		char envctl[PATH_MAX + 32], *out;
+		int rc = faulted_suspend(&g, boundaries[i], "term", "host", envctl, &out);
+		if (rc == -2)
+			return;
+		if (rc != 1 || !contains(out, "everything undone"))
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", boundaries[i], rc, out);
+		free(out);
+		char what[128];
+		snprintf(what, sizeof(what), "SIGTERM %s", boundaries[i]);
+		group_back_and_passing(&g, 1, what);
+	}
+	/* The same for the coordinator's --prepare (the agent's shape). */
+	struct group g;
+	if (group_start(&g, "sigterm-coord", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 2);
+	char a[16], b[16], dir[PATH_MAX + 32], envctl[PATH_MAX + 32], *out;
+	snprintf(a, sizeof(a), "%d", pids[0]);
+	snprintf(b, sizeof(b), "%d", pids[n > 1 ? 1 : 0]);
+	snprintf(dir, sizeof(dir), "%s/sigterm-coord-state", e2e_root);
+	mkdir(dir, 0700);
+	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
+	char *env[] = {"CUSNAP_FAULT=kill-after-prepare:term", envctl, NULL};
+	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", a, a,
+		      "--process", b, b, NULL),
+		 1);
+	CHECK_CONTAINS(out, "during prepare: rebuilding every participant");
+	free(out);
+	group_back_and_passing(&g, 1, "SIGTERM to snapshot-cuda-vmm --prepare");
+}
+
+static void abort_on_dead_participant(void)
+{
+	struct group g;
+	if (group_start(&g, "dead", 2, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 3);
+	char fault[64], *out;
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", pids[2]);
+	char *env[] = {fault, NULL};
+	CHECK_EQ(group_suspend(&g, "host", &out, env), 1);
+	CHECK_CONTAINS(out, "is gone");
+	free(out);
+	/* The survivors are rebuilt and running: their device memory is back. */
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+	CHECK_EQ(count_of(json, "\"detached\""), 0);
+	free(json);
+	CHECK_EQ(test_count_maps(pids[0], "memfd:cuemu-mem"), 2 + 1);
+	CHECK_EQ(test_count_maps(pids[1], "memfd:cuemu-mem"), 2 + 1);
+	group_kill(&g);
+}
+
+/* The rollback that fails: a lock fails after the prepare, and the creator's
+ * rebuild (its cuMemCreate) fails too. Exit 2, the participant and the call
+ * named, the tree said to be half-done and parked (inspect says so too). */
+static void failing_rollback(void)
+{
+	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
+	snprintf(arm, sizeof(arm), "%s/arm-rollback", e2e_root);
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	char *env[] = {"CUEMU_FAULT=cuMemCreate:1", env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
+	struct group g;
+	if (group_start(&g, "rollback", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	test_write_file(arm, "");
+	char *out, *tool_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1", NULL}, name[64];
+	CHECK_EQ(group_suspend(&g, "host", &out, tool_env), 2);
+	unlink(arm);
+	CHECK_CONTAINS(out, "lock of process");
+	CHECK_CONTAINS(out, "undoing it failed");
+	snprintf(name, sizeof(name), "participant %d", g.root);
+	CHECK_CONTAINS(out, name);
+	CHECK_CONTAINS(out, "cuMemCreate");
+	CHECK_CONTAINS(out, "half-done");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
+	CHECK_CONTAINS(json, "\"half_done\":true");
+	free(json);
+	group_kill(&g);
+}
+
+/* cusnap resume SIGKILLed after each rebuild step (every shim left in
+ * CREATORS_RESTORED, then UNICAST_RESTORED): `cusnap resume --pid ROOT` alone
+ * continues from there (a step already done answers done) and the group
+ * passes. */
+static void resume_killed_mid_rebuild(void)
+{
+	static const char *const points[] = {"kill-after-restore-creators", "kill-after-restore-importers"};
+	char tool_path[PATH_MAX];
+	cusnap_path(tool_path, sizeof(tool_path));
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		struct group g;
+		if (group_start(&g, "rebuild", 1, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		char pid[16], fault[96], *out;
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", points[i]);
+		char *env[] = {g.env_ctl, NULL}, *faulted[] = {g.env_ctl, fault, NULL};
+		CHECK_EQ(tool(&out, env, tool_path, "suspend", "--pid", pid, NULL), 0);
+		free(out);
+		int rc = tool(&out, faulted, tool_path, "resume", "--pid", pid, NULL);
+		if (rc != -1)
+			test_fail(__FILE__, __LINE__, "%s: resume was not killed (exit %d):\n%s", points[i], rc, out);
+		free(out);
+		rc = tool(&out, env, tool_path, "resume", "--pid", pid, NULL);
+		if (rc != 0)
+			test_fail(__FILE__, __LINE__, "%s: resume --pid alone afterwards exited %d:\n%s", points[i], rc,
+				  out);
+		free(out);
+		char what[128];
+		snprintf(what, sizeof(what), "resume SIGKILLed at %s, then resume", points[i]);
+		group_back_and_passing(&g, 1, what);
+	}
+}
+
+int main(void)
+{
+	e2e_init("recovery");
+	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
+	test_run("a failing rollback: exit 2, the participant and the call named", failing_rollback);
+	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
+	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
+	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
+	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
+	test_run("resume SIGKILLed after each rebuild step: resume --pid alone continues", resume_killed_mid_rebuild);
+	e2e_done();
+	return test_done();
+}
