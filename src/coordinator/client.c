@@ -123,6 +123,12 @@ void coord_fault_point(const char *name)
 	if (!listed)
 		return; /* every point is in faults.def */
 	const char *who = spec + len + 1;
+	if (strcmp(who, "stop") == 0) {
+		/* SIGSTOP to ourselves: a command held there, until SIGCONT */
+		fprintf(stderr, "CUSNAP_FAULT: stopped at %s\n", name);
+		raise(SIGSTOP);
+		return;
+	}
 	if (strcmp(who, "term") == 0) {
 		/* SIGTERM to ourselves: the command's signal path runs */
 		fprintf(stderr, "CUSNAP_FAULT: SIGTERM to ourselves at %s\n", name);

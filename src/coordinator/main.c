@@ -3,6 +3,7 @@
  * coordinator library. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "cusnap/fdcheck.h"
 #include "cusnap/exitcodes.h"
 #include "cusnap/json.h"
+#include "cusnap/rundir.h"
 
 /* SIGINT, SIGTERM, SIGHUP during --prepare: finish the step in flight, then
  * abort what was prepared (never leave the participants half-prepared). */
@@ -240,6 +242,28 @@ static int run(int argc, char **argv)
 					  .dir = dir,
 					  .require_state = require_state,
 					  .progress = stderr};
+		/* One command per tree (SYSTEM.md §9); a run directory that cannot be
+		 * had (a read-only /run in a container) only costs the protection. */
+		pid_t *pids = calloc(ntargets ? ntargets : 1, sizeof(*pids));
+		for (size_t i = 0; pids && i < ntargets; i++)
+			pids[i] = *proc_root ? targets[i].obs : targets[i].ns;
+		char holder[64], err[PATH_MAX + 256];
+		snprintf(holder, sizeof(holder), "snapshot-cuda-vmm --%s", mode == OPT_PREPARE ? "prepare" : "restore");
+		struct tree_lock lock = {.dirfd = -1};
+		int lrc = pids ? tree_lock_take(&lock, *proc_root ? proc_root : "/proc", pids, ntargets, holder, err,
+						sizeof(err))
+			       : -ENOMEM;
+		free(pids);
+		if (lrc == -EBUSY) {
+			fprintf(stderr, "snapshot-cuda-vmm: %s; nothing done\n", err);
+			free(targets);
+			return EX_BUSY;
+		}
+		if (lrc < 0)
+			fprintf(stderr,
+				"snapshot-cuda-vmm: warning: the participants are not locked against another "
+				"command: %s\n",
+				lrc == -ENOMEM ? "out of memory" : err);
 		struct coord_report r;
 		if (mode == OPT_PREPARE)
 			catch_signals();
@@ -256,6 +280,7 @@ static int run(int argc, char **argv)
 				json_emit(stdout, coord_report_json(&ar));
 			if (arc < 0)
 				fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
+			tree_lock_release(&lock);
 			free(targets);
 			return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
 		}
@@ -263,6 +288,7 @@ static int run(int argc, char **argv)
 			json_emit(stdout, coord_report_json(&r));
 		if (rc < 0)
 			fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
+		tree_lock_release(&lock);
 		free(targets);
 		if (rc == 0)
 			return 0;

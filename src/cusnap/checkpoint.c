@@ -89,7 +89,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		return rc;
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
-	if ((rc = check_freezable(&t)))
+	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)))
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,

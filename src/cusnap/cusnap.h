@@ -57,6 +57,7 @@ void native_classify(const struct native *n, struct proc *p, size_t count);
 
 #include "cusnap/coord.h"
 #include "cusnap/paths.h"
+#include "cusnap/rundir.h"
 
 extern bool opt_json;
 extern int opt_timeout_ms;
@@ -71,6 +72,7 @@ int write_file(const char *path, const char *text);
 
 struct tree {
 	struct native nat;
+	struct tree_lock lock; /* held from tree_hold to tree_free */
 	struct proc *procs;
 	size_t nprocs;
 	struct coord_target *targets; /* the CUDA processes, as coordinator participants */
@@ -81,6 +83,12 @@ struct tree {
 /* Load the driver (exit 69 on failure), the tree of pid, its CUDA processes and
  * which of them run under the interposer. Returns 0 or an exit code (reported). */
 int tree_load(pid_t pid, struct tree *t);
+/* One command per tree: take the lock of every process of t for command what
+ * (SYSTEM.md §9). 0, or an exit code (reported; EX_BUSY when another command
+ * holds it) with nothing changed. tree_free releases it. */
+int tree_hold(struct tree *t, const char *what);
+/* Who holds the tree (a command working on it): true, and who into out. */
+bool tree_held(const struct tree *t, char *out, size_t len);
 void tree_free(struct tree *t);
 /* Partial interposition: refused (exit 1, reported). */
 int check_interposition(const struct tree *t);

@@ -69,6 +69,8 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		return rc;
 	char dir[PATH_MAX];
 	double start = now_ms();
+	if ((rc = tree_hold(&t, "suspend")))
+		goto out;
 	if (!t.ncuda) {
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
@@ -114,6 +116,8 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 		return rc;
 	char dir[PATH_MAX], err[1200];
 	double start = now_ms();
+	if ((rc = tree_hold(&t, "resume")))
+		goto out;
 	state_dir_of(t.procs[0].pid, dir_arg, dir, sizeof(dir));
 	if ((rc = check_interposition(&t)))
 		goto out;
@@ -231,8 +235,14 @@ static int cmd_inspect(pid_t pid, const char *dir)
 		int st = t.procs[t.cuda_index[i]].state;
 		frozen += st == CU_PROCESS_STATE_LOCKED || st == CU_PROCESS_STATE_CHECKPOINTED;
 	}
-	bool half = (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda);
+	char holder[256];
+	bool held = tree_held(&t, holder, sizeof(holder));
+	/* Half-done only when no command is working on it. */
+	bool half = !held &&
+		    ((unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda));
 	if (opt_json) {
+		if (held)
+			json_object_set_new(out, "held_by", json_string(holder));
 		json_object_set_new(out, "half_done", json_boolean(half || failed));
 		json_object_set_new(out, "parked", json_integer((json_int_t)failed));
 		if (half && !failed) {
@@ -241,6 +251,8 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			json_object_set_new(out, "repair", json_string(repair));
 		}
 		json_emit(stdout, out);
+	} else if (held) {
+		printf("\na command is working on this tree: %s\n", holder);
 	} else if (failed) {
 		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse "
 		       "VMM "

@@ -3,6 +3,7 @@
  * made before anything changes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ const char *state_name(int s)
 
 void tree_free(struct tree *t)
 {
+	tree_lock_release(&t->lock);
 	free(t->procs);
 	free(t->targets);
 	free(t->cuda_index);
@@ -75,6 +77,7 @@ void tree_free(struct tree *t)
 int tree_load(pid_t pid, struct tree *t)
 {
 	memset(t, 0, sizeof(*t));
+	t->lock.dirfd = -1;
 	char err[1024];
 	if (native_load(&t->nat, err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
@@ -108,6 +111,39 @@ int tree_load(pid_t pid, struct tree *t)
 		t->cuda_index[t->ncuda++] = i;
 	}
 	return 0;
+}
+
+int tree_hold(struct tree *t, const char *what)
+{
+	pid_t *pids = calloc(t->nprocs ? t->nprocs : 1, sizeof(*pids));
+	if (!pids)
+		return fail(EX_LEFT_RUNNING, "out of memory");
+	for (size_t i = 0; i < t->nprocs; i++)
+		pids[i] = t->procs[i].pid;
+	char holder[96], err[PATH_MAX + 256];
+	snprintf(holder, sizeof(holder), "cusnap %s --pid %d", what, t->nprocs ? (int)t->procs[0].pid : 0);
+	int rc = tree_lock_take(&t->lock, "/proc", pids, t->nprocs, holder, err, sizeof(err));
+	free(pids);
+	if (rc == -EBUSY)
+		return fail(EX_BUSY, "%s; nothing done", err);
+	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "cannot lock the tree: %s; nothing done", err);
+	/* The states as they are now that no other command can change them. */
+	for (size_t i = 0; i < t->nprocs; i++) {
+		CUprocessState st;
+		struct proc *p = &t->procs[i];
+		if (p->cuda)
+			p->state = t->nat.get_state(p->pid, &st) == CUDA_SUCCESS ? (int)st : -1;
+	}
+	return 0;
+}
+
+bool tree_held(const struct tree *t, char *out, size_t len)
+{
+	for (size_t i = 0; i < t->nprocs; i++)
+		if (tree_lock_holder("/proc", t->procs[i].pid, out, len))
+			return true;
+	return false;
 }
 
 int check_interposition(const struct tree *t)

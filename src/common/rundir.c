@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/* Trusted directories, the run directory and the per-process command lock
+ * (include/cusnap/rundir.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cusnap/rundir.h"
+
+int dir_open_trusted(const char *path, bool create, char *why, size_t len)
+{
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
+		snprintf(why, len, "cannot create %s: %s", path, strerror(errno));
+		return -1;
+	}
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, len, "%s: %s", path,
+			 errno == ELOOP || errno == ENOTDIR ? "not a directory (a symlink is refused)"
+							    : strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		snprintf(why, len, "%s: %s", path, strerror(errno));
+	} else if (st.st_uid != geteuid() && st.st_uid != 0) {
+		snprintf(why, len, "%s is owned by uid %u, not by uid %u or root: refusing to use it", path,
+			 (unsigned)st.st_uid, (unsigned)geteuid());
+	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, len, "%s is writable by %s (mode %04o): refusing to use it", path,
+			 st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return -1;
+}
+
+void run_dir_path(char *out, size_t len)
+{
+	const char *env = getenv("CUSNAP_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
+	if (env && *env)
+		snprintf(out, len, "%s", env);
+	else if (geteuid() == 0)
+		snprintf(out, len, "/run/cusnap");
+	else if (xdg && *xdg)
+		snprintf(out, len, "%s/cusnap", xdg);
+	else
+		snprintf(out, len, "/tmp/cusnap-%u", (unsigned)geteuid());
+}
+
+/* "proc-PID-START.lock": a pid reused by another process names another file. */
+static int lock_name(const char *proc, pid_t pid, char out[64])
+{
+	char path[PATH_MAX], buf[1024];
+	snprintf(path, sizeof(path), "%s/%d/stat", proc, (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	/* After "(comm)": state is field 3, starttime field 22. */
+	const char *p = strrchr(buf, ')');
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (!p)
+		return -EINVAL;
+	snprintf(out, 64, "proc-%d-%llu.lock", (int)pid, strtoull(p + 1, NULL, 10));
+	return 0;
+}
+
+static void read_holder(int fd, char *out, size_t len)
+{
+	ssize_t n = pread(fd, out, len - 1, 0);
+	out[n > 0 ? n : 0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+	if (!out[0])
+		snprintf(out, len, "another command");
+}
+
+int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, size_t n, const char *holder, char *err,
+		   size_t errlen)
+{
+	*l = (struct tree_lock){.dirfd = -1};
+	char dir[PATH_MAX];
+	run_dir_path(dir, sizeof(dir));
+	l->dirfd = dir_open_trusted(dir, true, err, errlen);
+	l->fds = calloc(n ? n : 1, sizeof(*l->fds));
+	l->names = calloc(n ? n : 1, sizeof(*l->names));
+	if (l->dirfd < 0) {
+		tree_lock_release(l);
+		return -EACCES;
+	}
+	if (!l->fds || !l->names) {
+		snprintf(err, errlen, "out of memory");
+		tree_lock_release(l);
+		return -ENOMEM;
+	}
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char *name = l->names[l->n];
+		if (lock_name(proc, pids[i], name) < 0)
+			continue; /* gone: nothing to hold */
+		for (;;) {
+			int fd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+			if (fd < 0) {
+				rc = -errno;
+				snprintf(err, errlen, "cannot open the lock %s/%s: %s", dir, name, strerror(errno));
+				break;
+			}
+			if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+				rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+				char who[256];
+				read_holder(fd, who, sizeof(who));
+				if (rc == -EBUSY)
+					snprintf(err, errlen,
+						 "process %d is held by %s: one command per tree at a time",
+						 (int)pids[i], who);
+				else
+					snprintf(err, errlen, "cannot lock %s/%s: %s", dir, name, strerror(-rc));
+				close(fd);
+				break;
+			}
+			/* Still the file the name links? (Its last holder unlinks it on release.) */
+			struct stat a, b;
+			if (fstat(fd, &a) == 0 && fstatat(l->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+				char text[512];
+				int len = snprintf(text, sizeof(text), "%s (pid %d, since %lld)\n", holder,
+						   (int)getpid(), (long long)time(NULL));
+				if (ftruncate(fd, 0) < 0 || pwrite(fd, text, (size_t)len, 0) != len)
+					(void)0; /* the text only names the holder */
+				l->fds[l->n++] = fd;
+				break;
+			}
+			close(fd);
+		}
+	}
+	if (rc)
+		tree_lock_release(l);
+	return rc;
+}
+
+void tree_lock_release(struct tree_lock *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		unlinkat(l->dirfd, l->names[i], 0);
+		close(l->fds[i]);
+	}
+	if (l->dirfd >= 0)
+		close(l->dirfd);
+	free(l->fds);
+	free(l->names);
+	*l = (struct tree_lock){.dirfd = -1};
+}
+
+/* Is an flock held on the file open at fd? (/proc/locks, read only: asking
+ * with a lock of our own could make a command starting that instant refuse.) */
+static bool flock_held(int fd)
+{
+	struct stat st;
+	FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+	if (!f)
+		return false;
+	char line[256];
+	bool held = false;
+	while (!held && fgets(line, sizeof(line), f)) {
+		char type[16];
+		unsigned maj, min;
+		unsigned long ino;
+		/* "1: FLOCK  ADVISORY  WRITE 123 fd:01:4567 0 EOF" (waiters read "1: -> FLOCK ...") */
+		if (sscanf(line, "%*d: %15s %*s %*s %*d %x:%x:%lu", type, &maj, &min, &ino) == 4)
+			held = !strcmp(type, "FLOCK") && ino == (unsigned long)st.st_ino && maj == major(st.st_dev) &&
+			       min == minor(st.st_dev);
+	}
+	fclose(f);
+	return held;
+}
+
+bool tree_lock_holder(const char *proc, pid_t pid, char *out, size_t len)
+{
+	char dir[PATH_MAX], name[64], why[PATH_MAX + 128];
+	run_dir_path(dir, sizeof(dir));
+	int dirfd = dir_open_trusted(dir, false, why, sizeof(why));
+	if (dirfd < 0 || lock_name(proc, pid, name) < 0) {
+		if (dirfd >= 0)
+			close(dirfd);
+		return false;
+	}
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	close(dirfd);
+	if (fd < 0)
+		return false;
+	bool held = flock_held(fd);
+	if (held)
+		read_holder(fd, out, len);
+	close(fd);
+	return held;
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* Safe as root beside other commands and other users (SYSTEM.md §9, §12): one
+ * command per tree, and nothing written through a path someone else controls. */
+#include "sweep.h"
+
+static char cusnap[PATH_MAX];
+
+/* Is pid stopped (state T in /proc/PID/stat)? Waits up to timeout_ms. */
+static bool wait_stopped(pid_t pid, int timeout_ms)
+{
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		char *st = test_read_file(path), *paren = st ? strrchr(st, ')') : NULL;
+		bool stopped = paren && paren[1] == ' ' && paren[2] == 'T';
+		free(st);
+		if (stopped)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/* Two commands on one tree at once: while a suspend is under way (held,
+ * stopped, after QUIESCE), a second suspend, a resume and the coordinator's
+ * prepare are refused with exit 75, the holder named and nothing changed;
+ * inspect names the holder instead of calling the tree half-done; the first
+ * suspend then completes, and the group comes back whole. */
+static void one_command_per_tree(void)
+{
+	struct group g;
+	if (group_start(&g, "busy", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char pid[16], log[PATH_MAX + 32], dir[PATH_MAX + 32], *out;
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(log, sizeof(log), "%s/first.out", g.ctl);
+	snprintf(dir, sizeof(dir), "%s/state", g.ctl);
+	char *argv[] = {cusnap, "suspend", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, NULL};
+	char *env[] = {"CUSNAP_FAULT=kill-after-quiesce:stop", NULL};
+	pid_t first = test_spawn(argv, env, log);
+	if (!wait_stopped(first, 20000)) {
+		char *text = test_read_file(log);
+		test_fail(__FILE__, __LINE__, "the first suspend did not stop after QUIESCE:\n%s", text ? text : "");
+		free(text);
+	}
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 75);
+	CHECK_CONTAINS(out, "held by cusnap suspend --pid");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 75);
+	free(out);
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	char a[16], b[16], coord[PATH_MAX + 32], cd[PATH_MAX + 32], other[PATH_MAX + 32];
+	snprintf(a, sizeof(a), "%d", pids[0]);
+	snprintf(b, sizeof(b), "%d", pids[n > 1 ? 1 : 0]);
+	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
+	snprintf(cd, sizeof(cd), "--control-dir=%s", g.ctl);
+	snprintf(other, sizeof(other), "%s/other", g.ctl);
+	mkdir(other, 0700);
+	CHECK_EQ(tool(&out, NULL, coord, "--prepare", cd, "--checkpoint-dir", other, "--process", a, a, "--process", b,
+		      b, NULL),
+		 75);
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", g.ctl, "--json", NULL), 0);
+	CHECK_CONTAINS(out, "\"held_by\":\"cusnap suspend --pid");
+	CHECK_CONTAINS(out, "\"half_done\":false");
+	CHECK_EQ(count_of(out, "\"phase\":\"quiesced\""), 2); /* where the first left them, untouched */
+	free(out);
+	kill(first, SIGCONT);
+	int status = test_wait_child(first, 60000);
+	char *text = test_read_file(log);
+	if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		test_fail(__FILE__, __LINE__, "the first suspend ended with status %#x:\n%s", status, text ? text : "");
+	free(text);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+int main(void)
+{
+	e2e_init("safety");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	test_run("two commands on one tree: the second refused (75), the holder named, nothing changed",
+		 one_command_per_tree);
+	e2e_done();
+	return test_done();
+}
