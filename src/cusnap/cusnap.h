@@ -49,8 +49,10 @@ struct native {
 /* Load libcuda.so.1 and cuInit. Returns 0, or -1 with err naming the fix. */
 int native_load(struct native *n, char *err, size_t errlen);
 const char *native_error(const struct native *n, CUresult r);
-/* Mark which processes hold a CUDA context, and their state. */
-void native_classify(const struct native *n, struct proc *p, size_t count);
+/* Mark which processes hold a CUDA context, and their state, under the query
+ * watchdog (native_run.c): 0, -ETIMEDOUT (*stuck: the index of a process that
+ * did not answer) or -ENOMEM. */
+int native_classify(const struct native *n, struct proc *p, size_t count, size_t *stuck);
 
 /* ---- util.c: what every command shares ---- */
 #include <stdio.h>
@@ -102,10 +104,11 @@ int check_guard_rails(const struct tree *t);
  * no CRIU needed to refuse). */
 int check_pid_guard(pid_t pid);
 /* ---- native_run.c: the native steps, concurrent and watched ---- */
-enum native_step { NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
+enum native_step { NATIVE_QUERY, NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
 const char *native_step_name(enum native_step s);
 /* How long one native call may take before it is reported stuck, ms
- * (CUSNAP_NATIVE_TIMEOUT_MS, default 300000; a lock: at least --timeout + 5 s). */
+ * (CUSNAP_NATIVE_TIMEOUT_MS, default 300000; a lock: at least --timeout + 5 s;
+ * a state query: --timeout). */
 int native_watchdog_ms(enum native_step s);
 /* Run step on every CUDA process i of t with want[i] (NULL: all) concurrently;
  * results[i] gets each call's result (CUDA_SUCCESS for those not run). Returns
@@ -113,6 +116,11 @@ int native_watchdog_ms(enum native_step s);
  * index; its result reads CUDA_ERROR_TIMEOUT), or -ENOMEM. */
 int native_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
 	       unsigned npairs, CUresult *results, size_t *stuck);
+
+/* The state of every CUDA process of t, read again (into t->procs[].state)
+ * under the query watchdog: 0, or -1 with err naming a process that did not
+ * answer. */
+int tree_states(struct tree *t, char *err, size_t errlen);
 
 /* ---- finish.c: how far a command got, and the one way it ends ---- */
 struct record {

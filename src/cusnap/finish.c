@@ -91,17 +91,18 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 {
 	*gone = 0;
 	why[0] = '\0';
+	if (tree_states(t, why, len) < 0)
+		return -1;
 	for (size_t i = 0; i < t->ncuda; i++) {
 		struct coord_target *c = &t->targets[i];
 		if (coord_process_gone(c->obs)) {
 			(*gone)++; /* killed by someone else: nothing to put back */
 			continue;
 		}
-		CUprocessState st;
-		CUresult r = t->nat.get_state(c->obs, &st);
-		if (r != CUDA_SUCCESS || st != CU_PROCESS_STATE_RUNNING) {
+		int st = t->procs[t->cuda_index[i]].state;
+		if (st != CU_PROCESS_STATE_RUNNING) {
 			snprintf(why, len, "process %d is %s", c->obs,
-				 r == CUDA_SUCCESS ? state_name((int)st) : native_error(&t->nat, r));
+				 st < 0 ? "not answering the native API" : state_name(st));
 			return -1;
 		}
 		if (!t->procs[t->cuda_index[i]].shim)
@@ -133,9 +134,10 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 	/* From whatever state an interrupted (even SIGKILLed) command left: native
 	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
 	size_t suspended = 0, locked = 0, unsettled = 0;
+	if (tree_states(t, err, errlen) < 0)
+		return -1;
 	for (size_t i = 0; i < t->ncuda; i++) {
-		CUprocessState st;
-		int s = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS ? (int)st : -1;
+		int s = t->procs[t->cuda_index[i]].state;
 		suspended += s == CU_PROCESS_STATE_CHECKPOINTED;
 		locked += s == CU_PROCESS_STATE_LOCKED;
 	}

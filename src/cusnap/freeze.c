@@ -76,9 +76,12 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 		ret = -1;
 		goto out;
 	}
+	if (tree_states(t, err, errlen) < 0) {
+		ret = -1;
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
-		CUprocessState st;
-		want[i] = t->nat.get_state(t->targets[i].obs, &st) == CUDA_SUCCESS && st == from;
+		want[i] = t->procs[t->cuda_index[i]].state == (int)from;
 		any += want[i];
 	}
 	if (!any)

@@ -54,14 +54,3 @@ const char *native_error(const struct native *n, CUresult r)
 		return s;
 	return "CUDA_ERROR_(unknown)";
 }
-
-void native_classify(const struct native *n, struct proc *p, size_t count)
-{
-	for (size_t i = 0; i < count; i++) {
-		int tid;
-		CUprocessState st;
-		/* Succeeds only for processes that hold a CUDA context. */
-		p[i].cuda = n->restore_tid(p[i].pid, &tid) == CUDA_SUCCESS;
-		p[i].state = p[i].cuda && n->get_state(p[i].pid, &st) == CUDA_SUCCESS ? (int)st : -1;
-	}
-}

@@ -16,9 +16,8 @@
 #include "cusnap/fdcheck.h"
 
 static const char *const step_names[] = {
-	[NATIVE_LOCK] = "cuCheckpointProcessLock",
-	[NATIVE_CHECKPOINT] = "cuCheckpointProcessCheckpoint",
-	[NATIVE_RESTORE] = "cuCheckpointProcessRestore",
+	[NATIVE_QUERY] = "cuCheckpointProcessGetState",        [NATIVE_LOCK] = "cuCheckpointProcessLock",
+	[NATIVE_CHECKPOINT] = "cuCheckpointProcessCheckpoint", [NATIVE_RESTORE] = "cuCheckpointProcessRestore",
 	[NATIVE_UNLOCK] = "cuCheckpointProcessUnlock",
 };
 
@@ -29,6 +28,8 @@ const char *native_step_name(enum native_step s)
 
 int native_watchdog_ms(enum native_step s)
 {
+	if (s == NATIVE_QUERY)
+		return opt_timeout_ms; /* a query does no work: a process that does not answer is stopped or stuck */
 	const char *e = getenv("CUSNAP_NATIVE_TIMEOUT_MS");
 	int ms = e && atoi(e) > 0 ? atoi(e) : 300000;
 	/* A lock waits up to its own timeout for the process's work: never less. */
@@ -50,6 +51,9 @@ struct run {
 	int *pids;
 	CUresult *rc;
 	bool *finished;
+	bool query_tid; /* NATIVE_QUERY: ask the restore thread id first (does it hold a context?) */
+	bool *cuda;     /* NATIVE_QUERY: it does */
+	int *state;     /* NATIVE_QUERY: its CUprocessState, or -1 */
 };
 
 static void run_unref(struct run *r)
@@ -62,12 +66,27 @@ static void run_unref(struct run *r)
 	free(r->pids);
 	free(r->rc);
 	free(r->finished);
+	free(r->cuda);
+	free(r->state);
 	free(r);
 }
 
-static CUresult call(struct run *r, int pid)
+static CUresult call(struct run *r, size_t i)
 {
+	int pid = r->pids[i];
 	switch (r->step) {
+	case NATIVE_QUERY: {
+		int tid;
+		CUprocessState st;
+		CUresult rc = r->query_tid ? r->nat->restore_tid(pid, &tid) : CUDA_SUCCESS;
+		bool cuda = rc == CUDA_SUCCESS;
+		rc = cuda ? r->nat->get_state(pid, &st) : rc;
+		pthread_mutex_lock(&r->mu);
+		r->cuda[i] = cuda;
+		r->state[i] = cuda && rc == CUDA_SUCCESS ? (int)st : -1;
+		pthread_mutex_unlock(&r->mu);
+		return rc;
+	}
 	case NATIVE_LOCK: {
 		CUcheckpointLockArgs a;
 		memset(&a, 0, sizeof(a));
@@ -90,7 +109,7 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&r->mu);
 		if (i == r->n)
 			break;
-		CUresult rc = call(r, r->pids[i]);
+		CUresult rc = call(r, i);
 		pthread_mutex_lock(&r->mu);
 		r->rc[i] = rc;
 		r->finished[i] = true;
@@ -102,47 +121,44 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int native_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
-	       unsigned npairs, CUresult *results, size_t *stuck)
+/* Run step for each of pids[0..n) concurrently under the watchdog: rc_out[i]
+ * (CUDA_ERROR_TIMEOUT for a call still in the driver), and for NATIVE_QUERY
+ * cuda_out[i] and state_out[i]. 0, -ETIMEDOUT (*stuck: the first index still
+ * in the driver) or -ENOMEM. */
+static int run_calls(const struct native *nat, enum native_step step, bool query_tid, const int *pids, size_t n,
+		     const CUcheckpointGpuPair *pairs, unsigned npairs, CUresult *rc_out, bool *cuda_out,
+		     int *state_out, size_t *stuck)
 {
 	struct run *r = calloc(1, sizeof(*r));
-	size_t n = 0;
-	int *pids = r ? calloc(t->ncuda + 1, sizeof(*pids)) : NULL;
-	size_t *index = pids ? calloc(t->ncuda + 1, sizeof(*index)) : NULL;
-	if (!index) {
-		free(pids);
-		free(r);
+	if (!r)
 		return -ENOMEM;
-	}
-	for (size_t i = 0; i < t->ncuda; i++) {
-		results[i] = CUDA_SUCCESS;
-		if (!want || want[i]) {
-			index[n] = i;
-			pids[n++] = t->targets[i].obs;
-		}
-	}
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
-	r->nat = &t->nat;
+	r->nat = nat;
 	r->step = step;
+	r->query_tid = query_tid;
 	r->restore_args.gpuPairs = (CUcheckpointGpuPair *)pairs;
 	r->restore_args.gpuPairsCount = npairs;
 	r->lock_timeout_ms = (unsigned)opt_timeout_ms;
 	r->n = n;
-	r->pids = pids;
+	r->pids = calloc(n + 1, sizeof(*r->pids));
 	r->rc = calloc(n + 1, sizeof(*r->rc));
 	r->finished = calloc(n + 1, sizeof(*r->finished));
+	r->cuda = calloc(n + 1, sizeof(*r->cuda));
+	r->state = calloc(n + 1, sizeof(*r->state));
 	r->refs = 1;
-	if (!r->rc || !r->finished) {
-		free(index);
+	if (!r->pids || !r->rc || !r->finished || !r->cuda || !r->state) {
 		run_unref(r);
 		return -ENOMEM;
 	}
+	memcpy(r->pids, pids, n * sizeof(*pids));
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	const char *cap = getenv("CUSNAP_NATIVE_PARALLEL"); /* 1: one process after another */
 	if (cap && atol(cap) > 0)
 		cores = atol(cap);
 	size_t limit = cores > 0 ? (size_t)cores : 1;
+	if (step == NATIVE_QUERY && limit < 8)
+		limit = 8; /* queries wait, they do not work: more of them at once */
 	size_t threads = n < limit ? n : limit, started = 0;
 	for (size_t k = 0; k < threads; k++) {
 		pthread_t th;
@@ -178,7 +194,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 		if (pthread_cond_timedwait(&r->cv, &r->mu, &deadline) == ETIMEDOUT && r->done < r->n) {
 			for (size_t i = 0; i < r->n; i++)
 				if (!r->finished[i]) {
-					*stuck = index[i];
+					*stuck = i;
 					break;
 				}
 			ret = -ETIMEDOUT;
@@ -186,10 +202,92 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 			break;
 		}
 	}
-	for (size_t i = 0; i < r->n; i++)
-		results[index[i]] = r->finished[i] ? r->rc[i] : CUDA_ERROR_TIMEOUT;
+	for (size_t i = 0; i < r->n; i++) {
+		rc_out[i] = r->finished[i] ? r->rc[i] : CUDA_ERROR_TIMEOUT;
+		if (cuda_out)
+			cuda_out[i] = r->finished[i] && r->cuda[i];
+		if (state_out)
+			state_out[i] = r->finished[i] ? r->state[i] : -1;
+	}
 	pthread_mutex_unlock(&r->mu);
-	free(index);
 	run_unref(r);
 	return ret;
+}
+
+int native_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
+	       unsigned npairs, CUresult *results, size_t *stuck)
+{
+	size_t n = 0;
+	int *pids = calloc(t->ncuda + 1, sizeof(*pids));
+	size_t *index = calloc(t->ncuda + 1, sizeof(*index));
+	CUresult *rc = calloc(t->ncuda + 1, sizeof(*rc));
+	int ret = -ENOMEM;
+	if (pids && index && rc) {
+		for (size_t i = 0; i < t->ncuda; i++) {
+			results[i] = CUDA_SUCCESS;
+			if (!want || want[i]) {
+				index[n] = i;
+				pids[n++] = t->targets[i].obs;
+			}
+		}
+		size_t at = 0;
+		ret = run_calls(&t->nat, step, false, pids, n, pairs, npairs, rc, NULL, NULL, &at);
+		if (ret == -ETIMEDOUT)
+			*stuck = index[at];
+		for (size_t i = 0; ret != -ENOMEM && i < n; i++)
+			results[index[i]] = rc[i];
+	}
+	free(pids);
+	free(index);
+	free(rc);
+	return ret;
+}
+
+int native_classify(const struct native *n, struct proc *p, size_t count, size_t *stuck)
+{
+	int *pids = calloc(count + 1, sizeof(*pids));
+	bool *cuda = calloc(count + 1, sizeof(*cuda));
+	int *state = calloc(count + 1, sizeof(*state));
+	CUresult *rc = calloc(count + 1, sizeof(*rc));
+	int ret = -ENOMEM;
+	if (pids && cuda && state && rc) {
+		for (size_t i = 0; i < count; i++)
+			pids[i] = p[i].pid;
+		/* Succeeds only for processes that hold a CUDA context. */
+		ret = run_calls(n, NATIVE_QUERY, true, pids, count, NULL, 0, rc, cuda, state, stuck);
+		for (size_t i = 0; ret != -ENOMEM && i < count; i++) {
+			p[i].cuda = cuda[i];
+			p[i].state = state[i];
+		}
+	}
+	free(pids);
+	free(cuda);
+	free(state);
+	free(rc);
+	return ret;
+}
+
+int tree_states(struct tree *t, char *err, size_t errlen)
+{
+	int *pids = calloc(t->ncuda + 1, sizeof(*pids));
+	int *state = calloc(t->ncuda + 1, sizeof(*state));
+	CUresult *rc = calloc(t->ncuda + 1, sizeof(*rc));
+	size_t stuck = 0;
+	int ret = -ENOMEM;
+	if (pids && state && rc) {
+		for (size_t i = 0; i < t->ncuda; i++)
+			pids[i] = t->targets[i].obs;
+		ret = run_calls(&t->nat, NATIVE_QUERY, false, pids, t->ncuda, NULL, 0, rc, NULL, state, &stuck);
+		for (size_t i = 0; ret != -ENOMEM && i < t->ncuda; i++)
+			t->procs[t->cuda_index[i]].state = state[i];
+	}
+	if (ret == -ETIMEDOUT)
+		snprintf(err, errlen, "process %d: %s did not return within %d ms (is it stopped?)", pids[stuck],
+			 native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY));
+	else if (ret < 0)
+		snprintf(err, errlen, "out of memory");
+	free(pids);
+	free(state);
+	free(rc);
+	return ret < 0 ? -1 : 0;
 }

@@ -91,7 +91,15 @@ int tree_load(pid_t pid, struct tree *t)
 	if (n < 0)
 		return fail(EX_USAGE, "no process %d: %s", (int)pid, strerror((int)-n));
 	t->nprocs = (size_t)n;
-	native_classify(&t->nat, t->procs, t->nprocs);
+	size_t stuck = 0;
+	int q = native_classify(&t->nat, t->procs, t->nprocs, &stuck);
+	if (q == -ETIMEDOUT)
+		return fail(EX_LEFT_RUNNING,
+			    "process %d did not answer %s within %d ms (is it stopped? `kill -CONT %d`): nothing done",
+			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY),
+			    (int)t->procs[stuck].pid);
+	if (q < 0)
+		return fail(EX_LEFT_RUNNING, "out of memory");
 	t->targets = calloc(t->nprocs, sizeof(*t->targets));
 	t->cuda_index = calloc(t->nprocs, sizeof(*t->cuda_index));
 	if (!t->targets || !t->cuda_index)
@@ -129,12 +137,8 @@ int tree_hold(struct tree *t, const char *what)
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "cannot lock the tree: %s; nothing done", err);
 	/* The states as they are now that no other command can change them. */
-	for (size_t i = 0; i < t->nprocs; i++) {
-		CUprocessState st;
-		struct proc *p = &t->procs[i];
-		if (p->cuda)
-			p->state = t->nat.get_state(p->pid, &st) == CUDA_SUCCESS ? (int)st : -1;
-	}
+	if (tree_states(t, err, sizeof(err)) < 0)
+		return fail(EX_LEFT_RUNNING, "%s: nothing done", err);
 	return 0;
 }
 

@@ -79,12 +79,48 @@ static void one_command_per_tree(void)
 	group_kill(&g);
 }
 
+/* A stopped participant (SIGSTOP): inspect and suspend with --timeout 1000
+ * return by themselves with exit 1, name the process and change nothing;
+ * after SIGCONT the group suspends, resumes and passes. */
+static void stopped_participant(void)
+{
+	struct group g;
+	if (group_start(&g, "stopped", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 2);
+	char pid[16], stopped[32], *out;
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(stopped, sizeof(stopped), "process %d", pids[n - 1]);
+	kill(pids[n - 1], SIGSTOP);
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--timeout", "1000", "--control-dir", g.ctl, NULL),
+		 1);
+	CHECK_CONTAINS(out, stopped);
+	CHECK_CONTAINS(out, "did not answer");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--timeout", "1000", "--control-dir", g.ctl, NULL),
+		 1);
+	CHECK_CONTAINS(out, stopped);
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	kill(pids[n - 1], SIGCONT);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+	free(json);
+	group_suspend_resume(&g);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("safety");
 	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
 	test_run("two commands on one tree: the second refused (75), the holder named, nothing changed",
 		 one_command_per_tree);
+	test_run("a stopped participant: inspect and suspend return by themselves, naming it", stopped_participant);
 	e2e_done();
 	return test_done();
 }
