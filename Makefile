@@ -183,7 +183,7 @@ fuzz: tests
 sweep: deps
 	$(MAKE) tests
 	@scripts/setup-criu.sh $(BUILD) > $(BUILD)/criu-path 2> $(BUILD)/criu-setup.log || echo "CRIU unavailable: the checkpoint and restore sweeps will skip"
-	@start=$$(date +%s); for t in test_sweep_suspend test_multicast test_checkpoint; do \
+	@start=$$(date +%s); for t in test_sweep_suspend test_sweep_multicast test_sweep_ipc test_sweep_checkpoint; do \
 		log=$(BUILD)/sweep-$$t.log; CUSNAP_SWEEP_ALL=1 TEST_ONLY=countdown $(BUILD)/tests/e2e/$$t >$$log 2>&1; rc=$$?; \
 		grep -E '^(ok|FAIL|SKIP)|fault cases' $$log; \
 		[ $$rc = 0 ] || [ $$rc = 77 ] || { echo "make sweep: $$t failed (see $$log)"; exit 1; }; \

@@ -17,9 +17,10 @@
 
 struct manifest {
 	json_t *root;
-	const json_t *procs; /* the "processes" array: pid, nspid, cuda, interposed, endpoint */
-	bool prepared;       /* the VMM prepare ran (a state file is beside it) */
-	const char *control_dir;
+	const json_t *procs;          /* the "processes" array: pid, nspid, cuda, interposed, endpoint */
+	bool prepared;                /* the VMM prepare ran (a state file is beside it) */
+	const char *control_dir;      /* as the workload sees it */
+	const char *control_dir_here; /* as cusnap saw it (its host path), or control_dir */
 };
 
 /* Check a parsed manifest (taking root) into *m: 0, or -1 with err. */

@@ -24,6 +24,8 @@ int manifest_from_json(json_t *root, struct manifest *m, char *err, size_t errle
 	m->root = root;
 	m->procs = procs;
 	m->control_dir = ctl;
+	const char *here = json_member_string(root, "control_dir_here");
+	m->control_dir_here = here && here[0] == '/' ? here : ctl;
 	m->prepared = json_member_bool(root, "prepared", false);
 	return 0;
 }

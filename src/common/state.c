@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/atomicfile.h"
 #include "cusnap/crc32c.h"
 #include "cusnap/proto.h"
 #include "cusnap/state.h"
@@ -15,20 +16,6 @@
 #define MAGIC "CSVMSTAT"
 #define HEADER 28
 #define PART_HEADER 28
-
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 int state_write(const char *dir, const struct state *s, char *err, size_t errlen)
 {
@@ -56,49 +43,10 @@ int state_write(const char *dir, const struct state *s, char *err, size_t errlen
 		at += PART_HEADER + s->p[i].len;
 	}
 	wire_put_u32(buf + at, crc32c(0, buf, at));
-	char tmp[4200], path[4200];
-	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
-	snprintf(tmp, sizeof(tmp), "%s/." STATE_FILE ".%d.tmp", dir, getpid());
-	int rc = 0, fd = -1, dfd = -1;
-	const char *step = "create";
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	step = "write";
-	if ((rc = write_all(fd, buf, total)) < 0)
-		goto out;
-	step = "fsync";
-	if (fsync(fd) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	step = "close";
-	if (close(fd) < 0) {
-		fd = -1;
-		rc = -errno;
-		goto out;
-	}
-	fd = -1;
-	step = "rename";
-	if (rename(tmp, path) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	step = "fsync of the directory";
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fsync(dfd) < 0)
-		rc = -errno;
-out:
-	if (fd >= 0)
-		close(fd);
-	if (dfd >= 0)
-		close(dfd);
-	if (rc < 0 && strcmp(step, "fsync of the directory") != 0)
-		unlink(tmp);
+	const char *step;
+	int rc = atomic_write(dir, STATE_FILE, buf, total, 0600, &step);
 	if (rc < 0)
-		snprintf(err, errlen, "state file %s: %s failed: %s", path, step, strerror(-rc));
+		snprintf(err, errlen, "state file %s/%s: %s failed: %s", dir, STATE_FILE, step, strerror(-rc));
 	free(buf);
 	return rc;
 }

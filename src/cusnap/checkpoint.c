@@ -157,11 +157,12 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 			goto out;
 		}
 		r->ms_restore_in_place = now_ms() - t0;
-		char done[PATH_MAX + 64];
-		control_file(pid, CONTROL_SNAPSHOT_DONE, done, sizeof(done));
-		if (write_file(done, "") < 0)
-			fprintf(stderr, "cusnap: warning: cannot write %s\n", done);
-		progress("resumed in place", r->ms_restore_in_place, "snapshot-complete written");
+		char why[PATH_MAX + 256];
+		bool written = control_write(pid, CONTROL_SNAPSHOT_DONE, why, sizeof(why)) == 0;
+		if (!written)
+			fprintf(stderr, "cusnap: warning: cannot write %s\n", why);
+		progress("resumed in place", r->ms_restore_in_place, "%s",
+			 written ? CONTROL_SNAPSHOT_DONE " written" : "no " CONTROL_SNAPSHOT_DONE);
 	}
 	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
 		fprintf(stderr,
@@ -240,6 +241,43 @@ static int restore_interrupted(const char *dir, const char *after)
 		    strsignal(sig), after, dir);
 }
 
+/* Before CRIU creates any process: the restore-complete an earlier restore
+ * left (the workload would run before its memory is rebuilt) removed, and the
+ * endpoints of the dumped processes removed where nothing listens on them,
+ * only in the recorded control directory. One that answers means the
+ * checkpointed tree (or another) still runs there: refused, nothing done. */
+static int clear_control_dir(const struct manifest *m)
+{
+	char why[PATH_MAX + 256];
+	int dfd = control_dir_open_here(m->control_dir_here, why, sizeof(why));
+	if (dfd < 0) {
+		if (errno == ENOENT || access(m->control_dir_here, F_OK) != 0)
+			return 0; /* not there yet: the restore brings it */
+		return fail(EX_LEFT_RUNNING, "%s: nothing done", why);
+	}
+	int rc = 0;
+	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) < 0 && errno != ENOENT)
+		rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", m->control_dir_here,
+			  CONTROL_RESTORE_DONE, strerror(errno));
+	for (size_t i = 0; rc == 0 && i < json_array_size(m->procs); i++) {
+		const json_t *p = json_array_get(m->procs, i);
+		int ns = (int)json_member_number(p, "nspid", -1);
+		if (!json_member_bool(p, "interposed", false) || ns <= 0)
+			continue;
+		char name[64];
+		snprintf(name, sizeof(name), CONTROL_ENDPOINT_FMT, ns);
+		int s = control_endpoint_stale(dfd, name);
+		if (s == -EBUSY)
+			rc = fail(EX_LEFT_RUNNING,
+				  "%s/%s answers: the checkpointed tree (or another process) still runs there; "
+				  "refusing to "
+				  "restore over it; nothing done",
+				  m->control_dir_here, name);
+	}
+	close(dfd);
+	return rc;
+}
+
 int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
 {
 	struct checkpoint_result local;
@@ -261,12 +299,10 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	opt_control_dir = strdup(m.control_dir);
 	double start = now_ms(), t0;
-	/* Stale endpoint sockets of the dumped processes would stand in the way. */
-	for (size_t i = 0; i < json_array_size(m.procs); i++) {
-		const char *ep = json_member_string(json_array_get(m.procs, i), "endpoint");
-		struct stat st;
-		if (ep && *ep && lstat(ep, &st) == 0 && S_ISSOCK(st.st_mode))
-			unlink(ep);
+	int cleared = clear_control_dir(&m);
+	if (cleared) {
+		manifest_free(&m);
+		return cleared;
 	}
 	snprintf(images, sizeof(images), "%s/images", dir);
 	snprintf(log, sizeof(log), "%s/restore.log", images);
@@ -394,14 +430,13 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	if ((rc = restore_interrupted(dir, "rebuilding shared memory")))
 		goto kill;
 	/* Only now may the workload run: the sharing is back. */
-	char done[PATH_MAX + 64];
-	control_file(root, CONTROL_RESTORE_DONE, done, sizeof(done));
-	if (write_file(done, "") < 0) {
-		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", done);
+	char why[PATH_MAX + 256];
+	if (control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0) {
+		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", why);
 		goto kill;
 	}
 	r->ms_total = now_ms() - start;
-	progress("restore complete", r->ms_total, "%s written", done);
+	progress("restore complete", r->ms_total, "%s/%s written", opt_control_dir, CONTROL_RESTORE_DONE);
 	if (opt_json && !res)
 		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
 					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,

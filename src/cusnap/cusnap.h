@@ -103,6 +103,23 @@ int check_guard_rails(const struct tree *t);
 /* The same for the tree of pid, before anything else is looked up (no driver,
  * no CRIU needed to refuse). */
 int check_pid_guard(pid_t pid);
+/* ---- control_files.c: the workload's control directory, safely ---- */
+/* The control directory (opt_control_dir) inside process pid's root, resolved
+ * within that root: a descriptor, or -1 with why. */
+int control_dir_open(pid_t pid, char *why, size_t len);
+/* A control directory given as a path here (no symlink on the way): a
+ * descriptor, or -1 with why. */
+int control_dir_open_here(const char *path, char *why, size_t len);
+/* Create (or replace) the empty control file name of pid, never through a
+ * symlink: 0, or -1 with why. */
+int control_write(pid_t pid, const char *name, char *why, size_t len);
+/* The path here of pid's control directory (opt_control_dir when it cannot be
+ * told), for the manifest. */
+void control_host_path(pid_t pid, char *out, size_t len);
+/* Remove endpoint socket name of directory dfd if nothing listens on it: 1
+ * removed, 0 none there, -EBUSY one that answers, -EEXIST not a socket, or
+ * another -errno. */
+int control_endpoint_stale(int dfd, const char *name);
 /* ---- native_run.c: the native steps, concurrent and watched ---- */
 enum native_step { NATIVE_QUERY, NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
 const char *native_step_name(enum native_step s);

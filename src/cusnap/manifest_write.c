@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/manifest.h"
 
@@ -49,9 +52,7 @@ static json_t *processes_json(const struct tree *t)
 int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,
 		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r)
 {
-	char path[PATH_MAX + 32], tmp[PATH_MAX + 48], version[64], hostname[256] = "";
-	snprintf(path, sizeof(path), "%s/" MANIFEST_FILE, dir);
-	snprintf(tmp, sizeof(tmp), "%s/." MANIFEST_FILE ".tmp", dir);
+	char version[64], hostname[256] = "";
 	criu_version(criu, version, sizeof(version));
 	gethostname(hostname, sizeof(hostname) - 1);
 	struct cusnap_id id;
@@ -61,12 +62,15 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 		json_array_append_new(args, json_text(dump_argv[i]));
 	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
 	 * --device-map, the workload running before its sharing is rebuilt). */
-	json_t *m = json_pack("{s:s, s:i, s:o, s:I, s:o, s:i, s:i, s:o, s:s, s:b, s:b,"
+	char here[PATH_MAX];
+	control_host_path(root, here, sizeof(here));
+	json_t *m = json_pack("{s:s, s:i, s:o, s:I, s:o, s:i, s:i, s:o, s:o, s:s, s:b, s:b,"
 			      " s:{s:o, s:o, s:o, s:b, s:s}, s:o, s:o,"
 			      " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:I, s:I}}",
 			      "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "checkpoint_id", json_id(&id),
 			      "created", (json_int_t)time(NULL), "hostname", json_text(hostname), "root_pid", (int)root,
-			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(opt_control_dir), "content",
+			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(opt_control_dir),
+			      "control_dir_here", json_text(here), "content",
 			      content == COORD_CONTENT_NATIVE ? "native" : "host", "prepared", prepared,
 			      "leave_running", leave_running, "criu", "path", json_text(criu), "version",
 			      json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",
@@ -77,18 +81,14 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 			      (json_int_t)r->image_bytes);
 	if (!m)
 		return -ENOMEM;
-	FILE *f = fopen(tmp, "we");
-	if (!f) {
-		json_decref(m);
-		return -errno;
-	}
-	int rc = json_dumpf(m, f, JSON_INDENT(2) | JSON_REAL_PRECISION(7));
+	char *text = json_dumps(m, JSON_INDENT(2) | JSON_REAL_PRECISION(7));
 	json_decref(m);
-	if (rc != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-		fclose(f);
-		unlink(tmp);
-		return -EIO;
-	}
-	fclose(f);
-	return rename(tmp, path) < 0 ? -errno : 0;
+	if (!text)
+		return -ENOMEM;
+	size_t len = strlen(text);
+	text[len] = '\n'; /* over the NUL: the file ends with a newline, no NUL */
+	const char *step;
+	int rc = atomic_write(dir, MANIFEST_FILE, text, len + 1, 0600, &step);
+	free(text);
+	return rc;
 }

@@ -153,29 +153,87 @@ static void own_pidns(void)
 	dump_kill_restore("native", wrapper, "nsn");
 }
 
+/* A victim file outside the control directory, and a symlink to it planted at
+ * name in ctl (a workload's trap for a root tool that follows links). */
+static void plant_symlink(const char *ctl, const char *name, char *victim, size_t len)
+{
+	char link[PATH_MAX + 64];
+	snprintf(victim, len, "%s/../victim-%s", ctl, name);
+	test_write_file(victim, "keep");
+	snprintf(link, sizeof(link), "%s/%s", ctl, name);
+	unlink(link);
+	CHECK_EQ(symlink(victim, link), 0);
+}
+
+/* The victim still reads "keep", and name in ctl is a regular file now. */
+static void symlink_not_followed(const char *ctl, const char *name, const char *victim)
+{
+	char *text = test_read_file(victim), link[PATH_MAX + 64];
+	CHECK_STR(text, "keep");
+	free(text);
+	snprintf(link, sizeof(link), "%s/%s", ctl, name);
+	struct stat st;
+	CHECK(lstat(link, &st) == 0 && S_ISREG(st.st_mode));
+}
+
+/* --leave-running: snapshot-complete written (never through the symlink the
+ * workload planted), the group keeps running and sharing; a restore while it
+ * still runs is refused (its endpoints answer) and takes nothing from it; once
+ * it has exited the same directory restores, the restore-complete left behind
+ * (a symlink, planted) removed before CRIU runs and written anew. */
 static void leave_running(void)
 {
 	struct group g;
 	if (group_start(&g, "lr", 1, 2, false, NULL, NULL, NULL) < 0)
 		return;
-	char dir[PATH_MAX + 32], done[PATH_MAX + 32], *out;
+	char dir[PATH_MAX + 32], victim[PATH_MAX + 64], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	plant_symlink(g.ctl, "snapshot-complete", victim, sizeof(victim));
 	CHECK_EQ(checkpoint(&g, dir, "host", true, criu, &out), 0);
 	free(out);
-	snprintf(done, sizeof(done), "%s/snapshot-complete", g.ctl);
-	CHECK(access(done, F_OK) == 0);
-	/* Still running, still sharing: let it verify and finish. */
+	symlink_not_followed(g.ctl, "snapshot-complete", victim);
+	/* Still running: a restore over it is refused, its endpoints left alone. */
+	CHECK_EQ(restore(dir, &out), 1);
+	CHECK_CONTAINS(out, "still runs there");
+	free(out);
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu") > 0, 1);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"interposed\":true"), 2);
+	free(json);
+	/* Still sharing: let it verify and finish (restore-complete stays behind). */
 	CHECK_EQ(group_finish(&g), 2);
 	reap_all();
-	/* The same directory restores later. */
-	char stale[PATH_MAX + 32];
-	snprintf(stale, sizeof(stale), "%s/restore-complete", g.ctl);
-	unlink(stale);
+	plant_symlink(g.ctl, "restore-complete", victim, sizeof(victim));
 	CHECK_EQ(restore(dir, &out), 0);
 	free(out);
+	symlink_not_followed(g.ctl, "restore-complete", victim);
 	pid_t root = restored_root(dir);
 	if (root > 0)
 		CHECK_EQ(restored_passes(&g, root), 2 + 2); /* the log holds both runs' PASS lines */
+}
+
+/* A second restore of one checkpoint: the restore-complete the first left is
+ * removed before CRIU runs, so the workload waits for its rebuilt memory. */
+static void restore_twice(void)
+{
+	struct group g;
+	if (group_start(&g, "twice", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
+	free(out);
+	test_wait_child(g.child, 10000);
+	g.child = 0;
+	reap_all();
+	for (int run = 0; run < 2; run++) {
+		CHECK_EQ(restore(dir, &out), 0);
+		free(out);
+		pid_t root = restored_root(dir);
+		if (root > 0)
+			CHECK_EQ(restored_passes(&g, root), 2 * (run + 1));
+		reap_all();
+	}
 }
 
 static void without_interposer(void)
@@ -418,13 +476,6 @@ static void interrupted_checkpoint(void)
 	}
 }
 
-/* The countdown sweeps over checkpoint and restore (sweep.h), CRIU included. */
-static void sweeps(void)
-{
-	/* checkpoint's driver calls are suspend's (swept there): one role per mode */
-	sweep_pair(&(struct sweep){.op = SWEEP_CHECKPOINT, .criu = criu}, SWEEP_RESTORE, true, "");
-}
-
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -433,7 +484,9 @@ int main(void)
 	test_run("checkpoint, kill, restore: host content, host PID namespace", host_pidns_host_content);
 	test_run("checkpoint, kill, restore: native content, host PID namespace", host_pidns_native_content);
 	test_run("checkpoint, kill, restore in the workload's own PID namespace, both contents", own_pidns);
-	test_run("--leave-running: keeps running, snapshot-complete, restorable later", leave_running);
+	test_run("--leave-running: keeps running, snapshot-complete, a restore over it refused, restorable later",
+		 leave_running);
+	test_run("a second restore of one checkpoint: the stale restore-complete removed first", restore_twice);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
 	test_run("partial interposition: refused before anything changes", partial_interposition);
@@ -443,7 +496,6 @@ int main(void)
 		 legacy_ipc);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
-	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);
 	e2e_done();
 	return test_done();
 }

@@ -3,8 +3,8 @@
  * custom all-reduce groups (vmm_group --ipc) suspended and resumed in both
  * content modes; without the interposer the native checkpoint refuses them and
  * cusnap says why; event IPC and raw driver handles refused before anything
- * changes; a countdown sweep over suspend and resume of such a group. (The
- * CRIU checkpoint and restore are in test_checkpoint.) */
+ * changes. (The CRIU checkpoint and restore are in test_checkpoint, the fault
+ * sweep in test_sweep_ipc.) */
 #include "sweep.h"
 
 static char *ipc_env[] = {"VMM_GROUP_IPC=1", NULL};
@@ -86,17 +86,6 @@ static void adapter_off(void)
 	refused("ipc-off", false, env, "not through the shim's adapter");
 }
 
-static void sweeps(void)
-{
-	/* Under TSan the shim's paths are swept by test_suspend (the same steps,
-	 * the same threads); one more full sweep here would take minutes. */
-	if (getenv("TSAN_OPTIONS")) {
-		printf("     not under TSan: test_suspend sweeps the same steps\n");
-		return;
-	}
-	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .ipc = true}, SWEEP_RESUME, false, " (legacy IPC)");
-}
-
 int main(void)
 {
 	e2e_init("ipc");
@@ -106,7 +95,6 @@ int main(void)
 		 without_interposer);
 	test_run("event IPC refused at QUIESCE, naming the call", event_ipc);
 	test_run("SNAPSHOT_CUDA_VMM_IPC=0: a raw IPC handle opened is refused at QUIESCE", adapter_off);
-	test_run("countdown sweeps over every driver call of a legacy IPC group's suspend and resume", sweeps);
 	e2e_done();
 	return test_done();
 }

@@ -4,9 +4,9 @@
  * devices, binds by handle and by address, mapped in every process).
  * Round trips of 2 and 4 processes; the teardown leaves no multicast object
  * for the native checkpoint; requested vs rounded capacity (r615); the
- * refusals (partial group, a device never added, a device with nothing bound);
- * and a CUEMU_FAULT sweep over the multicast calls of prepare and restore.
- * (CRIU checkpoint + restore of the same groups: test_checkpoint.) */
+ * refusals (partial group, a device never added, a device with nothing bound).
+ * (CRIU checkpoint + restore of the same groups: test_checkpoint; the fault
+ * sweep: test_sweep_multicast.) */
 #include "sweep.h"
 
 static char *mc_env[] = {"VMM_GROUP_MULTICAST=1", NULL};
@@ -175,14 +175,6 @@ static void partial_group(void)
 	group_kill(&g);
 }
 
-/* The countdown sweeps (sweep.h) over a multicast group's suspend and resume:
- * every driver call of the multicast teardown and its staged rebuild, in the
- * creator and in the importer, both content modes. */
-static void fault_sweep(void)
-{
-	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .multicast = true}, SWEEP_RESUME, false, " (multicast)");
-}
-
 int main(void)
 {
 	e2e_init("mc");
@@ -192,7 +184,6 @@ int main(void)
 	test_run("r615: requested and used capacity recorded and replayed", rounded_capacity);
 	test_run("refused: a device never added, a device with nothing bound", refusals);
 	test_run("refused: a partial group", partial_group);
-	test_run("countdown sweeps over every driver call of a multicast group's suspend and resume", fault_sweep);
 	e2e_done();
 	return test_done();
 }

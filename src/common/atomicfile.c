@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cusnap/atomicfile.h"
+
+int io_write_all(int fd, const void *p, size_t len)
+{
+	const char *at = p;
+	while (len) {
+		ssize_t n = write(fd, at, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		at += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int atomic_write_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, const char **step)
+{
+	char tmp[300];
+	if (snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", name, (int)getpid()) >= (int)sizeof(tmp)) {
+		*step = "create";
+		return -ENAMETOOLONG;
+	}
+	unlinkat(dirfd, tmp, 0); /* one a killed run of ours left (a symlink is removed, not followed) */
+	*step = "create";
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	int rc = io_write_all(fd, data, len);
+	*step = "write";
+	if (rc == 0) {
+		*step = "fsync";
+		rc = fsync(fd) < 0 ? -errno : 0;
+	}
+	if (close(fd) < 0 && rc == 0) {
+		*step = "close";
+		rc = -errno;
+	}
+	if (rc == 0) {
+		*step = "rename";
+		rc = renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	}
+	if (rc < 0) {
+		unlinkat(dirfd, tmp, 0);
+		return rc;
+	}
+	*step = "fsync of the directory";
+	return fsync(dirfd) < 0 ? -errno : 0;
+}
+
+int atomic_write(const char *dir, const char *name, const void *data, size_t len, mode_t mode, const char **step)
+{
+	*step = "open of the directory";
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int rc = atomic_write_at(dfd, name, data, len, mode, step);
+	close(dfd);
+	return rc;
+}
