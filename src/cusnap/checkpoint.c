@@ -70,8 +70,11 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		return guard;
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
+	int used = use_dir(dir, true);
+	if (used)
+		return used;
 	snprintf(images, sizeof(images), "%s/images", dir);
-	if (path_mkdirs(images) < 0)
+	if (mkdir(images, 0700) < 0 && errno != EEXIST)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
 	double start = now_ms(), t0;
 	if (wait_ready) {
@@ -169,7 +172,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
 			manifest);
-	state_dir_end(rec.root);
+	state_dir_end(rec.root, dir);
 	if (!leave_running && signal_caught()) {
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
 		rc = fail(EX_TERMINATED,
@@ -284,6 +287,9 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	struct checkpoint_result *r = res ? res : &local;
 	memset(r, 0, sizeof(*r));
 	char criu[PATH_MAX], err[PATH_MAX + 1200], images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32];
+	int used = use_dir(dir, false);
+	if (used)
+		return used;
 	struct manifest m;
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);

@@ -101,7 +101,7 @@ int check_freezable(const struct tree *t);
  * (exit 64, reported); else 0. check_freezable runs it too. */
 int check_guard_rails(const struct tree *t);
 /* The same for the tree of pid, before anything else is looked up (no driver,
- * no CRIU needed to refuse). */
+ * no CRIU needed to refuse); a pid that does not exist is refused too (64). */
 int check_pid_guard(pid_t pid);
 /* ---- control_files.c: the workload's control directory, safely ---- */
 /* The control directory (opt_control_dir) inside process pid's root, resolved
@@ -175,8 +175,14 @@ void state_dir_of(pid_t pid, const char *given, char *out, size_t len);
 /* A command on the tree of pid starts with dir as its state directory: any
  * old state file there is removed and dir recorded for state_dir_of. 0 or -errno. */
 int state_dir_begin(pid_t pid, const char *dir);
-/* The tree of pid has no state directory to find any more. */
-void state_dir_end(pid_t pid);
+/* The tree of pid has no state directory to find any more: the note goes, and
+ * the default directory (its state file too when dir is it) when empty. */
+void state_dir_end(pid_t pid, const char *dir);
+/* A directory cusnap writes into or restores from as root (--dir, the state
+ * directory): made 0700 (with its parents) when create and missing, then it
+ * must follow ssh's StrictModes (owned by the caller or root, not writable by
+ * group or others). 0, or an exit code (reported: 64 for an untrusted one). */
+int use_dir(const char *dir, bool create);
 
 /* ---- freeze.c ---- */
 /* suspend's steps, shared with checkpoint: record dir, prepare (when

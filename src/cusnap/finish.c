@@ -5,6 +5,7 @@
  * from what the check saw. Also the recovery of a tree an interrupted command
  * left (`cusnap resume --pid ROOT`), and the signals that end a command early. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,26 +15,20 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/atomicfile.h"
 
 /* ---- where a tree's state directory is ---- */
 
 void state_dir_default(pid_t pid, char *out, size_t len)
 {
-	const char *base = getenv("XDG_RUNTIME_DIR");
-	if (base && *base)
-		snprintf(out, len, "%s/cusnap/suspend-%d", base, (int)pid);
-	else
-		snprintf(out, len, "/tmp/cusnap-%u/suspend-%d", (unsigned)getuid(), (int)pid);
+	char run[PATH_MAX - 32];
+	run_dir_path(run, sizeof(run));
+	snprintf(out, len, "%s/suspend-%d", run, (int)pid);
 }
 
 /* The default directory holds "state-dir", naming the directory a command was
  * given, so that `cusnap resume --pid ROOT` alone finds the state file. */
-static void note_path(pid_t pid, char *out, size_t len)
-{
-	char d[PATH_MAX];
-	state_dir_default(pid, d, sizeof(d));
-	snprintf(out, len, "%s/state-dir", d);
-}
+#define NOTE "state-dir"
 
 void state_dir_of(pid_t pid, const char *given, char *out, size_t len)
 {
@@ -41,48 +36,65 @@ void state_dir_of(pid_t pid, const char *given, char *out, size_t len)
 		snprintf(out, len, "%s", given);
 		return;
 	}
-	char note[PATH_MAX + 16];
-	note_path(pid, note, sizeof(note));
-	FILE *f = fopen(note, "re");
-	if (f) {
-		/* The whole file less its final newline: a directory name may hold newlines. */
-		size_t n = fread(out, 1, len - 1, f);
-		fclose(f);
-		out[n] = '\0';
-		if (n > 1 && out[0] == '/' && out[n - 1] == '\n') {
-			out[n - 1] = '\0';
-			return;
-		}
+	char def[PATH_MAX], why[PATH_MAX + 128];
+	state_dir_default(pid, def, sizeof(def));
+	snprintf(out, len, "%s", def);
+	/* Read only from a directory nobody else can write. */
+	int dfd = dir_open_trusted(def, false, why, sizeof(why));
+	int fd = dfd < 0 ? -1 : openat(dfd, NOTE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd >= 0)
+		close(dfd);
+	if (fd < 0)
+		return;
+	/* The whole file less its final newline: a directory name may hold newlines. */
+	char text[PATH_MAX + 2];
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n > 1 && text[0] == '/' && text[n - 1] == '\n') {
+		text[n - 1] = '\0';
+		snprintf(out, len, "%s", text);
 	}
-	state_dir_default(pid, out, len);
 }
 
 int state_dir_begin(pid_t pid, const char *dir)
 {
-	char def[PATH_MAX], note[PATH_MAX + 16], state[PATH_MAX + 32];
+	char def[PATH_MAX], state[PATH_MAX + 32], why[PATH_MAX + 128];
 	state_dir_default(pid, def, sizeof(def));
-	note_path(pid, note, sizeof(note));
 	/* An old state file would be taken for this command's if it is cut short. */
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
 	if (unlink(state) < 0 && errno != ENOENT)
 		return -errno;
+	int dfd = dir_open_trusted(def, true, why, sizeof(why));
+	if (dfd < 0)
+		return -EACCES;
+	int rc = 0;
 	if (!strcmp(def, dir)) {
-		unlink(note);
-		return 0;
+		unlinkat(dfd, NOTE, 0);
+	} else {
+		char abs[PATH_MAX], text[PATH_MAX + 2];
+		const char *step;
+		if (!realpath(dir, abs))
+			rc = -errno;
+		int n = snprintf(text, sizeof(text), "%s\n", abs);
+		if (rc == 0)
+			rc = atomic_write_at(dfd, NOTE, text, (size_t)n, 0600, &step);
 	}
-	char abs[PATH_MAX];
-	if (!realpath(dir, abs) || path_mkdirs(def) < 0)
-		return -errno;
-	char text[PATH_MAX + 2];
-	snprintf(text, sizeof(text), "%s\n", abs);
-	return write_file(note, text);
+	close(dfd);
+	return rc;
 }
 
-void state_dir_end(pid_t pid)
+void state_dir_end(pid_t pid, const char *dir)
 {
-	char note[PATH_MAX + 16];
-	note_path(pid, note, sizeof(note));
-	unlink(note);
+	char def[PATH_MAX], why[PATH_MAX + 128];
+	state_dir_default(pid, def, sizeof(def));
+	int dfd = dir_open_trusted(def, false, why, sizeof(why));
+	if (dfd < 0)
+		return;
+	unlinkat(dfd, NOTE, 0);
+	if (dir && !strcmp(def, dir))
+		unlinkat(dfd, STATE_FILE, 0); /* the tree runs again: nothing to resume from */
+	close(dfd);
+	rmdir(def); /* when empty: nothing piles up */
 }
 
 /* ---- the check ---- */
@@ -222,7 +234,7 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	if (gone)
 		snprintf(lost, sizeof(lost), " (%zu process%s gone, not by cusnap)", gone, gone > 1 ? "es" : "");
 	if (verified) {
-		state_dir_end(rec->root);
+		state_dir_end(rec->root, NULL);
 		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);
 	}
 	/* (A participant whose rebuild failed stays parked: it refuses VMM calls

@@ -81,10 +81,8 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
 		state_dir_default(t.procs[0].pid, dir, sizeof(dir));
-	if (path_mkdirs(dir) < 0) {
-		rc = fail(EX_LEFT_RUNNING, "cannot create %s: %s", dir, strerror(errno));
+	if ((rc = use_dir(dir, true)))
 		goto out;
-	}
 	if (!dir_arg)
 		fprintf(stderr, "cusnap: state directory %s\n", dir);
 	bool vmm = t.nshim > 0;
@@ -119,6 +117,8 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 	if ((rc = tree_hold(&t, "resume")))
 		goto out;
 	state_dir_of(t.procs[0].pid, dir_arg, dir, sizeof(dir));
+	if ((dir_arg || access(dir, F_OK) == 0) && (rc = use_dir(dir, false)))
+		goto out;
 	if ((rc = check_interposition(&t)))
 		goto out;
 	/* A resume is itself the undo: a signal now is noted, and the resume completes. */
@@ -138,7 +138,7 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 		fprintf(stderr, "cusnap: %s arrived during the resume; the resume was completed first\n",
 			strsignal(signal_caught()));
 	bool vmm = t.nshim > 0;
-	state_dir_end(t.procs[0].pid);
+	state_dir_end(t.procs[0].pid, dir);
 	if (nothing) {
 		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
 			(int)pid, vmm ? ", every participant active" : "");

@@ -121,6 +121,21 @@ int tree_load(pid_t pid, struct tree *t)
 	return 0;
 }
 
+int use_dir(const char *dir, bool create)
+{
+	int rc = create ? path_mkdirs(dir) : 0;
+	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", dir, strerror(-rc));
+	char why[PATH_MAX + 160];
+	int fd = dir_open_trusted(dir, false, why, sizeof(why));
+	if (fd < 0)
+		return fail(EX_USAGE,
+			    "%s (as ssh's StrictModes: owned by you or root, writable by no one else); nothing done",
+			    why);
+	close(fd);
+	return 0;
+}
+
 int tree_hold(struct tree *t, const char *what)
 {
 	pid_t *pids = calloc(t->nprocs ? t->nprocs : 1, sizeof(*pids));
@@ -197,7 +212,8 @@ int check_pid_guard(pid_t pid)
 	pid_t tgid = proc_tgid(pid);
 	struct proc *procs = NULL;
 	ssize_t n = proc_tree(tgid > 0 ? tgid : pid, &procs);
-	int rc = n < 0 ? 0 : guard_procs(procs, (size_t)n); /* no such process: reported later */
+	int rc = n < 0 ? fail(EX_USAGE, "no process %d: %s; nothing done", (int)pid, strerror((int)-n))
+		       : guard_procs(procs, (size_t)n);
 	free(procs);
 	return rc;
 }

@@ -114,6 +114,80 @@ static void stopped_participant(void)
 	group_kill(&g);
 }
 
+/* Directories someone else controls (ssh's StrictModes): a --dir owned by
+ * another uid or writable by others is refused with 64 by suspend and
+ * restore, nothing written there and nothing changed; a run directory owned by
+ * another uid refuses the command (exit 1, nothing done). In a run directory of
+ * ours, a symlink planted where the state-directory note goes is replaced, not
+ * followed. */
+static void foreign_dirs(void)
+{
+	if (geteuid() != 0) {
+		printf("  (skipped: making another user's directory needs root)\n");
+		return;
+	}
+	struct group g;
+	if (group_start(&g, "dirs", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char pid[16], theirs[PATH_MAX], open_to_all[PATH_MAX], *out;
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(theirs, sizeof(theirs), "%s/theirs", e2e_root);
+	snprintf(open_to_all, sizeof(open_to_all), "%s/open-to-all", e2e_root);
+	CHECK_EQ(mkdir(theirs, 0700), 0);
+	CHECK_EQ(chown(theirs, 65534, 65534), 0);
+	CHECK_EQ(mkdir(open_to_all, 0700), 0);
+	CHECK_EQ(chmod(open_to_all, 0777), 0);
+	const char *dirs[] = {theirs, open_to_all};
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--dir", dirs[i], "--control-dir", g.ctl,
+			      NULL),
+			 64);
+		CHECK_CONTAINS(out, "refusing to use it");
+		free(out);
+		CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", dirs[i], NULL), 64);
+		CHECK_CONTAINS(out, "refusing to use it");
+		free(out);
+		char state[PATH_MAX + 32];
+		snprintf(state, sizeof(state), "%s/cuda-vmm.state", dirs[i]);
+		CHECK(access(state, F_OK) != 0);
+	}
+	char env_run[PATH_MAX + 32];
+	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", theirs);
+	char *run_env[] = {env_run, NULL};
+	CHECK_EQ(tool(&out, run_env, cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 1);
+	CHECK_CONTAINS(out, "owned by uid 65534");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+	free(json);
+	/* Our own run directory, a symlink where the note goes. */
+	char run[PATH_MAX], note_dir[PATH_MAX + 32], note[PATH_MAX + 48], victim[PATH_MAX + 16], state[PATH_MAX + 16];
+	snprintf(run, sizeof(run), "%s/run", e2e_root);
+	snprintf(note_dir, sizeof(note_dir), "%s/suspend-%d", run, g.root);
+	snprintf(note, sizeof(note), "%s/state-dir", note_dir);
+	snprintf(victim, sizeof(victim), "%s/victim", e2e_root);
+	snprintf(state, sizeof(state), "%s/state", g.ctl);
+	CHECK_EQ(mkdir(run, 0700), 0);
+	CHECK_EQ(mkdir(note_dir, 0700), 0);
+	test_write_file(victim, "keep");
+	CHECK_EQ(symlink(victim, note), 0);
+	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", run);
+	CHECK_EQ(tool(&out, run_env, cusnap, "suspend", "--pid", pid, "--dir", state, "--control-dir", g.ctl, NULL), 0);
+	free(out);
+	char *text = test_read_file(victim);
+	CHECK_STR(text, "keep");
+	free(text);
+	/* resume --pid alone finds the state through the note, then the note goes. */
+	CHECK_EQ(tool(&out, run_env, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
+	CHECK_CONTAINS(out, "topology identical");
+	free(out);
+	CHECK(access(note_dir, F_OK) != 0);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("safety");
@@ -121,6 +195,7 @@ int main(void)
 	test_run("two commands on one tree: the second refused (75), the holder named, nothing changed",
 		 one_command_per_tree);
 	test_run("a stopped participant: inspect and suspend return by themselves, naming it", stopped_participant);
+	test_run("directories others control refused (64); no symlink followed in the run directory", foreign_dirs);
 	e2e_done();
 	return test_done();
 }
