@@ -109,7 +109,8 @@ struct coord_report {
 	uint64_t bytes;               /* copied by host-mode prepare or restore */
 	double ms[COORD_STAGE_COUNT]; /* per stage (0: not run) */
 	double ms_total;
-	bool nothing_to_do; /* restore: no state file */
+	bool nothing_to_do;    /* restore: no state file */
+	bool state_unreadable; /* restore: a state file there that cannot be read (corrupt, foreign) */
 	bool aborted;       /* prepare failed and every touched participant was rebuilt */
 	bool unchanged;     /* prepare failed before it changed anything */
 	char error[2048];

@@ -457,6 +457,7 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		return 0;
 	}
 	if (rc == 0 && src < 0) {
+		r->state_unreadable = src != -ENOENT;
 		snprintf(r->error, sizeof(r->error), "%s%s", why, src == -ENOENT ? " (--require-state)" : "");
 		run_end(&x);
 		return -1;

@@ -92,7 +92,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		return rc;
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
-	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)))
+	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)) || (rc = check_interposer(&t)))
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
@@ -155,7 +155,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		t0 = now_ms();
 		struct coord_report rr;
 		bool nothing;
-		if (tree_recover(&t, dir, &rr, &nothing, err, sizeof(err)) < 0) {
+		if (tree_recover(&t, dir, false, &rr, &nothing, err, sizeof(err)) < 0) {
 			rc = finish(&t, &rec, "after the dump: %s", err);
 			goto out;
 		}

@@ -62,6 +62,7 @@ int native_classify(const struct native *n, struct proc *p, size_t count, size_t
 #include "cusnap/rundir.h"
 
 extern bool opt_json;
+extern bool opt_require_interposer;
 extern int opt_timeout_ms;
 extern const char *opt_control_dir;
 
@@ -92,6 +93,10 @@ int tree_hold(struct tree *t, const char *what);
 /* Who holds the tree (a command working on it): true, and who into out. */
 bool tree_held(const struct tree *t, char *out, size_t len);
 void tree_free(struct tree *t);
+/* CUDA processes without the interposer: refused with --require-interposer
+ * (exit 1, reported), else a warning that what they share comes back as
+ * private copies. 0 or the exit code. */
+int check_interposer(const struct tree *t);
 /* Partial interposition: refused (exit 1, reported). */
 int check_interposition(const struct tree *t);
 /* Every CUDA process running, and the interposition complete or absent:
@@ -156,9 +161,10 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...) __att
 int tree_verify(struct tree *t, char *why, size_t len, size_t *gone);
 /* Bring the tree back from whatever state a command left it in: thaw what is
  * LOCKED or CHECKPOINTED, then rebuild the shims (from the state file in dir
- * when there is one, else in place). *nothing: it was running already. 0, or
- * -1 with err. */
-int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen);
+ * when there is one and not discard, else in place from each process's own
+ * records). *nothing: it was running already. 0, or -1 with err. */
+int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_report *r, bool *nothing, char *err,
+		 size_t errlen);
 /* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
  * next phase boundary). */
 void signals_arm(void);
@@ -214,7 +220,7 @@ int criu_plugin_dir(const char *dir, char *out, size_t len);
 
 /* ---- commands ---- */
 int cmd_suspend(pid_t pid, const char *dir_arg, int content);
-int cmd_resume(pid_t pid, const char *dir_arg);
+int cmd_resume(pid_t pid, const char *dir_arg, bool discard_state);
 struct checkpoint_result {
 	double ms_prepare, ms_lock, ms_checkpoint, ms_dump, ms_restore_in_place;
 	double ms_criu_restore, ms_native_restore, ms_vmm_restore, ms_total;

@@ -161,7 +161,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 		ms_suspend = now_ms() - t0;
 		if (rc == EX_OK) {
 			t0 = now_ms();
-			rc = cmd_resume(root, ckpt);
+			rc = cmd_resume(root, ckpt, false);
 			ms_resume = now_ms() - t0;
 			char done[PATH_MAX + 64];
 			snprintf(done, sizeof(done), "%s/restore-complete", ctl);

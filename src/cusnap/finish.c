@@ -137,7 +137,8 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 
 /* ---- recovery from any intermediate state ---- */
 
-int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *nothing, char *err, size_t errlen)
+int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_report *r, bool *nothing, char *err,
+		 size_t errlen)
 {
 	char state[PATH_MAX + 32];
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
@@ -180,24 +181,27 @@ int tree_recover(struct tree *t, const char *dir, struct coord_report *r, bool *
 	}
 	if (!vmm)
 		return 0;
-	bool have_state = access(state, F_OK) == 0;
-	if (have_state || (!unsettled && suspended)) {
+	bool have_state = !discard && access(state, F_OK) == 0;
+	if (have_state || (!discard && !unsettled && suspended)) {
 		/* The state file was written: the prepare completed; rebuild from it. */
 		struct coord_options o = {.timeout_ms = opt_timeout_ms,
 					  .dir = dir,
 					  .progress = stderr,
 					  .require_state = have_state};
 		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
-			snprintf(err, errlen, "rebuilding shared memory failed: %s", r->error);
+			snprintf(err, errlen, "rebuilding shared memory failed: %s%s", r->error,
+				 r->state_unreadable ? "; while the processes still hold their own records, `cusnap "
+						       "resume --discard-state` rebuilds them in place without it"
+						     : "");
 			return -1;
 		}
 		return 0;
 	}
-	/* Interrupted before the state file: each participant rebuilds in place. */
-	fprintf(stderr,
-		"cusnap: participants were left part way through a prepare (no state file in %s): "
-		"rebuilding in place\n",
-		dir);
+	/* Interrupted before the state file (or told to do without it): each
+	 * participant rebuilds in place from its own records. */
+	fprintf(stderr, "cusnap: %s: rebuilding in place\n",
+		discard ? "--discard-state: the state file is not read"
+			: "participants were left part way through a prepare (no state file)");
 	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
@@ -225,7 +229,7 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	if (rec->changed) {
 		struct coord_report r;
 		bool nothing;
-		undone = tree_recover(t, rec->dir, &r, &nothing, err, sizeof(err)) == 0;
+		undone = tree_recover(t, rec->dir, false, &r, &nothing, err, sizeof(err)) == 0;
 	}
 	char why[1400] = "";
 	size_t gone = 0;

@@ -21,41 +21,50 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: cusnap run [--control-dir DIR] -- PROGRAM [ARG...]\n"
-		   "       cusnap checkpoint --pid PID --dir DIR [--leave-running] [--content host|native]\n"
-		   "                         [--criu PATH] [--wait-ready] [--json]\n"
-		   "       cusnap restore --dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]\n"
-		   "       cusnap suspend --pid PID [--dir DIR] [--content host|native] [--json]\n"
-		   "       cusnap resume  --pid PID [--dir DIR] [--json]\n"
-		   "       cusnap inspect (--pid PID | --dir DIR) [--json]\n"
-		   "       cusnap demo [--processes N] [--size BYTES] [--in-place] [--keep DIR]\n"
-		   "\n"
-		   "  run        start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
-		   "  checkpoint dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock "
-		   "and\n"
-		   "             checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
-		   "             --leave-running (then it is resumed in place and snapshot-complete is written)\n"
-		   "  restore    restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
-		   "             shared memory, then write restore-complete for the workload\n"
-		   "  demo       run the example process group under the interposer, checkpoint, kill and restore it\n"
-		   "             (on cuemu when there is no GPU) and print the phases\n"
-		   "  suspend   release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
-		   "            VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
-		   "            every CUDA process natively; the state goes to DIR (default a private directory,\n"
-		   "            printed on stderr)\n"
-		   "  resume    bring a suspended tree back: native restore and unlock, then rebuild the sharing\n"
-		   "  inspect   show the tree's CUDA processes and what they share, or a checkpoint directory\n"
-		   "\n"
-		   "options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
-		   "         --timeout MS (per participant and step, default 30000), --json (summary on stdout)\n"
-		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
-		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
-		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
-		   "         steps run at once (1: one after another)\n"
-		   "\n"
-		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
-		   "2 failed, the workload was terminated or its state is unknown; 64 usage error;\n"
-		   "69 a required component is missing (the CUDA driver), with the fix named\n");
+	fprintf(f,
+		"usage: cusnap run [--control-dir DIR] -- PROGRAM [ARG...]\n"
+		"       cusnap checkpoint --pid PID --dir DIR [--leave-running] [--content host|native]\n"
+		"                         [--criu PATH] [--wait-ready] [--require-interposer] [--json]\n"
+		"       cusnap restore --dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]\n"
+		"       cusnap suspend --pid PID [--dir DIR] [--content host|native] [--require-interposer] [--json]\n"
+		"       cusnap resume  --pid PID [--dir DIR] [--discard-state] [--json]\n"
+		"       cusnap inspect (--pid PID | --dir DIR) [--json]\n"
+		"       cusnap demo [--processes N] [--size BYTES] [--in-place] [--keep DIR] [--criu PATH]\n"
+		"\n"
+		"  run        start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)\n"
+		"  checkpoint dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
+		"             and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
+		"             --leave-running (then it is resumed in place and snapshot-complete is written)\n"
+		"  restore    restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
+		"             shared memory, then write restore-complete for the workload\n"
+		"  suspend    release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
+		"             VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
+		"             every CUDA process natively; the state goes to DIR (default a private directory\n"
+		"             under /run/cusnap for root, printed on stderr)\n"
+		"  resume     bring a suspended tree back, or finish what an interrupted command left: native\n"
+		"             restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
+		"             file, from each process's own records)\n"
+		"  inspect    show the tree's CUDA processes and what they share, a command working on it, or a\n"
+		"             checkpoint directory\n"
+		"  demo       run the example process group under the interposer, checkpoint, kill and restore it\n"
+		"             (on cuemu when there is no GPU) and print the phases\n"
+		"\n"
+		"options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
+		"         --timeout MS (per participant and step, and for every native state query; default\n"
+		"         30000), --json (summary on stdout), --require-interposer (refuse a tree whose CUDA\n"
+		"         processes run without the interposer: what they share would come back as copies)\n"
+		"         A command takes only the options shown for it. DIR must be owned by you or root and\n"
+		"         writable by no one else.\n"
+		"environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
+		"         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
+		"         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
+		"         steps run at once (1: one after another)\n"
+		"         CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap\n"
+		"\n"
+		"exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
+		"2 failed, the workload was terminated or its state is unknown; 64 usage error (a directory\n"
+		"others control included); 69 a required component is missing (the CUDA driver, CRIU), with\n"
+		"the fix named; 75 another command is working on the tree (nothing done)\n");
 }
 
 int cmd_suspend(pid_t pid, const char *dir_arg, int content)
@@ -75,7 +84,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
 	}
-	if ((rc = check_freezable(&t)))
+	if ((rc = check_freezable(&t)) || (rc = check_interposer(&t)))
 		goto out;
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
@@ -104,7 +113,7 @@ out:
 	return rc;
 }
 
-int cmd_resume(pid_t pid, const char *dir_arg)
+int cmd_resume(pid_t pid, const char *dir_arg, bool discard_state)
 {
 	int rc = check_pid_guard(pid);
 	if (rc)
@@ -125,7 +134,7 @@ int cmd_resume(pid_t pid, const char *dir_arg)
 	signals_arm();
 	struct coord_report r;
 	bool nothing;
-	if (tree_recover(&t, dir, &r, &nothing, err, sizeof(err)) < 0) {
+	if (tree_recover(&t, dir, discard_state, &r, &nothing, err, sizeof(err)) < 0) {
 		char why[1400];
 		size_t gone;
 		if (tree_verify(&t, why, sizeof(why), &gone) < 0)
@@ -318,16 +327,38 @@ static int run(int argc, char **argv)
 		{"size", required_argument, NULL, 'S'},
 		{"in-place", no_argument, NULL, 'I'},
 		{"keep", required_argument, NULL, 'K'},
+		{"discard-state", no_argument, NULL, 'D'},
+		{"require-interposer", no_argument, NULL, 'N'},
 		{0, 0, 0, 0},
 	};
+	/* The options each command takes (by their short values); any other is a usage error. */
+	static const struct {
+		const char *cmd, *takes;
+	} takes[] = {
+		{"suspend", "pdcjtCN"}, {"resume", "pdjtCD"}, {"inspect", "pdjtC"}, {"checkpoint", "pdcjtCLRWN"},
+		{"restore", "djtRM"},   {"demo", "PSIKRt"},   {"run", "C"},
+	};
+	const char *allowed = NULL;
+	for (size_t i = 0; i < sizeof(takes) / sizeof(takes[0]); i++)
+		if (!strcmp(cmd, takes[i].cmd))
+			allowed = takes[i].takes;
+	if (!allowed)
+		return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", cmd);
 	opt_control_dir = control_dir_from_env();
 	pid_t pid = 0;
 	const char *dir = NULL, *criu = NULL, *device_map = NULL, *keep = NULL;
-	bool leave_running = false, wait_ready = false, in_place = false;
+	bool leave_running = false, wait_ready = false, in_place = false, discard_state = false;
 	int content = COORD_CONTENT_HOST, c, processes = 3;
 	unsigned long long size = 64ull << 20;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		if (c != 'h' && c != '?' && !strchr(allowed, c)) {
+			const char *name = "?";
+			for (const struct option *o = opts; o->name; o++)
+				if (o->val == c)
+					name = o->name;
+			return fail(EX_USAGE, "%s does not take --%s (cusnap --help)", cmd, name);
+		}
 		switch (c) {
 		case 'p': {
 			char *end;
@@ -347,11 +378,15 @@ static int run(int argc, char **argv)
 				return fail(EX_USAGE, "--content %s: use host or native", optarg);
 			break;
 		case 'j': opt_json = true; break;
-		case 't':
-			opt_timeout_ms = atoi(optarg);
-			if (opt_timeout_ms <= 0)
-				return fail(EX_USAGE, "--timeout %s: not a positive number of milliseconds", optarg);
+		case 't': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v <= 0 || v > 86400000)
+				return fail(EX_USAGE, "--timeout %s: not a number of milliseconds (1 to 86400000)",
+					    optarg);
+			opt_timeout_ms = (int)v;
 			break;
+		}
 		case 'C':
 			opt_control_dir = optarg;
 			setenv("CUSNAP_CONTROL_DIR_SET", "1", 1);
@@ -360,7 +395,16 @@ static int run(int argc, char **argv)
 		case 'R': criu = optarg; break;
 		case 'W': wait_ready = true; break;
 		case 'M': device_map = optarg; break;
-		case 'P': processes = atoi(optarg); break;
+		case 'P': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v < 1 || v > 64)
+				return fail(EX_USAGE, "--processes %s: a number from 1 to 64", optarg);
+			processes = (int)v;
+			break;
+		}
+		case 'D': discard_state = true; break;
+		case 'N': opt_require_interposer = true; break;
 		case 'S': {
 			char *end;
 			size = strtoull(optarg, &end, 0);
@@ -385,7 +429,7 @@ static int run(int argc, char **argv)
 	if (!strcmp(cmd, "suspend") || !strcmp(cmd, "resume")) {
 		if (!pid)
 			return fail(EX_USAGE, "%s needs --pid PID", cmd);
-		return !strcmp(cmd, "suspend") ? cmd_suspend(pid, dir, content) : cmd_resume(pid, dir);
+		return !strcmp(cmd, "suspend") ? cmd_suspend(pid, dir, content) : cmd_resume(pid, dir, discard_state);
 	}
 	if (!strcmp(cmd, "inspect")) {
 		if (!pid == !dir)
@@ -402,9 +446,7 @@ static int run(int argc, char **argv)
 			return fail(EX_USAGE, "restore needs --dir DIR");
 		return cmd_restore(dir, device_map, criu, NULL);
 	}
-	if (!strcmp(cmd, "demo"))
-		return cmd_demo(processes, size, in_place, keep, criu);
-	return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", cmd);
+	return cmd_demo(processes, size, in_place, keep, criu);
 }
 
 int main(int argc, char **argv)

@@ -16,6 +16,7 @@
 #include "cusnap/json.h"
 
 bool opt_json;
+bool opt_require_interposer;
 int opt_timeout_ms = 30000;
 const char *opt_control_dir;
 
@@ -216,6 +217,24 @@ int check_pid_guard(pid_t pid)
 		       : guard_procs(procs, (size_t)n);
 	free(procs);
 	return rc;
+}
+
+int check_interposer(const struct tree *t)
+{
+	if (!t->ncuda || t->nshim)
+		return 0;
+	if (opt_require_interposer)
+		return fail(EX_LEFT_RUNNING,
+			    "the tree of %d does not run under the interposer (--require-interposer): refusing; "
+			    "nothing done",
+			    (int)t->procs[0].pid);
+	if (t->ncuda > 1)
+		fprintf(stderr,
+			"cusnap: warning: %zu CUDA processes without the interposer: memory they share by file "
+			"descriptor export (cuMemExportToShareableHandle) comes back as a private copy in each; "
+			"run them under `cusnap run`, or refuse such trees with --require-interposer\n",
+			t->ncuda);
+	return 0;
 }
 
 int check_freezable(const struct tree *t)

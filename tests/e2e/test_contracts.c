@@ -208,6 +208,28 @@ static void missing_state(void)
 	free(out);
 }
 
+/* Usage errors (64) before anything is looked at: an option the command does
+ * not take, a --timeout that is not a number, an unknown command. */
+static void usage_errors(void)
+{
+	char *out;
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", "1", "--criu", "/bin/true", NULL), 64);
+	CHECK_CONTAINS(out, "suspend does not take --criu");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", "/nonexistent", "--leave-running", NULL), 64);
+	CHECK_CONTAINS(out, "restore does not take --leave-running");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", "1", "--timeout", "10abc", NULL), 64);
+	CHECK_CONTAINS(out, "--timeout 10abc");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "frobnicate", NULL), 64);
+	CHECK_CONTAINS(out, "unknown command");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "--help", NULL), 0);
+	CHECK_CONTAINS(out, "--discard-state");
+	free(out);
+}
+
 int main(void)
 {
 	e2e_init("contracts");
@@ -218,6 +240,7 @@ int main(void)
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
 	test_run("restore without a state file", missing_state);
+	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
 	e2e_done();
 	return test_done();
 }

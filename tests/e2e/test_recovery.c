@@ -255,6 +255,33 @@ static void resume_killed_mid_rebuild(void)
 	}
 }
 
+/* A corrupt state file: resume exits 2 naming --discard-state; with it the
+ * participants rebuild in place from their own records and the group passes. */
+static void corrupt_state(void)
+{
+	struct group g;
+	if (group_start(&g, "corrupt", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char *out, state[PATH_MAX + 48];
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	snprintf(state, sizeof(state), "%s/state/cuda-vmm.state", g.ctl);
+	CHECK_EQ(test_write_file(state, "not a state file"), 0);
+	CHECK_EQ(group_resume(&g, &out, NULL), 2);
+	CHECK_CONTAINS(out, "--discard-state");
+	free(out);
+	char tool_path[PATH_MAX], pid[16], dir[PATH_MAX + 32];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(dir, sizeof(dir), "%s/state", g.ctl);
+	CHECK_EQ(tool(&out, NULL, tool_path, "resume", "--pid", pid, "--dir", dir, "--control-dir", g.ctl,
+		      "--discard-state", NULL),
+		 0);
+	CHECK_CONTAINS(out, "rebuilding in place");
+	free(out);
+	group_back_and_passing(&g, 1, "resume --discard-state after a corrupt state file");
+}
+
 int main(void)
 {
 	e2e_init("recovery");
@@ -265,6 +292,7 @@ int main(void)
 	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
 	test_run("resume SIGKILLed after each rebuild step: resume --pid alone continues", resume_killed_mid_rebuild);
+	test_run("a corrupt state file: resume names --discard-state, which rebuilds in place", corrupt_state);
 	e2e_done();
 	return test_done();
 }

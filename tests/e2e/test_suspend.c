@@ -228,15 +228,25 @@ static void long_control_dir(void)
 
 static void native_only(void)
 {
-	/* Without the interposer: the native steps only (the memory comes back; the
-	 * emulated driver gives each importer a private copy, so the workload's
-	 * sharing checks fail, as they would on a GPU). */
+	/* Without the interposer: refused with --require-interposer; else the
+	 * native steps only, with a warning (the memory comes back; the emulated
+	 * driver gives each importer a private copy, so the workload's sharing
+	 * checks fail, as they would on a GPU). */
 	struct group g;
 	if (group_start(&g, "plain", 1, 2, true, NULL, NULL, NULL) < 0)
 		return;
 	char *out;
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, "--require-interposer",
+		      NULL),
+		 1);
+	CHECK_CONTAINS(out, "--require-interposer");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
 	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	CHECK_CONTAINS(out, "native steps only");
+	CHECK_CONTAINS(out, "comes back as a private copy"); /* what they share is not shared afterwards */
 	free(out);
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0);
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
