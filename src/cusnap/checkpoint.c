@@ -9,7 +9,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -223,12 +225,26 @@ static int parse_device_map(const char *spec, CUcheckpointGpuPair *pairs, int ma
 	return n;
 }
 
+/* Kill the restored tree, leaves first, and wait (at most 10 s) until none of
+ * its processes exists any more, zombies included: cusnap is the subreaper of
+ * the trees it restores and reaps them, so that an immediate restore finds
+ * their PIDs free. */
 static void kill_tree(pid_t root)
 {
 	struct proc *procs = NULL;
 	ssize_t n = proc_tree(root, &procs);
 	for (ssize_t i = n - 1; i >= 0; i--)
 		kill(procs[i].pid, SIGKILL);
+	for (int waited = 0; n > 0 && waited < 10000; waited += 5) {
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		bool left = false;
+		for (ssize_t i = 0; i < n && !left; i++)
+			left = kill(procs[i].pid, 0) == 0 || errno != ESRCH;
+		if (!left)
+			break;
+		usleep(5000);
+	}
 	free(procs);
 }
 
@@ -327,6 +343,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	argv[n] = NULL;
 	t0 = now_ms();
 	signals_arm();
+	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	int crc = criu_run(criu, argv, log, false);
 	r->ms_criu_restore = now_ms() - t0;
 	FILE *pf = fopen(pidfile, "re");

@@ -299,17 +299,18 @@ static void vmm_restore_failing(void)
 	test_wait_child(g.child, 10000);
 	g.child = 0;
 	reap_all();
-	CHECK_EQ(restore(dir, &out), 2);
-	CHECK_CONTAINS(out, "restored tree killed");
-	CHECK_CONTAINS(out, "cuMemCreate");
-	free(out);
-	char done[PATH_MAX + 32];
-	snprintf(done, sizeof(done), "%s/restore-complete", g.ctl);
-	CHECK(access(done, F_OK) != 0);
-	pid_t root = restored_root(dir);
-	if (root > 0) {
-		test_wait_child(root, 10000);
-		CHECK(kill(root, 0) < 0);
+	/* Twice: the first restore's killed tree is gone (reaped, not a zombie)
+	 * when it exits, so the second finds its PIDs free. */
+	for (int run = 0; run < 2; run++) {
+		CHECK_EQ(restore(dir, &out), 2);
+		CHECK_CONTAINS(out, "restored tree killed");
+		CHECK_CONTAINS(out, "cuMemCreate");
+		free(out);
+		char done[PATH_MAX + 32];
+		snprintf(done, sizeof(done), "%s/restore-complete", g.ctl);
+		CHECK(access(done, F_OK) != 0);
+		pid_t root = restored_root(dir);
+		CHECK(root > 0 && kill(root, 0) < 0 && errno == ESRCH);
 	}
 	reap_all();
 	/* Manifest and state are readable. */
