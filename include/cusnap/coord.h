@@ -111,8 +111,8 @@ struct coord_report {
 	double ms_total;
 	bool nothing_to_do;    /* restore: no state file */
 	bool state_unreadable; /* restore: a state file there that cannot be read (corrupt, foreign) */
-	bool aborted;       /* prepare failed and every touched participant was rebuilt */
-	bool unchanged;     /* prepare failed before it changed anything */
+	bool aborted;          /* prepare failed and every touched participant was rebuilt */
+	bool unchanged;        /* prepare failed before it changed anything */
 	char error[2048];
 };
 
