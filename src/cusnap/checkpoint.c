@@ -297,6 +297,44 @@ static int clear_control_dir(const struct manifest *m)
 	return rc;
 }
 
+/* A device map names every GPU of the checkpoint once (the native restore
+ * takes no partial map): checked before CRIU creates anything. 0, or -1 with
+ * why. */
+static int check_device_map(const struct manifest *m, const CUcheckpointGpuPair *pairs, int npairs, char *why,
+			    size_t len)
+{
+	const json_t *gpus = json_object_get(m->root, "gpus");
+	for (size_t g = 0; g < json_array_size(gpus); g++) {
+		const json_t *uuid = json_array_get(gpus, g);
+		CUuuid old;
+		if (!json_is_string(uuid) || parse_uuid(json_string_value(uuid), json_string_length(uuid), &old) < 0)
+			continue;
+		int found = 0;
+		for (int k = 0; k < npairs; k++)
+			found += !memcmp(pairs[k].oldUuid.bytes, old.bytes, 16);
+		if (found != 1) {
+			snprintf(why, len, "%s of the checkpoint is %s", json_string_value(uuid),
+				 found ? "mapped more than once" : "not mapped (a map must name every GPU)");
+			return -1;
+		}
+	}
+	for (int k = 0; k < npairs; k++) {
+		bool known = false;
+		for (size_t g = 0; g < json_array_size(gpus) && !known; g++) {
+			const json_t *uuid = json_array_get(gpus, g);
+			CUuuid old;
+			known = json_is_string(uuid) &&
+				parse_uuid(json_string_value(uuid), json_string_length(uuid), &old) == 0 &&
+				!memcmp(pairs[k].oldUuid.bytes, old.bytes, 16);
+		}
+		if (!known) {
+			snprintf(why, len, "pair %d names a GPU the checkpoint does not have", k + 1);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
 {
 	struct checkpoint_result local;
@@ -314,6 +352,10 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	if (npairs < 0) {
 		manifest_free(&m);
 		return fail(EX_USAGE, "--device-map %s: use OLD=NEW[,OLD=NEW...] with GPU UUIDs", device_map);
+	}
+	if (npairs > 0 && check_device_map(&m, pairs, npairs, err, sizeof(err)) < 0) {
+		manifest_free(&m);
+		return fail(EX_USAGE, "--device-map: %s; nothing done", err);
 	}
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0) {
 		manifest_free(&m);

@@ -237,6 +237,9 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	char lost[96] = "";
 	if (gone)
 		snprintf(lost, sizeof(lost), " (%zu process%s gone, not by cusnap)", gone, gone > 1 ? "es" : "");
+	if (verified && gone && gone == t->ncuda)
+		return fail(EX_TERMINATED, "%s; every CUDA process of the tree is gone (not by cusnap): nothing runs",
+			    what);
 	if (verified) {
 		state_dir_end(rec->root, NULL);
 		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);

@@ -384,6 +384,12 @@ static void device_map(void)
 		free(text);
 		return;
 	}
+	/* A partial map is refused before CRIU creates anything. */
+	snprintf(map, sizeof(map), "%s=%s", g0, g1);
+	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", ck, "--criu", criu, "--device-map", map, NULL), 64);
+	CHECK_CONTAINS(out, "not mapped");
+	CHECK(!contains(out, "criu restore"));
+	free(out);
 	snprintf(map, sizeof(map), "%s=%s,%s=%s", g0, g1, g1, g0);
 	manifest_free(&m);
 	free(text);

@@ -208,6 +208,25 @@ static void missing_state(void)
 	free(out);
 }
 
+/* Every process of the tree killed during suspend (not by cusnap): exit 2,
+ * never "runs as before". */
+static void all_gone(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	e2e_scratch("gone", dir, ctl);
+	const char *serve[] = {"--serve", NULL};
+	pid_t c = helper(dir, "c", ctl, serve);
+	char pid[16], fault[64];
+	snprintf(pid, sizeof(pid), "%d", c);
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", c);
+	char *env[] = {fault, NULL};
+	CHECK_EQ(tool(&out, env, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 2);
+	CHECK_CONTAINS(out, "every CUDA process of the tree is gone");
+	CHECK(!contains(out, "runs as before"));
+	free(out);
+	waitpid(c, NULL, 0);
+}
+
 /* Usage errors (64) before anything is looked at: an option the command does
  * not take, a --timeout that is not a number, an unknown command. */
 static void usage_errors(void)
@@ -240,6 +259,7 @@ int main(void)
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
 	test_run("restore without a state file", missing_state);
+	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
 	e2e_done();
 	return test_done();
