@@ -244,7 +244,7 @@ void test_describe_status(int status, int timeout_ms, char *out, size_t len)
 }
 
 /* In a child that failed to exec: say why on its stderr, exit 127. */
-static void exec_failed(const char *path)
+__attribute__((noreturn)) static void exec_failed(const char *path)
 {
 	dprintf(2, "cannot execute %s: %s\n", path, strerror(errno));
 	_exit(127);
