@@ -455,7 +455,8 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	if (npairs) {
 		const json_t *gpus = json_object_get(m.root, "gpus");
 		int ndev = 0;
-		t.nat.device_count(&ndev);
+		if (native_devices(&t.nat))
+			t.nat.device_count(&ndev);
 		for (; nmap < json_array_size(gpus) && nmap < PROTO_MAX_DEVICES; nmap++) {
 			const json_t *g = json_array_get(gpus, nmap);
 			ordinal_map[nmap] = -1;

@@ -46,8 +46,11 @@ struct native {
 	CUresult (*device_name)(char *, int, CUdevice);
 };
 
-/* Load libcuda.so.1 and cuInit. Returns 0, or -1 with err naming the fix. */
+/* Load libcuda.so.1 (no cuInit: the checkpoint API needs none). Returns 0, or
+ * -1 with err naming the fix. */
 int native_load(struct native *n, char *err, size_t errlen);
+/* cuInit, for the device queries (GPU UUIDs): whether they can be made. */
+bool native_devices(const struct native *n);
 const char *native_error(const struct native *n, CUresult r);
 /* Mark which processes hold a CUDA context, and their state, under the query
  * watchdog (native_run.c): 0, -ETIMEDOUT (*stuck: the index of a process that

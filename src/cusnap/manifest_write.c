@@ -18,7 +18,7 @@ static json_t *gpus_json(const struct tree *t)
 {
 	json_t *gpus = json_array();
 	int ndev = 0;
-	if (t->nat.device_count && t->nat.device_uuid)
+	if (native_devices(&t->nat))
 		t->nat.device_count(&ndev);
 	for (int d = 0; d < ndev; d++) {
 		CUuuid u;

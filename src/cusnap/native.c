@@ -38,13 +38,19 @@ int native_load(struct native *n, char *err, size_t errlen)
 			 "is needed");
 		return -1;
 	}
-	CUresult rc = n->init(0);
-	if (rc != CUDA_SUCCESS) {
-		snprintf(err, errlen, "cuInit failed: %s", native_error(n, rc));
-		return -1;
-	}
+	/* No cuInit: the checkpoint API does not need it (NVIDIA's cuda-checkpoint
+	 * calls none), and a process that called it holds driver state of its own.
+	 * native_devices does, for the device queries alone. */
 	fd_check_exempt_open(); /* the driver's own (a real one keeps its device files open) */
 	return 0;
+}
+
+bool native_devices(const struct native *n)
+{
+	if (!n->device_count || !n->device_get || !n->device_uuid || n->init(0) != CUDA_SUCCESS)
+		return false;
+	fd_check_exempt_open();
+	return true;
 }
 
 const char *native_error(const struct native *n, CUresult r)

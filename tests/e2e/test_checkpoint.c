@@ -153,6 +153,23 @@ static void own_pidns(void)
 	dump_kill_restore("native", wrapper, "nsn");
 }
 
+/* A group started and checkpointed (host content) into ctl/ckpt, the dump
+ * having ended it and its processes reaped: 0, or -1 (reported). */
+static int group_checkpointed(struct group *g, const char *name, char *const *env, char dir[PATH_MAX + 32])
+{
+	if (group_start(g, name, 1, 2, false, NULL, env, NULL) < 0)
+		return -1;
+	char *out;
+	snprintf(dir, PATH_MAX + 32, "%s/ckpt", g->ctl);
+	int rc = checkpoint(g, dir, "host", false, criu, &out);
+	CHECK_EQ(rc, 0);
+	free(out);
+	test_wait_child(g->child, 10000);
+	g->child = 0;
+	reap_all();
+	return rc == 0 ? 0 : -1;
+}
+
 /* A victim file outside the control directory, and a symlink to it planted at
  * name in ctl (a workload's trap for a root tool that follows links). */
 static void plant_symlink(const char *ctl, const char *name, char *victim, size_t len)
@@ -217,15 +234,9 @@ static void leave_running(void)
 static void restore_twice(void)
 {
 	struct group g;
-	if (group_start(&g, "twice", 1, 2, false, NULL, NULL, NULL) < 0)
-		return;
 	char dir[PATH_MAX + 32], *out;
-	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
-	free(out);
-	test_wait_child(g.child, 10000);
-	g.child = 0;
-	reap_all();
+	if (group_checkpointed(&g, "twice", NULL, dir) < 0)
+		return;
 	for (int run = 0; run < 2; run++) {
 		CHECK_EQ(restore(dir, &out), 0);
 		free(out);
@@ -290,15 +301,9 @@ static void vmm_restore_failing(void)
 	 * its 4th cuMemCreate (after 2 shared and 1 private) fails. */
 	char *env[] = {"CUEMU_FAULT=cuMemCreate:4", "VMM_GROUP_FAULT_ROLE=parent", NULL};
 	struct group g;
-	if (group_start(&g, "vmmfail", 1, 2, false, NULL, env, NULL) < 0)
-		return;
 	char dir[PATH_MAX + 32], *out;
-	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
-	free(out);
-	test_wait_child(g.child, 10000);
-	g.child = 0;
-	reap_all();
+	if (group_checkpointed(&g, "vmmfail", env, dir) < 0)
+		return;
 	/* Twice: the first restore's killed tree is gone (reaped, not a zombie)
 	 * when it exits, so the second finds its PIDs free. */
 	for (int run = 0; run < 2; run++) {

@@ -17,9 +17,18 @@ static void round_trip(const char *content)
 	if (group_start(&g, content, 2, 4, false, NULL, NULL, NULL) < 0)
 		return;
 	CHECK(group_device_mappings(&g, "memfd:cuemu") > 0);
-	char *out;
-	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
+	/* cusnap's own driver calls: the checkpoint API, and never cuInit (as
+	 * NVIDIA's cuda-checkpoint: a controller needs no CUDA state of its own). */
+	char trace[PATH_MAX], env_trace[PATH_MAX + 16];
+	snprintf(trace, sizeof(trace), "%s/%s-calls", e2e_root, content);
+	snprintf(env_trace, sizeof(env_trace), "CUEMU_TRACE=%s", trace);
+	char *out, *tool_env[] = {env_trace, NULL};
+	CHECK_EQ(group_suspend(&g, content, &out, tool_env), 0);
 	free(out);
+	char *calls = test_read_file(trace);
+	CHECK_CONTAINS(calls, "cuCheckpointProcessCheckpoint");
+	CHECK(!contains(calls, "cuInit"));
+	free(calls);
 	/* Every process released all device memory. */
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0);
 	char *json = group_inspect(&g);

@@ -210,11 +210,31 @@ static void multicast_blocks_checkpoint(void)
 	target_stop(&t);
 }
 
+/* As NVIDIA's cuda-checkpoint utility and the agent's native helper call it:
+ * the checkpoint API from a process that never called cuInit (runs first). */
+static void without_cuinit(void)
+{
+	int version = 0;
+	CHECK_CU(cuDriverGetVersion(&version));
+	CHECK(version >= 12080);
+	struct target t;
+	if (target_start(&t, "noinit", NULL, NULL) < 0)
+		return;
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
+	ck_suspend(&t);
+	ck_resume(&t);
+	TARGET_EXPECT(&t, "check 1", "PASS");
+	target_stop(&t);
+	int n = -1;
+	CHECK_CU_EQ(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED); /* the rest of the API still needs it */
+}
+
 int main(void)
 {
+	target_dir_make("ckpt");
+	test_run("the checkpoint API from a process that never called cuInit", without_cuinit);
 	/* The driver side: no context here, just the checkpoint API. */
 	CHECK_CU(cuInit(0));
-	target_dir_make("ckpt");
 	test_run("RUNNING -> LOCKED -> CHECKPOINTED -> LOCKED -> RUNNING; illegal transitions", transitions);
 	test_run("a lock holds back the target's CUDA calls", lock_blocks_calls);
 	test_run("lock timeout leaves the target RUNNING", lock_timeout);
