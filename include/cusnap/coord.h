@@ -129,6 +129,13 @@ json_t *coord_report_json(const struct coord_report *r);
 /* Is pid dead, or a zombie its parent has not reaped? */
 bool coord_process_gone(int pid);
 /* A named fault point (include/cusnap/faults.def): with CUSNAP_FAULT=NAME:PID,
- * reaching NAME sends SIGKILL to PID ("self": to this process). */
-void coord_fault_point(const char *name);
+ * reaching NAME sends SIGKILL to PID ("self": to this process; "term": SIGTERM
+ * to it; "stop": SIGSTOP to it). FAULT_NONE: none. */
+enum coord_fault {
+	FAULT_NONE,
+#define FAULT(id, name, where) FAULT_##id,
+#include "cusnap/faults.def"
+#undef FAULT
+};
+void coord_fault_point(enum coord_fault point);
 #endif

@@ -106,22 +106,18 @@ int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_part
 }
 
 static const char *const fault_names[] = {
-#define FAULT(name, where) name,
+	[FAULT_NONE] = NULL,
+#define FAULT(id, name, where) [FAULT_##id] = name,
 #include "cusnap/faults.def"
 #undef FAULT
 };
 
-void coord_fault_point(const char *name)
+void coord_fault_point(enum coord_fault point)
 {
-	const char *spec = getenv("CUSNAP_FAULT");
-	size_t len = strlen(name);
-	if (!spec || strncmp(spec, name, len) != 0 || spec[len] != ':')
+	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];
+	size_t len = name ? strlen(name) : 0;
+	if (!spec || !name || strncmp(spec, name, len) != 0 || spec[len] != ':')
 		return;
-	bool listed = false;
-	for (size_t i = 0; i < sizeof(fault_names) / sizeof(fault_names[0]); i++)
-		listed |= strcmp(fault_names[i], name) == 0;
-	if (!listed)
-		return; /* every point is in faults.def */
 	const char *who = spec + len + 1;
 	if (strcmp(who, "stop") == 0) {
 		/* SIGSTOP to ourselves: a command held there, until SIGCONT */

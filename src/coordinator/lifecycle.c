@@ -51,7 +51,7 @@ struct stage {
 	enum coord_stage id;
 	const char *label;         /* its progress line */
 	int (*run)(struct run *x); /* 0 done, 1 nothing to do, -1 failed (r->error) */
-	const char *fault;         /* the fault point reached after it, or NULL */
+	enum coord_fault fault;    /* the fault point reached after it, or FAULT_NONE */
 };
 
 static void note(struct run *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -76,8 +76,7 @@ static int run_stages(struct run *x, const struct stage *stages, size_t count)
 		if (rc > 0)
 			continue;
 		stage_progress(x->o, s->label, x->r->ms[s->id], "%s", x->note);
-		if (s->fault)
-			coord_fault_point(s->fault);
+		coord_fault_point(s->fault);
 	}
 	return 0;
 }
@@ -217,12 +216,12 @@ static int write_state(struct run *x)
 }
 
 static const struct stage prepare_stages[] = {
-	{COORD_STAGE_INSPECT, "INSPECT", inspect_before, NULL},
-	{COORD_STAGE_VALIDATE, "validate", validate, NULL},
-	{COORD_STAGE_QUIESCE, "QUIESCE", quiesce, "kill-after-quiesce"},
-	{COORD_STAGE_PREPARE_MULTICAST, "PREPARE_MULTICAST", prepare_multicast, "kill-after-prepare-multicast"},
-	{COORD_STAGE_PREPARE, "PREPARE", prepare_unicast, "kill-after-prepare"},
-	{COORD_STAGE_STATE, "state written", write_state, "kill-after-state"},
+	{COORD_STAGE_INSPECT, "INSPECT", inspect_before, FAULT_NONE},
+	{COORD_STAGE_VALIDATE, "validate", validate, FAULT_NONE},
+	{COORD_STAGE_QUIESCE, "QUIESCE", quiesce, FAULT_KILL_AFTER_QUIESCE},
+	{COORD_STAGE_PREPARE_MULTICAST, "PREPARE_MULTICAST", prepare_multicast, FAULT_KILL_AFTER_PREPARE_MULTICAST},
+	{COORD_STAGE_PREPARE, "PREPARE", prepare_unicast, FAULT_KILL_AFTER_PREPARE},
+	{COORD_STAGE_STATE, "state written", write_state, FAULT_KILL_AFTER_STATE},
 };
 
 /* ---- restore and abort ---- */
@@ -350,20 +349,20 @@ static int resume(struct run *x)
 }
 
 static const struct stage restore_stages[] = {
-	{COORD_STAGE_INSPECT, "HELLO/INSPECT", match_state, NULL},
-	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, "kill-after-restore-creators"},
-	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, "kill-after-restore-importers"},
-	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, NULL},
-	{COORD_STAGE_COMPARE, "compare", compare_state, NULL},
-	{COORD_STAGE_RESUME, "RESUME", resume, NULL},
+	{COORD_STAGE_INSPECT, "HELLO/INSPECT", match_state, FAULT_NONE},
+	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, FAULT_KILL_AFTER_RESTORE_CREATORS},
+	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, FAULT_KILL_AFTER_RESTORE_IMPORTERS},
+	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, FAULT_NONE},
+	{COORD_STAGE_COMPARE, "compare", compare_state, FAULT_NONE},
+	{COORD_STAGE_RESUME, "RESUME", resume, FAULT_NONE},
 };
 
 /* An abort: the selected participants rebuilt and resumed, whatever phase each reached. */
 static const struct stage abort_stages[] = {
-	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, NULL},
-	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, NULL},
-	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, NULL},
-	{COORD_STAGE_RESUME, "RESUME", resume, NULL},
+	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, FAULT_NONE},
+	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, FAULT_NONE},
+	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, FAULT_NONE},
+	{COORD_STAGE_RESUME, "RESUME", resume, FAULT_NONE},
 };
 
 /* ---- the three lifecycles ---- */

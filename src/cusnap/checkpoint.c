@@ -147,7 +147,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 	}
 	r->image_bytes = dir_bytes(images);
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
-	coord_fault_point("kill-after-dump");
+	coord_fault_point(FAULT_KILL_AFTER_DUMP);
 	if (leave_running) {
 		if (signal_caught()) {
 			unlink(manifest); /* undone: the images are not a checkpoint */

@@ -54,12 +54,12 @@ int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
 	if (freeze_step(t, NATIVE_LOCK, rec, err, errlen) < 0)
 		return -1;
 	progress("lock", now_ms() - t0, "%zu processes, concurrently", t->ncuda);
-	coord_fault_point("kill-after-lock");
+	coord_fault_point(FAULT_KILL_AFTER_LOCK);
 	t0 = now_ms();
 	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
 		return -1;
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
-	coord_fault_point("kill-after-checkpoint");
+	coord_fault_point(FAULT_KILL_AFTER_CHECKPOINT);
 	return 0;
 }
 
