@@ -73,8 +73,6 @@ extern const char *opt_control_dir;
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Write path (0644) with text; returns 0 or -errno. */
-int write_file(const char *path, const char *text);
 
 struct tree {
 	struct native nat;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/control.h"
 
 #define MiB (1024.0 * 1024.0)
 
@@ -163,9 +164,9 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 			t0 = now_ms();
 			rc = cmd_resume(root, ckpt, false);
 			ms_resume = now_ms() - t0;
-			char done[PATH_MAX + 64];
-			snprintf(done, sizeof(done), "%s/restore-complete", ctl);
-			write_file(done, "");
+			char why[PATH_MAX + 256];
+			if (rc == EX_OK && control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
+				rc = fail(EX_TERMINATED, "cannot write %s", why);
 		}
 	} else {
 		rc = cmd_checkpoint(root, ckpt, COORD_CONTENT_HOST, criu_arg, false, false, &c);

@@ -43,18 +43,6 @@ int fail(int code, const char *fmt, ...)
 	return code;
 }
 
-int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	size_t len = strlen(text);
-	int rc = write(fd, text, len) == (ssize_t)len ? 0 : -EIO;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	return rc;
-}
-
 const char *state_name(int s)
 {
 	switch (s) {
