@@ -623,6 +623,14 @@ int serve_QUIESCE(struct op_call *c)
 			  "the shim's capabilities: they cannot be taken down and rebuilt",
 			  shim_mc_objects);
 		rc = PROTO_E_NOT_FOUND;
+	} else if (tbl.foreign.len > 0) {
+		/* A native restore would bring these back as private copies. */
+		life_fail(&c->r, NULL,
+			  "%zu allocation(s) imported from raw file descriptors (cuMemImportFromShareableHandle of "
+			  "an FD the shim did not broker, e.g. from a process without the interposer): they would "
+			  "come back as private copies; release them first",
+			  tbl.foreign.len);
+		rc = PROTO_E_NOT_FOUND;
 	} else if (ipc_refused) {
 		life_fail(&c->r, NULL, "%s", why);
 		rc = PROTO_E_NOT_FOUND;

@@ -204,6 +204,8 @@ struct shim_tables {
 	struct hmap allocs;  /* key -> struct shim_alloc */
 	struct itree mappings;
 	struct hmap multicast; /* raw multicast handles the shim does not track (imported from raw FDs) */
+	struct hmap foreign;   /* memory imported from raw FDs (not through a capability): its exporter fd's
+				* origin pid (or -1) as the value; QUIESCE refuses while any is held */
 	uint64_t next_value;
 	uint64_t next_key;
 };

@@ -155,6 +155,8 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 			rc = real.cuMemRelease(handle);
 		if (rc == CUDA_SUCCESS && hmap_del(&tbl.multicast, handle))
 			shim_mc_objects--;
+		if (rc == CUDA_SUCCESS)
+			hmap_del(&tbl.foreign, handle);
 		pthread_mutex_unlock(&tbl.lock);
 		return rc;
 	}
@@ -520,9 +522,18 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	struct shim_cap cap;
-	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !handle || !cap_parse((int)(intptr_t)os_handle, &cap))
-		return real.cuMemImportFromShareableHandle(handle, os_handle, type); /* a raw FD: untracked */
-	return shim_import_cap("cuMemImportFromShareableHandle", &cap, handle, NULL);
+	if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && handle && cap_parse((int)(intptr_t)os_handle, &cap))
+		return shim_import_cap("cuMemImportFromShareableHandle", &cap, handle, NULL);
+	/* A raw FD (from a process without the interposer, a memory service): the
+	 * driver's import, untracked, and remembered so that QUIESCE refuses while
+	 * it is held (a native restore would bring it back as a private copy). */
+	CUresult rc = real.cuMemImportFromShareableHandle(handle, os_handle, type);
+	if (rc == CUDA_SUCCESS && handle) {
+		pthread_mutex_lock(&tbl.lock);
+		hmap_put(&tbl.foreign, *handle, (void *)1);
+		pthread_mutex_unlock(&tbl.lock);
+	}
+	return rc;
 }
 
 CUresult shim_import_cap(const char *call, const struct shim_cap *capp, CUmemGenericAllocationHandle *handle,

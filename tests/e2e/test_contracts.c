@@ -208,6 +208,40 @@ static void missing_state(void)
 	free(out);
 }
 
+/* An import the shim did not broker: a raw FD from a process outside the
+ * interposer (a memory service). suspend refuses at QUIESCE, naming it, with
+ * nothing changed; once the application released it, suspend succeeds. */
+static void foreign_import(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], h[PATH_MAX + 32], log[PATH_MAX + 32], *out;
+	e2e_scratch("foreign", dir, ctl);
+	snprintf(h, sizeof(h), "%s/emu/target_helper", tests_dir);
+	snprintf(log, sizeof(log), "%s/service.log", dir);
+	char *argv[] = {h, dir, "service", "--serve", NULL};
+	pid_t service = test_spawn(argv, NULL, log);
+	int ns;
+	unsigned long long va;
+	CHECK_EQ(test_wait_ready(dir, "service", 20000, &ns, &va), 0);
+	const char *import[] = {"--import", "service", NULL};
+	pid_t i = helper(dir, "i", ctl, import);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", i);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
+	CHECK_CONTAINS(out, "imported from raw file descriptors");
+	CHECK_CONTAINS(out, "everything undone");
+	free(out);
+	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS"); /* untouched */
+	TARGET_EXPECT_DIR(dir, "i", "drop", "CUDA_SUCCESS");
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 0);
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", pid, "--control-dir", ctl, NULL), 0);
+	free(out);
+	kill(i, SIGKILL);
+	kill(service, SIGKILL);
+	waitpid(i, NULL, 0);
+	waitpid(service, NULL, 0);
+}
+
 /* Every process of the tree killed during suspend (not by cusnap): exit 2,
  * never "runs as before". */
 static void all_gone(void)
@@ -259,6 +293,7 @@ int main(void)
 	test_run("partial interposition refused before anything changes", partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
 	test_run("restore without a state file", missing_state);
+	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
 	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
 	e2e_done();
