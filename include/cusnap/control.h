@@ -11,6 +11,10 @@
 #define CONTROL_SNAPSHOT_DONE "snapshot-complete"
 #define CONTROL_RESTORE_DONE "restore-complete"
 #define CONTROL_DIR_DEFAULT "/snapshot-control"
+/* Set to 1 by the launcher in the workload's environment (the agent's
+ * contract): a CUDA process that carries it but has no endpoint is a partial
+ * interposition (fail closed). */
+#define INTERPOSE_MARKER "DYN_SNAPSHOT_CUDA_VMM_INTERPOSE"
 
 /* $SNAPSHOT_CONTROL_DIR, else the deprecated $DYN_SNAPSHOT_CONTROL_DIR, else
  * /snapshot-control. The string belongs to the environment (or is static). */

@@ -17,6 +17,7 @@ struct proc {
 	pid_t nspid; /* in its innermost PID namespace */
 	bool cuda;   /* holds a CUDA context (the native API answers for it) */
 	bool shim;   /* its endpoint exists */
+	bool marked; /* its environment carries the launcher's INTERPOSE_MARKER */
 	int state;   /* CUprocessState, or -1 */
 };
 

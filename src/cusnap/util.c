@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/control.h"
 #include "cusnap/json.h"
 
 bool opt_json;
@@ -63,6 +64,25 @@ void tree_free(struct tree *t)
 	memset(&t->procs, 0, sizeof(*t) - offsetof(struct tree, procs));
 }
 
+/* Does process pid's environment hold entry ("NAME=VALUE")? (A workload may
+ * overwrite its environment, setproctitle does: absent proves nothing.) */
+static bool environ_has(pid_t pid, const char *entry)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	static char buf[1 << 16];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	for (const char *e = buf; n > 0 && e < buf + n; e += strlen(e) + 1)
+		if (!strcmp(e, entry))
+			return true;
+	return false;
+}
+
 int tree_load(pid_t pid, struct tree *t)
 {
 	memset(t, 0, sizeof(*t));
@@ -104,6 +124,7 @@ int tree_load(pid_t pid, struct tree *t)
 		struct stat st;
 		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
 		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
+		p->marked = !p->shim && environ_has(p->pid, INTERPOSE_MARKER "=1");
 		t->nshim += p->shim;
 		t->cuda_index[t->ncuda++] = i;
 	}
@@ -156,20 +177,23 @@ bool tree_held(const struct tree *t, char *out, size_t len)
 
 int check_interposition(const struct tree *t)
 {
-	if (t->nshim == 0 || t->nshim == t->ncuda)
+	size_t marked = 0;
+	for (size_t i = 0; i < t->ncuda; i++)
+		marked += t->procs[t->cuda_index[i]].marked;
+	if (!marked && (t->nshim == 0 || t->nshim == t->ncuda))
 		return 0;
 	char list[1024] = "";
 	size_t len = 0;
 	for (size_t i = 0; i < t->ncuda; i++) {
 		const struct proc *p = &t->procs[t->cuda_index[i]];
-		if (!p->shim && len < sizeof(list) - 32)
-			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d", len ? ", " : "", (int)p->pid);
+		if (!p->shim && len < sizeof(list) - 48)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d%s", len ? ", " : "", (int)p->pid,
+						p->marked ? " (launched under the interposer)" : "");
 	}
 	return fail(EX_LEFT_RUNNING,
-		    "partial interposition: %zu of %zu CUDA processes run under the interposer; without an endpoint: "
-		    "%s "
-		    "(refusing: their shared memory could not be rebuilt)",
-		    t->nshim, t->ncuda, list);
+		    "partial interposition: %zu of %zu CUDA processes run under the interposer%s; without an "
+		    "endpoint: %s (refusing: their shared memory could not be rebuilt)",
+		    t->nshim, t->ncuda, marked ? " or carry " INTERPOSE_MARKER : "", list);
 }
 
 static int guard_procs(const struct proc *procs, size_t n)

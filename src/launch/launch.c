@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/control.h"
 #include "cusnap/exitcodes.h"
 #include "cusnap/paths.h"
 
@@ -102,6 +103,9 @@ int main(int argc, char **argv)
 	free(rest);
 	setenv("LD_PRELOAD", preload, 1);
 	free(preload);
+	/* The agent's marker (its launcher's contract): a process that carries it
+	 * but has no endpoint is interposed and broken, never "not interposed". */
+	setenv(INTERPOSE_MARKER, "1", 1);
 	execvp(argv[1], argv + 1);
 	int e = errno;
 	fprintf(stderr, "snapshot-cuda-vmm-launch: %s: %s\n", argv[1], strerror(e));

@@ -144,6 +144,21 @@ static void partial_interposition(void)
 	free(out);
 	tree_kill(sh);
 	waitpid(sh, NULL, 0);
+	/* A process launched under the interposer (it carries the launcher's
+	 * marker) whose endpoint is gone: interposed and broken, not "not
+	 * interposed" (fail closed). */
+	const char *serve[] = {"--serve", NULL};
+	pid_t c = helper(dir, "c", ctl, serve);
+	char endpoint[PATH_MAX + 64];
+	snprintf(pid, sizeof(pid), "%d", c);
+	snprintf(endpoint, sizeof(endpoint), "%s/cuda-vmm-%d.sock", ctl, c);
+	CHECK_EQ(unlink(endpoint), 0);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
+	CHECK_CONTAINS(out, "partial interposition");
+	CHECK_CONTAINS(out, "launched under the interposer");
+	free(out);
+	kill(c, SIGKILL);
+	waitpid(c, NULL, 0);
 }
 
 /* The agent's exact argv shapes, with a workload in its own PID namespace. */
@@ -290,7 +305,8 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
 	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
-	test_run("partial interposition refused before anything changes", partial_interposition);
+	test_run("partial interposition refused before anything changes (the launcher's marker too)",
+		 partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);
 	test_run("restore without a state file", missing_state);
 	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
