@@ -165,7 +165,7 @@ void emu_gate_set(CUprocessState s);
 	do {                                                \
 		CUresult emu_rc_ = emu_enter(EMU_FN_##sym); \
 		if (emu_rc_ == CUDA_SUCCESS) {              \
-			emu_rc_ = (expr);                   \
+			emu_rc_ = emu_fault_after((expr));  \
 			emu_leave();                        \
 		}                                           \
 		return emu_rc_;                             \
@@ -175,6 +175,9 @@ void emu_gate_set(CUprocessState s);
 void emu_fault_parse(const char *spec);
 /* Returns the injected result when this call of fn must fail, else CUDA_SUCCESS. */
 CUresult emu_fault_check(enum emu_fn fn);
+/* The result of the call that just ran (rc), or the error of an "after" fault
+ * that fired for it. */
+CUresult emu_fault_after(CUresult rc);
 const char *emu_fn_name(enum emu_fn fn);
 
 /* log */

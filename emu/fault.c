@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* CUEMU_FAULT=<call>[:<nth>][:<CUresult>][,...]: the nth call (default 1st) of
- * <call> in this process fails with <CUresult> (a name such as
+/* CUEMU_FAULT=<call>[:<nth>][:<CUresult>][:after][,...]: the nth call (default
+ * 1st) of <call> in this process fails with <CUresult> (a name such as
  * CUDA_ERROR_OUT_OF_MEMORY or a number; default CUDA_ERROR_UNKNOWN) before it
- * does anything. <call> is the exported symbol or its cuGetProcAddress name.
+ * does anything; with "after", once it has done everything (a driver that
+ * reports an error for a transition it made: the caller must read the state
+ * back). <call> is the exported symbol or its cuGetProcAddress name.
  *
  * CUEMU_FAULT_REPORT=<file>: each fault that fires appends one line
  * "<pid> <call> <nth> <CUresult name>" to file, so that a countdown sweep knows
@@ -43,8 +45,10 @@ static struct fault {
 	size_t name_len;
 	unsigned nth;
 	CUresult result;
+	bool after; /* fail once the call has taken effect */
 	atomic_uint calls;
 } faults[MAX_FAULTS];
+static __thread CUresult after_result; /* an "after" fault of the call in progress */
 static int nfaults;
 static char *spec_copy;
 
@@ -84,13 +88,17 @@ void emu_fault_parse(const char *spec)
 	     item = strtok_r(NULL, ",", &save)) {
 		struct fault *f = &faults[nfaults];
 		char *nth = strchr(item, ':');
-		char *res = NULL;
+		char *res = NULL, *when = NULL;
 		if (nth) {
 			*nth++ = '\0';
 			res = strchr(nth, ':');
 			if (res)
 				*res++ = '\0';
+			when = res ? strchr(res, ':') : NULL;
+			if (when)
+				*when++ = '\0';
 		}
+		f->after = when && !strcmp(when, "after");
 		f->name = item;
 		f->name_len = strlen(item);
 		f->nth = nth && *nth ? (unsigned)strtoul(nth, NULL, 0) : 1;
@@ -166,8 +174,17 @@ CUresult emu_fault_check(enum emu_fn fn)
 			continue;
 		if (atomic_fetch_add(&f->calls, 1) + 1 == f->nth) {
 			report(fn, f);
-			return f->result;
+			if (!f->after)
+				return f->result;
+			after_result = f->result;
 		}
 	}
 	return CUDA_SUCCESS;
+}
+
+CUresult emu_fault_after(CUresult rc)
+{
+	CUresult f = after_result;
+	after_result = CUDA_SUCCESS;
+	return f != CUDA_SUCCESS && rc == CUDA_SUCCESS ? f : rc;
 }

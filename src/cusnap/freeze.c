@@ -92,9 +92,26 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 		ret = -1;
 		goto out;
 	}
+	/* The state read back after the transition (CRIU's CUDA plugin does the
+	 * same): a call that reported an error but left the process where the step
+	 * leads (a restore LOCKED, an unlock RUNNING) did its work. */
+	bool failed = false;
+	for (size_t i = 0; i < n; i++)
+		failed |= rc[i] != CUDA_SUCCESS;
+	if (failed && tree_states(t, err, errlen) < 0) {
+		ret = -1;
+		goto out;
+	}
+	int done = step == NATIVE_RESTORE ? CU_PROCESS_STATE_LOCKED : CU_PROCESS_STATE_RUNNING;
 	for (size_t i = 0; i < n; i++) {
 		if (rc[i] == CUDA_SUCCESS)
 			continue;
+		if (t->procs[t->cuda_index[i]].state == done) {
+			fprintf(stderr, "cusnap: %s of process %d returned %s, but the process is %s: taken as done\n",
+				native_step_name(step), t->targets[i].obs, native_error(&t->nat, rc[i]),
+				state_name(done));
+			continue;
+		}
 		snprintf(err, errlen, "%s of process %d failed: %s",
 			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs,
 			 native_error(&t->nat, rc[i]));

@@ -282,6 +282,31 @@ static void corrupt_state(void)
 	group_back_and_passing(&g, 1, "resume --discard-state after a corrupt state file");
 }
 
+/* A driver that reports an error for a transition it made (CUEMU_FAULT ...:after):
+ * the state is read back. A lock that "failed" but left the process LOCKED is
+ * unlocked by the undo (exit 1, everything undone); a restore that "failed"
+ * but left it LOCKED is taken as done and the resume completes. */
+static void state_read_back(void)
+{
+	struct group g;
+	if (group_start(&g, "readback", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char *out, *lock_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1:CUDA_ERROR_UNKNOWN:after", NULL};
+	CHECK_EQ(group_suspend(&g, "host", &out, lock_env), 1);
+	CHECK_CONTAINS(out, "everything undone");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+	free(json);
+	char *restore_env[] = {"CUEMU_FAULT=cuCheckpointProcessRestore:1:CUDA_ERROR_UNKNOWN:after", NULL};
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_resume(&g, &out, restore_env), 0);
+	CHECK_CONTAINS(out, "taken as done");
+	free(out);
+	group_back_and_passing(&g, 1, "a restore reported failed that took effect");
+}
+
 int main(void)
 {
 	e2e_init("recovery");
@@ -293,6 +318,7 @@ int main(void)
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
 	test_run("resume SIGKILLed after each rebuild step: resume --pid alone continues", resume_killed_mid_rebuild);
 	test_run("a corrupt state file: resume names --discard-state, which rebuilds in place", corrupt_state);
+	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
 	e2e_done();
 	return test_done();
 }
