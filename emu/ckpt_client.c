@@ -136,8 +136,8 @@ static int io_full(int fd, uint8_t *buf, size_t len, bool out, int timeout_ms)
 	return 0;
 }
 
-static CUresult call(int pid, enum ckpt_op op, unsigned timeout_ms, const CUcheckpointGpuPair *pairs, unsigned npairs,
-		     int *value)
+static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const CUcheckpointGpuPair *pairs,
+			  unsigned npairs, int *value)
 {
 	if (pid <= 0 || npairs > CKPT_MAX_PAIRS || (npairs && !pairs))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -179,7 +179,7 @@ static CUresult get_restore_tid(int pid, int *tid)
 	if (!tid)
 		return CUDA_ERROR_INVALID_VALUE;
 	int v;
-	CUresult rc = call(pid, CKPT_OP_TID, 0, NULL, 0, &v);
+	CUresult rc = ckpt_call(pid, CKPT_OP_TID, 0, NULL, 0, &v);
 	if (rc == CUDA_SUCCESS)
 		*tid = observed_tid(pid, v);
 	return rc;
@@ -195,7 +195,7 @@ static CUresult get_state(int pid, CUprocessState *state)
 	if (!state)
 		return CUDA_ERROR_INVALID_VALUE;
 	int v;
-	CUresult rc = call(pid, CKPT_OP_STATE, 0, NULL, 0, &v);
+	CUresult rc = ckpt_call(pid, CKPT_OP_STATE, 0, NULL, 0, &v);
 	if (rc == CUDA_SUCCESS)
 		*state = (CUprocessState)v;
 	return rc;
@@ -219,7 +219,7 @@ static CUresult lock(int pid, CUcheckpointLockArgs *args)
 {
 	if (args && (args->reserved0 || !zero(args->reserved1, sizeof(args->reserved1))))
 		return CUDA_ERROR_INVALID_VALUE;
-	return call(pid, CKPT_OP_LOCK, args ? args->timeoutMs : 0, NULL, 0, NULL);
+	return ckpt_call(pid, CKPT_OP_LOCK, args ? args->timeoutMs : 0, NULL, 0, NULL);
 }
 
 EMU_API CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
@@ -231,7 +231,7 @@ static CUresult checkpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
 	if (args && !zero(args, sizeof(*args)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return call(pid, CKPT_OP_CHECKPOINT, 0, NULL, 0, NULL);
+	return ckpt_call(pid, CKPT_OP_CHECKPOINT, 0, NULL, 0, NULL);
 }
 
 EMU_API CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
@@ -243,7 +243,7 @@ static CUresult restore(int pid, CUcheckpointRestoreArgs *args)
 {
 	if (args && (!zero(args->reserved, sizeof(args->reserved)) || args->reserved1))
 		return CUDA_ERROR_INVALID_VALUE;
-	return call(pid, CKPT_OP_RESTORE, 0, args ? args->gpuPairs : NULL, args ? args->gpuPairsCount : 0, NULL);
+	return ckpt_call(pid, CKPT_OP_RESTORE, 0, args ? args->gpuPairs : NULL, args ? args->gpuPairsCount : 0, NULL);
 }
 
 EMU_API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
@@ -255,7 +255,7 @@ static CUresult unlock(int pid, CUcheckpointUnlockArgs *args)
 {
 	if (args && !zero(args, sizeof(*args)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return call(pid, CKPT_OP_UNLOCK, 0, NULL, 0, NULL);
+	return ckpt_call(pid, CKPT_OP_UNLOCK, 0, NULL, 0, NULL);
 }
 
 EMU_API CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)

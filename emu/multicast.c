@@ -328,7 +328,7 @@ EMU_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevi
 	EMU_CALL(cuMulticastUnbind, mc_unbind(mcHandle, dev, mcOffset, size));
 }
 
-static CUresult mc_granularity(size_t *gran, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
+static CUresult emu_mc_granularity(size_t *gran, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
 	if (!gran || !prop || !prop->numDevices || prop->numDevices > (unsigned)emu.ndev)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -344,5 +344,5 @@ static CUresult mc_granularity(size_t *gran, const CUmulticastObjectProp *prop, 
 EMU_API CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop,
 					   CUmulticastGranularity_flags option)
 {
-	EMU_CALL(cuMulticastGetGranularity, mc_granularity(granularity, prop, option));
+	EMU_CALL(cuMulticastGetGranularity, emu_mc_granularity(granularity, prop, option));
 }

@@ -71,7 +71,7 @@ static void run_unref(struct run *r)
 	free(r);
 }
 
-static CUresult call(struct run *r, size_t i)
+static CUresult native_call(struct run *r, size_t i)
 {
 	int pid = r->pids[i];
 	switch (r->step) {
@@ -109,7 +109,7 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&r->mu);
 		if (i == r->n)
 			break;
-		CUresult rc = call(r, i);
+		CUresult rc = native_call(r, i);
 		pthread_mutex_lock(&r->mu);
 		r->rc[i] = rc;
 		r->finished[i] = true;

@@ -1,0 +1,24 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# A fault point is named in code by its identifier from include/cusnap/faults.def
+# (enum coord_fault), so a misspelt point does not compile: a file that reaches
+# a real point compiles, the same file with the name misspelt does not.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+[ -n "${CUSNAP_SANITIZER:-}" ] && { echo "SKIP: compiled once, in the plain build"; exit 77; }
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+compiles() {
+	printf '#include "cusnap/coord.h"\nvoid reach(void);\nvoid reach(void) { coord_fault_point(%s); }\n' "$1" >"$tmp/f.c"
+	${CC:-cc} -std=c17 -D_GNU_SOURCE -Werror -I"$repo/include" -I"$cuda/include" -c -o "$tmp/f.o" "$tmp/f.c" \
+		>"$tmp/err" 2>&1
+}
+compiles FAULT_KILL_AFTER_QUIESCE || { echo "FAIL: a real fault point does not compile:"; cat "$tmp/err"; exit 1; }
+if compiles FAULT_KILL_AFTER_QUIESCED; then
+	echo "FAIL: a misspelt fault point (FAULT_KILL_AFTER_QUIESCED) compiled"
+	exit 1
+fi
+grep -q "FAULT_KILL_AFTER_QUIESCED" "$tmp/err" || { echo "FAIL: the compiler did not name the misspelt point:"; cat "$tmp/err"; exit 1; }
+echo "ok   a real fault point compiles, a misspelt one is refused by the compiler"
