@@ -67,19 +67,27 @@ static void usage(FILE *f)
 		"the fix named; 75 another command is working on the tree (nothing done)\n");
 }
 
+/* The tree of pid, loaded and held for command what: the guard rails first
+ * (before the tree's processes are even asked anything). 0, or an exit code
+ * (reported) with t freed. */
+static int tree_take(pid_t pid, const char *what, struct tree *t)
+{
+	int rc = check_pid_guard(pid);
+	if (rc || (rc = tree_load(pid, t)))
+		return rc;
+	if ((rc = tree_hold(t, what)))
+		tree_free(t);
+	return rc;
+}
+
 int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 {
-	/* Refused before the tree's processes are even asked anything. */
-	int rc = check_pid_guard(pid);
-	if (rc)
-		return rc;
 	struct tree t;
-	if ((rc = tree_load(pid, &t)))
+	int rc = tree_take(pid, "suspend", &t);
+	if (rc)
 		return rc;
 	char dir[PATH_MAX];
 	double start = now_ms();
-	if ((rc = tree_hold(&t, "suspend")))
-		goto out;
 	if (!t.ncuda) {
 		rc = fail(EX_LEFT_RUNNING, "no CUDA process in the tree of %d (%zu processes)", (int)pid, t.nprocs);
 		goto out;
@@ -115,16 +123,12 @@ out:
 
 int cmd_resume(pid_t pid, const char *dir_arg, bool discard_state)
 {
-	int rc = check_pid_guard(pid);
-	if (rc)
-		return rc;
 	struct tree t;
-	if ((rc = tree_load(pid, &t)))
+	int rc = tree_take(pid, "resume", &t);
+	if (rc)
 		return rc;
 	char dir[PATH_MAX], err[1200];
 	double start = now_ms();
-	if ((rc = tree_hold(&t, "resume")))
-		goto out;
 	state_dir_of(t.procs[0].pid, dir_arg, dir, sizeof(dir));
 	if ((dir_arg || access(dir, F_OK) == 0) && (rc = use_dir(dir, false)))
 		goto out;
