@@ -60,21 +60,12 @@ static bool session_leader_inside(pid_t root)
 	return getsid(root) == root;
 }
 
-int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
-		   struct checkpoint_result *res)
+static int checkpoint_into(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running,
+			   bool wait_ready, struct checkpoint_result *r, bool summary)
 {
-	struct checkpoint_result local;
-	struct checkpoint_result *r = res ? res : &local;
-	memset(r, 0, sizeof(*r));
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
-	int guard = check_pid_guard(pid);
-	if (guard)
-		return guard;
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
-	int used = use_dir(dir, true);
-	if (used)
-		return used;
 	snprintf(images, sizeof(images), "%s/images", dir);
 	if (mkdir(images, 0700) < 0 && errno != EEXIST)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
@@ -184,7 +175,7 @@ int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
-	if (opt_json && !res)
+	if (opt_json && summary)
 		json_emit(stdout,
 			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}}",
 				    "ok", 1, "operation", "checkpoint", "pid", (int)pid, "dir", json_text(dir),
@@ -335,15 +326,10 @@ static int check_device_map(const struct manifest *m, const CUcheckpointGpuPair 
 	return 0;
 }
 
-int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
+static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
+			bool summary)
 {
-	struct checkpoint_result local;
-	struct checkpoint_result *r = res ? res : &local;
-	memset(r, 0, sizeof(*r));
 	char criu[PATH_MAX], err[PATH_MAX + 1200], images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32];
-	int used = use_dir(dir, false);
-	if (used)
-		return used;
 	struct manifest m;
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
@@ -504,7 +490,7 @@ int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, s
 	}
 	r->ms_total = now_ms() - start;
 	progress("restore complete", r->ms_total, "%s/%s written", opt_control_dir, CONTROL_RESTORE_DONE);
-	if (opt_json && !res)
+	if (opt_json && summary)
 		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
 					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,
 					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
@@ -519,5 +505,34 @@ kill:
 	kill_tree(root);
 	tree_free(&t);
 	manifest_free(&m);
+	return rc;
+}
+
+/* Checkpoint and restore hold their directory for the whole command: a second
+ * checkpoint into it, or a restore from it while it is written, is refused. */
+int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
+		   struct checkpoint_result *res)
+{
+	struct checkpoint_result local;
+	struct checkpoint_result *r = res ? res : &local;
+	memset(r, 0, sizeof(*r));
+	int held = -1, rc = check_pid_guard(pid);
+	if (rc || (rc = use_dir(dir, true, &held)))
+		return rc;
+	rc = checkpoint_into(pid, dir, content, criu_arg, leave_running, wait_ready, r, !res);
+	close(held);
+	return rc;
+}
+
+int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
+{
+	struct checkpoint_result local;
+	struct checkpoint_result *r = res ? res : &local;
+	memset(r, 0, sizeof(*r));
+	int held = -1, rc = use_dir(dir, false, &held);
+	if (rc)
+		return rc;
+	rc = restore_from(dir, device_map, criu_arg, r, !res);
+	close(held);
 	return rc;
 }

@@ -189,8 +189,10 @@ void state_dir_end(pid_t pid, const char *dir);
 /* A directory cusnap writes into or restores from as root (--dir, the state
  * directory): made 0700 (with its parents) when create and missing, then it
  * must follow ssh's StrictModes (owned by the caller or root, not writable by
- * group or others). 0, or an exit code (reported: 64 for an untrusted one). */
-int use_dir(const char *dir, bool create);
+ * group or others). With held, it is also locked for this command (another
+ * command holding it: 75) and *held is the descriptor to close when done. 0,
+ * or an exit code (reported: 64 for an untrusted one). */
+int use_dir(const char *dir, bool create, int *held);
 
 /* ---- freeze.c ---- */
 /* suspend's steps, shared with checkpoint: record dir, prepare (when

@@ -98,7 +98,7 @@ int cmd_suspend(pid_t pid, const char *dir_arg, int content)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
 		state_dir_default(t.procs[0].pid, dir, sizeof(dir));
-	if ((rc = use_dir(dir, true)))
+	if ((rc = use_dir(dir, true, NULL)))
 		goto out;
 	if (!dir_arg)
 		fprintf(stderr, "cusnap: state directory %s\n", dir);
@@ -130,7 +130,7 @@ int cmd_resume(pid_t pid, const char *dir_arg, bool discard_state)
 	char dir[PATH_MAX], err[1200];
 	double start = now_ms();
 	state_dir_of(t.procs[0].pid, dir_arg, dir, sizeof(dir));
-	if ((dir_arg || access(dir, F_OK) == 0) && (rc = use_dir(dir, false)))
+	if ((dir_arg || access(dir, F_OK) == 0) && (rc = use_dir(dir, false, NULL)))
 		goto out;
 	if ((rc = check_interposition(&t)))
 		goto out;

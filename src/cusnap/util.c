@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,7 +132,7 @@ int tree_load(pid_t pid, struct tree *t)
 	return 0;
 }
 
-int use_dir(const char *dir, bool create)
+int use_dir(const char *dir, bool create, int *held)
 {
 	int rc = create ? path_mkdirs(dir) : 0;
 	if (rc < 0)
@@ -142,7 +143,18 @@ int use_dir(const char *dir, bool create)
 		return fail(EX_USAGE,
 			    "%s (as ssh's StrictModes: owned by you or root, writable by no one else); nothing done",
 			    why);
-	close(fd);
+	if (!held) {
+		close(fd);
+		return 0;
+	}
+	/* One command writing or reading a checkpoint directory at a time. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		close(fd);
+		return e == EWOULDBLOCK ? fail(EX_BUSY, "%s is in use by another command; nothing done", dir)
+					: fail(EX_LEFT_RUNNING, "cannot lock %s: %s; nothing done", dir, strerror(e));
+	}
+	*held = fd;
 	return 0;
 }
 

@@ -279,6 +279,22 @@ static inline pid_t partial_tree_start(const char *dir, const char *ctl)
 	return helpers_start(dir, ctl, script);
 }
 
+/* Is pid stopped (state T in /proc/PID/stat)? Waits up to timeout_ms. */
+static inline bool wait_stopped(pid_t pid, int timeout_ms)
+{
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		char *st = test_read_file(path), *paren = st ? strrchr(st, ')') : NULL;
+		bool stopped = paren && paren[1] == ' ' && paren[2] == 'T';
+		free(st);
+		if (stopped)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
 /* Let the workload verify (restore-complete) and wait for it; returns how many
  * of its lines hold marker (one PASS line per process), or -1 when it did not
  * exit 0. */

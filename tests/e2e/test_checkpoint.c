@@ -229,22 +229,39 @@ static void leave_running(void)
 		CHECK_EQ(restored_passes(&g, root), 2 + 2); /* the log holds both runs' PASS lines */
 }
 
-/* A second restore of one checkpoint: the restore-complete the first left is
- * removed before CRIU runs, so the workload waits for its rebuilt memory. */
+/* Two restores of one checkpoint. While the first is under way (held after
+ * RESTORE_CREATORS) a second is refused with 75, its directory in use; the
+ * first completes. The second, afterwards, finds the restore-complete the
+ * first left removed before CRIU runs, so the workload waits for its rebuilt
+ * memory. */
 static void restore_twice(void)
 {
 	struct group g;
 	char dir[PATH_MAX + 32], *out;
 	if (group_checkpointed(&g, "twice", NULL, dir) < 0)
 		return;
-	for (int run = 0; run < 2; run++) {
-		CHECK_EQ(restore(dir, &out), 0);
-		free(out);
-		pid_t root = restored_root(dir);
-		if (root > 0)
-			CHECK_EQ(restored_passes(&g, root), 2 * (run + 1));
-		reap_all();
-	}
+	char log[PATH_MAX + 32];
+	snprintf(log, sizeof(log), "%s/first-restore.out", g.ctl);
+	char *argv[] = {cusnap, "restore", "--dir", dir, "--criu", criu, NULL};
+	char *env[] = {"CUSNAP_FAULT=kill-after-restore-creators:stop", NULL};
+	pid_t first = test_spawn(argv, env, log);
+	CHECK(wait_stopped(first, 30000));
+	CHECK_EQ(restore(dir, &out), 75);
+	CHECK_CONTAINS(out, "in use by another command");
+	free(out);
+	kill(first, SIGCONT);
+	int status = test_wait_child(first, 60000);
+	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	pid_t root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	reap_all();
+	CHECK_EQ(restore(dir, &out), 0);
+	free(out);
+	root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 4);
+	reap_all();
 }
 
 static void without_interposer(void)
@@ -498,7 +515,8 @@ int main(void)
 	test_run("checkpoint, kill, restore in the workload's own PID namespace, both contents", own_pidns);
 	test_run("--leave-running: keeps running, snapshot-complete, a restore over it refused, restorable later",
 		 leave_running);
-	test_run("a second restore of one checkpoint: the stale restore-complete removed first", restore_twice);
+	test_run("two restores of one checkpoint: one at a time; the stale restore-complete removed first",
+		 restore_twice);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
 	test_run("partial interposition: refused before anything changes", partial_interposition);

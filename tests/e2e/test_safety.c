@@ -5,22 +5,6 @@
 
 static char cusnap[PATH_MAX];
 
-/* Is pid stopped (state T in /proc/PID/stat)? Waits up to timeout_ms. */
-static bool wait_stopped(pid_t pid, int timeout_ms)
-{
-	for (int waited = 0; waited <= timeout_ms; waited += 10) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		char *st = test_read_file(path), *paren = st ? strrchr(st, ')') : NULL;
-		bool stopped = paren && paren[1] == ' ' && paren[2] == 'T';
-		free(st);
-		if (stopped)
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
 /* Two commands on one tree at once: while a suspend is under way (held,
  * stopped, after QUIESCE), a second suspend, a resume and the coordinator's
  * prepare are refused with exit 75, the holder named and nothing changed;
