@@ -126,6 +126,7 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, bool ow
 	if (pid == 0) {
 		if (own_group)
 			setpgid(0, 0);
+		umask(077); /* its images hold the tree's memory (the host arena's GPU bytes too): 0600 */
 		/* CRIU prints little on its own; everything goes to its log. */
 		execv(criu, args);
 		_exit(127);

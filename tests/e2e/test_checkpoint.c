@@ -4,6 +4,8 @@
  * its own; --leave-running; no interposer; partial interposition; CRIU failing;
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
  * multicast groups (issue 6). */
+#include <dirent.h>
+
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
 #include "sweep.h"
@@ -63,6 +65,36 @@ static int restored_passes(struct group *g, pid_t root)
 	return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? pass : -1;
 }
 
+/* Every file of the checkpoint (the images hold the tree's memory, the GPU
+ * bytes of the host arena too) readable by its owner alone, in 0700
+ * directories. */
+static void images_private(const char *dir)
+{
+	char images[PATH_MAX + 16];
+	snprintf(images, sizeof(images), "%s/images", dir);
+	const char *dirs[] = {dir, images};
+	for (int d = 0; d < 2; d++) {
+		struct stat st;
+		CHECK(stat(dirs[d], &st) == 0 && (st.st_mode & 07777) == 0700);
+		DIR *dp = opendir(dirs[d]);
+		struct dirent *e;
+		int files = 0;
+		while (dp && (e = readdir(dp))) {
+			char path[PATH_MAX + 300];
+			snprintf(path, sizeof(path), "%s/%s", dirs[d], e->d_name);
+			if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+				continue;
+			files++;
+			if (st.st_mode & 077)
+				test_fail(__FILE__, __LINE__, "%s has mode %04o: others can read the checkpoint", path,
+					  (unsigned)(st.st_mode & 07777));
+		}
+		if (dp)
+			closedir(dp);
+		CHECK(files > 0);
+	}
+}
+
 static void dump_kill_restore_group(const char *content, const char *const *wrapper, const char *name, int workers,
 				    char *const *env)
 {
@@ -82,6 +114,7 @@ static void dump_kill_restore_group(const char *content, const char *const *wrap
 	if (mc) /* the multicast groups: taken down before the native checkpoint */
 		CHECK_CONTAINS(out, "PREPARE_MULTICAST");
 	free(out);
+	images_private(dir);
 	/* The dump killed the tree. */
 	test_wait_child(g.child, 10000);
 	g.child = 0;
