@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Trusted directories, the run directory and the per-process command lock
  * (include/cusnap/rundir.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -87,6 +88,31 @@ static void read_holder(int fd, char *out, size_t len)
 		snprintf(out, len, "another command");
 }
 
+/* Lock files of processes that no longer exist (a holder killed before it
+ * could remove its own): removed, so that nothing piles up. A live process's
+ * file is named after its start time, so a dead one's is never locked again. */
+static void sweep_stale(int dirfd, const char *proc)
+{
+	int fd = dup(dirfd);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		int pid;
+		unsigned long long start;
+		char now[64], tail;
+		if (sscanf(e->d_name, "proc-%d-%llu.loc%c", &pid, &start, &tail) != 3 || tail != 'k')
+			continue;
+		if (lock_name(proc, pid, now) < 0 || strcmp(now, e->d_name) != 0)
+			unlinkat(dirfd, e->d_name, 0);
+	}
+	closedir(d);
+}
+
 int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, size_t n, const char *holder, char *err,
 		   size_t errlen)
 {
@@ -147,6 +173,8 @@ int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, siz
 	}
 	if (rc)
 		tree_lock_release(l);
+	else
+		sweep_stale(l->dirfd, proc);
 	return rc;
 }
 

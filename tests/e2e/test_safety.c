@@ -155,6 +155,10 @@ static void foreign_dirs(void)
 	snprintf(state, sizeof(state), "%s/state", g.ctl);
 	CHECK_EQ(mkdir(run, 0700), 0);
 	CHECK_EQ(mkdir(note_dir, 0700), 0);
+	/* The lock of a process long gone (its holder was killed): swept. */
+	char stale[PATH_MAX + 48];
+	snprintf(stale, sizeof(stale), "%s/proc-%d-1.lock", run, g.root);
+	test_write_file(stale, "cusnap suspend --pid 1 (pid 1, since 0)\n");
 	test_write_file(victim, "keep");
 	CHECK_EQ(symlink(victim, note), 0);
 	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", run);
@@ -163,6 +167,7 @@ static void foreign_dirs(void)
 	char *text = test_read_file(victim);
 	CHECK_STR(text, "keep");
 	free(text);
+	CHECK(access(stale, F_OK) != 0);
 	/* resume --pid alone finds the state through the note, then the note goes. */
 	CHECK_EQ(tool(&out, run_env, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
 	CHECK_CONTAINS(out, "topology identical");
