@@ -88,9 +88,44 @@ static void read_holder(int fd, char *out, size_t len)
 		snprintf(out, len, "another command");
 }
 
-/* Lock files of processes that no longer exist (a holder killed before it
- * could remove its own): removed, so that nothing piles up. A live process's
- * file is named after its start time, so a dead one's is never locked again. */
+/* Is there a process (not merely a thread) pid? */
+static bool process_exists(const char *proc, pid_t pid)
+{
+	char path[PATH_MAX], line[128];
+	snprintf(path, sizeof(path), "%s/%d/status", proc, (int)pid);
+	FILE *f = fopen(path, "re");
+	int tgid = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return tgid == pid;
+}
+
+/* Remove directory name of dirfd and the files in it (no deeper). */
+static void remove_flat_dir(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(fd, e->d_name, 0);
+	closedir(d);
+	unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+/* What processes that no longer exist left behind (a holder killed before it
+ * could remove its own lock, a suspended tree killed instead of resumed):
+ * removed, so that nothing piles up. A live process's lock file is named after
+ * its start time, so a dead one's is never locked again; the state of a tree
+ * whose root is gone cannot be resumed. */
 static void sweep_stale(int dirfd, const char *proc)
 {
 	int fd = dup(dirfd);
@@ -105,6 +140,10 @@ static void sweep_stale(int dirfd, const char *proc)
 		int pid;
 		unsigned long long start;
 		char now[64], tail;
+		if (sscanf(e->d_name, "suspend-%d%c", &pid, &tail) == 1 && pid > 0 && !process_exists(proc, pid)) {
+			remove_flat_dir(dirfd, e->d_name);
+			continue;
+		}
 		if (sscanf(e->d_name, "proc-%d-%llu.loc%c", &pid, &start, &tail) != 3 || tail != 'k')
 			continue;
 		if (lock_name(proc, pid, now) < 0 || strcmp(now, e->d_name) != 0)

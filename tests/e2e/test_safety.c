@@ -159,6 +159,16 @@ static void foreign_dirs(void)
 	char stale[PATH_MAX + 48];
 	snprintf(stale, sizeof(stale), "%s/proc-%d-1.lock", run, g.root);
 	test_write_file(stale, "cusnap suspend --pid 1 (pid 1, since 0)\n");
+	/* And the state of a suspended tree that was killed instead of resumed. */
+	pid_t dead = fork();
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	char dead_dir[PATH_MAX + 32], dead_state[PATH_MAX + 64];
+	snprintf(dead_dir, sizeof(dead_dir), "%s/suspend-%d", run, dead);
+	snprintf(dead_state, sizeof(dead_state), "%s/cuda-vmm.state", dead_dir);
+	CHECK_EQ(mkdir(dead_dir, 0700), 0);
+	test_write_file(dead_state, "state");
 	test_write_file(victim, "keep");
 	CHECK_EQ(symlink(victim, note), 0);
 	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", run);
@@ -168,6 +178,7 @@ static void foreign_dirs(void)
 	CHECK_STR(text, "keep");
 	free(text);
 	CHECK(access(stale, F_OK) != 0);
+	CHECK(access(dead_dir, F_OK) != 0);
 	/* resume --pid alone finds the state through the note, then the note goes. */
 	CHECK_EQ(tool(&out, run_env, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
 	CHECK_CONTAINS(out, "topology identical");
