@@ -15,9 +15,11 @@
  *                          exporting process, then (probe ipc-open HEX, another process)
  *                          flags 0, a second open, the opened range's size
  *   probe initonly         cuInit and nothing else, then sleep (for the restore-TID check)
- *   probe tid PID          cuCheckpointProcessGetRestoreThreadId(PID) */
+ *   probe tid PID          cuCheckpointProcessGetRestoreThreadId(PID)
+ *   probe noinit PID       the same and cuCheckpointProcessGetState(PID), never calling cuInit */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,7 @@
 	F(cuIpcOpenMemHandle_v2) \
 	F(cuIpcCloseMemHandle) \
 	F(cuCheckpointProcessGetRestoreThreadId) \
+	F(cuCheckpointProcessGetState) \
 	F(cuGetProcAddress_v2)
 /* clang-format on */
 
@@ -75,7 +78,7 @@ static const char *name_of(CUresult r)
 	return s;
 }
 
-static int load(void)
+static int load(bool init)
 {
 	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (!lib) {
@@ -85,7 +88,7 @@ static int load(void)
 #define LOAD(n) *(void **)&d.n = dlsym(lib, #n);
 	DRV(LOAD)
 #undef LOAD
-	if (!d.cuInit || d.cuInit(0) != CUDA_SUCCESS) {
+	if (init && (!d.cuInit || d.cuInit(0) != CUDA_SUCCESS)) {
 		printf("error cuInit_failed\n");
 		return 69;
 	}
@@ -315,9 +318,23 @@ static int ipc(const char *self)
 
 int main(int argc, char **argv)
 {
-	int rc = load();
+	/* noinit PID: the checkpoint API from a process that never called cuInit
+	 * (as NVIDIA's cuda-checkpoint and the agent's native helper do). */
+	bool noinit = argc >= 3 && !strcmp(argv[1], "noinit");
+	int rc = load(!noinit);
 	if (rc)
 		return rc;
+	if (noinit) {
+		int tid = 0;
+		CUprocessState st = CU_PROCESS_STATE_FAILED;
+		CUresult t = d.cuCheckpointProcessGetRestoreThreadId
+				     ? d.cuCheckpointProcessGetRestoreThreadId(atoi(argv[2]), &tid)
+				     : CUDA_ERROR_NOT_FOUND;
+		CUresult g = d.cuCheckpointProcessGetState ? d.cuCheckpointProcessGetState(atoi(argv[2]), &st)
+							   : CUDA_ERROR_NOT_FOUND;
+		printf("noinit_restore_tid %s\nnoinit_state %s %d\n", name_of(t), name_of(g), (int)st);
+		return 0;
+	}
 	if (argc >= 2 && !strcmp(argv[1], "info"))
 		return info();
 	if (argc >= 2 && !strcmp(argv[1], "resolvers"))
@@ -344,6 +361,6 @@ int main(int argc, char **argv)
 		printf("restore_tid %s %d\n", name_of(r), tid);
 		return 0;
 	}
-	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|ipc|ipc-open HEX|initonly [S]|tid PID\n");
+	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|ipc|ipc-open HEX|initonly [S]|tid PID|noinit PID\n");
 	return 64;
 }

@@ -18,7 +18,8 @@
 #   G3 export, import, map, set-access from a thread with no current context,
 #      without and with the shim
 #   G4 cuCheckpointProcessGetRestoreThreadId of a process that only called
-#      cuInit; a tree with such a process suspended and resumed
+#      cuInit; the checkpoint API from a caller that never called cuInit; a
+#      tree with such a process suspended and resumed
 #   G5 CRIU checkpoint, kill, restore (cusnap demo; CRIU's CUDA plugin never loads)
 #   G6 --device-map with an identity pair on the same GPU
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
@@ -245,7 +246,13 @@ run g4-tid 20 "$probe" tid "$ipid"
 stop "$ipid"
 tid=$(sed -n 's/^restore_tid //p' "$logs/g4-tid.log")
 assume "GetRestoreThreadId of a cuInit-only process fails (no context)" fails "$(case "$tid" in CUDA_SUCCESS*) echo succeeds ;; '') echo unknown ;; *) echo fails ;; esac)"
+
 if start g4-tree "$cusnap" run -- bash -c "\"$probe\" initonly 120 & exec \"$clients\" --mode expandable"; then
+	# The checkpoint API from a caller that never called cuInit, about a process
+	# with a context (cuda-checkpoint, the agent's native helper and cusnap
+	# call it so; cuemu answers).
+	run g4-noinit 20 "$probe" noinit "$pid"
+	assume "the checkpoint API answers a caller that never called cuInit" answers "$(sed -n 's/^noinit_state //p' "$logs/g4-noinit.log" | grep -q '^CUDA_SUCCESS' && echo answers || echo refuses)"
 	if suspend_resume g4 "$pid" host && finish "$pid"; then
 		stop "$pid" # the cuInit-only process
 		result G4 PASS "restore TID of a cuInit-only process: $tid; a tree with one beside a workload suspended and resumed"
