@@ -103,16 +103,22 @@ static bool process_exists(const char *proc, pid_t pid)
 	return tgid == pid;
 }
 
+/* A directory stream over descriptor fd (taken: closed on failure), or NULL. */
+static DIR *dir_stream(int fd)
+{
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d && fd >= 0)
+		close(fd);
+	return d;
+}
+
 /* Remove directory name of dirfd and the files in it (no deeper). */
 static void remove_flat_dir(int dirfd, const char *name)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	DIR *d = dir_stream(fd);
+	if (!d)
 		return;
-	}
 	struct dirent *e;
 	while ((e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
@@ -128,13 +134,9 @@ static void remove_flat_dir(int dirfd, const char *name)
  * whose root is gone cannot be resumed. */
 static void sweep_stale(int dirfd, const char *proc)
 {
-	int fd = dup(dirfd);
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	DIR *d = dir_stream(fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
+	if (!d)
 		return;
-	}
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		int pid;
