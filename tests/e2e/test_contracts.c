@@ -276,8 +276,9 @@ static void all_gone(void)
 	waitpid(c, NULL, 0);
 }
 
-/* Usage errors (64) before anything is looked at: an option the command does
- * not take, a --timeout that is not a number, an unknown command. */
+/* Usage errors (64) before anything is looked at or made: an option the
+ * command does not take, a --timeout that is not a number, a pid that is no
+ * process, an unknown command. */
 static void usage_errors(void)
 {
 	char *out;
@@ -289,6 +290,13 @@ static void usage_errors(void)
 	free(out);
 	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", "1", "--timeout", "10abc", NULL), 64);
 	CHECK_CONTAINS(out, "--timeout 10abc");
+	free(out);
+	/* A pid that is no process: refused before anything is made. */
+	char dir[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/never-made", e2e_root);
+	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", "1073741823", "--dir", dir, NULL), 64);
+	CHECK_CONTAINS(out, "no process 1073741823");
+	CHECK(access(dir, F_OK) != 0);
 	free(out);
 	CHECK_EQ(tool(&out, NULL, cusnap, "frobnicate", NULL), 64);
 	CHECK_CONTAINS(out, "unknown command");
