@@ -21,17 +21,11 @@
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
 
-/* <control dir of pid's mount namespace>/name, reached from here. */
-static void control_file(pid_t pid, const char *name, char *out, size_t len)
-{
-	snprintf(out, len, "/proc/%d/root%s%s/%s", (int)pid, opt_control_dir[0] == '/' ? "" : "/", opt_control_dir,
-		 name);
-}
-
-static int wait_for(const char *path, int timeout_ms)
+/* Wait until the workload wrote control file name: 0, or -1 after timeout_ms. */
+static int wait_for(pid_t pid, const char *name, int timeout_ms)
 {
 	for (int waited = 0; waited <= timeout_ms; waited += 20) {
-		if (access(path, F_OK) == 0)
+		if (control_exists(pid, name))
 			return 0;
 		usleep(20000);
 	}
@@ -71,13 +65,11 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
 	double start = now_ms(), t0;
 	if (wait_ready) {
-		char ready[PATH_MAX + 64];
-		control_file(pid, CONTROL_READY, ready, sizeof(ready));
 		t0 = now_ms();
-		if (wait_for(ready, opt_timeout_ms) < 0)
-			return fail(EX_LEFT_RUNNING, "%s did not appear within %d ms: nothing done", ready,
-				    opt_timeout_ms);
-		progress("wait ready", now_ms() - t0, "%s", ready);
+		if (wait_for(pid, CONTROL_READY, opt_timeout_ms) < 0)
+			return fail(EX_LEFT_RUNNING, "%s/%s of process %d did not appear within %d ms: nothing done",
+				    opt_control_dir, CONTROL_READY, (int)pid, opt_timeout_ms);
+		progress("wait ready", now_ms() - t0, "%s/%s", opt_control_dir, CONTROL_READY);
 	}
 	struct tree t;
 	int rc = tree_load(pid, &t);
@@ -165,7 +157,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
 			manifest);
-	state_dir_end(rec.root, dir);
+	state_dir_end(rec.root, NULL); /* (its directory is the checkpoint: never emptied) */
 	if (!leave_running && signal_caught()) {
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
 		rc = fail(EX_TERMINATED,
@@ -260,11 +252,10 @@ static int clear_control_dir(const struct manifest *m)
 {
 	char why[PATH_MAX + 256];
 	int dfd = control_dir_open_here(m->control_dir_here, why, sizeof(why));
-	if (dfd < 0) {
-		if (errno == ENOENT || access(m->control_dir_here, F_OK) != 0)
-			return 0; /* not there yet: the restore brings it */
+	if (dfd == -ENOENT)
+		return 0; /* not there yet: the restore brings it */
+	if (dfd < 0)
 		return fail(EX_LEFT_RUNNING, "%s: nothing done", why);
-	}
 	int rc = 0;
 	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) < 0 && errno != ENOENT)
 		rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", m->control_dir_here,
@@ -289,35 +280,34 @@ static int clear_control_dir(const struct manifest *m)
 }
 
 /* A device map names every GPU of the checkpoint once (the native restore
- * takes no partial map): checked before CRIU creates anything. 0, or -1 with
- * why. */
+ * takes no partial map), and no other: checked before CRIU creates anything.
+ * 0, or -1 with why. */
 static int check_device_map(const struct manifest *m, const CUcheckpointGpuPair *pairs, int npairs, char *why,
 			    size_t len)
 {
 	const json_t *gpus = json_object_get(m->root, "gpus");
-	for (size_t g = 0; g < json_array_size(gpus); g++) {
+	CUuuid had[PROTO_MAX_DEVICES];
+	const char *name[PROTO_MAX_DEVICES];
+	size_t n = 0;
+	for (size_t g = 0; g < json_array_size(gpus) && n < PROTO_MAX_DEVICES; g++) {
 		const json_t *uuid = json_array_get(gpus, g);
-		CUuuid old;
-		if (!json_is_string(uuid) || parse_uuid(json_string_value(uuid), json_string_length(uuid), &old) < 0)
-			continue;
+		if (json_is_string(uuid) && parse_uuid(json_string_value(uuid), json_string_length(uuid), &had[n]) == 0)
+			name[n++] = json_string_value(uuid);
+	}
+	for (size_t g = 0; g < n; g++) {
 		int found = 0;
 		for (int k = 0; k < npairs; k++)
-			found += !memcmp(pairs[k].oldUuid.bytes, old.bytes, 16);
+			found += !memcmp(pairs[k].oldUuid.bytes, had[g].bytes, 16);
 		if (found != 1) {
-			snprintf(why, len, "%s of the checkpoint is %s", json_string_value(uuid),
+			snprintf(why, len, "%s of the checkpoint is %s", name[g],
 				 found ? "mapped more than once" : "not mapped (a map must name every GPU)");
 			return -1;
 		}
 	}
 	for (int k = 0; k < npairs; k++) {
 		bool known = false;
-		for (size_t g = 0; g < json_array_size(gpus) && !known; g++) {
-			const json_t *uuid = json_array_get(gpus, g);
-			CUuuid old;
-			known = json_is_string(uuid) &&
-				parse_uuid(json_string_value(uuid), json_string_length(uuid), &old) == 0 &&
-				!memcmp(pairs[k].oldUuid.bytes, old.bytes, 16);
-		}
+		for (size_t g = 0; g < n && !known; g++)
+			known = !memcmp(pairs[k].oldUuid.bytes, had[g].bytes, 16);
 		if (!known) {
 			snprintf(why, len, "pair %d names a GPU the checkpoint does not have", k + 1);
 			return -1;

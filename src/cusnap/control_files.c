@@ -34,28 +34,36 @@ int control_dir_open(pid_t pid, char *why, size_t len)
 	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
 	int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rfd < 0) {
-		snprintf(why, len, "%s: %s", root, strerror(errno));
-		return -1;
+		int e = errno;
+		snprintf(why, len, "%s: %s", root, strerror(e));
+		return -e;
 	}
 	int fd = open_dir_at(rfd, opt_control_dir, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
 	close(rfd);
-	if (fd < 0) {
+	if (fd < 0)
 		snprintf(why, len, "the control directory %s of process %d: %s", opt_control_dir, (int)pid,
 			 strerror(-fd));
-		return -1;
-	}
 	return fd;
 }
 
 int control_dir_open_here(const char *path, char *why, size_t len)
 {
 	int fd = open_dir_at(AT_FDCWD, path, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
-	if (fd < 0) {
+	if (fd < 0)
 		snprintf(why, len, "the control directory %s: %s%s", path, strerror(-fd),
 			 fd == -ELOOP ? " (a symlink on the way is refused)" : "");
-		return -1;
-	}
 	return fd;
+}
+
+bool control_exists(pid_t pid, const char *name)
+{
+	char why[PATH_MAX + 128];
+	int dfd = control_dir_open(pid, why, sizeof(why));
+	if (dfd < 0)
+		return false;
+	bool there = faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	close(dfd);
+	return there;
 }
 
 int control_write(pid_t pid, const char *name, char *why, size_t len)

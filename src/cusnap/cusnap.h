@@ -112,11 +112,13 @@ int check_guard_rails(const struct tree *t);
 int check_pid_guard(pid_t pid);
 /* ---- control_files.c: the workload's control directory, safely ---- */
 /* The control directory (opt_control_dir) inside process pid's root, resolved
- * within that root: a descriptor, or -1 with why. */
+ * within that root: a descriptor, or -errno with why. */
 int control_dir_open(pid_t pid, char *why, size_t len);
 /* A control directory given as a path here (no symlink on the way): a
- * descriptor, or -1 with why. */
+ * descriptor, or -errno with why. */
 int control_dir_open_here(const char *path, char *why, size_t len);
+/* Does control file name of pid exist (never through a symlink)? */
+bool control_exists(pid_t pid, const char *name);
 /* Create (or replace) the empty control file name of pid, never through a
  * symlink: 0, or -1 with why. */
 int control_write(pid_t pid, const char *name, char *why, size_t len);

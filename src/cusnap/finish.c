@@ -73,11 +73,12 @@ int state_dir_begin(pid_t pid, const char *dir)
 	} else {
 		char abs[PATH_MAX], text[PATH_MAX + 2];
 		const char *step;
-		if (!realpath(dir, abs))
+		if (!realpath(dir, abs)) {
 			rc = -errno;
-		int n = snprintf(text, sizeof(text), "%s\n", abs);
-		if (rc == 0)
+		} else {
+			int n = snprintf(text, sizeof(text), "%s\n", abs);
 			rc = atomic_write_at(dfd, NOTE, text, (size_t)n, 0600, &step);
+		}
 	}
 	close(dfd);
 	return rc;
