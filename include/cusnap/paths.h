@@ -5,11 +5,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* mkdir -p: every missing directory of path is made with mode 0700.
  * Returns 0 or -errno. */
 int path_mkdirs(const char *path);
 /* The directory of the running executable into out. False when it cannot be read. */
 bool path_self_dir(char *out, size_t len);
+/* Field (Tgid, PPid, ...) of PROC/PID/status as a number (proc: the proc
+ * mount, "/proc"), or -1. */
+long proc_status_field(const char *proc, pid_t pid, const char *field);
 
 #endif

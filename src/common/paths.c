@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,4 +33,22 @@ bool path_self_dir(char *out, size_t len)
 		return false;
 	*slash = '\0';
 	return true;
+}
+
+long proc_status_field(const char *proc, pid_t pid, const char *field)
+{
+	char path[PATH_MAX], line[512];
+	snprintf(path, sizeof(path), "%s/%d/status", proc, (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long v = -1;
+	size_t len = strlen(field);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, len) == 0 && line[len] == ':') {
+			v = atol(line + len + 1);
+			break;
+		}
+	fclose(f);
+	return v;
 }

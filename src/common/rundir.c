@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/paths.h"
 #include "cusnap/rundir.h"
 
 int dir_open_trusted(const char *path, bool create, char *why, size_t len)
@@ -91,16 +92,7 @@ static void read_holder(int fd, char *out, size_t len)
 /* Is there a process (not merely a thread) pid? */
 static bool process_exists(const char *proc, pid_t pid)
 {
-	char path[PATH_MAX], line[128];
-	snprintf(path, sizeof(path), "%s/%d/status", proc, (int)pid);
-	FILE *f = fopen(path, "re");
-	int tgid = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "Tgid: %d", &tgid) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return tgid == pid;
+	return proc_status_field(proc, pid, "Tgid") == pid;
 }
 
 /* A directory stream over descriptor fd (taken: closed on failure), or NULL. */

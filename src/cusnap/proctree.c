@@ -28,28 +28,9 @@ pid_t proc_nspid(pid_t pid)
 	return ns;
 }
 
-/* A field of /proc/PID/status as a number, or -1. */
-static long status_field(pid_t pid, const char *field)
-{
-	char path[64], line[512];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	long v = -1;
-	size_t len = strlen(field);
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, field, len) == 0 && line[len] == ':') {
-			v = atol(line + len + 1);
-			break;
-		}
-	fclose(f);
-	return v;
-}
-
 pid_t proc_tgid(pid_t pid)
 {
-	return (pid_t)status_field(pid, "Tgid");
+	return (pid_t)proc_status_field("/proc", pid, "Tgid");
 }
 
 bool proc_is_self_or_ancestor(pid_t pid)
@@ -57,7 +38,7 @@ bool proc_is_self_or_ancestor(pid_t pid)
 	for (pid_t p = getpid(); p > 0;) {
 		if (p == pid)
 			return true;
-		long pp = status_field(p, "PPid");
+		long pp = proc_status_field("/proc", p, "PPid");
 		if (pp <= 0 || pp == p)
 			break;
 		p = (pid_t)pp;
