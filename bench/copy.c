@@ -87,7 +87,7 @@ static int host_mode(int n, size_t size, struct host_run *h)
 	if (bench_group_start(&g, 2, n, size, false, true) < 0)
 		return -1;
 	struct coord_options o = {.timeout_ms = 300000,
-				  .content = COORD_CONTENT_HOST,
+				  .content = PROTO_CONTENT_HOST,
 				  .dir = g.dir,
 				  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
 	struct coord_report r;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/request.h"
 #include "cusnap/coord.h"
 #include "group.h"
 
@@ -48,10 +49,9 @@ static void run_commands(pid_t root, const char *dir, const char *ctl, int conte
 	snprintf(cusnap, sizeof(cusnap), "%s/../bin/cusnap", bench_bin());
 	snprintf(pid, sizeof(pid), "%d", (int)root);
 	snprintf(ck, sizeof(ck), "%s/ck", dir);
-	char *sus[] =
-		{cusnap, "suspend",       "--pid",     pid,         "--dir",
-		 ck,     "--control-dir", (char *)ctl, "--content", content == COORD_CONTENT_NATIVE ? "native" : "host",
-		 NULL};
+	char *sus[] = {cusnap, "suspend",       "--pid",     pid,         "--dir",
+		       ck,     "--control-dir", (char *)ctl, "--content", (char *)proto_content_name((uint32_t)content),
+		       NULL};
 	char *res[] = {cusnap, "resume", "--pid", pid, "--dir", ck, "--control-dir", (char *)ctl, NULL};
 	*suspend = *resume = -1;
 	double ms;

@@ -144,11 +144,18 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 	if (!is_process(pid))
 		return CUDA_ERROR_INVALID_VALUE;
 	char path[4400];
-	if (find_endpoint(pid, path, sizeof(path)) < 0)
+	int found = find_endpoint(pid, path, sizeof(path));
+	if (found == -ENOENT)
 		return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
-	int fd = usock_connect(path);
-	if (fd < 0)
+	if (found < 0) {
+		emu_log(1, "process %d: cannot look for its checkpoint endpoint: %s", pid, strerror(-found));
 		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	int fd = usock_connect(path);
+	if (fd < 0) {
+		emu_log(1, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
 	size_t len = CKPT_REQ_LEN + (size_t)npairs * CKPT_PAIR_LEN;
 	uint8_t req[CKPT_REQ_LEN + CKPT_MAX_PAIRS * CKPT_PAIR_LEN] = {0}, reply[CKPT_REPLY_LEN];
 	wire_put_u32(req, CKPT_MAGIC);
@@ -169,6 +176,8 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 		rc = (CUresult)wire_get_u32(reply + 4);
 		if (value)
 			*value = (int)wire_get_u32(reply + 8);
+	} else {
+		emu_log(1, "process %d: its checkpoint endpoint did not answer request %d", pid, (int)op);
 	}
 	close(fd);
 	return rc;

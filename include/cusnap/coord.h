@@ -73,11 +73,10 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 int coord_compare_multicast(const struct topo_participant *rec, const struct topo_participant *cur, const int *map,
 			    size_t nmap, char *err, size_t errlen);
 
-enum coord_content { COORD_CONTENT_HOST = PROTO_CONTENT_HOST, COORD_CONTENT_NATIVE = PROTO_CONTENT_NATIVE };
 
 struct coord_options {
 	int timeout_ms;        /* per participant and stage */
-	int content;           /* enum coord_content */
+	int content;           /* enum proto_content */
 	const char *dir;       /* where cuda-vmm.state goes */
 	bool require_state;    /* restore: a missing state file is an error */
 	FILE *progress;        /* one line per stage, or NULL */

@@ -30,7 +30,7 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 3 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits */
+#define PROTO_MINOR 4 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -109,6 +109,7 @@ enum proto_rec_type {
 	REC_RESULT = 7,
 	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
 	REC_MC_BIND = 9,   /* one of its binds made by this participant */
+	REC_REQUEST = 10,  /* a lifecycle request's parameters (request.h; 1.4) */
 };
 
 /* Field types inside records. Units: sizes, offsets and addresses in bytes. */
@@ -211,16 +212,17 @@ struct proto_iter {
 void piter_init(struct proto_iter *it, const void *data, size_t len);
 /* Next record; false at the end or on error (it->error). */
 bool piter_next(struct proto_iter *it, struct proto_rec *rec);
-/* The fields of every record of one type in a payload, in order (requests
- * carry their parameters as fields of REC_RESULT or REC_EXPORT records). */
+/* The fields of every record of one type (or of either of two types) in a
+ * payload, in order. */
 struct proto_field_iter {
 	struct proto_iter recs, fields;
-	uint16_t type;
+	uint16_t type, alt;
 	bool inside;
 	int error; /* a record or field ran past its end */
 };
 
 void pfield_init(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type);
+void pfield_init2(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type, uint16_t alt);
 bool pfield_next(struct proto_field_iter *it, struct proto_rec *field);
 
 /* Typed values; each returns 0 or PROTO_E_LENGTH when the length is wrong. */

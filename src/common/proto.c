@@ -205,11 +205,17 @@ bool piter_next(struct proto_iter *it, struct proto_rec *rec)
 	return true;
 }
 
-void pfield_init(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type)
+void pfield_init2(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type, uint16_t alt)
 {
 	memset(it, 0, sizeof(*it));
 	piter_init(&it->recs, data, len);
 	it->type = rec_type;
+	it->alt = alt;
+}
+
+void pfield_init(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type)
+{
+	pfield_init2(it, data, len, rec_type, rec_type);
 }
 
 bool pfield_next(struct proto_field_iter *it, struct proto_rec *field)
@@ -227,7 +233,7 @@ bool pfield_next(struct proto_field_iter *it, struct proto_rec *field)
 			it->error = it->recs.error;
 			return false;
 		}
-		if (rec.type == it->type) {
+		if (rec.type == it->type || rec.type == it->alt) {
 			piter_init(&it->fields, rec.value, rec.len);
 			it->inside = true;
 		}

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cusnap/hmap.h"
+#include "cusnap/request.h"
 #include "fanout.h"
 
 static void *run_call(void *arg)
@@ -163,12 +164,13 @@ long mc_select(const struct topo_participant *p, const struct coord_target *t, s
 	return any ? count : 0; /* (not sent to a group without multicast objects) */
 }
 
-size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, struct proto_buf *b)
+size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, uint16_t rec,
+			  struct proto_buf *b)
 {
 	struct hmap seen = {0};
-	size_t count = 0;
-	size_t at = pbuf_begin(b, REC_RESULT);
-	for (size_t i = 0; i < n; i++) {
+	struct cusnap_id *ids = NULL;
+	size_t count = 0, cap = 0;
+	for (size_t i = 0; i < n && !b->failed; i++) {
 		if (sel && !sel[i])
 			continue;
 		struct hmap keys = {0}; /* this participant's objects with a part taken down */
@@ -178,19 +180,27 @@ size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool
 		for (size_t j = 0; j < p[i].nmaps; j++)
 			if (p[i].maps[j].detached)
 				hmap_put(&keys, p[i].maps[j].key, (void *)1);
-		for (size_t j = 0; j < p[i].nmcs; j++) {
+		for (size_t j = 0; j < p[i].nmcs && !b->failed; j++) {
 			const struct topo_mc *m = &p[i].mcs[j];
-			if (!m->detached && !hmap_get(&keys, m->key))
+			if ((!m->detached && !hmap_get(&keys, m->key)) || hmap_get(&seen, id_hash(&m->id)))
 				continue;
-			if (hmap_get(&seen, id_hash(&m->id)))
-				continue;
+			if (count == cap) {
+				cap = cap ? cap * 2 : 8;
+				struct cusnap_id *grown = realloc(ids, cap * sizeof(*grown));
+				if (!grown) {
+					b->failed = true;
+					break;
+				}
+				ids = grown;
+			}
 			hmap_put(&seen, id_hash(&m->id), (void *)1);
-			pbuf_put_id(b, F_MC_REBUILD, &m->id);
-			count++;
+			ids[count++] = m->id;
 		}
 		hmap_free(&keys);
 	}
-	pbuf_end(b, at);
+	if (!b->failed)
+		req_mc_rebuild_encode(b, rec, ids, count);
 	hmap_free(&seen);
+	free(ids);
 	return count;
 }

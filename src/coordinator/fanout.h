@@ -42,8 +42,9 @@ long mc_select(const struct topo_participant *p, const struct coord_target *t, s
 	       struct coord_report *r);
 /* The request of the RESTORE_MULTICAST steps: every multicast object that any
  * selected participant has taken down in part or whole, so that all of its
- * participants join the same new object. Returns how many. */
-size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, struct proto_buf *b);
+ * participants join the same new object, in a record of type rec. Returns how many. */
+size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, uint16_t rec,
+			  struct proto_buf *b);
 /* One progress line (when o->progress is set). */
 void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

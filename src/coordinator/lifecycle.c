@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cusnap/request.h"
 #include "cusnap/state.h"
 #include "cusnap/wire.h"
 #include "fanout.h"
@@ -43,7 +44,7 @@ struct run {
 	bool have_now;        /* now[] holds the selected participants' records */
 	bool tolerate;        /* abort: participants ACTIVE or gone are left out */
 	struct state st;      /* restore: the state file */
-	struct proto_buf req; /* RESTORE_CREATORS' request (a device map) */
+	struct proto_buf req; /* RESTORE_CREATORS' request (a device map, or none) */
 	char note[256];       /* what the stage's progress line adds */
 };
 
@@ -97,6 +98,17 @@ static int oom(struct run *x)
 {
 	snprintf(x->r->error, sizeof(x->r->error), "out of memory");
 	return -1;
+}
+
+/* The record a request to the selected goes in: REC_RESULT while one of them
+ * speaks 1.3 or older (request.h). Their records are in now[]. */
+static uint16_t request_record(const struct run *x)
+{
+	uint32_t minor = PROTO_MINOR;
+	for (size_t i = 0; i < x->n; i++)
+		if (x->sel[i] && x->now[i].minor < minor)
+			minor = x->now[i].minor;
+	return req_record_type(minor);
 }
 
 /* ---- prepare ---- */
@@ -171,19 +183,20 @@ static int prepare_multicast(struct run *x)
 
 static int prepare_unicast(struct run *x)
 {
-	uint8_t payload[64];
-	struct proto_buf b = {.data = payload, .cap = sizeof(payload)};
-	size_t at = pbuf_begin(&b, REC_RESULT);
-	pbuf_put_u32(&b, F_CONTENT, (uint32_t)x->o->content);
-	pbuf_end(&b, at);
+	struct proto_buf b = {0};
+	req_prepare_encode(&b, request_record(x), (enum proto_content)x->o->content);
+	if (b.failed) {
+		pbuf_free(&b);
+		return oom(x);
+	}
 	long bad = fan_out(x->calls, x->t, x->n, NULL, PROTO_OP_PREPARE, b.data, b.len, x->o->timeout_ms);
+	pbuf_free(&b);
 	x->r->bytes = bytes_of(x->calls, x->n);
 	if (bad >= 0) {
 		stage_error(x->r, &x->calls[bad], "PREPARE");
 		return -1;
 	}
-	note(x, "%" PRIu64 " bytes copied (%s content)", x->r->bytes,
-	     x->o->content == COORD_CONTENT_NATIVE ? "native" : "host");
+	note(x, "%" PRIu64 " bytes copied (%s content)", x->r->bytes, proto_content_name((uint32_t)x->o->content));
 	return 0;
 }
 
@@ -261,6 +274,13 @@ static int match_state(struct run *x)
  * left out of the stages that follow. */
 static int restore_creators(struct run *x)
 {
+	/* GPUs remapped by the native restore: the shims translate their records. */
+	pbuf_free(&x->req);
+	if (x->o->device_map_len) {
+		req_device_map_encode(&x->req, request_record(x), x->o->device_map, x->o->device_map_len);
+		if (x->req.failed)
+			return oom(x);
+	}
 	fan_out(x->calls, x->t, x->n, x->sel, PROTO_OP_RESTORE_CREATORS, x->req.data, x->req.len, x->o->timeout_ms);
 	for (size_t i = 0; x->tolerate && i < x->n; i++) {
 		struct call *c = &x->calls[i];
@@ -301,7 +321,7 @@ static int restore_multicast(struct run *x)
 	if (served < 0)
 		return -1;
 	struct proto_buf req = {0};
-	size_t wanted = served ? mc_rebuild_request(x->now, x->n, x->sel, &req) : 0;
+	size_t wanted = served ? mc_rebuild_request(x->now, x->n, x->sel, request_record(x), &req) : 0;
 	int rc = wanted ? 0 : 1;
 	if (req.failed)
 		rc = oom(x);
@@ -460,19 +480,6 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 		snprintf(r->error, sizeof(r->error), "%s%s", why, src == -ENOENT ? " (--require-state)" : "");
 		run_end(&x);
 		return -1;
-	}
-	/* GPUs remapped by the native restore: the shims translate their records. */
-	if (rc == 0 && o->device_map_len) {
-		size_t at = pbuf_begin(&x.req, REC_RESULT);
-		for (size_t d = 0; d < o->device_map_len; d++) {
-			uint8_t pair[WIRE_PAIR_LEN];
-			wire_put_pair(pair, (uint32_t)d, (uint32_t)o->device_map[d]);
-			if (o->device_map[d] >= 0)
-				pbuf_put(&x.req, F_DEVICE_MAP, pair, sizeof(pair));
-		}
-		pbuf_end(&x.req, at);
-		if (x.req.failed)
-			rc = oom(&x);
 	}
 	if (rc == 0)
 		rc = run_stages(&x, restore_stages, sizeof(restore_stages) / sizeof(restore_stages[0]));

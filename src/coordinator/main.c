@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/request.h"
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
 #include "cusnap/fdcheck.h"
@@ -96,7 +97,7 @@ static int inspect_state(const char *dir, int json)
 		state_free(&st);
 		return EX_LEFT_RUNNING;
 	}
-	const char *content = st.content == COORD_CONTENT_NATIVE ? "native" : "host";
+	const char *content = proto_content_name(st.content) ? proto_content_name(st.content) : "?";
 	if (json) {
 		char version[32];
 		snprintf(version, sizeof(version), "%d.%d", STATE_MAJOR, STATE_MINOR);
@@ -150,7 +151,7 @@ static int run(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	const char *proc_root = "/proc", *control_dir = control_dir_from_env();
-	int mode = 0, json = 0, timeout_ms = 10000, content = COORD_CONTENT_HOST, require_state = 0;
+	int mode = 0, json = 0, timeout_ms = 10000, content = PROTO_CONTENT_HOST, require_state = 0;
 	const char *dir = NULL;
 	struct coord_target *targets = NULL;
 	size_t ntargets = 0;
@@ -168,11 +169,8 @@ static int run(int argc, char **argv)
 		case OPT_DIR: dir = optarg; break;
 		case OPT_REQUIRE_STATE: require_state = 1; break;
 		case OPT_CONTENT:
-			if (!strcmp(optarg, "host"))
-				content = COORD_CONTENT_HOST;
-			else if (!strcmp(optarg, "native"))
-				content = COORD_CONTENT_NATIVE;
-			else {
+			content = proto_content_parse(optarg);
+			if (!content) {
 				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host or native\n", optarg);
 				return EX_USAGE;
 			}

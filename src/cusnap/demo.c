@@ -158,7 +158,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	double ms_kill = 0, ms_suspend = 0, ms_resume = 0;
 	if (in_place) {
 		t0 = now_ms();
-		rc = cmd_suspend(root, ckpt, COORD_CONTENT_HOST);
+		rc = cmd_suspend(root, ckpt, PROTO_CONTENT_HOST);
 		ms_suspend = now_ms() - t0;
 		if (rc == EX_OK) {
 			t0 = now_ms();
@@ -169,7 +169,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 				rc = fail(EX_TERMINATED, "cannot write %s", why);
 		}
 	} else {
-		rc = cmd_checkpoint(root, ckpt, COORD_CONTENT_HOST, criu_arg, false, false, &c);
+		rc = cmd_checkpoint(root, ckpt, PROTO_CONTENT_HOST, criu_arg, false, false, &c);
 		if (rc == EX_OK) {
 			/* CRIU stopped the tree after the dump; reap all of it (the workers
 			 * were reparented to us) so that its PIDs are free for the restore. */

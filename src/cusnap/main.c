@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/request.h"
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
 #include "cusnap/fdcheck.h"
@@ -192,7 +193,7 @@ static int cmd_inspect(pid_t pid, const char *dir)
 			json_emit(stdout, coord_topology_json(t, p, st.n));
 		} else {
 			printf("state %s: content %s, %zu participant(s)\n", path,
-			       st.content == COORD_CONTENT_NATIVE ? "native" : "host", st.n);
+			       proto_content_name(st.content) ? proto_content_name(st.content) : "?", st.n);
 			coord_print_text(stdout, t, p, st.n);
 		}
 		free(t);
@@ -352,7 +353,7 @@ static int run(int argc, char **argv)
 	pid_t pid = 0;
 	const char *dir = NULL, *criu = NULL, *device_map = NULL, *keep = NULL;
 	bool leave_running = false, wait_ready = false, in_place = false, discard_state = false;
-	int content = COORD_CONTENT_HOST, c, processes = 3;
+	int content = PROTO_CONTENT_HOST, c, processes = 3;
 	unsigned long long size = 64ull << 20;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -374,11 +375,8 @@ static int run(int argc, char **argv)
 		}
 		case 'd': dir = optarg; break;
 		case 'c':
-			if (!strcmp(optarg, "host"))
-				content = COORD_CONTENT_HOST;
-			else if (!strcmp(optarg, "native"))
-				content = COORD_CONTENT_NATIVE;
-			else
+			content = proto_content_parse(optarg);
+			if (!content)
 				return fail(EX_USAGE, "--content %s: use host or native", optarg);
 			break;
 		case 'j': opt_json = true; break;

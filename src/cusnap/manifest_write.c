@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/request.h"
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/manifest.h"
@@ -70,10 +71,9 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 			      "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "checkpoint_id", json_id(&id),
 			      "created", (json_int_t)time(NULL), "hostname", json_text(hostname), "root_pid", (int)root,
 			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(opt_control_dir),
-			      "control_dir_here", json_text(here), "content",
-			      content == COORD_CONTENT_NATIVE ? "native" : "host", "prepared", prepared,
-			      "leave_running", leave_running, "criu", "path", json_text(criu), "version",
-			      json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",
+			      "control_dir_here", json_text(here), "content", proto_content_name((uint32_t)content),
+			      "prepared", prepared, "leave_running", leave_running, "criu", "path", json_text(criu),
+			      "version", json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",
 			      "none: an empty --libdir; cusnap does the native steps", "gpus", gpus_json(t),
 			      "processes", processes_json(t), "timings_ms", "prepare", r->ms_prepare, "lock",
 			      r->ms_lock, "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump, "restore_in_place",

@@ -20,11 +20,11 @@
 
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
+#include "cusnap/request.h"
 #include "cusnap/usock.h"
-#include "cusnap/wire.h"
 #include "shim.h"
 
-static int content = SHIM_CONTENT_HOST;
+static enum proto_content content = PROTO_CONTENT_HOST;
 size_t shim_mc_objects;
 
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
@@ -161,7 +161,7 @@ static CUresult take_down_creator(struct shim_alloc *a, struct life_result *r)
 	CUresult rc = life_detach_mappings(a, r);
 	if (rc)
 		return rc;
-	if (content == SHIM_CONTENT_NATIVE) {
+	if (content == PROTO_CONTENT_NATIVE) {
 		a->carrier = true; /* the one driver reference the native checkpoint saves */
 		return CUDA_SUCCESS;
 	}
@@ -208,7 +208,7 @@ static CUresult prepare_creators(struct life_result *r)
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = anchor(list[i], r);
-	if (!rc && content == SHIM_CONTENT_HOST)
+	if (!rc && content == PROTO_CONTENT_HOST)
 		rc = hostcopy_save(list, n, r);
 	for (size_t i = 0; !rc && i < n; i++) {
 		rc = take_down_creator(list[i], r);
@@ -254,18 +254,11 @@ static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_
 
 static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 {
-	uint32_t mode = SHIM_CONTENT_HOST;
-	struct proto_field_iter it;
-	struct proto_rec f;
-	pfield_init(&it, payload, len, REC_RESULT);
-	while (pfield_next(&it, &f))
-		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
-			return PROTO_E_LENGTH;
-	if (mode != SHIM_CONTENT_HOST && mode != SHIM_CONTENT_NATIVE) {
-		snprintf(r->msg, sizeof(r->msg), "content mode %u is neither host (1) nor native (2)", mode);
-		return PROTO_E_MALFORMED;
-	}
-	content = (int)mode;
+	enum proto_content mode;
+	int st = req_prepare_decode(payload, len, &mode, r->msg, sizeof(r->msg));
+	if (st != PROTO_OK)
+		return st;
+	content = mode;
 	if (shim_phase() == PROTO_PHASE_QUIESCED) {
 		/* Only a coordinator that skips PREPARE_MULTICAST gets here. */
 		for (size_t i = 0; i < tbl.allocs.cap; i++) {
@@ -538,33 +531,10 @@ static bool all_attached(struct life_result *r)
 static int apply_device_map(const uint8_t *payload, size_t len, struct life_result *r)
 {
 	int map[PROTO_MAX_DEVICES];
-	bool any = false;
-	for (int d = 0; d < PROTO_MAX_DEVICES; d++)
-		map[d] = d;
-	struct proto_field_iter it;
-	struct proto_rec f;
-	pfield_init(&it, payload, len, REC_RESULT);
-	while (pfield_next(&it, &f)) {
-		if (f.type != F_DEVICE_MAP)
-			continue;
-		if (f.len != WIRE_PAIR_LEN) {
-			snprintf(r->msg, sizeof(r->msg), "device map entry of %u bytes (want %d)", f.len,
-				 WIRE_PAIR_LEN);
-			return PROTO_E_LENGTH;
-		}
-		uint32_t from, to;
-		wire_get_pair(f.value, &from, &to);
-		if (from >= PROTO_MAX_DEVICES || to >= PROTO_MAX_DEVICES) {
-			snprintf(r->msg, sizeof(r->msg), "device map %u -> %u out of range", from, to);
-			return PROTO_E_MALFORMED;
-		}
-		map[from] = (int)to;
-		any = true;
-	}
-	if (it.error)
-		return it.error;
-	if (!any)
-		return PROTO_OK;
+	size_t pairs;
+	int st = req_device_map_decode(payload, len, map, &pairs, r->msg, sizeof(r->msg));
+	if (st != PROTO_OK || !pairs)
+		return st;
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
 		if (!tbl.allocs.keys[i])

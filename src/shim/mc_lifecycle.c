@@ -24,6 +24,7 @@
 
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
+#include "cusnap/request.h"
 #include "shim.h"
 
 static bool any_part_detached(const struct shim_alloc *a)
@@ -94,37 +95,13 @@ static bool selected(const struct cusnap_id *ids, size_t n, const struct shim_al
  * so that the work can go on without the lock. Returns a proto_status. */
 static int selection(const uint8_t *payload, size_t len, uint64_t **keys, size_t *n, struct life_result *r)
 {
-	struct cusnap_id *ids = NULL;
-	size_t nids = 0, cap = 0;
-	struct proto_field_iter it;
-	struct proto_rec f;
+	struct cusnap_id *ids;
+	size_t nids;
 	*keys = NULL;
 	*n = 0;
-	pfield_init(&it, payload, len, REC_RESULT);
-	while (pfield_next(&it, &f)) {
-		if (f.type != F_MC_REBUILD)
-			continue;
-		if (nids == cap) {
-			cap = cap ? cap * 2 : 8;
-			struct cusnap_id *grown = realloc(ids, cap * sizeof(*grown));
-			if (!grown) {
-				free(ids);
-				snprintf(r->msg, sizeof(r->msg), "out of memory");
-				return PROTO_E_INTERNAL;
-			}
-			ids = grown;
-		}
-		if (prec_id(&f, &ids[nids++]) != 0) {
-			free(ids);
-			snprintf(r->msg, sizeof(r->msg), "multicast rebuild entry of %u bytes (want 16)", f.len);
-			return PROTO_E_LENGTH;
-		}
-	}
-	if (it.error) {
-		free(ids);
-		snprintf(r->msg, sizeof(r->msg), "malformed multicast step request");
-		return it.error;
-	}
+	int st = req_mc_rebuild_decode(payload, len, &ids, &nids, r->msg, sizeof(r->msg));
+	if (st != PROTO_OK)
+		return st;
 	pthread_mutex_lock(&tbl.lock);
 	*keys = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(**keys));
 	for (size_t i = 0; *keys && i < tbl.allocs.cap; i++) {

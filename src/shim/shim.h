@@ -254,7 +254,6 @@ CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const
 void ctx_leave_all(void);
 
 /* ---- the dispatch and the phase (dispatch.c; operations: include/cusnap/ops.def) ---- */
-enum shim_content { SHIM_CONTENT_HOST = PROTO_CONTENT_HOST, SHIM_CONTENT_NATIVE = PROTO_CONTENT_NATIVE };
 /* The phase (enum proto_phase); tracked mutations are refused outside ACTIVE. */
 int shim_phase(void);
 /* CUDA_SUCCESS, or CUDA_ERROR_NOT_READY (logged) while a checkpoint is under way. */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the protocol decoder (header, record streams, request
- * fields, INSPECT topology with multicast records). Input: a 24-byte header followed by a payload. */
+ * fields and the lifecycle requests' decoders, INSPECT topology with multicast records). Input: a 24-byte header followed by a payload. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cusnap/proto.h"
+#include "cusnap/request.h"
 #include "cusnap/topo.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,6 +50,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		while (pfield_next(&it, &f))
 			prec_id(&f, &id);
 	}
+	/* The lifecycle requests, as the shim decodes them. */
+	char err[256];
+	enum proto_content content;
+	req_prepare_decode(data, size, &content, err, sizeof(err));
+	int map[PROTO_MAX_DEVICES];
+	size_t pairs;
+	if (req_device_map_decode(data, size, map, &pairs, err, sizeof(err)) == PROTO_OK)
+		for (int d = 0; d < PROTO_MAX_DEVICES; d++)
+			if (map[d] < 0 || map[d] >= PROTO_MAX_DEVICES)
+				abort();
+	struct cusnap_id *ids;
+	size_t nids;
+	if (req_mc_rebuild_decode(data, size, &ids, &nids, err, sizeof(err)) == PROTO_OK)
+		free(ids);
 	struct topo_participant p;
 	if (topo_decode(data, size, &p) == PROTO_OK)
 		topo_free(&p);

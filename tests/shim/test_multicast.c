@@ -13,7 +13,7 @@ static char state_dir[PATH_MAX + 16];
 
 static struct coord_options options(void)
 {
-	return (struct coord_options){.timeout_ms = 10000, .content = COORD_CONTENT_HOST, .dir = state_dir};
+	return (struct coord_options){.timeout_ms = 10000, .content = PROTO_CONTENT_HOST, .dir = state_dir};
 }
 
 static int prepare(struct coord_report *r)
