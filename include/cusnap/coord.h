@@ -73,7 +73,6 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 int coord_compare_multicast(const struct topo_participant *rec, const struct topo_participant *cur, const int *map,
 			    size_t nmap, char *err, size_t errlen);
 
-
 struct coord_options {
 	int timeout_ms;        /* per participant and stage */
 	int content;           /* enum proto_content */
