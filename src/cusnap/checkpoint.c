@@ -66,10 +66,10 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 	double start = now_ms(), t0;
 	if (wait_ready) {
 		t0 = now_ms();
-		if (wait_for(pid, CONTROL_READY, opt_timeout_ms) < 0)
+		if (wait_for(pid, CONTROL_READY, settings.timeout_ms) < 0)
 			return fail(EX_LEFT_RUNNING, "%s/%s of process %d did not appear within %d ms: nothing done",
-				    opt_control_dir, CONTROL_READY, (int)pid, opt_timeout_ms);
-		progress("wait ready", now_ms() - t0, "%s/%s", opt_control_dir, CONTROL_READY);
+				    settings.control_dir, CONTROL_READY, (int)pid, settings.timeout_ms);
+		progress("wait ready", now_ms() - t0, "%s/%s", settings.control_dir, CONTROL_READY);
 	}
 	struct tree t;
 	int rc = tree_load(pid, &t);
@@ -167,7 +167,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
-	if (opt_json && summary)
+	if (settings.json && summary)
 		json_emit(stdout,
 			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}}",
 				    "ok", 1, "operation", "checkpoint", "pid", (int)pid, "dir", json_text(dir),
@@ -337,7 +337,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 		manifest_free(&m);
 		return fail(EX_UNAVAILABLE, "%s", err);
 	}
-	opt_control_dir = strdup(m.control_dir);
+	settings.control_dir = strdup(m.control_dir);
 	double start = now_ms(), t0;
 	int cleared = clear_control_dir(&m);
 	if (cleared) {
@@ -455,7 +455,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	}
 	t0 = now_ms();
 	if (m.prepared) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
 					  .progress = stderr,
 					  .require_state = true,
@@ -479,8 +479,8 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 		goto kill;
 	}
 	r->ms_total = now_ms() - start;
-	progress("restore complete", r->ms_total, "%s/%s written", opt_control_dir, CONTROL_RESTORE_DONE);
-	if (opt_json && summary)
+	progress("restore complete", r->ms_total, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
+	if (settings.json && summary)
 		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
 					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,
 					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
@@ -500,29 +500,32 @@ kill:
 
 /* Checkpoint and restore hold their directory for the whole command: a second
  * checkpoint into it, or a restore from it while it is written, is refused. */
-int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
-		   struct checkpoint_result *res)
+int cmd_checkpoint(const struct args *a)
 {
+	if (!a->pid || !a->dir)
+		return fail(EX_USAGE, "checkpoint needs --pid PID and --dir DIR");
 	struct checkpoint_result local;
-	struct checkpoint_result *r = res ? res : &local;
+	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
-	int held = -1, rc = check_pid_guard(pid);
-	if (rc || (rc = use_dir(dir, true, &held)))
+	int held = -1, rc = check_pid_guard(a->pid);
+	if (rc || (rc = use_dir(a->dir, true, &held)))
 		return rc;
-	rc = checkpoint_into(pid, dir, content, criu_arg, leave_running, wait_ready, r, !res);
+	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result);
 	close(held);
 	return rc;
 }
 
-int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res)
+int cmd_restore(const struct args *a)
 {
+	if (!a->dir)
+		return fail(EX_USAGE, "restore needs --dir DIR");
 	struct checkpoint_result local;
-	struct checkpoint_result *r = res ? res : &local;
+	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
-	int held = -1, rc = use_dir(dir, false, &held);
+	int held = -1, rc = use_dir(a->dir, false, &held);
 	if (rc)
 		return rc;
-	rc = restore_from(dir, device_map, criu_arg, r, !res);
+	rc = restore_from(a->dir, a->device_map, a->criu, r, !a->result);
 	close(held);
 	return rc;
 }

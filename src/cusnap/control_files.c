@@ -38,10 +38,10 @@ int control_dir_open(pid_t pid, char *why, size_t len)
 		snprintf(why, len, "%s: %s", root, strerror(e));
 		return -e;
 	}
-	int fd = open_dir_at(rfd, opt_control_dir, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+	int fd = open_dir_at(rfd, settings.control_dir, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
 	close(rfd);
 	if (fd < 0)
-		snprintf(why, len, "the control directory %s of process %d: %s", opt_control_dir, (int)pid,
+		snprintf(why, len, "the control directory %s of process %d: %s", settings.control_dir, (int)pid,
 			 strerror(-fd));
 	return fd;
 }
@@ -75,7 +75,7 @@ int control_write(pid_t pid, const char *name, char *why, size_t len)
 	int rc = atomic_write_at(dfd, name, "", 0, 0644, &step);
 	close(dfd);
 	if (rc < 0)
-		snprintf(why, len, "%s/%s of process %d: %s failed: %s", opt_control_dir, name, (int)pid, step,
+		snprintf(why, len, "%s/%s of process %d: %s failed: %s", settings.control_dir, name, (int)pid, step,
 			 strerror(-rc));
 	return rc < 0 ? -1 : 0;
 }
@@ -83,7 +83,7 @@ int control_write(pid_t pid, const char *name, char *why, size_t len)
 void control_host_path(pid_t pid, char *out, size_t len)
 {
 	char why[PATH_MAX + 128], link[64];
-	snprintf(out, len, "%s", opt_control_dir);
+	snprintf(out, len, "%s", settings.control_dir);
 	int dfd = control_dir_open(pid, why, sizeof(why));
 	if (dfd < 0)
 		return;

@@ -65,10 +65,15 @@ int native_classify(const struct native *n, struct proc *p, size_t count, size_t
 #include "cusnap/paths.h"
 #include "cusnap/rundir.h"
 
-extern bool opt_json;
-extern bool opt_require_interposer;
-extern int opt_timeout_ms;
-extern const char *opt_control_dir;
+/* What every command shares, set from the command line (main.c) before the
+ * command runs, and read by the layers under it. */
+struct settings {
+	bool json;               /* --json: the summary, or the error, as JSON on stdout */
+	bool require_interposer; /* --require-interposer */
+	int timeout_ms;          /* --timeout: per participant and step, and per native state query */
+	const char *control_dir; /* --control-dir, $SNAPSHOT_CONTROL_DIR or /snapshot-control */
+};
+extern struct settings settings;
 
 /* One progress line on stderr: step, duration, details. */
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -111,7 +116,7 @@ int check_guard_rails(const struct tree *t);
  * no CRIU needed to refuse); a pid that does not exist is refused too (64). */
 int check_pid_guard(pid_t pid);
 /* ---- control_files.c: the workload's control directory, safely ---- */
-/* The control directory (opt_control_dir) inside process pid's root, resolved
+/* The control directory (settings.control_dir) inside process pid's root, resolved
  * within that root: a descriptor, or -errno with why. */
 int control_dir_open(pid_t pid, char *why, size_t len);
 /* A control directory given as a path here (no symlink on the way): a
@@ -122,7 +127,7 @@ bool control_exists(pid_t pid, const char *name);
 /* Create (or replace) the empty control file name of pid, never through a
  * symlink: 0, or -1 with why. */
 int control_write(pid_t pid, const char *name, char *why, size_t len);
-/* The path here of pid's control directory (opt_control_dir when it cannot be
+/* The path here of pid's control directory (settings.control_dir when it cannot be
  * told), for the manifest. */
 void control_host_path(pid_t pid, char *out, size_t len);
 /* Remove endpoint socket name of directory dfd if nothing listens on it: 1
@@ -224,9 +229,7 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, bool ow
  * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
 int criu_plugin_dir(const char *dir, char *out, size_t len);
 
-/* ---- commands ---- */
-int cmd_suspend(pid_t pid, const char *dir_arg, int content);
-int cmd_resume(pid_t pid, const char *dir_arg, bool discard_state);
+/* ---- commands: one file each (main.c parses the command line into struct args) ---- */
 struct checkpoint_result {
 	double ms_prepare, ms_lock, ms_checkpoint, ms_dump, ms_restore_in_place;
 	double ms_criu_restore, ms_native_restore, ms_vmm_restore, ms_total;
@@ -234,10 +237,35 @@ struct checkpoint_result {
 	size_t processes, cuda, shared;
 	pid_t restored_root;
 };
-int cmd_checkpoint(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running, bool wait_ready,
-		   struct checkpoint_result *res);
-int cmd_restore(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *res);
-int cmd_demo(int processes, unsigned long long size, bool in_place, const char *keep, const char *criu_arg);
+/* A command's own arguments, parsed; what a command does not take stays zero. */
+struct args {
+	pid_t pid;                        /* --pid */
+	const char *dir;                  /* --dir */
+	int content;                      /* --content: enum proto_content */
+	const char *criu;                 /* --criu */
+	const char *device_map;           /* --device-map */
+	bool leave_running, wait_ready;   /* --leave-running, --wait-ready */
+	bool discard_state;               /* --discard-state */
+	int processes;                    /* demo: --processes */
+	unsigned long long size;          /* demo: --size */
+	bool in_place;                    /* demo: --in-place */
+	const char *keep;                 /* demo: --keep */
+	int argc;                         /* run: PROGRAM [ARG...] */
+	char **argv;                      /* */
+	struct checkpoint_result *result; /* checkpoint, restore: the figures for a caller (the
+						  demo) instead of the summary; NULL: printed */
+};
+int cmd_suspend(const struct args *a); /* suspend.c */
+int cmd_resume(const struct args *a);  /* suspend.c */
+int cmd_inspect(const struct args *a); /* inspect.c */
+int cmd_run(const struct args *a);     /* run.c */
+int cmd_checkpoint(const struct args *a);
+int cmd_restore(const struct args *a);
+int cmd_demo(const struct args *a);
+/* The tree of pid, loaded and held for command what: the guard rails first
+ * (before the tree's processes are even asked anything). 0, or an exit code
+ * (reported) with t freed. */
+int tree_take(pid_t pid, const char *what, struct tree *t);
 /* ---- manifest_write.c ---- */
 /* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
 int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,

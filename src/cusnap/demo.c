@@ -64,8 +64,12 @@ static int wait_exit(pid_t pid, int timeout_ms)
 	return -2;
 }
 
-int cmd_demo(int processes, unsigned long long size, bool in_place, const char *keep, const char *criu_arg)
+int cmd_demo(const struct args *a)
 {
+	int processes = a->processes;
+	unsigned long long size = a->size;
+	bool in_place = a->in_place;
+	const char *keep = a->keep, *criu_arg = a->criu;
 	char bin[PATH_MAX], emu[PATH_MAX + 16], group[PATH_MAX + 32], launcher[PATH_MAX + 32], gpu[128] = "";
 	path_self_dir(bin, sizeof(bin));
 	snprintf(emu, sizeof(emu), "%s/../emu", bin);
@@ -119,7 +123,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	snprintf(log, sizeof(log), "%s/workload.log", work);
 	path_mkdirs(ctl);
 	setenv("SNAPSHOT_CONTROL_DIR", ctl, 1);
-	opt_control_dir = strdup(ctl);
+	settings.control_dir = strdup(ctl);
 	/* Restored trees are reparented to us: we wait for them to verify. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n",
@@ -135,11 +139,11 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 		dup2(in, 0);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		char w[16], a[16], s[32];
+		char w[16], n[16], s[32];
 		snprintf(w, sizeof(w), "%d", processes - 1);
-		snprintf(a, sizeof(a), "%d", allocs);
+		snprintf(n, sizeof(n), "%d", allocs);
 		snprintf(s, sizeof(s), "%llu", per);
-		execl(launcher, launcher, group, "--workers", w, "--allocs", a, "--size", s, "--timeout", "300",
+		execl(launcher, launcher, group, "--workers", w, "--allocs", n, "--size", s, "--timeout", "300",
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -158,18 +162,22 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 	double ms_kill = 0, ms_suspend = 0, ms_resume = 0;
 	if (in_place) {
 		t0 = now_ms();
-		rc = cmd_suspend(root, ckpt, PROTO_CONTENT_HOST);
+		rc = cmd_suspend(&(struct args){.pid = root, .dir = ckpt, .content = PROTO_CONTENT_HOST});
 		ms_suspend = now_ms() - t0;
 		if (rc == EX_OK) {
 			t0 = now_ms();
-			rc = cmd_resume(root, ckpt, false);
+			rc = cmd_resume(&(struct args){.pid = root, .dir = ckpt});
 			ms_resume = now_ms() - t0;
 			char why[PATH_MAX + 256];
 			if (rc == EX_OK && control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
 				rc = fail(EX_TERMINATED, "cannot write %s", why);
 		}
 	} else {
-		rc = cmd_checkpoint(root, ckpt, PROTO_CONTENT_HOST, criu_arg, false, false, &c);
+		rc = cmd_checkpoint(&(struct args){.pid = root,
+						   .dir = ckpt,
+						   .content = PROTO_CONTENT_HOST,
+						   .criu = criu_arg,
+						   .result = &c});
 		if (rc == EX_OK) {
 			/* CRIU stopped the tree after the dump; reap all of it (the workers
 			 * were reparented to us) so that its PIDs are free for the restore. */
@@ -178,7 +186,7 @@ int cmd_demo(int processes, unsigned long long size, bool in_place, const char *
 			while (waitpid(-1, NULL, 0) > 0)
 				;
 			ms_kill = now_ms() - t0;
-			rc = cmd_restore(ckpt, NULL, criu_arg, &r);
+			rc = cmd_restore(&(struct args){.dir = ckpt, .criu = criu_arg, .result = &r});
 			root = r.restored_root;
 		}
 	}

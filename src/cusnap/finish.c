@@ -122,7 +122,7 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 			continue;
 		struct topo_participant p;
 		char err[1200];
-		if (coord_inspect(c, opt_timeout_ms, &p, err, sizeof(err)) != 0) {
+		if (coord_inspect(c, settings.timeout_ms, &p, err, sizeof(err)) != 0) {
 			snprintf(why, len, "participant %d does not answer: %s", c->obs, err);
 			return -1;
 		}
@@ -161,7 +161,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 		if (coord_process_gone(t->targets[i].obs))
 			continue;
 		struct topo_participant p;
-		if (coord_inspect(&t->targets[i], opt_timeout_ms, &p, err, errlen) != 0) {
+		if (coord_inspect(&t->targets[i], settings.timeout_ms, &p, err, errlen) != 0) {
 			char why[1024];
 			snprintf(why, sizeof(why), "%s", err);
 			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
@@ -185,7 +185,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	bool have_state = !discard && access(state, F_OK) == 0;
 	if (have_state || (!discard && !unsettled && suspended)) {
 		/* The state file was written: the prepare completed; rebuild from it. */
-		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
 					  .progress = stderr,
 					  .require_state = have_state};
@@ -203,7 +203,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	fprintf(stderr, "cusnap: %s: rebuilding in place\n",
 		discard ? "--discard-state: the state file is not read"
 			: "participants were left part way through a prepare (no state file)");
-	struct coord_options o = {.timeout_ms = opt_timeout_ms, .dir = dir, .progress = stderr};
+	struct coord_options o = {.timeout_ms = settings.timeout_ms, .dir = dir, .progress = stderr};
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
 		return -1;

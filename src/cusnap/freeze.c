@@ -140,7 +140,7 @@ int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_r
 			    strerror(-rc));
 	signals_arm();
 	if (t->nshim > 0) {
-		struct coord_options o = {.timeout_ms = opt_timeout_ms,
+		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .content = content,
 					  .dir = rec->dir,
 					  .progress = stderr};

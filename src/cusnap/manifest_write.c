@@ -42,7 +42,7 @@ static json_t *processes_json(const struct tree *t)
 		const struct proc *p = &t->procs[i];
 		char ep[PATH_MAX + 32] = "";
 		if (p->shim)
-			snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, opt_control_dir, (int)p->nspid);
+			snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, settings.control_dir, (int)p->nspid);
 		json_array_append_new(procs,
 				      json_pack("{s:i, s:i, s:b, s:b, s:o}", "pid", (int)p->pid, "nspid", (int)p->nspid,
 						"cuda", p->cuda, "interposed", p->shim, "endpoint", json_text(ep)));
@@ -70,7 +70,7 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 			      " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:I, s:I}}",
 			      "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "checkpoint_id", json_id(&id),
 			      "created", (json_int_t)time(NULL), "hostname", json_text(hostname), "root_pid", (int)root,
-			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(opt_control_dir),
+			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(settings.control_dir),
 			      "control_dir_here", json_text(here), "content", proto_content_name((uint32_t)content),
 			      "prepared", prepared, "leave_running", leave_running, "criu", "path", json_text(criu),
 			      "version", json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",

@@ -29,12 +29,13 @@ const char *native_step_name(enum native_step s)
 int native_watchdog_ms(enum native_step s)
 {
 	if (s == NATIVE_QUERY)
-		return opt_timeout_ms; /* a query does no work: a process that does not answer is stopped or stuck */
+		return settings
+			.timeout_ms; /* a query does no work: a process that does not answer is stopped or stuck */
 	const char *e = getenv("CUSNAP_NATIVE_TIMEOUT_MS");
 	int ms = e && atoi(e) > 0 ? atoi(e) : 300000;
 	/* A lock waits up to its own timeout for the process's work: never less. */
-	if (s == NATIVE_LOCK && ms < opt_timeout_ms + 5000)
-		ms = opt_timeout_ms + 5000;
+	if (s == NATIVE_LOCK && ms < settings.timeout_ms + 5000)
+		ms = settings.timeout_ms + 5000;
 	return ms;
 }
 
@@ -139,7 +140,7 @@ static int run_calls(const struct native *nat, enum native_step step, bool query
 	r->query_tid = query_tid;
 	r->restore_args.gpuPairs = (CUcheckpointGpuPair *)pairs;
 	r->restore_args.gpuPairsCount = npairs;
-	r->lock_timeout_ms = (unsigned)opt_timeout_ms;
+	r->lock_timeout_ms = (unsigned)settings.timeout_ms;
 	r->n = n;
 	r->pids = calloc(n + 1, sizeof(*r->pids));
 	r->rc = calloc(n + 1, sizeof(*r->rc));

@@ -17,10 +17,7 @@
 #include "cusnap/control.h"
 #include "cusnap/json.h"
 
-bool opt_json;
-bool opt_require_interposer;
-int opt_timeout_ms = 30000;
-const char *opt_control_dir;
+struct settings settings = {.timeout_ms = 30000};
 
 void progress(const char *step, double ms, const char *fmt, ...)
 {
@@ -40,7 +37,7 @@ int fail(int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "cusnap: %s\n", msg);
-	if (opt_json)
+	if (settings.json)
 		json_emit(stdout, json_pack("{s:b, s:i, s:o}", "ok", 0, "exit", code, "error", json_text(msg)));
 	return code;
 }
@@ -121,7 +118,7 @@ int tree_load(pid_t pid, struct tree *t)
 		struct coord_target *c = &t->targets[t->ncuda];
 		c->obs = p->pid;
 		c->ns = p->nspid;
-		coord_endpoint_path("/proc", opt_control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
+		coord_endpoint_path("/proc", settings.control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
 		struct stat st;
 		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
 		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
@@ -130,6 +127,16 @@ int tree_load(pid_t pid, struct tree *t)
 		t->cuda_index[t->ncuda++] = i;
 	}
 	return 0;
+}
+
+int tree_take(pid_t pid, const char *what, struct tree *t)
+{
+	int rc = check_pid_guard(pid);
+	if (rc || (rc = tree_load(pid, t)))
+		return rc;
+	if ((rc = tree_hold(t, what)))
+		tree_free(t);
+	return rc;
 }
 
 int use_dir(const char *dir, bool create, int *held)
@@ -247,7 +254,7 @@ int check_interposer(const struct tree *t)
 {
 	if (!t->ncuda || t->nshim)
 		return 0;
-	if (opt_require_interposer)
+	if (settings.require_interposer)
 		return fail(EX_LEFT_RUNNING,
 			    "the tree of %d does not run under the interposer (--require-interposer): refusing; "
 			    "nothing done",

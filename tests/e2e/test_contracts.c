@@ -288,6 +288,24 @@ static void usage_errors(void)
 	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", "/nonexistent", "--leave-running", NULL), 64);
 	CHECK_CONTAINS(out, "restore does not take --leave-running");
 	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", "1", "--content", "host", NULL), 64);
+	CHECK_CONTAINS(out, "inspect does not take --content");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "run", "--json", "--", "/bin/true", NULL), 64);
+	CHECK_CONTAINS(out, "run does not take --json");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", "1", "stray", NULL), 64);
+	CHECK_CONTAINS(out, "unexpected argument 'stray'");
+	free(out);
+	/* Every command's usage line is in --help, made from the same table. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "--help", NULL), 0);
+	static const char *const names[] = {"run", "checkpoint", "restore", "suspend", "resume", "inspect", "demo"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "cusnap %s ", names[i]);
+		CHECK_CONTAINS(out, line);
+	}
+	free(out);
 	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", "1", "--timeout", "10abc", NULL), 64);
 	CHECK_CONTAINS(out, "--timeout 10abc");
 	free(out);

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* cusnap inspect: a tree's CUDA processes, what they share, a command working
+ * on it or what an interrupted one left; or a checkpoint directory. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cusnap.h"
+#include "cusnap/json.h"
+#include "cusnap/manifest.h"
+#include "cusnap/request.h"
+#include "cusnap/state.h"
+
+int cmd_inspect(const struct args *a)
+{
+	pid_t pid = a->pid;
+	const char *dir = a->dir;
+	if (!pid == !dir)
+		return fail(EX_USAGE, "inspect needs --pid PID or --dir DIR");
+	if (dir) {
+		if (!settings.json && manifest_print(dir) == -2)
+			return EX_LEFT_RUNNING;
+		char path[PATH_MAX + 32], err[1200];
+		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+		struct state st;
+		if (state_read(path, &st, err, sizeof(err)) < 0)
+			return fail(EX_LEFT_RUNNING, "%s", err);
+		struct coord_target *t;
+		struct topo_participant *p;
+		if (coord_state_view(&st, &t, &p) < 0) {
+			state_free(&st);
+			return fail(EX_LEFT_RUNNING, "out of memory");
+		}
+		if (settings.json) {
+			json_emit(stdout, coord_topology_json(t, p, st.n));
+		} else {
+			printf("state %s: content %s, %zu participant(s)\n", path,
+			       proto_content_name(st.content) ? proto_content_name(st.content) : "?", st.n);
+			coord_print_text(stdout, t, p, st.n);
+		}
+		free(t);
+		free(p);
+		state_free(&st);
+		return EX_OK;
+	}
+	struct tree t;
+	int rc = tree_load(pid, &t);
+	if (rc)
+		return rc;
+	json_t *out = settings.json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
+	if (!settings.json)
+		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
+	for (size_t i = 0; i < t.nprocs; i++) {
+		const struct proc *p = &t.procs[i];
+		if (settings.json)
+			json_array_append_new(json_object_get(out, "processes"),
+					      json_pack("{s:i, s:i, s:b, s:s, s:b}", "pid", (int)p->pid, "nspid",
+							(int)p->nspid, "cuda", p->cuda, "state", state_name(p->state),
+							"interposed", p->shim));
+		else
+			printf("%-8d %-8d %-5s %-13s %s\n", (int)p->pid, (int)p->nspid, p->cuda ? "yes" : "no",
+			       state_name(p->state), p->cuda ? (p->shim ? "yes" : "no") : "-");
+	}
+	size_t unsettled = 0, ok_shims = 0, failed = 0;
+	if (t.nshim) {
+		struct topo_participant *parts = calloc(t.ncuda, sizeof(*parts));
+		size_t ok = 0;
+		for (size_t i = 0; parts && i < t.ncuda; i++) {
+			char err[1200];
+			if (!t.procs[t.cuda_index[i]].shim)
+				continue;
+			if (coord_inspect(&t.targets[i], settings.timeout_ms, &parts[ok], err, sizeof(err)) == 0)
+				t.targets[ok++] = t.targets[i], ok_shims++;
+			else
+				fprintf(stderr, "cusnap: %s\n", err);
+		}
+		if (settings.json)
+			json_object_set_new(out, "topology", coord_topology_json(t.targets, parts, ok));
+		else
+			coord_print_text(stdout, t.targets, parts, ok);
+		for (size_t i = 0; i < ok; i++) {
+			unsettled += parts[i].phase != PROTO_PHASE_ACTIVE;
+			failed += parts[i].phase == PROTO_PHASE_FAILED; /* a rebuild failed there: parked */
+			topo_free(&parts[i]);
+		}
+		free(parts);
+	}
+	/* A tree an interrupted command left half-done, and what repairs it. */
+	size_t frozen = 0;
+	for (size_t i = 0; i < t.ncuda; i++) {
+		int st = t.procs[t.cuda_index[i]].state;
+		frozen += st == CU_PROCESS_STATE_LOCKED || st == CU_PROCESS_STATE_CHECKPOINTED;
+	}
+	char holder[256];
+	bool held = tree_held(&t, holder, sizeof(holder));
+	/* Half-done only when no command is working on it. */
+	bool half = !held &&
+		    ((unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda));
+	if (settings.json) {
+		if (held)
+			json_object_set_new(out, "held_by", json_string(holder));
+		json_object_set_new(out, "half_done", json_boolean(half || failed));
+		json_object_set_new(out, "parked", json_integer((json_int_t)failed));
+		if (half && !failed) {
+			char repair[64];
+			snprintf(repair, sizeof(repair), "cusnap resume --pid %d", (int)pid);
+			json_object_set_new(out, "repair", json_string(repair));
+		}
+		json_emit(stdout, out);
+	} else if (held) {
+		printf("\na command is working on this tree: %s\n", holder);
+	} else if (failed) {
+		printf("\nhalf-done and parked: the rebuild of %zu participant(s) failed (phase failed); they refuse "
+		       "VMM "
+		       "calls and cannot be rebuilt in place: kill the tree (and restore it from a checkpoint)\n",
+		       failed);
+	} else if (half) {
+		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed, %zu participant(s) not active: an "
+		       "interrupted command left this tree; repair it with: cusnap resume --pid %d\n",
+		       frozen, unsettled, (int)pid);
+	} else if (frozen) {
+		printf("\nsuspended: resume it with: cusnap resume --pid %d\n", (int)pid);
+	}
+	tree_free(&t);
+	return EX_OK;
+}
