@@ -89,7 +89,7 @@ static int host_mode(int n, size_t size, struct host_run *h)
 	struct coord_options o = {.timeout_ms = 300000,
 				  .content = PROTO_CONTENT_HOST,
 				  .dir = g.dir,
-				  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
+				  .on_stage = getenv("BENCH_VERBOSE") ? bench_stage : NULL};
 	struct coord_report r;
 	int rc = 0;
 	for (int round = 0; !rc && round < 2; round++) {

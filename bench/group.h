@@ -30,6 +30,12 @@ struct bench_group {
 };
 
 /* The directory of the running benchmark binary. */
+/* BENCH_VERBOSE: the coordinator's stages on stderr as they complete. */
+static inline void bench_stage(const char *stage, double ms, const char *note)
+{
+	fprintf(stderr, "bench: %-24s %8.1f ms  %s\n", stage, ms, note);
+}
+
 static inline const char *bench_bin(void)
 {
 	static char bin[PATH_MAX];

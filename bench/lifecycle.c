@@ -71,7 +71,7 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 	struct coord_options o = {.timeout_ms = 120000,
 				  .content = content,
 				  .dir = g.dir,
-				  .progress = getenv("BENCH_VERBOSE") ? stderr : NULL};
+				  .on_stage = getenv("BENCH_VERBOSE") ? bench_stage : NULL};
 	struct coord_report r;
 	int rc = 0;
 	if (commands) {

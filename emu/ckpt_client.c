@@ -14,6 +14,7 @@
 #include "ckpt_wire.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
+#include "cusnap/log.h"
 #include "emu.h"
 
 /* Is pid a process (not a thread of one)? */
@@ -148,12 +149,12 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 	if (found == -ENOENT)
 		return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
 	if (found < 0) {
-		emu_log(1, "process %d: cannot look for its checkpoint endpoint: %s", pid, strerror(-found));
+		LOG_AT(LOG_WARN, "process %d: cannot look for its checkpoint endpoint: %s", pid, strerror(-found));
 		return CUDA_ERROR_NOT_INITIALIZED;
 	}
 	int fd = usock_connect(path);
 	if (fd < 0) {
-		emu_log(1, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
+		LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
 		return CUDA_ERROR_NOT_INITIALIZED;
 	}
 	size_t len = CKPT_REQ_LEN + (size_t)npairs * CKPT_PAIR_LEN;
@@ -177,7 +178,7 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 		if (value)
 			*value = (int)wire_get_u32(reply + 8);
 	} else {
-		emu_log(1, "process %d: its checkpoint endpoint did not answer request %d", pid, (int)op);
+		LOG_AT(LOG_WARN, "process %d: its checkpoint endpoint did not answer request %d", pid, (int)op);
 	}
 	close(fd);
 	return rc;

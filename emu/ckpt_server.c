@@ -23,6 +23,7 @@
 #include "cusnap/hostmem.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
+#include "cusnap/log.h"
 #include "emu.h"
 
 static int listen_fd = -1;
@@ -71,18 +72,18 @@ static CUresult do_checkpoint(void)
 {
 	if (emu.multicast_objects) {
 		/* Real driver: the checkpoint never completes. */
-		emu_log(0,
-			"native checkpoint of a process holding %zu multicast object(s) does not complete "
-			"(the driver hangs); failing with CUDA_ERROR_NOT_SUPPORTED",
-			emu.multicast_objects);
+		LOG_AT(LOG_ERROR,
+		       "native checkpoint of a process holding %zu multicast object(s) does not complete "
+		       "(the driver hangs); failing with CUDA_ERROR_NOT_SUPPORTED",
+		       emu.multicast_objects);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (emu.ipc_opened) {
 		/* r580 cannot checkpoint legacy IPC; what it does is undocumented: fail loudly. */
-		emu_log(0,
-			"native checkpoint of a process holding %zu opened legacy IPC mapping(s) "
-			"(cuIpcOpenMemHandle) is not supported; failing with CUDA_ERROR_NOT_SUPPORTED",
-			emu.ipc_opened);
+		LOG_AT(LOG_ERROR,
+		       "native checkpoint of a process holding %zu opened legacy IPC mapping(s) "
+		       "(cuIpcOpenMemHandle) is not supported; failing with CUDA_ERROR_NOT_SUPPORTED",
+		       emu.ipc_opened);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
@@ -165,12 +166,12 @@ static CUresult resolve_pairs(const uint8_t *pairs, unsigned npairs, int *map)
 			if (memcmp(p, emu.dev[d].uuid.bytes, 16) == 0)
 				found = device_by_uuid(p + 16);
 			if (memcmp(p, emu.dev[d].uuid.bytes, 16) == 0 && found < 0) {
-				emu_log(1, "restore: the new GPU for device %d is not present", d);
+				LOG_AT(LOG_WARN, "restore: the new GPU for device %d is not present", d);
 				return CUDA_ERROR_INVALID_VALUE;
 			}
 		}
 		if (found < 0) {
-			emu_log(1, "restore: gpuPairs does not list checkpointed device %d", d);
+			LOG_AT(LOG_WARN, "restore: gpuPairs does not list checkpointed device %d", d);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		map[d] = found;
@@ -191,7 +192,7 @@ static CUresult do_restore(const int *map)
 	}
 	for (int d = 0; d < emu.ndev; d++) {
 		if (need[d] > emu.dev[d].capacity - emu.dev[d].used) {
-			emu_log(1, "restore: device %d lacks memory (%zu bytes needed)", d, need[d]);
+			LOG_AT(LOG_WARN, "restore: device %d lacks memory (%zu bytes needed)", d, need[d]);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
@@ -276,7 +277,7 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 		if (getenv("CUEMU_CKPT_STALL_MS")) {
 			/* A driver stuck in the checkpoint (the real one hangs on a multicast
 			 * object it cannot save): for the orchestrator's watchdog tests. */
-			emu_log(1, "CUEMU_CKPT_STALL_MS: the checkpoint stalls");
+			LOG_AT(LOG_WARN, "CUEMU_CKPT_STALL_MS: the checkpoint stalls");
 			usleep((useconds_t)atoi(getenv("CUEMU_CKPT_STALL_MS")) * 1000u);
 		}
 		pthread_mutex_lock(&emu.lock);
@@ -294,8 +295,8 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 		if (rc == CUDA_SUCCESS) {
 			rc = do_restore(map);
 			if (rc != CUDA_SUCCESS)
-				emu_log(0, "native restore failed (%d): the process cannot be restored any more",
-					(int)rc);
+				LOG_AT(LOG_ERROR, "native restore failed (%d): the process cannot be restored any more",
+				       (int)rc);
 		}
 		pthread_mutex_unlock(&emu.lock);
 		if (rc == CUDA_SUCCESS)
@@ -345,7 +346,7 @@ static void *server_main(void *arg)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			emu_log(1, "checkpoint endpoint: accept failed: %s", strerror(errno));
+			LOG_AT(LOG_WARN, "checkpoint endpoint: accept failed: %s", strerror(errno));
 			usleep(100000);
 			continue;
 		}
@@ -382,7 +383,7 @@ int emu_server_start(void)
 	if (rc == 0)
 		rc = usock_listen(path, 16);
 	if (rc < 0) {
-		emu_log(0, "cannot create the checkpoint endpoint %s: %s", path, strerror(-rc));
+		LOG_AT(LOG_ERROR, "cannot create the checkpoint endpoint %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	listen_fd = rc;

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cusnap/log.h"
 #include "emu.h"
 
 enum op_kind { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT };
@@ -147,8 +148,8 @@ static void *stream_worker(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		CUresult rc = run_op(o);
 		if (rc)
-			emu_log(1, "asynchronous operation failed with %d (range not mapped or not accessible)",
-				(int)rc);
+			LOG_AT(LOG_WARN, "asynchronous operation failed with %d (range not mapped or not accessible)",
+			       (int)rc);
 		free(o);
 		emu_async_end();
 		pthread_mutex_lock(&s->mu);

@@ -125,7 +125,6 @@ struct emu_state {
 	bool initialized;
 	bool forked_after_init; /* a fork child of an initialised process */
 	enum emu_profile profile;
-	int log_level;
 	int ndev;
 	size_t granularity;
 	unsigned mc_timeout_ms;
@@ -179,9 +178,6 @@ CUresult emu_fault_check(enum emu_fn fn);
  * that fired for it. */
 CUresult emu_fault_after(CUresult rc);
 const char *emu_fn_name(enum emu_fn fn);
-
-/* log */
-void emu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* vmm.c */
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h);

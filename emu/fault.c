@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/log.h"
 #include "emu.h"
 
 #define MAX_FAULTS 16
@@ -68,7 +69,7 @@ static CUresult parse_result(const char *s)
 		if (n && strcmp(n, s) == 0)
 			return (CUresult)r;
 	}
-	emu_log(1, "CUEMU_FAULT: unknown result '%s'; using CUDA_ERROR_UNKNOWN", s);
+	LOG_AT(LOG_WARN, "CUEMU_FAULT: unknown result '%s'; using CUDA_ERROR_UNKNOWN", s);
 	return CUDA_ERROR_UNKNOWN;
 }
 
@@ -104,21 +105,21 @@ void emu_fault_parse(const char *spec)
 		f->nth = nth && *nth ? (unsigned)strtoul(nth, NULL, 0) : 1;
 		f->result = res && *res ? parse_result(res) : CUDA_ERROR_UNKNOWN;
 		if (f->nth == 0 || f->result == CUDA_SUCCESS) {
-			emu_log(1, "CUEMU_FAULT: ignoring '%s' (nth must be >= 1, result non-zero)", item);
+			LOG_AT(LOG_WARN, "CUEMU_FAULT: ignoring '%s' (nth must be >= 1, result non-zero)", item);
 			continue;
 		}
 		bool known = false;
 		for (int i = 0; i < EMU_FN_COUNT; i++)
 			known |= strcmp(fn_symbol[i], item) == 0 || strcmp(fn_base[i], item) == 0;
 		if (!known)
-			emu_log(1, "CUEMU_FAULT: '%s' is not a call cuemu implements", item);
+			LOG_AT(LOG_WARN, "CUEMU_FAULT: '%s' is not a call cuemu implements", item);
 		nfaults++;
 	}
 }
 
 static void report(enum emu_fn fn, const struct fault *f)
 {
-	emu_log(2, "CUEMU_FAULT: call %u of %s fails with %s", f->nth, fn_symbol[fn], emu_result_name(f->result));
+	LOG_AT(LOG_INFO, "CUEMU_FAULT: call %u of %s fails with %s", f->nth, fn_symbol[fn], emu_result_name(f->result));
 	const char *path = getenv("CUEMU_FAULT_REPORT");
 	if (!path || !*path)
 		return;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "cusnap/log.h"
 #include "emu.h"
 
 static const unsigned fn_flags[EMU_FN_COUNT] = {
@@ -34,8 +35,8 @@ CUresult emu_enter(enum emu_fn fn)
 	if (!(flags & EMU_NOINIT) && (!__atomic_load_n(&emu.initialized, __ATOMIC_ACQUIRE) || emu.forked_after_init))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if ((flags & EMU_NEEDCTX) && emu.require_context && !emu_current) {
-		emu_log(1, "%s without a current context: CUDA_ERROR_INVALID_CONTEXT (CUEMU_REQUIRE_CONTEXT)",
-			emu_fn_name(fn));
+		LOG_AT(LOG_WARN, "%s without a current context: CUDA_ERROR_INVALID_CONTEXT (CUEMU_REQUIRE_CONTEXT)",
+		       emu_fn_name(fn));
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	if (!(flags & EMU_NOGATE)) {
@@ -55,7 +56,7 @@ CUresult emu_enter(enum emu_fn fn)
 	}
 	CUresult f = emu_fault_check(fn);
 	if (f != CUDA_SUCCESS) {
-		emu_log(2, "CUEMU_FAULT: %s fails with %d", emu_fn_name(fn), (int)f);
+		LOG_AT(LOG_INFO, "CUEMU_FAULT: %s fails with %d", emu_fn_name(fn), (int)f);
 		emu_leave();
 		return f;
 	}

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cusnap/ids.h"
+#include "cusnap/log.h"
 #include "emu.h"
 
 struct emu_state emu = {
@@ -19,24 +20,6 @@ struct emu_state emu = {
 __thread struct emu_ctx *emu_current;
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-void emu_log(int level, const char *fmt, ...)
-{
-	if (level > emu.log_level)
-		return;
-	char line[1024];
-	int n = snprintf(line, sizeof(line), "cuemu[%d:%ld]: ", getpid(), (long)syscall(SYS_gettid));
-	va_list ap;
-	va_start(ap, fmt);
-	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (m < 0)
-		return;
-	size_t len = (size_t)n + ((size_t)m < sizeof(line) - (size_t)n - 1 ? (size_t)m : sizeof(line) - (size_t)n - 2);
-	line[len++] = '\n';
-	ssize_t w = write(STDERR_FILENO, line, len); /* one write per line */
-	(void)w;
-}
 
 /* "16G", "512M", "4096": bytes; 0 on a malformed value. */
 static size_t parse_size(const char *s)
@@ -117,15 +100,14 @@ static void atfork_child(void)
 static void read_env(void)
 {
 	const char *v;
-	emu.log_level = 1;
-	if ((v = getenv("CUEMU_LOG")))
-		emu.log_level = atoi(v);
+	/* The project's one logger (log.h), in this library's own copy. */
+	log_init("cuemu", (v = getenv("CUEMU_LOG")) && *v ? atoi(v) : LOG_WARN, STDERR_FILENO);
 	emu.profile = EMU_PROFILE_R580;
 	if ((v = getenv("CUEMU_PROFILE")) && *v) {
 		if (strcmp(v, "r615") == 0)
 			emu.profile = EMU_PROFILE_R615;
 		else if (strcmp(v, "r580") != 0)
-			emu_log(1, "CUEMU_PROFILE=%s unknown (r580, r615); using r580", v);
+			LOG_AT(LOG_WARN, "CUEMU_PROFILE=%s unknown (r580, r615); using r580", v);
 	}
 	emu.ndev = 2;
 	if ((v = getenv("CUEMU_DEVICES")) && *v) {
@@ -133,7 +115,7 @@ static void read_env(void)
 		if (n >= 0 && n <= EMU_MAX_DEVICES)
 			emu.ndev = n;
 		else
-			emu_log(1, "CUEMU_DEVICES=%s out of range 0..%d; using 2", v, EMU_MAX_DEVICES);
+			LOG_AT(LOG_WARN, "CUEMU_DEVICES=%s out of range 0..%d; using 2", v, EMU_MAX_DEVICES);
 	}
 	emu.granularity = 2u << 20;
 	if ((v = getenv("CUEMU_GRANULARITY")) && *v) {
@@ -141,7 +123,7 @@ static void read_env(void)
 		if (g >= 4096 && (g & (g - 1)) == 0)
 			emu.granularity = g;
 		else
-			emu_log(1, "CUEMU_GRANULARITY=%s is not a power of two >= 4096; using 2 MiB", v);
+			LOG_AT(LOG_WARN, "CUEMU_GRANULARITY=%s is not a power of two >= 4096; using 2 MiB", v);
 	}
 	size_t capacity = (size_t)16 << 30;
 	if ((v = getenv("CUEMU_MEMORY")) && *v) {
@@ -149,7 +131,7 @@ static void read_env(void)
 		if (c)
 			capacity = c;
 		else
-			emu_log(1, "CUEMU_MEMORY=%s is not a size; using 16 GiB", v);
+			LOG_AT(LOG_WARN, "CUEMU_MEMORY=%s is not a size; using 16 GiB", v);
 	}
 	emu.mc_timeout_ms = 10000;
 	if ((v = getenv("CUEMU_REQUIRE_CONTEXT")) && *v == '1')
@@ -169,7 +151,7 @@ static void read_env(void)
 		for (int i = 0; i < emu.ndev && *p; i++) {
 			size_t len = strcspn(p, ",");
 			if (id_parse_uuid(p, len, (uint8_t *)emu.dev[i].uuid.bytes) < 0)
-				emu_log(1, "CUEMU_UUIDS entry %d is not a UUID; derived one kept", i);
+				LOG_AT(LOG_WARN, "CUEMU_UUIDS entry %d is not a UUID; derived one kept", i);
 			p += len;
 			if (*p == ',')
 				p++;
@@ -191,7 +173,7 @@ static CUresult emu_init(unsigned int flags)
 	pthread_mutex_lock(&emu.lock);
 	CUresult rc = CUDA_SUCCESS;
 	if (emu.forked_after_init) {
-		emu_log(1, "cuInit in a child forked after CUDA was initialised in its parent");
+		LOG_AT(LOG_WARN, "cuInit in a child forked after CUDA was initialised in its parent");
 		rc = CUDA_ERROR_NOT_INITIALIZED;
 	} else if (!__atomic_load_n(&emu.initialized, __ATOMIC_RELAXED)) {
 		/* Written once: other threads read it without the lock. */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/log.h"
 #include "emu.h"
 
 #define MC_MAGIC 0x434d5543u /* "CUMC" */
@@ -90,7 +91,8 @@ static void relayout(struct emu_alloc *a)
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
 		struct emu_mapping *m = (struct emu_mapping *)n;
 		if (m->alloc == a && emu_mc_layout(m) < 0)
-			emu_log(1, "multicast mapping at %#llx could not be laid out", (unsigned long long)n->start);
+			LOG_AT(LOG_WARN, "multicast mapping at %#llx could not be laid out",
+			       (unsigned long long)n->start);
 	}
 }
 
@@ -224,8 +226,8 @@ CUresult emu_mc_wait_team(struct emu_mc_shared *mc)
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		long ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
 		if (ms >= (long)emu.mc_timeout_ms) {
-			emu_log(1, "multicast bind or map: only %d of %u devices were added after %u ms",
-				__builtin_popcountll(atomic_load(&mc->added_mask)), mc->num_devices, emu.mc_timeout_ms);
+			LOG_AT(LOG_WARN, "multicast bind or map: only %d of %u devices were added after %u ms",
+			       __builtin_popcountll(atomic_load(&mc->added_mask)), mc->num_devices, emu.mc_timeout_ms);
 			return CUDA_ERROR_SYSTEM_NOT_READY;
 		}
 		usleep(1000);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cusnap/hostmem.h"
+#include "cusnap/log.h"
 #include "emu.h"
 
 static bool aligned(uint64_t v)
@@ -559,7 +560,8 @@ static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, C
 	}
 	if (a->native_restored && emu.profile == EMU_PROFILE_R615) {
 		/* r615: an allocation brought back by the native restore is no longer exportable. */
-		emu_log(2, "r615 profile: export of natively restored allocation %#llx refused", (unsigned long long)h);
+		LOG_AT(LOG_INFO, "r615 profile: export of natively restored allocation %#llx refused",
+		       (unsigned long long)h);
 		rc = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}

@@ -74,11 +74,13 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 			    size_t nmap, char *err, size_t errlen);
 
 struct coord_options {
-	int timeout_ms;        /* per participant and stage */
-	int content;           /* enum proto_content */
-	const char *dir;       /* where cuda-vmm.state goes */
-	bool require_state;    /* restore: a missing state file is an error */
-	FILE *progress;        /* one line per stage, or NULL */
+	int timeout_ms;     /* per participant and stage */
+	int content;        /* enum proto_content */
+	const char *dir;    /* where cuda-vmm.state goes */
+	bool require_state; /* restore: a missing state file is an error */
+	/* Each stage as it completes: its label, its time and what it adds (""
+	 * when nothing); the caller prints it in its own voice. NULL: silent. */
+	void (*on_stage)(const char *stage, double ms, const char *note);
 	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
 	size_t device_map_len;
 };

@@ -64,15 +64,14 @@ void free_calls(struct call *calls, size_t n)
 
 void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
 {
-	if (!o->progress)
+	if (!o->on_stage)
 		return;
-	char extra[256] = "";
+	char note[256] = "";
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(extra, sizeof(extra), fmt, ap);
+	vsnprintf(note, sizeof(note), fmt, ap);
 	va_end(ap);
-	fprintf(o->progress, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, extra[0] ? "  " : "", extra);
-	fflush(o->progress);
+	o->on_stage(stage, ms, note);
 }
 
 uint64_t bytes_of(const struct call *calls, size_t n)

@@ -45,7 +45,7 @@ long mc_select(const struct topo_participant *p, const struct coord_target *t, s
  * participants join the same new object, in a record of type rec. Returns how many. */
 size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, uint16_t rec,
 			  struct proto_buf *b);
-/* One progress line (when o->progress is set). */
+/* A stage done, reported through o->on_stage (when set). */
 void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

@@ -468,10 +468,7 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	int src = rc == 0 ? state_read(path, &x.st, why, sizeof(why)) : 0;
 	if (rc == 0 && src == -ENOENT && !o->require_state) {
 		r->nothing_to_do = true;
-		if (o->progress)
-			fprintf(o->progress,
-				"snapshot-cuda-vmm: %s does not exist: nothing was prepared, nothing to restore\n",
-				path);
+		stage_progress(o, "state file", 0, "%s does not exist: nothing was prepared, nothing to restore", path);
 		run_end(&x);
 		return 0;
 	}

@@ -38,6 +38,12 @@ static void catch_signals(void)
 	sigaction(SIGHUP, &sa, NULL);
 }
 
+/* The coordinator's stages, in this tool's voice. */
+static void print_stage(const char *stage, double ms, const char *note)
+{
+	fprintf(stderr, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, *note ? "  " : "", note);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
@@ -239,7 +245,7 @@ static int run(int argc, char **argv)
 					  .content = content,
 					  .dir = dir,
 					  .require_state = require_state,
-					  .progress = stderr};
+					  .on_stage = print_stage};
 		/* One command per tree (SYSTEM.md §9); a run directory that cannot be
 		 * had (a read-only /run in a container) only costs the protection. */
 		pid_t *pids = calloc(ntargets ? ntargets : 1, sizeof(*pids));

@@ -457,7 +457,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	if (m.prepared) {
 		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
-					  .progress = stderr,
+					  .on_stage = progress_stage,
 					  .require_state = true,
 					  .device_map = nmap ? ordinal_map : NULL,
 					  .device_map_len = nmap};

@@ -77,6 +77,8 @@ extern struct settings settings;
 
 /* One progress line on stderr: step, duration, details. */
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* progress() for the coordinator's stages (coord_options.on_stage). */
+void progress_stage(const char *stage, double ms, const char *note);
 /* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -187,7 +187,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 		/* The state file was written: the prepare completed; rebuild from it. */
 		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
-					  .progress = stderr,
+					  .on_stage = progress_stage,
 					  .require_state = have_state};
 		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
 			snprintf(err, errlen, "rebuilding shared memory failed: %s%s", r->error,
@@ -203,7 +203,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	fprintf(stderr, "cusnap: %s: rebuilding in place\n",
 		discard ? "--discard-state: the state file is not read"
 			: "participants were left part way through a prepare (no state file)");
-	struct coord_options o = {.timeout_ms = settings.timeout_ms, .dir = dir, .progress = stderr};
+	struct coord_options o = {.timeout_ms = settings.timeout_ms, .dir = dir, .on_stage = progress_stage};
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
 		return -1;

@@ -143,7 +143,7 @@ int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_r
 		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .content = content,
 					  .dir = rec->dir,
-					  .progress = stderr};
+					  .on_stage = progress_stage};
 		rec->changed = true;
 		if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
 			rec->changed = !r->unchanged;

@@ -29,6 +29,11 @@ void progress(const char *step, double ms, const char *fmt, ...)
 	fprintf(stderr, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
 }
 
+void progress_stage(const char *stage, double ms, const char *note)
+{
+	progress(stage, ms, "%s", note);
+}
+
 int fail(int code, const char *fmt, ...)
 {
 	char msg[2600];
