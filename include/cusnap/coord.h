@@ -85,23 +85,17 @@ struct coord_options {
 	size_t device_map_len;
 };
 
-/* The stages of prepare, restore and abort, as the report's timings name them. */
+/* The stages of prepare, restore and abort (include/cusnap/stages.def). */
 enum coord_stage {
-	COORD_STAGE_INSPECT,
-	COORD_STAGE_VALIDATE,
-	COORD_STAGE_QUIESCE,
-	COORD_STAGE_PREPARE_MULTICAST,
-	COORD_STAGE_PREPARE,
-	COORD_STAGE_STATE,
-	COORD_STAGE_RESTORE_CREATORS,
-	COORD_STAGE_RESTORE_IMPORTERS,
-	COORD_STAGE_RESTORE_MULTICAST,
-	COORD_STAGE_COMPARE,
-	COORD_STAGE_RESUME,
+#define STAGE(id, key, label) COORD_STAGE_##id,
+#include "cusnap/stages.def"
+#undef STAGE
 	COORD_STAGE_COUNT
 };
 /* "inspect", "validate", ...: the keys of the report's "timings_ms". */
 extern const char *const coord_stage_key[COORD_STAGE_COUNT];
+/* "HELLO/INSPECT", "QUIESCE", ...: the labels of the progress lines. */
+extern const char *const coord_stage_label[COORD_STAGE_COUNT];
 
 struct coord_report {
 	char op[16];

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Prepare, restore and abort across participants (SYSTEM.md §6), each a list of
  * stages run by one runner: it times every stage into the report's timings,
- * prints its progress line, and reaches the stage's fault point. Each stage is
+ * reports it through the caller's on_stage, and reaches the stage's fault point. Each stage is
  * a barrier across the participants (fanout.c). */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,17 +17,15 @@
 #include "fanout.h"
 
 const char *const coord_stage_key[COORD_STAGE_COUNT] = {
-	[COORD_STAGE_INSPECT] = "inspect",
-	[COORD_STAGE_VALIDATE] = "validate",
-	[COORD_STAGE_QUIESCE] = "quiesce",
-	[COORD_STAGE_PREPARE_MULTICAST] = "prepare_multicast",
-	[COORD_STAGE_PREPARE] = "prepare",
-	[COORD_STAGE_STATE] = "state_write",
-	[COORD_STAGE_RESTORE_CREATORS] = "restore_creators",
-	[COORD_STAGE_RESTORE_IMPORTERS] = "restore_importers",
-	[COORD_STAGE_RESTORE_MULTICAST] = "restore_multicast",
-	[COORD_STAGE_COMPARE] = "compare",
-	[COORD_STAGE_RESUME] = "resume",
+#define STAGE(id, key, label) [COORD_STAGE_##id] = key,
+#include "cusnap/stages.def"
+#undef STAGE
+};
+
+const char *const coord_stage_label[COORD_STAGE_COUNT] = {
+#define STAGE(id, key, label) [COORD_STAGE_##id] = label,
+#include "cusnap/stages.def"
+#undef STAGE
 };
 
 /* What the stages of one lifecycle share. */
@@ -49,8 +47,7 @@ struct run {
 };
 
 struct stage {
-	enum coord_stage id;
-	const char *label;         /* its progress line */
+	enum coord_stage id;       /* its key and label: stages.def */
 	int (*run)(struct run *x); /* 0 done, 1 nothing to do, -1 failed (r->error) */
 	enum coord_fault fault;    /* the fault point reached after it, or FAULT_NONE */
 };
@@ -76,7 +73,7 @@ static int run_stages(struct run *x, const struct stage *stages, size_t count)
 			return -1;
 		if (rc > 0)
 			continue;
-		stage_progress(x->o, s->label, x->r->ms[s->id], "%s", x->note);
+		stage_progress(x->o, coord_stage_label[s->id], x->r->ms[s->id], "%s", x->note);
 		coord_fault_point(s->fault);
 	}
 	return 0;
@@ -229,12 +226,12 @@ static int write_state(struct run *x)
 }
 
 static const struct stage prepare_stages[] = {
-	{COORD_STAGE_INSPECT, "INSPECT", inspect_before, FAULT_NONE},
-	{COORD_STAGE_VALIDATE, "validate", validate, FAULT_NONE},
-	{COORD_STAGE_QUIESCE, "QUIESCE", quiesce, FAULT_KILL_AFTER_QUIESCE},
-	{COORD_STAGE_PREPARE_MULTICAST, "PREPARE_MULTICAST", prepare_multicast, FAULT_KILL_AFTER_PREPARE_MULTICAST},
-	{COORD_STAGE_PREPARE, "PREPARE", prepare_unicast, FAULT_KILL_AFTER_PREPARE},
-	{COORD_STAGE_STATE, "state written", write_state, FAULT_KILL_AFTER_STATE},
+	{COORD_STAGE_INSPECT, inspect_before, FAULT_NONE},
+	{COORD_STAGE_VALIDATE, validate, FAULT_NONE},
+	{COORD_STAGE_QUIESCE, quiesce, FAULT_KILL_AFTER_QUIESCE},
+	{COORD_STAGE_PREPARE_MULTICAST, prepare_multicast, FAULT_KILL_AFTER_PREPARE_MULTICAST},
+	{COORD_STAGE_PREPARE, prepare_unicast, FAULT_KILL_AFTER_PREPARE},
+	{COORD_STAGE_STATE, write_state, FAULT_KILL_AFTER_STATE},
 };
 
 /* ---- restore and abort ---- */
@@ -369,20 +366,20 @@ static int resume(struct run *x)
 }
 
 static const struct stage restore_stages[] = {
-	{COORD_STAGE_INSPECT, "HELLO/INSPECT", match_state, FAULT_NONE},
-	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, FAULT_KILL_AFTER_RESTORE_CREATORS},
-	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, FAULT_KILL_AFTER_RESTORE_IMPORTERS},
-	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, FAULT_NONE},
-	{COORD_STAGE_COMPARE, "compare", compare_state, FAULT_NONE},
-	{COORD_STAGE_RESUME, "RESUME", resume, FAULT_NONE},
+	{COORD_STAGE_INSPECT, match_state, FAULT_NONE},
+	{COORD_STAGE_RESTORE_CREATORS, restore_creators, FAULT_KILL_AFTER_RESTORE_CREATORS},
+	{COORD_STAGE_RESTORE_IMPORTERS, restore_importers, FAULT_KILL_AFTER_RESTORE_IMPORTERS},
+	{COORD_STAGE_RESTORE_MULTICAST, restore_multicast, FAULT_NONE},
+	{COORD_STAGE_COMPARE, compare_state, FAULT_NONE},
+	{COORD_STAGE_RESUME, resume, FAULT_NONE},
 };
 
 /* An abort: the selected participants rebuilt and resumed, whatever phase each reached. */
 static const struct stage abort_stages[] = {
-	{COORD_STAGE_RESTORE_CREATORS, "RESTORE_CREATORS", restore_creators, FAULT_NONE},
-	{COORD_STAGE_RESTORE_IMPORTERS, "RESTORE_IMPORTERS", restore_importers, FAULT_NONE},
-	{COORD_STAGE_RESTORE_MULTICAST, "RESTORE_MULTICAST", restore_multicast, FAULT_NONE},
-	{COORD_STAGE_RESUME, "RESUME", resume, FAULT_NONE},
+	{COORD_STAGE_RESTORE_CREATORS, restore_creators, FAULT_NONE},
+	{COORD_STAGE_RESTORE_IMPORTERS, restore_importers, FAULT_NONE},
+	{COORD_STAGE_RESTORE_MULTICAST, restore_multicast, FAULT_NONE},
+	{COORD_STAGE_RESUME, resume, FAULT_NONE},
 };
 
 /* ---- the three lifecycles ---- */

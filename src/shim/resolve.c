@@ -124,29 +124,15 @@ static void load_driver(void)
 	for (int i = 0; i < SHIM_FN_COUNT; i++)
 		if (!wrapped[i].runtime)
 			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].sym));
-#define AUX(name) *(void **)&aux.name = shim_real_dlsym(h, #name)
-	AUX(cuMemAddressReserve);
-	AUX(cuDevicePrimaryCtxRetain);
-	AUX(cuDevicePrimaryCtxRelease_v2);
-	AUX(cuCtxSetCurrent);
-	AUX(cuCtxGetCurrent);
-	AUX(cuCtxGetDevice);
-	AUX(cuCtxSynchronize);
-	AUX(cuGetErrorName);
-	AUX(cuMemGetAllocationGranularity);
-	AUX(cuMulticastGetGranularity);
-	AUX(cuDeviceGetAttribute);
-	AUX(cuMemHostRegister_v2);
-	AUX(cuMemHostUnregister);
-	AUX(cuStreamCreate);
-	AUX(cuStreamSynchronize);
-	AUX(cuStreamDestroy_v2);
-	AUX(cuMemcpyDtoHAsync_v2);
-	AUX(cuMemcpyHtoDAsync_v2);
+	driver_ok = real.cuMemCreate != NULL;
+#define AUX(sym, required)                                                                                   \
+	*(void **)&aux.sym = shim_real_dlsym(h, #sym);                                                       \
+	if ((required) && !aux.sym) {                                                                        \
+		LOG_AT(LOG_ERROR, "the CUDA driver has no %s: the shim cannot work (its calls fail)", #sym); \
+		driver_ok = false;                                                                           \
+	}
+#include "aux.def"
 #undef AUX
-	driver_ok = real.cuMemCreate != NULL && aux.cuMemAddressReserve && aux.cuMemcpyDtoHAsync_v2 &&
-		    aux.cuMemcpyHtoDAsync_v2 && aux.cuStreamCreate && aux.cuStreamSynchronize &&
-		    aux.cuStreamDestroy_v2 && aux.cuDevicePrimaryCtxRetain && aux.cuCtxSetCurrent && aux.cuGetErrorName;
 }
 
 const char *shim_cu_name(CUresult r)

@@ -71,24 +71,9 @@ extern struct shim_real real;
 
 /* Driver functions the shim calls but does not wrap. */
 struct shim_aux {
-	__typeof__(&cuMemAddressReserve) cuMemAddressReserve;
-	__typeof__(&cuDevicePrimaryCtxRetain) cuDevicePrimaryCtxRetain;
-	__typeof__(&cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease_v2;
-	__typeof__(&cuCtxSetCurrent) cuCtxSetCurrent;
-	__typeof__(&cuCtxGetCurrent) cuCtxGetCurrent;
-	__typeof__(&cuCtxGetDevice) cuCtxGetDevice;
-	__typeof__(&cuCtxSynchronize) cuCtxSynchronize;
-	__typeof__(&cuGetErrorName) cuGetErrorName;
-	__typeof__(&cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
-	__typeof__(&cuMulticastGetGranularity) cuMulticastGetGranularity;
-	__typeof__(&cuDeviceGetAttribute) cuDeviceGetAttribute;
-	__typeof__(&cuMemHostRegister_v2) cuMemHostRegister_v2;
-	__typeof__(&cuMemHostUnregister) cuMemHostUnregister;
-	__typeof__(&cuStreamCreate) cuStreamCreate;
-	__typeof__(&cuStreamSynchronize) cuStreamSynchronize;
-	__typeof__(&cuStreamDestroy_v2) cuStreamDestroy_v2;
-	__typeof__(&cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2;
-	__typeof__(&cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2;
+#define AUX(sym, required) __typeof__(&sym) sym;
+#include "aux.def"
+#undef AUX
 };
 extern struct shim_aux aux;
 /* "CUDA_ERROR_..." for r, from the driver. */

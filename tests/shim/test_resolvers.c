@@ -178,41 +178,82 @@ static void resolvers_close(struct resolvers *r)
 	dlclose(r->lib);
 }
 
-/* name (whose driver symbol is sym) resolves to the shim's wrapper of sym by
- * dlsym, by cuGetProcAddress at each of versions[0..n), and by the runtime. */
-static void resolves_to_shim(const struct resolvers *r, const char *name, const char *sym, const int *versions,
-			     size_t n)
+/* Every entry of wrapped.def (the list itself, included) through every
+ * resolver: dlsym and cuGetProcAddress at the version it names (with the
+ * per-thread stream flag for a DRV_PTDS entry) hand out the shim's wrapper, and
+ * a 12.8 runtime's cudaGetDriverEntryPointByVersion too where the entry is the
+ * ABI it asks for (the newest of its name at 12080). */
+static const struct wrapped_entry {
+	const char *sym, *name;
+	int since;
+	bool ptds;
+} wrapped[] = {
+#define DRV(sym, name, since) {#sym, #name, since, false},
+#define DRV_PTDS(sym, name, since) {#sym, #name, since, true},
+#define RT(sym)
+#include "../../src/shim/wrapped.def"
+#undef DRV
+#undef RT
+};
+#define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
+
+static bool runtime_asks_for(const struct wrapped_entry *w)
 {
-	void *want = shim_sym(sym), *fn = NULL;
-	CHECK(want != NULL);
-	CHECK(dlsym(r->lib, sym) == want);
-	CUdriverProcAddressQueryResult st;
-	for (size_t v = 0; v < n; v++) {
-		fn = NULL;
-		CHECK_CU(cuGetProcAddress(name, &fn, versions[v], 0, &st));
-		if (fn != want)
-			test_fail(__FILE__, __LINE__, "%s through cuGetProcAddress at %d: not the shim's wrapper", name,
-				  versions[v]);
-	}
-	int rst = -1;
-	fn = NULL;
-	CHECK_EQ(r->getv(name, &fn, 12080, 0, &rst), 0);
-	if (fn != want)
-		test_fail(__FILE__, __LINE__, "%s through cudaGetDriverEntryPointByVersion: not the shim's", name);
+	if (w->ptds || w->since > 12080)
+		return false;
+	for (size_t i = 0; i < NWRAPPED; i++)
+		if (!wrapped[i].ptds && !strcmp(wrapped[i].name, w->name) && wrapped[i].since > w->since &&
+		    wrapped[i].since <= 12080)
+			return false;
+	return true;
 }
 
-/* Every multicast wrapper through every resolver; an object created through a
- * resolved pointer is tracked. cuMulticastGetGranularity is not wrapped. */
-static void multicast_resolvers(void)
+/* A name the driver itself lacks (cuemu has no memory pools nor arrays) is
+ * absent through every resolver; never the driver's or a stale pointer. */
+static void every_wrapped_resolves(void)
 {
-	static const char *const names[] = {"cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
-					    "cuMulticastBindAddr", "cuMulticastUnbind"};
-	static const int versions[] = {12010, 13000};
 	struct resolvers r;
 	if (!resolvers_open(&r))
 		return;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		resolves_to_shim(&r, names[i], names[i], versions, 2);
+	size_t runtime = 0, absent = 0;
+	for (size_t i = 0; i < NWRAPPED; i++) {
+		const struct wrapped_entry *w = &wrapped[i];
+		void *want = shim_sym(w->sym), *fn = NULL;
+		CUdriverProcAddressQueryResult st;
+		cuuint64_t flags = w->ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+		void *by_dlsym = dlsym(r.lib, w->sym);
+		CUresult rc = cuGetProcAddress(w->name, &fn, w->since, flags, &st);
+		if (!by_dlsym && rc == CUDA_ERROR_NOT_FOUND && !fn) {
+			absent++; /* not in this driver: not handed out */
+			continue;
+		}
+		if (!want || by_dlsym != want)
+			test_fail(__FILE__, __LINE__, "%s: dlsym does not give the shim's wrapper", w->sym);
+		if (rc != CUDA_SUCCESS || fn != want)
+			test_fail(__FILE__, __LINE__, "%s at %d%s: cuGetProcAddress does not give the shim's %s",
+				  w->name, w->since, w->ptds ? " (per-thread stream)" : "", w->sym);
+		if (!runtime_asks_for(w))
+			continue;
+		int rst = -1;
+		fn = NULL;
+		if (r.getv(w->name, &fn, 12080, 0, &rst) != 0 || fn != want)
+			test_fail(__FILE__, __LINE__,
+				  "%s: cudaGetDriverEntryPointByVersion does not give the shim's %s", w->name, w->sym);
+		runtime++;
+	}
+	printf("     %zu wrapped entries: %zu through the runtime too, %zu not in this driver\n", NWRAPPED, runtime,
+	       absent);
+	CHECK(NWRAPPED - absent >= 28 && runtime >= 25);
+	resolvers_close(&r);
+}
+
+/* A multicast object created through a resolved pointer is tracked;
+ * cuMulticastGetGranularity is not wrapped. */
+static void multicast_resolvers(void)
+{
+	struct resolvers r;
+	if (!resolvers_open(&r))
+		return;
 	void *gran = NULL;
 	CUdriverProcAddressQueryResult st;
 	CHECK_CU(cuGetProcAddress("cuMulticastGetGranularity", &gran, 13000, 0, &st));
@@ -233,29 +274,11 @@ static void multicast_resolvers(void)
 	resolvers_close(&r);
 }
 
-/* The route cudaMalloc takes and legacy IPC, through every resolver: the
- * adapter's wrappers; memory from a resolved cuMemAlloc is a tracked chunk. */
+/* The route cudaMalloc takes and legacy IPC: the first ABI of
+ * cuIpcOpenMemHandle never gets the second's wrapper; memory from a resolved
+ * cuMemAlloc is a tracked chunk. */
 static void adapter_resolvers(void)
 {
-	static const char *const names[] = {"cuMemAlloc",
-					    "cuMemFree",
-					    "cuMemGetAddressRange",
-					    "cuPointerGetAttribute",
-					    "cuPointerGetAttributes",
-					    "cuCtxEnablePeerAccess",
-					    "cuIpcGetMemHandle",
-					    "cuIpcOpenMemHandle",
-					    "cuIpcCloseMemHandle"};
-	static const char *const syms[] = {"cuMemAlloc_v2",         "cuMemFree_v2",           "cuMemGetAddressRange_v2",
-					   "cuPointerGetAttribute", "cuPointerGetAttributes", "cuCtxEnablePeerAccess",
-					   "cuIpcGetMemHandle",     "cuIpcOpenMemHandle_v2",  "cuIpcCloseMemHandle"};
-	static const int versions[] = {13000};
-	struct resolvers r;
-	if (!resolvers_open(&r))
-		return;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		resolves_to_shim(&r, names[i], syms[i], versions, 1);
-	/* The first ABI of cuIpcOpenMemHandle never gets the second's wrapper. */
 	void *fn = NULL;
 	CUdriverProcAddressQueryResult st;
 	CHECK(cuGetProcAddress("cuIpcOpenMemHandle", &fn, 10000, 0, &st) != CUDA_SUCCESS ||
@@ -266,7 +289,6 @@ static void adapter_resolvers(void)
 	CHECK_EQ(cli_creators(), 1); /* the adapter's chunk */
 	CHECK_CU(cuMemFree(p));
 	CHECK_EQ(cli_creators(), 0);
-	resolvers_close(&r);
 }
 
 /* The ABI and stream mode asked select the wrapper; ABIs the shim does not wrap
@@ -363,8 +385,9 @@ int main(int argc, char **argv)
 	test_run("cuGetProcAddress_v2 at CUDA 12.0 and 13.0", get_proc_address);
 	test_run("cudaGetDriverEntryPoint(ByVersion) through a libcudart", driver_entry_point);
 	test_run("untracked allocations and unknown handles pass through", untracked_passes_through);
-	test_run("the multicast wrappers through every resolver", multicast_resolvers);
-	test_run("cuMemAlloc and legacy IPC through every resolver: the adapter's", adapter_resolvers);
+	test_run("every wrapped.def entry through dlsym, cuGetProcAddress and the runtime", every_wrapped_resolves);
+	test_run("a multicast object made through a resolved pointer is tracked", multicast_resolvers);
+	test_run("cuMemAlloc and legacy IPC through the resolvers: the adapter's", adapter_resolvers);
 	test_run("cuGetProcAddress by ABI version and stream flags", versions_and_flags);
 	return shim_done();
 }
