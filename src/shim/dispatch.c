@@ -118,7 +118,14 @@ static int shim_step(int op, struct op_call *c)
 	return rc;
 }
 
-/* Lifecycle steps run one at a time, whichever connection asks. */
+/* Lifecycle steps run one at a time, whichever connection asks.
+ *
+ * Outside the fork lock order (identity.c's before_fork) on purpose: it is held
+ * for a whole step (a PREPARE copies every shared byte), and taking it there
+ * would stall the application's fork() that long. Nothing needs it in a child:
+ * a forked child of a tracking process serves no endpoint and refuses tracking
+ * (shim_forked_child), so a copy left held there is never taken. Under it a
+ * step takes the locks of that order as any wrapper does. */
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd)
