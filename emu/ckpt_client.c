@@ -184,36 +184,28 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 	return rc;
 }
 
-static CUresult get_restore_tid(int pid, int *tid)
+/* A query (the restore thread, the state): its answer in *out. */
+static CUresult query(int pid, enum ckpt_op op, int *out)
 {
-	if (!tid)
+	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	int v;
-	CUresult rc = ckpt_call(pid, CKPT_OP_TID, 0, NULL, 0, &v);
+	CUresult rc = ckpt_call(pid, op, 0, NULL, 0, &v);
 	if (rc == CUDA_SUCCESS)
-		*tid = observed_tid(pid, v);
+		*out = op == CKPT_OP_TID ? observed_tid(pid, v) : v;
 	return rc;
 }
 
 EMU_API CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
-	EMU_CALL(cuCheckpointProcessGetRestoreThreadId, get_restore_tid(pid, tid));
+	EMU_CALL(cuCheckpointProcessGetRestoreThreadId, query(pid, CKPT_OP_TID, tid));
 }
 
-static CUresult get_state(int pid, CUprocessState *state)
-{
-	if (!state)
-		return CUDA_ERROR_INVALID_VALUE;
-	int v;
-	CUresult rc = ckpt_call(pid, CKPT_OP_STATE, 0, NULL, 0, &v);
-	if (rc == CUDA_SUCCESS)
-		*state = (CUprocessState)v;
-	return rc;
-}
+_Static_assert(sizeof(CUprocessState) == sizeof(int), "CUprocessState is an int-sized enum");
 
 EMU_API CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
-	EMU_CALL(cuCheckpointProcessGetState, get_state(pid, state));
+	EMU_CALL(cuCheckpointProcessGetState, query(pid, CKPT_OP_STATE, (int *)state));
 }
 
 static bool zero(const void *p, size_t n)
@@ -237,16 +229,17 @@ EMU_API CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 	EMU_CALL(cuCheckpointProcessLock, lock(pid, args));
 }
 
-static CUresult checkpoint(int pid, CUcheckpointCheckpointArgs *args)
+/* Checkpoint and unlock: arguments that are all reserved (zero). */
+static CUresult reserved_args_call(int pid, const void *args, size_t size, enum ckpt_op op)
 {
-	if (args && !zero(args, sizeof(*args)))
+	if (args && !zero(args, size))
 		return CUDA_ERROR_INVALID_VALUE;
-	return ckpt_call(pid, CKPT_OP_CHECKPOINT, 0, NULL, 0, NULL);
+	return ckpt_call(pid, op, 0, NULL, 0, NULL);
 }
 
 EMU_API CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-	EMU_CALL(cuCheckpointProcessCheckpoint, checkpoint(pid, args));
+	EMU_CALL(cuCheckpointProcessCheckpoint, reserved_args_call(pid, args, sizeof(*args), CKPT_OP_CHECKPOINT));
 }
 
 static CUresult restore(int pid, CUcheckpointRestoreArgs *args)
@@ -261,14 +254,7 @@ EMU_API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *ar
 	EMU_CALL(cuCheckpointProcessRestore, restore(pid, args));
 }
 
-static CUresult unlock(int pid, CUcheckpointUnlockArgs *args)
-{
-	if (args && !zero(args, sizeof(*args)))
-		return CUDA_ERROR_INVALID_VALUE;
-	return ckpt_call(pid, CKPT_OP_UNLOCK, 0, NULL, 0, NULL);
-}
-
 EMU_API CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-	EMU_CALL(cuCheckpointProcessUnlock, unlock(pid, args));
+	EMU_CALL(cuCheckpointProcessUnlock, reserved_args_call(pid, args, sizeof(*args), CKPT_OP_UNLOCK));
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt_wire.h"
+#include "cusnap/atomicfile.h"
 #include "cusnap/hostmem.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
@@ -32,34 +33,6 @@ static bool server_started;
 static pid_t server_pid;
 static char server_path[4200];
 static uint32_t checkpointed_devices; /* bitmask of devices in the last checkpoint */
-
-static ssize_t read_full(int fd, uint8_t *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(fd, buf + got, len - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
-static ssize_t write_full(int fd, const uint8_t *buf, size_t len)
-{
-	size_t put = 0;
-	while (put < len) {
-		ssize_t n = send(fd, buf + put, len - put, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		put += (size_t)n;
-	}
-	return (ssize_t)put;
-}
 
 static bool is_mem(const struct emu_alloc *a)
 {
@@ -319,14 +292,14 @@ static void serve(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	uint8_t req[CKPT_REQ_LEN], pairs[CKPT_MAX_PAIRS * CKPT_PAIR_LEN], reply[CKPT_REPLY_LEN] = {0};
-	if (read_full(fd, req, sizeof(req)) < 0)
+	if (io_read_all(fd, req, sizeof(req)) < 0)
 		return;
 	unsigned npairs = wire_get_u32(req + 12);
 	CUresult rc;
 	int value = 0;
 	if (wire_get_u32(req) != CKPT_MAGIC || wire_get_u16(req + 4) != CKPT_VERSION || npairs > CKPT_MAX_PAIRS) {
 		rc = CUDA_ERROR_INVALID_VALUE;
-	} else if (npairs && read_full(fd, pairs, (size_t)npairs * CKPT_PAIR_LEN) < 0) {
+	} else if (npairs && io_read_all(fd, pairs, (size_t)npairs * CKPT_PAIR_LEN) < 0) {
 		return;
 	} else {
 		rc = serve_op((enum ckpt_op)wire_get_u16(req + 6), wire_get_u32(req + 8), pairs, npairs, &value);
@@ -334,7 +307,7 @@ static void serve(int fd)
 	wire_put_u32(reply, CKPT_MAGIC);
 	wire_put_u32(reply + 4, (uint32_t)rc);
 	wire_put_u32(reply + 8, (uint32_t)value);
-	write_full(fd, reply, sizeof(reply));
+	io_write_all(fd, reply, sizeof(reply));
 }
 
 static void *server_main(void *arg)

@@ -10,8 +10,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Write all of fd's len bytes from p (EINTR and short writes handled): 0 or -errno. */
+/* Write len bytes from p to fd, a file or a socket (EINTR and short writes
+ * handled; a socket's gone peer is -EPIPE, never SIGPIPE): 0 or -errno. */
 int io_write_all(int fd, const void *p, size_t len);
+/* Read exactly len bytes from fd into p: 0, -EIO at an early end, or -errno. */
+int io_read_all(int fd, void *p, size_t len);
 
 /* Replace dirfd/name by data atomically (mode for a new file). 0, or -errno
  * with *step naming what failed ("create", "write", "fsync", "rename", "fsync

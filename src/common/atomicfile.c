@@ -1,16 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cusnap/atomicfile.h"
 
-int io_write_all(int fd, const void *p, size_t len)
+/* The one I/O loop: all of len bytes out of p (write) or into it (read), EINTR
+ * and short transfers handled. A write tries send() first, so that a socket's
+ * gone peer is -EPIPE, never SIGPIPE. */
+static int io_all(int fd, char *at, size_t len, bool out)
 {
-	const char *at = p;
+	bool sock = out;
 	while (len) {
-		ssize_t n = write(fd, at, len);
+		ssize_t n = sock ? send(fd, at, len, MSG_NOSIGNAL) : out ? write(fd, at, len) : read(fd, at, len);
+		if (n < 0 && sock && errno == ENOTSOCK) {
+			sock = false;
+			continue;
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -19,6 +28,16 @@ int io_write_all(int fd, const void *p, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+int io_write_all(int fd, const void *p, size_t len)
+{
+	return io_all(fd, (char *)p, len, true);
+}
+
+int io_read_all(int fd, void *p, size_t len)
+{
+	return io_all(fd, p, len, false);
 }
 
 int atomic_write_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, const char **step)

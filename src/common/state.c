@@ -166,15 +166,9 @@ int state_read(const char *path, struct state *s, char *err, size_t errlen)
 	}
 	size_t len = (size_t)st.st_size;
 	uint8_t *buf = malloc(len ? len : 1);
-	size_t got = 0;
-	while (buf && got < len) {
-		ssize_t n = read(fd, buf + got, len - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	int got = buf ? io_read_all(fd, buf, len) : -ENOMEM;
 	close(fd);
-	if (!buf || got < len) {
+	if (got < 0) {
 		free(buf);
 		snprintf(err, errlen, "%s: read failed", path);
 		return -EIO;

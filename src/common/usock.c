@@ -49,35 +49,9 @@ int usock_listen(const char *path, int backlog)
 	return usock_listen_mode(path, backlog, 0);
 }
 
-int usock_listen_mode(const char *path, int backlog, unsigned mode)
-{
-	struct sockaddr_un addr;
-	int dirfd, fd = -1;
-	int rc = make_addr(path, &addr, &dirfd);
-	if (rc < 0)
-		return rc;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	/* A socket file left by a dead process (or by a dump) is replaced. */
-	unlink(addr.sun_path);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || (mode && chmod(addr.sun_path, mode) < 0) ||
-	    listen(fd, backlog) < 0) {
-		rc = -errno;
-		close(fd);
-		fd = -1;
-		goto out;
-	}
-	rc = fd;
-out:
-	if (dirfd >= 0)
-		close(dirfd);
-	return rc;
-}
-
-int usock_connect(const char *path)
+/* A stream socket at path: listening (backlog > 0; a stale socket file
+ * replaced, then chmod'ed to mode when not 0) or connected. fd or -errno. */
+static int socket_at(const char *path, int backlog, unsigned mode)
 {
 	struct sockaddr_un addr;
 	int dirfd;
@@ -87,18 +61,31 @@ int usock_connect(const char *path)
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;
-		goto out;
+	} else if (backlog > 0) {
+		/* A socket file left by a dead process (or by a dump) is replaced. */
+		unlink(addr.sun_path);
+		rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || (mode && chmod(addr.sun_path, mode) < 0) ||
+				     listen(fd, backlog) < 0
+			     ? -errno
+			     : fd;
+	} else {
+		while ((rc = connect(fd, (struct sockaddr *)&addr, sizeof(addr))) < 0 && errno == EINTR)
+			;
+		rc = rc < 0 ? -errno : fd;
 	}
-	while ((rc = connect(fd, (struct sockaddr *)&addr, sizeof(addr))) < 0 && errno == EINTR)
-		;
-	if (rc < 0) {
-		rc = -errno;
+	if (rc < 0 && fd >= 0)
 		close(fd);
-		goto out;
-	}
-	rc = fd;
-out:
 	if (dirfd >= 0)
 		close(dirfd);
 	return rc;
+}
+
+int usock_listen_mode(const char *path, int backlog, unsigned mode)
+{
+	return socket_at(path, backlog > 0 ? backlog : 1, mode);
+}
+
+int usock_connect(const char *path)
+{
+	return socket_at(path, 0, 0);
 }

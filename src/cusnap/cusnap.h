@@ -264,9 +264,9 @@ int cmd_run(const struct args *a);     /* run.c */
 int cmd_checkpoint(const struct args *a);
 int cmd_restore(const struct args *a);
 int cmd_demo(const struct args *a);
-/* The tree of pid, loaded and held for command what: the guard rails first
- * (before the tree's processes are even asked anything). 0, or an exit code
- * (reported) with t freed. */
+/* The tree of pid (0: none given, a usage error), loaded and held for command
+ * what: the guard rails first (before the tree's processes are even asked
+ * anything). 0, or an exit code (reported) with t freed. */
 int tree_take(pid_t pid, const char *what, struct tree *t);
 /* ---- manifest_write.c ---- */
 /* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */

@@ -13,8 +13,6 @@ int cmd_suspend(const struct args *a)
 {
 	pid_t pid = a->pid;
 	const char *dir_arg = a->dir;
-	if (!pid)
-		return fail(EX_USAGE, "suspend needs --pid PID");
 	struct tree t;
 	int rc = tree_take(pid, "suspend", &t);
 	if (rc)
@@ -58,8 +56,6 @@ int cmd_resume(const struct args *a)
 {
 	pid_t pid = a->pid;
 	const char *dir_arg = a->dir;
-	if (!pid)
-		return fail(EX_USAGE, "resume needs --pid PID");
 	struct tree t;
 	int rc = tree_take(pid, "resume", &t);
 	if (rc)

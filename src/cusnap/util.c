@@ -136,6 +136,8 @@ int tree_load(pid_t pid, struct tree *t)
 
 int tree_take(pid_t pid, const char *what, struct tree *t)
 {
+	if (!pid)
+		return fail(EX_USAGE, "%s needs --pid PID", what);
 	int rc = check_pid_guard(pid);
 	if (rc || (rc = tree_load(pid, t)))
 		return rc;
