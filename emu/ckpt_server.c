@@ -282,6 +282,24 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* CUEMU_CKPT_LOG: each transition served appends "PID OP RESULT" (one
+ * O_APPEND write), so that tests can see the order a controller used. */
+static void log_transition(enum ckpt_op op, CUresult rc)
+{
+	static const char *const names[] = {[CKPT_OP_LOCK] = "lock", [CKPT_OP_CHECKPOINT] = "checkpoint",
+					    [CKPT_OP_RESTORE] = "restore", [CKPT_OP_UNLOCK] = "unlock"};
+	const char *path = getenv("CUEMU_CKPT_LOG");
+	if (!path || !*path || op < CKPT_OP_LOCK || op > CKPT_OP_UNLOCK)
+		return;
+	char line[96];
+	int n = snprintf(line, sizeof(line), "%d %s %d\n", (int)getpid(), names[op], (int)rc);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd >= 0 && n > 0)
+		io_write_all(fd, line, (size_t)n);
+	if (fd >= 0)
+		close(fd);
+}
+
 static void serve(int fd)
 {
 	struct ucred cred;
@@ -302,7 +320,9 @@ static void serve(int fd)
 	} else if (npairs && io_read_all(fd, pairs, (size_t)npairs * CKPT_PAIR_LEN) < 0) {
 		return;
 	} else {
-		rc = serve_op((enum ckpt_op)wire_get_u16(req + 6), wire_get_u32(req + 8), pairs, npairs, &value);
+		enum ckpt_op op = (enum ckpt_op)wire_get_u16(req + 6);
+		rc = serve_op(op, wire_get_u32(req + 8), pairs, npairs, &value);
+		log_transition(op, rc);
 	}
 	wire_put_u32(reply, CKPT_MAGIC);
 	wire_put_u32(reply + 4, (uint32_t)rc);

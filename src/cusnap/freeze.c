@@ -63,6 +63,31 @@ int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
 	return 0;
 }
 
+/* The unlock completes children before parents (as Snapshot's agent
+ * completes ranks; the restores before it ran concurrently): one process after
+ * another, from the end of the tree's list (root first, every child after its
+ * parent) back to the root. rc[i] for each i with want[i]; 0, -ETIMEDOUT
+ * (*stuck) or -ENOMEM. */
+static int unlock_children_first(struct tree *t, const bool *want, CUresult *rc, size_t *stuck)
+{
+	size_t n = t->ncuda;
+	bool *one = calloc(n + 1, sizeof(*one));
+	CUresult *got = calloc(n + 1, sizeof(*got));
+	int ret = one && got ? 0 : -ENOMEM;
+	for (size_t i = n; ret == 0 && i-- > 0;) {
+		rc[i] = CUDA_SUCCESS;
+		if (!want[i])
+			continue;
+		one[i] = true;
+		ret = native_run(t, NATIVE_UNLOCK, one, NULL, 0, got, stuck);
+		one[i] = false;
+		rc[i] = got[i];
+	}
+	free(one);
+	free(got);
+	return ret;
+}
+
 /* One thaw step over the processes in state from; 0, or -1 with err. */
 static int thaw_step(struct tree *t, enum native_step step, CUprocessState from, const CUcheckpointGpuPair *pairs,
 		     unsigned npairs, char *err, size_t errlen)
@@ -86,7 +111,9 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 	}
 	if (!any)
 		goto out;
-	if (native_run(t, step, want, pairs, npairs, rc, &stuck) == -ETIMEDOUT) {
+	int ran = step == NATIVE_UNLOCK ? unlock_children_first(t, want, rc, &stuck)
+					: native_run(t, step, want, pairs, npairs, rc, &stuck);
+	if (ran == -ETIMEDOUT) {
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
 			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
 		ret = -1;

@@ -52,6 +52,52 @@ static void native_content(void)
 	round_trip("native");
 }
 
+/* Resume completes children before parents: the restores run concurrently,
+ * then each process is unlocked after every process below it in the tree
+ * (cuemu's CUEMU_CKPT_LOG records the order the driver saw). */
+static void children_unlocked_first(void)
+{
+	char log[PATH_MAX], env_log[PATH_MAX + 32];
+	snprintf(log, sizeof(log), "%s/unlock-order", e2e_root);
+	snprintf(env_log, sizeof(env_log), "CUEMU_CKPT_LOG=%s", log);
+	char *env[] = {env_log, NULL}, *out;
+	struct group g;
+	if (group_start(&g, "order", 3, 2, false, NULL, env, NULL) < 0)
+		return;
+	pid_t pids[8];
+	int n = tree_pids(g.root, pids, 8);
+	CHECK_EQ(n, 4);
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 4);
+	group_kill(&g);
+	/* The unlock lines, in the order they were served. */
+	char *text = test_read_file(log);
+	pid_t order[8];
+	int unlocked = 0, restored = 0;
+	for (char *line = text, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		int pid = 0;
+		char op[16] = "";
+		if (sscanf(line, "%d %15s", &pid, op) != 2)
+			continue;
+		restored += !strcmp(op, "restore");
+		if (!strcmp(op, "unlock") && unlocked < 8)
+			order[unlocked++] = pid;
+	}
+	free(text);
+	CHECK_EQ(restored, 4);
+	CHECK_EQ(unlocked, 4);
+	/* The root (every other process is below it) last of all. */
+	if (unlocked == 4 && order[3] != g.root)
+		test_fail(__FILE__, __LINE__, "the root %d was unlocked before a process below it (order %d %d %d %d)",
+			  (int)g.root, order[0], order[1], order[2], order[3]);
+}
+
 /* The host-mode arenas a workload's shims report in its log ("host-mode arena
  * of N bytes at 0xADDR", one line each time one is made and populated): how
  * many were made, and the last one's process, address and size. */
@@ -271,6 +317,7 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
+	test_run("resume unlocks children before their parents", children_unlocked_first);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);
