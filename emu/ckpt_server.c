@@ -286,8 +286,10 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
  * O_APPEND write), so that tests can see the order a controller used. */
 static void log_transition(enum ckpt_op op, CUresult rc)
 {
-	static const char *const names[] = {[CKPT_OP_LOCK] = "lock", [CKPT_OP_CHECKPOINT] = "checkpoint",
-					    [CKPT_OP_RESTORE] = "restore", [CKPT_OP_UNLOCK] = "unlock"};
+	static const char *const names[] = {[CKPT_OP_LOCK] = "lock",
+					    [CKPT_OP_CHECKPOINT] = "checkpoint",
+					    [CKPT_OP_RESTORE] = "restore",
+					    [CKPT_OP_UNLOCK] = "unlock"};
 	const char *path = getenv("CUEMU_CKPT_LOG");
 	if (!path || !*path || op < CKPT_OP_LOCK || op > CKPT_OP_UNLOCK)
 		return;
