@@ -53,8 +53,24 @@ struct host_run {
 	double prepare_ms[2], restore_ms[2]; /* the PREPARE and RESTORE_CREATORS stages around them */
 	double arena_ms;                     /* making and populating the arena */
 	int arenas;                          /* how many times an arena was made */
+	long huge_kib;                       /* the creator's AnonHugePages after the first prepare */
 	size_t bytes;
 };
+
+/* A process's anonymous memory in transparent huge pages, KiB (-1: unknown). */
+static long anon_huge_kib(int pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+	FILE *f = fopen(path, "r");
+	long kib = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
 
 /* The times the creator's shim logged (SNAPSHOT_CUDA_VMM_LOG=2): its copies
  * in order, and the arena it made. */
@@ -100,6 +116,8 @@ static int host_mode(int n, size_t size, struct host_run *h)
 		}
 		h->prepare_ms[round] = r.ms[COORD_STAGE_PREPARE];
 		h->bytes = r.bytes;
+		if (round == 0)
+			h->huge_kib = anon_huge_kib(g.pids[0]);
 		if (coord_restore(g.t, 2, &o, &r) < 0) {
 			fprintf(stderr, "restore: %s\n", r.error);
 			rc = -1;
@@ -152,9 +170,14 @@ int main(int argc, char **argv)
 		size = strtoull(strchr(shape, ',') + 1, NULL, 0);
 	}
 	CU(cuInit(0));
-	struct host_run h = {0};
+	/* The arena of ordinary pages first, then the default (huge pages where
+	 * the kernel allows), same run. */
+	struct host_run small = {0}, h = {0};
 	double ck = 0, rs = 0;
-	if (host_mode(n, size, &h) < 0 || native(n, size, &ck, &rs) < 0)
+	setenv("CUSNAP_HUGEPAGES", "0", 1);
+	int bad = host_mode(n, size, &small);
+	unsetenv("CUSNAP_HUGEPAGES");
+	if (bad < 0 || host_mode(n, size, &h) < 0 || native(n, size, &ck, &rs) < 0)
 		return 1;
 	size_t bytes = h.bytes;
 	double mc = memcpy_ms(bytes);
@@ -182,7 +205,14 @@ int main(int argc, char **argv)
 		printf("%-44s %10.1f %8.2f %10.2f %12.2f\n", rows[i].what, rows[i].ms, gbs, base > 0 ? gbs / base : 0,
 		       nat > 0 ? gbs / nat : 0);
 	}
-	printf("\narena: made %d time(s), %.1f ms to make and populate (first suspend only)\n", h.arenas, h.arena_ms);
+	printf("\narena: made %d time(s) (first suspend only)\n", h.arenas);
+	printf("%-44s %10s %8s %14s\n", "arena pages", "make ms", "GB/s", "huge KiB");
+	printf("%-44s %10.1f %8.2f %14ld\n", "4 KiB (CUSNAP_HUGEPAGES=0)", small.arena_ms, rate(bytes, small.arena_ms),
+	       small.huge_kib);
+	printf("%-44s %10.1f %8.2f %14ld\n", "transparent huge pages (default)", h.arena_ms, rate(bytes, h.arena_ms),
+	       h.huge_kib);
+	printf("%-44s %10.1f %8.2f\n", "first copy out, 4 KiB arena", small.save_ms[0], rate(bytes, small.save_ms[0]));
+	printf("%-44s %10.1f %8.2f\n", "first copy out, huge-page arena", h.save_ms[0], rate(bytes, h.save_ms[0]));
 	printf("\ntargets: shim copies >= 0.8x memcpy and >= 1.0x cuemu's native checkpoint\n");
 	return 0;
 }

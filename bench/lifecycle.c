@@ -17,9 +17,68 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cusnap/request.h"
 #include "cusnap/coord.h"
+#include "cusnap/counters.h"
+#include "cusnap/request.h"
 #include "group.h"
+
+/* The counters every process of the group adds to (CUSNAP_COUNT). */
+struct counts {
+	uint64_t v[COUNT_SLOTS];
+};
+
+static const char *const call_names[] = {
+#define X(sym, name, ver, flags) #sym,
+#include "../emu/api.def"
+#undef X
+};
+#define NCALLS (sizeof(call_names) / sizeof(call_names[0]))
+
+static void counts_read(const char *path, struct counts *c)
+{
+	memset(c, 0, sizeof(*c));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && pread(fd, c->v, sizeof(c->v), 0) < 0)
+		memset(c, 0, sizeof(*c));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* What a stage cost: after minus before. */
+struct cost {
+	uint64_t calls, emu_maps, shim_maps, coord_requests, shim_requests, shim_connections;
+	size_t top; /* the entry point called most */
+	uint64_t top_calls;
+};
+
+static struct cost cost_of(const struct counts *before, const struct counts *after)
+{
+	struct cost c = {0};
+	for (size_t i = 0; i < NCALLS; i++) {
+		uint64_t d = after->v[COUNT_CALLS + i] - before->v[COUNT_CALLS + i];
+		c.calls += d;
+		if (d > c.top_calls)
+			c.top = i, c.top_calls = d;
+	}
+	for (unsigned s = COUNT_EMU_MMAP; s <= COUNT_EMU_MADVISE; s++)
+		c.emu_maps += after->v[s] - before->v[s];
+	c.shim_maps = after->v[COUNT_SHIM_MAP] - before->v[COUNT_SHIM_MAP];
+	c.coord_requests = after->v[COUNT_COORD_REQUESTS] - before->v[COUNT_COORD_REQUESTS];
+	c.shim_requests = after->v[COUNT_SHIM_REQUESTS] - before->v[COUNT_SHIM_REQUESTS];
+	c.shim_connections = after->v[COUNT_SHIM_CONNECTIONS] - before->v[COUNT_SHIM_CONNECTIONS];
+	return c;
+}
+
+/* One line of counts: per allocation (calls, mapping syscalls) and per
+ * participant (round trips). */
+static void print_cost(const char *content, int P, int N, const char *stage, const struct cost *c)
+{
+	double allocs = (double)P * N; /* allocation records: N created, N imported by each other participant */
+	printf("%-8s %4d %6d %-8s %9.2f %9.2f %9.3f %9.2f %9.2f %9.2f   %s %.2f\n", content, P, N, stage,
+	       (double)c->calls / allocs, (double)c->emu_maps / allocs, (double)c->shim_maps / allocs,
+	       (double)c->coord_requests / P, (double)c->shim_requests / P, (double)c->shim_connections / P,
+	       c->top_calls ? call_names[c->top] : "-", (double)c->top_calls / allocs);
+}
 
 /* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */
 static int timed(char *const argv[], double *ms)
@@ -62,10 +121,12 @@ static void run_commands(pid_t root, const char *dir, const char *ctl, int conte
 	}
 }
 
-static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands)
+static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands,
+		    struct cost *cprep, struct cost *crest)
 {
 	struct bench_group g;
 	setenv("CUEMU_GRANULARITY", "64K", 1);
+	const char *counters = getenv("CUSNAP_COUNT");
 	if (bench_group_start(&g, P, N, 0, commands, false) < 0)
 		return -1;
 	struct coord_options o = {.timeout_ms = 120000,
@@ -73,24 +134,34 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 				  .dir = g.dir,
 				  .on_stage = getenv("BENCH_VERBOSE") ? bench_stage : NULL};
 	struct coord_report r;
+	struct counts c0, c1, c2;
 	int rc = 0;
+	counts_read(counters, &c0);
 	if (commands) {
 		run_commands(g.root, g.dir, g.ctl, content, prep, rest);
 		rc = *prep < 0 || *rest < 0 ? -1 : 0;
+		counts_read(counters, &c1);
+		c2 = c1;
 	} else {
 		double t0 = now_ms();
 		int a = coord_prepare(g.t, (size_t)P, &o, &r);
 		*prep = now_ms() - t0;
+		counts_read(counters, &c1);
 		*records = r.participants + r.allocations + r.mappings;
 		if (a < 0)
 			fprintf(stderr, "prepare: %s\n", r.error);
 		t0 = now_ms();
 		int b = a < 0 ? -1 : coord_restore(g.t, (size_t)P, &o, &r);
 		*rest = now_ms() - t0;
+		counts_read(counters, &c2);
 		if (b < 0 && a >= 0)
 			fprintf(stderr, "restore: %s\n", r.error);
 		rc = a < 0 || b < 0 ? -1 : 0;
 	}
+	if (cprep)
+		*cprep = cost_of(&c0, &c1);
+	if (crest)
+		*crest = cost_of(&c1, &c2);
 	bench_group_stop(&g);
 	return rc;
 }
@@ -150,12 +221,24 @@ int main(int argc, char **argv)
 	char emu[PATH_MAX + 16];
 	snprintf(emu, sizeof(emu), "%s/../emu", bench_bin());
 	setenv("LD_LIBRARY_PATH", emu, 0); /* cusnap's driver, when there is no GPU */
-	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 1024, 2048, 4096};
+	/* One table of counters for the whole run (this process maps it once):
+	 * each case reads it before and after its stages. */
+	char counters[64];
+	snprintf(counters, sizeof(counters), "/tmp/cusnap-bench-counts-%d", (int)getpid());
+	unlink(counters);
+	setenv("CUSNAP_COUNT", counters, 1);
+	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 512, 1024, 2048, 4096};
+	struct seen {
+		const char *content;
+		int P, N;
+		struct cost prep, rest;
+	} seen[32];
+	size_t nseen = 0;
 	printf("%-8s %12s %12s %8s %12s %12s %12s\n", "content", "participants", "allocations", "records", "prepare ms",
 	       "restore ms", "total ms");
 	for (int c = 1; c <= 2; c++) {
 		for (int pi = 0; pi < 4; pi++) {
-			for (int ai = 0; ai < 4; ai++) {
+			for (int ai = 0; ai < 5; ai++) {
 				if (quick && (parts[pi] > 8 || allocs[ai] > 1024))
 					continue;
 				const char *only = getenv("BENCH_ONLY"); /* "P,N" */
@@ -164,7 +247,8 @@ int main(int argc, char **argv)
 					continue;
 				double prep = 0, rest = 0;
 				size_t records = 0;
-				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false) < 0) {
+				struct cost cp, cr;
+				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr) < 0) {
 					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi],
 					       allocs[ai]);
 					continue;
@@ -172,8 +256,20 @@ int main(int argc, char **argv)
 				printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native",
 				       parts[pi], allocs[ai], records, prep, rest, prep + rest);
 				fflush(stdout);
+				if (nseen < 32)
+					seen[nseen++] = (struct seen){c == 1 ? "host" : "native", parts[pi], allocs[ai],
+								      cp, cr};
 			}
 		}
+	}
+	/* What a GPU node pays for, which does not move with the machine. */
+	printf("\nper allocation record (P x N): driver calls, cuemu's mapping syscalls, the shim's;\n"
+	       "per participant: coordinator requests, shim-to-shim requests and connections\n");
+	printf("%-8s %4s %6s %-8s %9s %9s %9s %9s %9s %9s   %s\n", "content", "P", "N", "stage", "calls", "emu maps",
+	       "shim maps", "coord rq", "shim rq", "shim conn", "most called (per record)");
+	for (size_t i = 0; i < nseen; i++) {
+		print_cost(seen[i].content, seen[i].P, seen[i].N, "prepare", &seen[i].prep);
+		print_cost(seen[i].content, seen[i].P, seen[i].N, "restore", &seen[i].rest);
 	}
 	/* The same shape as whole commands: 1 creator, 7 importers. */
 	printf("\n%-8s %12s %12s %12s %12s %12s\n", "content", "participants", "allocations", "suspend ms", "resume ms",
@@ -182,7 +278,7 @@ int main(int argc, char **argv)
 		int P = 8, N = quick ? 1024 : 4096;
 		double sus = 0, res = 0;
 		size_t records = 0;
-		if (run_case(P, N, c, &sus, &res, &records, true) < 0)
+		if (run_case(P, N, c, &sus, &res, &records, true, NULL, NULL) < 0)
 			printf("%-8s %12d %12d   failed (cusnap suspend/resume)\n", c == 1 ? "host" : "native", P, N);
 		else
 			printf("%-8s %12d %12d %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", P, N, sus, res,
@@ -192,5 +288,6 @@ int main(int argc, char **argv)
 	size_t records;
 	double ms = validate_million(&records);
 	printf("\nvalidation alone: %zu records in %.1f ms\n", records, ms);
+	unlink(counters);
 	return 0;
 }

@@ -63,7 +63,7 @@ static CUresult do_checkpoint(void)
 		struct emu_alloc *a = emu.allocs.vals[i];
 		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
 			continue;
-		a->saved = hostmem_alloc(a->size);
+		a->saved = hostmem_alloc(a->size, COUNT_EMU_MMAP);
 		size_t done = 0;
 		while (a->saved && done < a->size) {
 			ssize_t n = pread(a->fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
@@ -75,7 +75,7 @@ static CUresult do_checkpoint(void)
 			for (size_t j = 0; j <= i; j++) {
 				struct emu_alloc *b = emu.allocs.vals[j];
 				if (emu.allocs.keys[j] && b->fd >= 0) {
-					hostmem_free(b->saved, b->size);
+					hostmem_free(b->saved, b->size, COUNT_EMU_MMAP);
 					b->saved = NULL;
 				}
 			}
@@ -83,7 +83,7 @@ static CUresult do_checkpoint(void)
 		}
 	}
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n))
-		mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
+		emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 	checkpointed_devices = 0;
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
@@ -197,7 +197,7 @@ static CUresult do_restore(const int *map)
 				close(fd);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		hostmem_free(a->saved, a->size);
+		hostmem_free(a->saved, a->size, COUNT_EMU_MMAP);
 		a->saved = NULL;
 		a->fd = fd;
 		a->prop.location.id = dev;
@@ -215,7 +215,7 @@ static CUresult do_restore(const int *map)
 			if (m->access[d] > access[map[d]])
 				access[map[d]] = m->access[d];
 		memcpy(m->access, access, sizeof(access));
-		if (mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m), MAP_SHARED | MAP_FIXED,
+		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m), MAP_SHARED | MAP_FIXED,
 			 m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}

@@ -8,9 +8,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <sys/types.h>
 
 #include <cuda.h>
 
+#include "cusnap/counters.h"
 #include "cusnap/hmap.h"
 #include "cusnap/itree.h"
 
@@ -30,6 +33,7 @@ enum emu_fn {
 #undef X
 	EMU_FN_COUNT
 };
+_Static_assert((int)EMU_FN_COUNT <= (int)COUNT_MAX_CALLS, "one counter per entry point (counters.h)");
 
 enum emu_profile {
 	EMU_PROFILE_R580, /* default: r570/r580 behaviour */
@@ -223,5 +227,31 @@ void emu_streams_sync_all(void);
 int emu_server_start(void);
 
 const char *emu_result_name(CUresult r);
+
+/* cuemu's mapping syscalls (the kernel work a driver's VMM calls cost),
+ * counted under CUSNAP_COUNT (counters.h). */
+static inline void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	count_add(COUNT_EMU_MMAP);
+	return mmap(addr, len, prot, flags, fd, off);
+}
+
+static inline int emu_munmap(void *addr, size_t len)
+{
+	count_add(COUNT_EMU_MUNMAP);
+	return munmap(addr, len);
+}
+
+static inline int emu_mprotect(void *addr, size_t len, int prot)
+{
+	count_add(COUNT_EMU_MPROTECT);
+	return mprotect(addr, len, prot);
+}
+
+static inline int emu_madvise(void *addr, size_t len, int advice)
+{
+	count_add(COUNT_EMU_MADVISE);
+	return madvise(addr, len, advice);
+}
 
 #endif

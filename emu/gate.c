@@ -30,6 +30,7 @@ static __thread bool in_gate;
 
 CUresult emu_enter(enum emu_fn fn)
 {
+	count_add(COUNT_CALLS + (unsigned)fn);
 	emu_config();
 	unsigned flags = fn_flags[fn];
 	if (!(flags & EMU_NOINIT) && (!__atomic_load_n(&emu.initialized, __ATOMIC_ACQUIRE) || emu.forked_after_init))

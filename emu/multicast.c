@@ -29,12 +29,12 @@ static bool aligned(uint64_t v)
 
 int emu_mc_attach(struct emu_alloc *a)
 {
-	void *p = mmap(NULL, MC_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+	void *p = emu_mmap(NULL, MC_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
 	if (p == MAP_FAILED)
 		return -1;
 	struct emu_mc_shared *mc = p;
 	if (mc->magic != MC_MAGIC || !mc->num_devices || !mc->size) {
-		munmap(p, MC_PAGE);
+		emu_munmap(p, MC_PAGE);
 		return -1;
 	}
 	a->mc = mc;
@@ -54,7 +54,7 @@ void emu_mc_destroy(struct emu_alloc *a)
 	a->bindings = NULL;
 	a->nbindings = 0;
 	if (a->mc) {
-		munmap(a->mc, MC_PAGE);
+		emu_munmap(a->mc, MC_PAGE);
 		a->mc = NULL;
 		emu.multicast_objects--;
 	}
@@ -64,7 +64,7 @@ int emu_mc_layout(struct emu_mapping *m)
 {
 	size_t len = m->node.end - m->node.start;
 	void *base = (void *)(uintptr_t)m->node.start;
-	if (mmap(base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+	if (emu_mmap(base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
 		return -1;
 	int prot = emu_mapping_prot(m);
 	if (prot == PROT_NONE)
@@ -78,7 +78,7 @@ int emu_mc_layout(struct emu_mapping *m)
 		if (lo >= hi || b->member->fd < 0)
 			continue;
 		void *at = (uint8_t *)base + (lo - m->offset);
-		if (mmap(at, hi - lo, prot, MAP_SHARED | MAP_FIXED, b->member->fd,
+		if (emu_mmap(at, hi - lo, prot, MAP_SHARED | MAP_FIXED, b->member->fd,
 			 (off_t)(b->member_offset + (lo - b->mc_offset))) == MAP_FAILED)
 			return -1;
 	}

@@ -84,7 +84,7 @@ static void alloc_free(struct emu_alloc *a)
 		emu_mc_destroy(a);
 	if (a->fd >= 0)
 		close(a->fd);
-	hostmem_free(a->saved, a->size);
+	hostmem_free(a->saved, a->size, COUNT_EMU_MMAP);
 	hmap_del(&emu.allocs, a->handle);
 	free(a);
 }
@@ -130,20 +130,20 @@ CUresult emu_address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 	void *base = MAP_FAILED;
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 	if (addr && (addr & (alignment - 1)) == 0)
-		base = mmap((void *)addr, size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+		base = emu_mmap((void *)addr, size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
 	if (base == MAP_FAILED) {
 		size_t span = size + alignment;
-		uint8_t *raw = mmap(NULL, span, PROT_NONE, flags, -1, 0);
+		uint8_t *raw = emu_mmap(NULL, span, PROT_NONE, flags, -1, 0);
 		if (raw == MAP_FAILED) {
 			free(r);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		uintptr_t start = ((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1);
 		if (start > (uintptr_t)raw)
-			munmap(raw, start - (uintptr_t)raw);
+			emu_munmap(raw, start - (uintptr_t)raw);
 		size_t tail = (uintptr_t)raw + span - (start + size);
 		if (tail)
-			munmap((void *)(start + size), tail);
+			emu_munmap((void *)(start + size), tail);
 		base = (void *)start;
 	}
 	r->node.start = (uintptr_t)base;
@@ -152,7 +152,7 @@ CUresult emu_address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 	int rc = itree_insert(&emu.reservations, &r->node);
 	pthread_mutex_unlock(&emu.lock);
 	if (rc < 0) {
-		munmap(base, size);
+		emu_munmap(base, size);
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -179,7 +179,7 @@ CUresult emu_address_free(CUdeviceptr ptr, size_t size)
 		goto out;
 	}
 	itree_remove(&emu.reservations, &r->node);
-	munmap((void *)(uintptr_t)ptr, size);
+	emu_munmap((void *)(uintptr_t)ptr, size);
 	free(r);
 out:
 	pthread_mutex_unlock(&emu.lock);
@@ -299,12 +299,12 @@ int emu_mapping_apply(struct emu_mapping *m)
 		return emu_mc_layout(m);
 	size_t len = m->node.end - m->node.start;
 	int prot = emu_mapping_prot(m);
-	if (mprotect((void *)(uintptr_t)m->node.start, len, prot) < 0)
+	if (emu_mprotect((void *)(uintptr_t)m->node.start, len, prot) < 0)
 		return -errno;
 	/* Device memory is resident once accessible: fault it in now, in one call,
 	 * rather than a page at a time on first touch (best effort). */
 	if (prot != PROT_NONE)
-		madvise((void *)(uintptr_t)m->node.start, len,
+		emu_madvise((void *)(uintptr_t)m->node.start, len,
 			prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	return 0;
 }
@@ -358,7 +358,7 @@ CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAl
 			goto out;
 		}
 		/* Inaccessible until cuMemSetAccess grants a location access. */
-		void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+		void *p = emu_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
 		if (p == MAP_FAILED) {
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
@@ -431,7 +431,7 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 		struct emu_mapping *m = list[i];
 		size_t len = m->node.end - m->node.start;
 		/* Back to an inaccessible part of the reservation. */
-		mmap((void *)(uintptr_t)m->node.start, len, PROT_NONE,
+		emu_mmap((void *)(uintptr_t)m->node.start, len, PROT_NONE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cusnap/control.h"
+#include "cusnap/counters.h"
 #include "cusnap/coord.h"
 #include "cusnap/usock.h"
 
@@ -53,6 +54,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 {
 	*reply_payload = NULL;
 	int64_t deadline = proto_deadline(timeout_ms);
+	count_add(COUNT_COORD_REQUESTS);
 	int sock = usock_connect(endpoint);
 	if (sock < 0) {
 		snprintf(err, errlen, "endpoint %s: cannot connect: %s", endpoint, strerror(-sock));

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/counters.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
@@ -175,9 +176,16 @@ int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *
 	return fd;
 }
 
+int shim_connect(const char *endpoint)
+{
+	count_add(COUNT_SHIM_CONNECTIONS);
+	return usock_connect(endpoint);
+}
+
 int cap_export_send(int sock, const struct shim_cap *cap)
 {
 	struct proto_buf req = {0};
+	count_add(COUNT_SHIM_REQUESTS);
 	size_t at = pbuf_begin(&req, REC_EXPORT);
 	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
 	pbuf_put_id(&req, F_TOKEN, &cap->token);
@@ -244,7 +252,7 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
 {
 	if (*sockp < 0) {
-		*sockp = usock_connect(cap->endpoint);
+		*sockp = shim_connect(cap->endpoint);
 		if (*sockp < 0) {
 			snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-*sockp));
 			*sockp = -1;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/counters.h"
 #include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
@@ -33,7 +34,7 @@ enum { SLOT_ALIGN = 4096 };
 static struct segment *segment_new(size_t cap)
 {
 	struct segment *s = calloc(1, sizeof(*s));
-	void *p = s ? hostmem_alloc(cap) : NULL;
+	void *p = s ? hostmem_alloc(cap, COUNT_SHIM_MAP) : NULL;
 	if (!p) {
 		free(s);
 		return NULL;
@@ -48,7 +49,7 @@ static void arena_drop(void)
 	while (arena) {
 		struct segment *s = arena;
 		arena = s->next;
-		hostmem_free(s->base, s->cap);
+		hostmem_free(s->base, s->cap, COUNT_SHIM_MAP);
 		free(s);
 	}
 }

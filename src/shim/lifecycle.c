@@ -470,7 +470,7 @@ static int op_restore_importers(struct life_result *r)
 		size_t end = start + 1;
 		while (end < n && !strcmp(list[end].cap.endpoint, list[start].cap.endpoint))
 			end++;
-		int sock = usock_connect(list[start].cap.endpoint);
+		int sock = shim_connect(list[start].cap.endpoint);
 		size_t sent = start, got = start;
 		for (size_t i = start; sock < 0 && i < end; i++)
 			snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s", list[i].cap.endpoint,

@@ -386,6 +386,8 @@ int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* The two halves of one redemption on a connection, for pipelining: requests go
  * out ahead of their replies, which come back in order. */
+/* A connection to another shim's endpoint (counted): a descriptor or -errno. */
+int shim_connect(const char *endpoint);
 int cap_export_send(int sock, const struct shim_cap *cap);
 int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* A capability FD for the allocation named by these fields; -errno on failure. */
