@@ -49,6 +49,7 @@ struct cost {
 	uint64_t calls, emu_maps, shim_maps, coord_requests, shim_requests, shim_connections;
 	size_t top; /* the entry point called most */
 	uint64_t top_calls;
+	uint64_t per_call[COUNT_MAX_CALLS]; /* BENCH_CALLS=1 prints them */
 };
 
 static struct cost cost_of(const struct counts *before, const struct counts *after)
@@ -57,6 +58,7 @@ static struct cost cost_of(const struct counts *before, const struct counts *aft
 	for (size_t i = 0; i < NCALLS; i++) {
 		uint64_t d = after->v[COUNT_CALLS + i] - before->v[COUNT_CALLS + i];
 		c.calls += d;
+		c.per_call[i] = d;
 		if (d > c.top_calls)
 			c.top = i, c.top_calls = d;
 	}
@@ -78,6 +80,9 @@ static void print_cost(const char *content, int P, int N, const char *stage, con
 	       (double)c->calls / allocs, (double)c->emu_maps / allocs, (double)c->shim_maps / allocs,
 	       (double)c->coord_requests / P, (double)c->shim_requests / P, (double)c->shim_connections / P,
 	       c->top_calls ? call_names[c->top] : "-", (double)c->top_calls / allocs);
+	for (size_t i = 0; getenv("BENCH_CALLS") && i < NCALLS; i++)
+		if (c->per_call[i])
+			printf("%33s %-36s %9.3f\n", "", call_names[i], (double)c->per_call[i] / allocs);
 }
 
 /* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */

@@ -36,6 +36,12 @@ int ctx_device_of(const struct shim_alloc *a)
 	return a->ctx_device >= 0 ? a->ctx_device : 0;
 }
 
+int ctx_by_device(const void *x, const void *y)
+{
+	int a = ctx_device_of(*(struct shim_alloc *const *)x), b = ctx_device_of(*(struct shim_alloc *const *)y);
+	return (a > b) - (a < b);
+}
+
 int ctx_current_device(void)
 {
 	CUdevice dev = -1;

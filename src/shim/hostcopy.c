@@ -135,12 +135,6 @@ static bool on_host(const struct shim_alloc *a)
 	       a->prop.location.type == CU_MEM_LOCATION_TYPE_HOST;
 }
 
-static int by_device(const void *x, const void *y)
-{
-	int a = ctx_device_of(*(struct shim_alloc *const *)x), b = ctx_device_of(*(struct shim_alloc *const *)y);
-	return (a > b) - (a < b);
-}
-
 /* An attached mapping of the whole of a that its own device may read (and,
  * for a copy to it, write): the copy goes through it. */
 static CUdeviceptr own_mapping(const struct shim_alloc *a, bool write)
@@ -327,7 +321,7 @@ static void arena_unregister(const struct shim_alloc *a)
  * the device, its saved bytes. */
 static CUresult copy_batch(struct shim_alloc **list, size_t n, bool to_device, struct life_result *r)
 {
-	qsort(list, n, sizeof(*list), by_device);
+	qsort(list, n, sizeof(*list), ctx_by_device);
 	struct item *items = calloc(n, sizeof(*items));
 	struct lane *lanes = calloc(n, sizeof(*lanes));
 	if (!items || !lanes) {

@@ -190,6 +190,8 @@ static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t
 		if (tbl.allocs.keys[i] && !a->mc && a->role == role && (a->shared || !shared_only))
 			list[(*n)++] = a;
 	}
+	if (list)
+		qsort(list, *n, sizeof(*list), ctx_by_device); /* one context switch per device */
 	return list;
 }
 
@@ -240,16 +242,19 @@ static CUresult prepare_importer(struct shim_alloc *a, struct life_result *r)
 static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_alloc *, struct life_result *),
 				struct life_result *r)
 {
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || !a->shared || a->role != role)
-			continue;
-		CUresult rc = fn(a, r);
-		if (rc)
-			return rc;
-		r->count++;
+	size_t n;
+	struct shim_alloc **list = collect(role, true, &n);
+	if (!list) {
+		life_fail(r, NULL, "out of memory");
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	return CUDA_SUCCESS;
+	CUresult rc = CUDA_SUCCESS;
+	for (size_t i = 0; !rc && i < n; i++) {
+		rc = fn(list[i], r);
+		r->count += !rc;
+	}
+	free(list);
+	return rc;
 }
 
 static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
@@ -378,11 +383,20 @@ static CUresult restore_creators(struct life_result *r)
 /* An importer to rebuild, copied out so that redemption runs without the lock. */
 struct pending_import {
 	uint64_t key;
+	int dev; /* ctx_device_of its allocation */
 	struct shim_cap cap;
 	int fd;
 	struct shim_export_info info;
 	char err[700];
 };
+
+/* One connection per creator, one context switch per device within it. */
+static int by_creator_then_device(const void *x, const void *y)
+{
+	const struct pending_import *a = x, *b = y;
+	int c = strcmp(a->cap.endpoint, b->cap.endpoint);
+	return c ? c : (a->dev > b->dev) - (a->dev < b->dev);
+}
 
 /* Import one redeemed capability and map it where it was. */
 static CUresult import_again(const struct pending_import *p, struct life_result *r)
@@ -446,6 +460,7 @@ static int op_restore_importers(struct life_result *r)
 		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER || !a->detached)
 			continue;
 		list[k].key = a->key;
+		list[k].dev = ctx_device_of(a);
 		list[k].cap.creator = a->creator;
 		list[k].cap.alloc_id = a->id;
 		list[k].cap.token = a->token;
@@ -458,6 +473,7 @@ static int op_restore_importers(struct life_result *r)
 		snprintf(r->msg, sizeof(r->msg), "out of memory");
 		return PROTO_E_INTERNAL;
 	}
+	qsort(list, n, sizeof(*list), by_creator_then_device);
 	/* Redeem every capability at its creator (restored first): one connection
 	 * per run of capabilities naming the same creator, with up to WINDOW
 	 * requests in flight (replies come back in order; a bounded window keeps

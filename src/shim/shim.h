@@ -230,6 +230,9 @@ CUresult ctx_enter_device(int dev);
 #define CTX_ENTER_CALLS "cuDevicePrimaryCtxRetain/cuCtxSetCurrent"
 /* The device whose context the shim uses for a's driver calls. */
 int ctx_device_of(const struct shim_alloc *a);
+/* qsort order of struct shim_alloc pointers by ctx_device_of: work on a
+ * list in this order switches context once per device, not per allocation. */
+int ctx_by_device(const void *x, const void *y);
 /* The device of the calling thread's current context, -1 when none. */
 int ctx_current_device(void);
 /* cuCtxSynchronize in the primary context of every device d with used[d]; the

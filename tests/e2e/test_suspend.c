@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "sweep.h"
+#include "cusnap/counters.h"
 #include "cusnap/json.h"
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
@@ -96,6 +97,61 @@ static void children_unlocked_first(void)
 	if (unlocked == 4 && order[3] != g.root)
 		test_fail(__FILE__, __LINE__, "the root %d was unlocked before a process below it (order %d %d %d %d)",
 			  (int)g.root, order[0], order[1], order[2], order[3]);
+}
+
+/* cuemu's entry points, in the order of the counters (counters.h). */
+static const char *const emu_calls[] = {
+#define X(sym, name, ver, flags) #sym,
+#include "../../emu/api.def"
+#undef X
+};
+
+/* How many times the group called sym during a suspend and resume of content
+ * mode with allocs allocations (CUSNAP_COUNT: every process adds to one table). */
+static long calls_over_suspend_resume(int allocs, const char *content, const char *sym)
+{
+	char path[PATH_MAX], env_count[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/counts-%s-%d", e2e_root, content, allocs);
+	snprintf(env_count, sizeof(env_count), "CUSNAP_COUNT=%s", path);
+	char *env[] = {env_count, NULL}, *out;
+	struct group g;
+	if (group_start(&g, "counts", 2, allocs, false, NULL, env, NULL) < 0)
+		return -1;
+	uint64_t before[COUNT_SLOTS] = {0}, after[COUNT_SLOTS] = {0};
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && pread(fd, before, sizeof(before), 0) == (ssize_t)sizeof(before));
+	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK(fd >= 0 && pread(fd, after, sizeof(after), 0) == (ssize_t)sizeof(after));
+	if (fd >= 0)
+		close(fd);
+	CHECK_EQ(group_finish(&g), 3);
+	group_kill(&g);
+	for (size_t i = 0; i < sizeof(emu_calls) / sizeof(emu_calls[0]); i++)
+		if (!strcmp(emu_calls[i], sym))
+			return (long)(after[COUNT_CALLS + i] - before[COUNT_CALLS + i]);
+	return -1;
+}
+
+/* Context switches are per device and step, not per allocation: the shim
+ * works through its allocations device by device, so 8 times the allocations
+ * (spread over both devices) make no more cuCtxSetCurrent calls. */
+static void context_switches_do_not_grow(void)
+{
+	static const char *const modes[] = {"host", "native"};
+	for (size_t m = 0; m < 2; m++) {
+		long few = calls_over_suspend_resume(4, modes[m], "cuCtxSetCurrent");
+		long many = calls_over_suspend_resume(32, modes[m], "cuCtxSetCurrent");
+		printf("     %s content: cuCtxSetCurrent %ld times for 4 allocations, %ld for 32\n", modes[m], few,
+		       many);
+		CHECK(few > 0);
+		if (many > few + 2)
+			test_fail(__FILE__, __LINE__,
+				  "%s: cuCtxSetCurrent grows with the allocations: %ld for 4, %ld for 32", modes[m],
+				  few, many);
+	}
 }
 
 /* The host-mode arenas a workload's shims report in its log ("host-mode arena
@@ -318,6 +374,7 @@ int main(void)
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
 	test_run("resume unlocks children before their parents", children_unlocked_first);
+	test_run("context switches per device and step, not per allocation", context_switches_do_not_grow);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);
