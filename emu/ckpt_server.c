@@ -84,7 +84,7 @@ static CUresult do_checkpoint(void)
 	}
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n))
 		emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 	checkpointed_devices = 0;
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
@@ -215,8 +215,8 @@ static CUresult do_restore(const int *map)
 			if (m->access[d] > access[map[d]])
 				access[map[d]] = m->access[d];
 		memcpy(m->access, access, sizeof(access));
-		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m), MAP_SHARED | MAP_FIXED,
-			 m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
+		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m),
+			     MAP_SHARED | MAP_FIXED, m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	struct emu_ctx *primaries[EMU_MAX_DEVICES] = {0};

@@ -64,7 +64,8 @@ int emu_mc_layout(struct emu_mapping *m)
 {
 	size_t len = m->node.end - m->node.start;
 	void *base = (void *)(uintptr_t)m->node.start;
-	if (emu_mmap(base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+	if (emu_mmap(base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+	    MAP_FAILED)
 		return -1;
 	int prot = emu_mapping_prot(m);
 	if (prot == PROT_NONE)
@@ -79,7 +80,7 @@ int emu_mc_layout(struct emu_mapping *m)
 			continue;
 		void *at = (uint8_t *)base + (lo - m->offset);
 		if (emu_mmap(at, hi - lo, prot, MAP_SHARED | MAP_FIXED, b->member->fd,
-			 (off_t)(b->member_offset + (lo - b->mc_offset))) == MAP_FAILED)
+			     (off_t)(b->member_offset + (lo - b->mc_offset))) == MAP_FAILED)
 			return -1;
 	}
 	return 0;

@@ -305,7 +305,7 @@ int emu_mapping_apply(struct emu_mapping *m)
 	 * rather than a page at a time on first touch (best effort). */
 	if (prot != PROT_NONE)
 		emu_madvise((void *)(uintptr_t)m->node.start, len,
-			prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+			    prot & PROT_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	return 0;
 }
 
@@ -358,7 +358,8 @@ CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAl
 			goto out;
 		}
 		/* Inaccessible until cuMemSetAccess grants a location access. */
-		void *p = emu_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+		void *p = emu_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
+				   (off_t)offset);
 		if (p == MAP_FAILED) {
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
@@ -432,7 +433,7 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 		size_t len = m->node.end - m->node.start;
 		/* Back to an inaccessible part of the reservation. */
 		emu_mmap((void *)(uintptr_t)m->node.start, len, PROT_NONE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)
 			r->mappings--;
