@@ -250,6 +250,22 @@ static int handles(void)
 	for (int i = 0; i < 8; i++)
 		width += buf[i] != 0xee;
 	printf("bool_attribute_bytes %s%d\n", rc ? name_of(rc) : "", rc ? 0 : width);
+	/* One cuMemSetAccess over two adjacent mappings of two allocations (the
+	 * driver documents "a fully mapped address range containing all
+	 * allocations"): what a rebuild would batch per contiguous range. */
+	CUmemGenericAllocationHandle h1 = 0, h2 = 0;
+	CUdeviceptr two = 0;
+	rc = d.cuMemCreate(&h1, gran, &prop0, 0);
+	if (!rc)
+		rc = d.cuMemCreate(&h2, gran, &prop0, 0);
+	if (!rc)
+		rc = d.cuMemAddressReserve(&two, 2 * gran, 0, 0, 0);
+	if (!rc)
+		rc = d.cuMemMap(two, gran, 0, h1, 0);
+	if (!rc)
+		rc = d.cuMemMap(two + gran, gran, 0, h2, 0);
+	CUresult range = rc ? rc : d.cuMemSetAccess(two, 2 * gran, &a, 1);
+	printf("set_access_over_two_mappings %s\n", name_of(range));
 	return 0;
 }
 
