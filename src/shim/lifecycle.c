@@ -180,8 +180,9 @@ static bool untouched(const struct shim_alloc *a)
 	return !touched;
 }
 
-/* The allocations (not multicast objects) of a role; shared only when asked. */
-static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t *n)
+/* The allocations (not multicast objects) of a role, shared only when asked,
+ * in device order; NULL (out of memory, said in r). */
+static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t *n, struct life_result *r)
 {
 	struct shim_alloc **list = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(*list));
 	*n = 0;
@@ -192,6 +193,8 @@ static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t
 	}
 	if (list)
 		qsort(list, *n, sizeof(*list), ctx_by_device); /* one context switch per device */
+	else
+		life_fail(r, NULL, "out of memory");
 	return list;
 }
 
@@ -202,11 +205,9 @@ static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t
 static CUresult prepare_creators(struct life_result *r)
 {
 	size_t n;
-	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, true, &n);
-	if (!list) {
-		life_fail(r, NULL, "out of memory");
+	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, true, &n, r);
+	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = anchor(list[i], r);
@@ -243,11 +244,9 @@ static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_
 				struct life_result *r)
 {
 	size_t n;
-	struct shim_alloc **list = collect(role, true, &n);
-	if (!list) {
-		life_fail(r, NULL, "out of memory");
+	struct shim_alloc **list = collect(role, true, &n, r);
+	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++) {
 		rc = fn(list[i], r);
@@ -333,11 +332,9 @@ static CUresult reattach_creator(struct shim_alloc *a, struct life_result *r)
 static CUresult restore_creators(struct life_result *r)
 {
 	size_t n, k = 0, fresh = 0;
-	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, false, &n);
-	if (!list) {
-		life_fail(r, NULL, "out of memory");
+	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, false, &n, r);
+	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	for (size_t i = 0; i < n; i++) {
 		if (!untouched(list[i]))
 			list[k++] = list[i];
