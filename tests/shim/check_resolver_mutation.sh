@@ -16,7 +16,8 @@ if [ $rc = 0 ]; then
 	status=1
 fi
 for path in 'dlsym on a dlopen' 'cuGetProcAddress_v2 at' 'cudaGetDriverEntryPoint(ByVersion)' \
-	'the multicast wrappers through every resolver' 'cuMemAlloc and legacy IPC through every resolver' \
+	'every wrapped.def entry through dlsym' 'a multicast object made through a resolved pointer' \
+	'cuMemAlloc and legacy IPC through the resolvers' \
 	'cuGetProcAddress by ABI version and stream flags'; do
 	if grep -q "^FAIL $path" "$log"; then
 		echo "ok   without substitution, fails: $path"
