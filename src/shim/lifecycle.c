@@ -56,6 +56,24 @@ CUresult life_enter(const struct shim_alloc *a, struct life_result *r)
 	return rc;
 }
 
+/* Every access m had, granted again in one cuMemSetAccess (one descriptor per
+ * location: a peer-heavy mapping costs one driver call, not one per GPU). */
+static CUresult set_recorded_access(const struct shim_mapping *m, size_t len)
+{
+	if (!m->naccess)
+		return CUDA_SUCCESS;
+	CUmemAccessDesc few[8], *d = m->naccess <= 8 ? few : malloc(m->naccess * sizeof(*d));
+	if (!d)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < m->naccess; i++)
+		d[i] = (CUmemAccessDesc){.location = m->access[i].location,
+					 .flags = (CUmemAccess_flags)m->access[i].flags};
+	CUresult rc = real.cuMemSetAccess(m->node.start, len, d, m->naccess);
+	if (d != few)
+		free(d);
+	return rc;
+}
+
 /* Map every detached mapping of a at its recorded address with its access. */
 CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 {
@@ -73,16 +91,12 @@ CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
 				  shim_cu_name(rc));
 			return rc;
 		}
-		for (size_t i = 0; i < m->naccess; i++) {
-			CUmemAccessDesc d = {.location = m->access[i].location,
-					     .flags = (CUmemAccess_flags)m->access[i].flags};
-			rc = real.cuMemSetAccess(n->start, len, &d, 1);
-			if (rc) {
-				real.cuMemUnmap(n->start, len);
-				life_fail(r, a, "cuMemSetAccess(%#llx, %zu, device %d) failed: %s",
-					  (unsigned long long)n->start, len, d.location.id, shim_cu_name(rc));
-				return rc;
-			}
+		rc = set_recorded_access(m, len);
+		if (rc) {
+			real.cuMemUnmap(n->start, len);
+			life_fail(r, a, "cuMemSetAccess(%#llx, %zu, %zu location(s)) failed: %s",
+				  (unsigned long long)n->start, len, m->naccess, shim_cu_name(rc));
+			return rc;
 		}
 		m->detached = false;
 	}
