@@ -47,6 +47,12 @@ static void *huge(size_t size, unsigned slot)
 		munmap(p, size);
 		return NULL;
 	}
+	/* One write per 2 MiB faults in a huge page each (measured here: 1 GiB in
+	 * about 0.2 s, where MADV_POPULATE_WRITE alone took 0.5-1.1 s); then
+	 * MADV_POPULATE_WRITE fills whatever fell back to small pages (nothing
+	 * to do when all is huge). */
+	for (size_t at = 0; at < size; at += HUGE_PAGE)
+		p[at] = 0;
 	count_add(slot);
 	if (madvise(p, size, MADV_POPULATE_WRITE) < 0) {
 		/* An older kernel: one write a page populates it. */
