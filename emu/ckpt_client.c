@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,66 @@ static bool is_process(int pid)
 	return tgid == pid;
 }
 
+/* The listening socket among inodes[0..n) whose bound name carries the cuemu
+ * tag, in pid's /proc/PID/net/unix: 0 with its path in out, or -ENOENT. The
+ * table is read whole, in as few read() calls as fit. */
+static int listed_endpoint(int pid, const unsigned long *inodes, size_t n, char *out, size_t outlen)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/net/unix", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t cap = 1 << 16, len = 0;
+	char *text = malloc(cap + 1);
+	for (ssize_t got = 1; text && got > 0;) {
+		if (len == cap) {
+			char *grown = realloc(text, 2 * cap + 1);
+			if (!grown)
+				break;
+			text = grown;
+			cap *= 2;
+		}
+		got = read(fd, text + len, cap - len);
+		len += got > 0 ? (size_t)got : 0;
+	}
+	close(fd);
+	if (!text)
+		return -ENOMEM;
+	text[len] = '\0';
+	int rc = -ENOENT;
+	for (char *line = text, *next; rc == -ENOENT && line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		unsigned long flags, ino;
+		char name[4200];
+		/* Num RefCount Protocol Flags Type St Inode Path */
+		if (sscanf(line, "%*s %*x %*x %lx %*x %*x %lu %4199s", &flags, &ino, name) != 3)
+			continue;
+		if (!(flags & 0x10000) || name[0] != '/' || !strstr(name, "/" CKPT_SOCKET_TAG))
+			continue; /* 0x10000: listening */
+		for (size_t i = 0; i < n; i++) {
+			if (inodes[i] != ino)
+				continue;
+			int w = snprintf(out, outlen, "/proc/%d/root%s", pid, name);
+			rc = w > 0 && (size_t)w < outlen ? 0 : -ENAMETOOLONG;
+			break;
+		}
+	}
+	free(text);
+	return rc;
+}
+
 /* The path, as seen from here, of pid's listening checkpoint socket: a socket
- * among pid's descriptors whose bound name carries the cuemu tag. */
+ * among pid's descriptors whose bound name carries the cuemu tag.
+ *
+ * /proc/PID/net/unix is a walk over the kernel's socket table that other
+ * processes change while it is read: on a busy machine a socket can be
+ * missing from one reading (a process holding a CUDA context then looked
+ * like one without, once in a few thousand queries under the test suite's
+ * load). A process with sockets whose endpoint is not listed is read again,
+ * up to three times in all. */
 static int find_endpoint(int pid, char *out, size_t outlen)
 {
 	char path[64];
@@ -59,29 +118,9 @@ static int find_endpoint(int pid, char *out, size_t outlen)
 			inodes[ninodes++] = ino;
 	}
 	closedir(d);
-	snprintf(path, sizeof(path), "/proc/%d/net/unix", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	char line[4400];
 	int rc = -ENOENT;
-	while (rc < 0 && fgets(line, sizeof(line), f)) {
-		unsigned long flags, ino;
-		char name[4200];
-		/* Num RefCount Protocol Flags Type St Inode Path */
-		if (sscanf(line, "%*s %*x %*x %lx %*x %*x %lu %4199s", &flags, &ino, name) != 3)
-			continue;
-		if (!(flags & 0x10000) || name[0] != '/' || !strstr(name, "/" CKPT_SOCKET_TAG))
-			continue; /* 0x10000: listening */
-		for (size_t i = 0; i < ninodes; i++) {
-			if (inodes[i] != ino)
-				continue;
-			int n = snprintf(out, outlen, "/proc/%d/root%s", pid, name);
-			rc = n > 0 && (size_t)n < outlen ? 0 : -ENAMETOOLONG;
-			break;
-		}
-	}
-	fclose(f);
+	for (int attempt = 0; rc == -ENOENT && ninodes && attempt < 3; attempt++)
+		rc = listed_endpoint(pid, inodes, ninodes, out, outlen);
 	return rc;
 }
 
