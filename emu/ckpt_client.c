@@ -10,28 +10,69 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt_wire.h"
+#include "cusnap/paths.h"
 #include "cusnap/usock.h"
 #include "cusnap/wire.h"
 #include "cusnap/log.h"
 #include "emu.h"
 
+/* The id of task tid of process pid in its innermost PID namespace (the last
+ * NSpid field), or -1. */
+static int ns_tid(int pid, int tid)
+{
+	char status[96], line[256];
+	snprintf(status, sizeof(status), "/proc/%d/task/%d/status", pid, tid);
+	FILE *f = fopen(status, "re");
+	int v = -1;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		const char *last = strrchr(line, '\t');
+		v = last ? atoi(last + 1) : -1;
+		break;
+	}
+	if (f)
+		fclose(f);
+	return v;
+}
+
 /* Is pid a process (not a thread of one)? */
 static bool is_process(int pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	int tgid = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Tgid: %d", &tgid) == 1)
-			break;
-	fclose(f);
-	return tgid == pid;
+	return proc_status_field("/proc", pid, "Tgid") == pid;
+}
+
+/* Where pid's checkpoint server binds its socket (ckpt_server.c's
+ * socket_path), as seen from here through /proc/PID/root: its CUEMU_RUN_DIR
+ * or /tmp/cuemu-UID, its PID namespace's inode and its PID there. */
+static int conventional_endpoint(int pid, char *out, size_t outlen)
+{
+	char path[64], env[8192], dir[4096] = "";
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, env, sizeof(env) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	for (ssize_t at = 0; n > 0 && at < n; at += (ssize_t)strlen(env + at) + 1) {
+		env[n] = '\0';
+		if (!strncmp(env + at, "CUEMU_RUN_DIR=", 14) && env[at + 14])
+			snprintf(dir, sizeof(dir), "%s", env + at + 14);
+	}
+	long uid = proc_status_field("/proc", pid, "Uid");
+	if (!dir[0])
+		snprintf(dir, sizeof(dir), "/tmp/cuemu-%ld", uid);
+	struct stat ns;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+	int nspid = ns_tid(pid, pid);
+	if (uid < 0 || nspid <= 0 || stat(path, &ns) < 0)
+		return -ENOENT;
+	int w = snprintf(out, outlen, "/proc/%d/root%s/" CKPT_SOCKET_TAG "%lu-%d.sock", pid, dir,
+			 (unsigned long)ns.st_ino, nspid);
+	return w > 0 && (size_t)w < outlen ? 0 : -ENAMETOOLONG;
 }
 
 /* The listening socket among inodes[0..n) whose bound name carries the cuemu
@@ -121,6 +162,14 @@ static int find_endpoint(int pid, char *out, size_t outlen)
 	int rc = -ENOENT;
 	for (int attempt = 0; rc == -ENOENT && ninodes && attempt < 3; attempt++)
 		rc = listed_endpoint(pid, inodes, ninodes, out, outlen);
+	/* Not listed, yet the process has sockets: where its server would bind. */
+	struct stat st;
+	if (rc == -ENOENT && ninodes && conventional_endpoint(pid, out, outlen) == 0 && stat(out, &st) == 0 &&
+	    S_ISSOCK(st.st_mode)) {
+		LOG_AT(LOG_WARN, "process %d: its checkpoint socket is not in /proc/%d/net/unix; trying %s", pid, pid,
+		       out);
+		rc = 0;
+	}
 	return rc;
 }
 
@@ -134,24 +183,9 @@ static int observed_tid(int pid, int nstid)
 		return nstid;
 	int found = nstid;
 	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		char status[320], line[256];
-		snprintf(status, sizeof(status), "/proc/%d/task/%s/status", pid, e->d_name);
-		FILE *f = fopen(status, "re");
-		if (!f)
-			continue;
-		while (fgets(line, sizeof(line), f)) {
-			if (strncmp(line, "NSpid:", 6) != 0)
-				continue;
-			char *last = strrchr(line, '\t');
-			if (last && atoi(last + 1) == nstid)
-				found = atoi(e->d_name);
-			break;
-		}
-		fclose(f);
-	}
+	while ((e = readdir(d)))
+		if (isdigit((unsigned char)e->d_name[0]) && ns_tid(pid, atoi(e->d_name)) == nstid)
+			found = atoi(e->d_name);
 	closedir(d);
 	return found;
 }
