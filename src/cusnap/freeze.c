@@ -74,8 +74,9 @@ static int unlock_children_first(struct tree *t, const bool *want, CUresult *rc,
 	bool *one = calloc(n + 1, sizeof(*one));
 	CUresult *got = calloc(n + 1, sizeof(*got));
 	int ret = one && got ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n; i++) /* what is not reached reads as not done */
+		rc[i] = want[i] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 	for (size_t i = n; ret == 0 && i-- > 0;) {
-		rc[i] = CUDA_SUCCESS;
 		if (!want[i])
 			continue;
 		one[i] = true;
