@@ -282,24 +282,16 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* CUEMU_CKPT_LOG: each transition served appends "PID OP RESULT" (one
- * O_APPEND write), so that tests can see the order a controller used. */
+/* CUEMU_CKPT_LOG: each transition served appends "PID OP RESULT", so that
+ * tests can see the order a controller used. */
 static void log_transition(enum ckpt_op op, CUresult rc)
 {
 	static const char *const names[] = {[CKPT_OP_LOCK] = "lock",
 					    [CKPT_OP_CHECKPOINT] = "checkpoint",
 					    [CKPT_OP_RESTORE] = "restore",
 					    [CKPT_OP_UNLOCK] = "unlock"};
-	const char *path = getenv("CUEMU_CKPT_LOG");
-	if (!path || !*path || op < CKPT_OP_LOCK || op > CKPT_OP_UNLOCK)
-		return;
-	char line[96];
-	int n = snprintf(line, sizeof(line), "%d %s %d\n", (int)getpid(), names[op], (int)rc);
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd >= 0 && n > 0)
-		io_write_all(fd, line, (size_t)n);
-	if (fd >= 0)
-		close(fd);
+	if (op >= CKPT_OP_LOCK && op <= CKPT_OP_UNLOCK)
+		emu_record("CUEMU_CKPT_LOG", "%d %s %d\n", (int)getpid(), names[op], (int)rc);
 }
 
 static void serve(int fd)

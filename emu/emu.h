@@ -182,6 +182,9 @@ CUresult emu_fault_check(enum emu_fn fn);
  * that fired for it. */
 CUresult emu_fault_after(CUresult rc);
 const char *emu_fn_name(enum emu_fn fn);
+/* Append one line (printf-style) to the file named by environment variable
+ * env, in one O_APPEND write (unset: nothing); best effort. */
+void emu_record(const char *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* vmm.c */
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h);

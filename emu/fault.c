@@ -19,11 +19,13 @@
  * sweep takes the names it counts down. */
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/atomicfile.h"
 #include "cusnap/log.h"
 #include "emu.h"
 
@@ -117,22 +119,32 @@ void emu_fault_parse(const char *spec)
 	}
 }
 
+/* Append one line to the file named by environment variable env (unset or
+ * empty: nothing), in one O_APPEND write so that processes writing the same
+ * file at once do not interleave; best effort. */
+void emu_record(const char *env, const char *fmt, ...)
+{
+	const char *path = getenv(env);
+	if (!path || !*path)
+		return;
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	int fd = n > 0 ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+	if (fd < 0)
+		return;
+	io_write_all(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+	close(fd);
+}
+
 static void report(enum emu_fn fn, const struct fault *f)
 {
 	LOG_AT(LOG_INFO, "CUEMU_FAULT: call %u of %s fails with %s", f->nth, fn_symbol[fn], emu_result_name(f->result));
-	const char *path = getenv("CUEMU_FAULT_REPORT");
-	if (!path || !*path)
-		return;
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return;
-	char line[200];
+	/* (the sweep stops at the first N for which nothing is recorded) */
 	const char *rn = emu_result_name(f->result);
-	int n = snprintf(line, sizeof(line), "%d %s %u %s\n", (int)getpid(), fn_symbol[fn], f->nth, rn ? rn : "?");
-	if (n > 0 && write(fd, line, (size_t)n) < 0) {
-		/* best effort: the sweep then sees no fault and stops */
-	}
-	close(fd);
+	emu_record("CUEMU_FAULT_REPORT", "%d %s %u %s\n", (int)getpid(), fn_symbol[fn], f->nth, rn ? rn : "?");
 }
 
 /* Faults and the census count while the arming file exists (always, without
@@ -147,18 +159,8 @@ static bool armed(void)
 static void trace(enum emu_fn fn)
 {
 	static atomic_bool seen[EMU_FN_COUNT];
-	const char *path = getenv("CUEMU_TRACE");
-	if (!path || !*path || atomic_exchange(&seen[fn], true))
-		return;
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return;
-	char line[96];
-	int n = snprintf(line, sizeof(line), "%s\n", fn_symbol[fn]);
-	if (n > 0 && write(fd, line, (size_t)n) < 0) {
-		/* best effort */
-	}
-	close(fd);
+	if (!atomic_exchange(&seen[fn], true))
+		emu_record("CUEMU_TRACE", "%s\n", fn_symbol[fn]);
 }
 
 CUresult emu_fault_check(enum emu_fn fn)
