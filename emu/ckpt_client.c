@@ -51,19 +51,9 @@ static bool is_process(int pid)
  * or /tmp/cuemu-UID, its PID namespace's inode and its PID there. */
 static int conventional_endpoint(int pid, char *out, size_t outlen)
 {
-	char path[64], env[8192], dir[4096] = "";
-	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, env, sizeof(env) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	for (ssize_t at = 0; n > 0 && at < n; at += (ssize_t)strlen(env + at) + 1) {
-		env[n] = '\0';
-		if (!strncmp(env + at, "CUEMU_RUN_DIR=", 14) && env[at + 14])
-			snprintf(dir, sizeof(dir), "%s", env + at + 14);
-	}
+	char path[64], dir[4096] = "";
 	long uid = proc_status_field("/proc", pid, "Uid");
-	if (!dir[0])
+	if (!proc_environ_get(pid, "CUEMU_RUN_DIR", dir, sizeof(dir)) || !dir[0])
 		snprintf(dir, sizeof(dir), "/tmp/cuemu-%ld", uid);
 	struct stat ns;
 	snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);

@@ -15,5 +15,8 @@ bool path_self_dir(char *out, size_t len);
 /* Field (Tgid, PPid, ...) of PROC/PID/status as a number (proc: the proc
  * mount, "/proc"), or -1. */
 long proc_status_field(const char *proc, pid_t pid, const char *field);
+/* The value of NAME in process pid's environment (as it started, or as it has
+ * overwritten it since: absent proves nothing) into out: true when present. */
+bool proc_environ_get(pid_t pid, const char *name, char *out, size_t len);
 
 #endif

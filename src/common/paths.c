@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,4 +52,28 @@ long proc_status_field(const char *proc, pid_t pid, const char *field)
 		}
 	fclose(f);
 	return v;
+}
+
+bool proc_environ_get(pid_t pid, const char *name, char *out, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char *buf = malloc(1 << 16);
+	ssize_t n = buf ? read(fd, buf, (1 << 16) - 1) : -1;
+	close(fd);
+	if (n > 0)
+		buf[n] = '\0'; /* the last entry ends even when the read was cut short */
+	size_t nlen = strlen(name);
+	bool found = false;
+	for (const char *e = buf; n > 0 && !found && e < buf + n; e += strlen(e) + 1) {
+		if (!strncmp(e, name, nlen) && e[nlen] == '=') {
+			snprintf(out, len, "%s", e + nlen + 1);
+			found = true;
+		}
+	}
+	free(buf);
+	return found;
 }

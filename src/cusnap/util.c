@@ -67,25 +67,6 @@ void tree_free(struct tree *t)
 	memset(&t->procs, 0, sizeof(*t) - offsetof(struct tree, procs));
 }
 
-/* Does process pid's environment hold entry ("NAME=VALUE")? (A workload may
- * overwrite its environment, setproctitle does: absent proves nothing.) */
-static bool environ_has(pid_t pid, const char *entry)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	static char buf[1 << 16];
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	for (const char *e = buf; n > 0 && e < buf + n; e += strlen(e) + 1)
-		if (!strcmp(e, entry))
-			return true;
-	return false;
-}
-
 int tree_load(pid_t pid, struct tree *t)
 {
 	memset(t, 0, sizeof(*t));
@@ -127,7 +108,9 @@ int tree_load(pid_t pid, struct tree *t)
 		struct stat st;
 		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
 		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
-		p->marked = !p->shim && environ_has(p->pid, INTERPOSE_MARKER "=1");
+		char mark[8];
+		p->marked = !p->shim && proc_environ_get(p->pid, INTERPOSE_MARKER, mark, sizeof(mark)) &&
+			    !strcmp(mark, "1");
 		t->nshim += p->shim;
 		t->cuda_index[t->ncuda++] = i;
 	}
