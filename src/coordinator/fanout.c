@@ -166,10 +166,16 @@ long mc_select(const struct topo_participant *p, const struct coord_target *t, s
 size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool *sel, uint16_t rec,
 			  struct proto_buf *b)
 {
+	size_t most = 0, count = 0;
+	for (size_t i = 0; i < n; i++)
+		most += p[i].nmcs;
+	struct cusnap_id *ids = malloc((most ? most : 1) * sizeof(*ids));
+	if (!ids) {
+		b->failed = true;
+		return 0;
+	}
 	struct hmap seen = {0};
-	struct cusnap_id *ids = NULL;
-	size_t count = 0, cap = 0;
-	for (size_t i = 0; i < n && !b->failed; i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (sel && !sel[i])
 			continue;
 		struct hmap keys = {0}; /* this participant's objects with a part taken down */
@@ -179,26 +185,16 @@ size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool
 		for (size_t j = 0; j < p[i].nmaps; j++)
 			if (p[i].maps[j].detached)
 				hmap_put(&keys, p[i].maps[j].key, (void *)1);
-		for (size_t j = 0; j < p[i].nmcs && !b->failed; j++) {
+		for (size_t j = 0; j < p[i].nmcs; j++) {
 			const struct topo_mc *m = &p[i].mcs[j];
 			if ((!m->detached && !hmap_get(&keys, m->key)) || hmap_get(&seen, id_hash(&m->id)))
 				continue;
-			if (count == cap) {
-				cap = cap ? cap * 2 : 8;
-				struct cusnap_id *grown = realloc(ids, cap * sizeof(*grown));
-				if (!grown) {
-					b->failed = true;
-					break;
-				}
-				ids = grown;
-			}
 			hmap_put(&seen, id_hash(&m->id), (void *)1);
 			ids[count++] = m->id;
 		}
 		hmap_free(&keys);
 	}
-	if (!b->failed)
-		req_mc_rebuild_encode(b, rec, ids, count);
+	req_mc_rebuild_encode(b, rec, ids, count);
 	hmap_free(&seen);
 	free(ids);
 	return count;
