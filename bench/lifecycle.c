@@ -209,7 +209,7 @@ static double validate_million(size_t *records)
 	*records = (size_t)P * N * 2;
 	char err[512];
 	double t0 = now_ms();
-	int rc = coord_validate(t, p, P, err, sizeof(err));
+	int rc = coord_validate(t, p, P, NULL, err, sizeof(err));
 	double ms = now_ms() - t0;
 	if (rc)
 		fprintf(stderr, "validation: %s\n", err);

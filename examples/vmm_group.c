@@ -28,6 +28,12 @@
  * --ipc (or VMM_GROUP_IPC=1) adds what vLLM's custom all-reduce does with
  * legacy CUDA IPC between all processes (vmm_group_ipc.h).
  *
+ * --release (or VMM_GROUP_RELEASE=1): once the workers have imported, the parent
+ * unmaps and releases every shared allocation, keeping only the exported FDs
+ * (the workers carry the memory on, SYSTEM.md §6.2). After the restore it
+ * imports those cached FDs again: they must still resolve, to the memory the
+ * workers share.
+ *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
  * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
@@ -54,7 +60,8 @@
 #define PAGE 4096
 
 static int workers = 2, nallocs = 4, timeout_s = 600;
-static bool multicast;
+static bool multicast, release;
+static int kept[MAX_ALLOCS]; /* --release: the parent's cached exports */
 static size_t size = 4u << 20;
 static char control[4096];
 static char role[32] = "parent";
@@ -472,6 +479,34 @@ static int worker_main(int w, int sock)
 	return failures ? 1 : 0;
 }
 
+/* --release: the parent lets go of every shared allocation; the workers hold them. */
+static int let_go(void)
+{
+	for (int k = 0; k < nallocs; k++) {
+		CU(cuMemUnmap(allocs[k].va, size));
+		CU(cuMemAddressFree(allocs[k].va, size));
+		CU(cuMemRelease(allocs[k].handle));
+	}
+	return 0;
+}
+
+/* After the restore: the cached exports still resolve, to the memory the workers carried. */
+static int import_kept(void)
+{
+	for (int k = 0; k < nallocs; k++) {
+		CUresult rc = cuMemImportFromShareableHandle(&allocs[k].handle, (void *)(intptr_t)kept[k],
+							     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		check(rc == CUDA_SUCCESS, "allocation %d: the export cached before the checkpoint does not resolve: %s",
+		      k, cuname(rc));
+		if (rc)
+			return -1;
+		close(kept[k]);
+		if (map_at_new_va(allocs[k].handle, 0, allocs[k].device, &allocs[k].va) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int parent_main(int *socks, pid_t *pids)
 {
 	fault_role_filter();
@@ -496,7 +531,10 @@ static int parent_main(int *socks, pid_t *pids)
 		CU(cuMemExportToShareableHandle(&fd, allocs[k].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		for (int w = 0; w < workers; w++)
 			check(send_fd(socks[w], fd) == 0, "sending allocation %d to worker %d failed", k, w);
-		close(fd);
+		if (release)
+			kept[k] = fd;
+		else
+			close(fd);
 	}
 	if (multicast) {
 		int fd = -1;
@@ -514,6 +552,8 @@ static int parent_main(int *socks, pid_t *pids)
 		return 1;
 	for (int w = 0; w < workers; w++)
 		check(get(socks[w]) == 'R', "worker %d did not get ready", w);
+	if (release && let_go() < 0)
+		return 1;
 	if (failures)
 		return 1;
 	char path[4200];
@@ -531,6 +571,8 @@ static int parent_main(int *socks, pid_t *pids)
 	const char *arm = getenv("CUEMU_FAULT_ARM");
 	for (int waited = 0; arm && *arm && access(arm, F_OK) == 0 && waited < 60000; waited++)
 		usleep(1000);
+	if (release && import_kept() < 0)
+		return 1;
 	verify_local(0, true);
 	if (multicast)
 		mc_verify(0);
@@ -581,10 +623,12 @@ int main(int argc, char **argv)
 			multicast = true;
 		else if (!strcmp(argv[i], "--ipc"))
 			ipc.on = true;
+		else if (!strcmp(argv[i], "--release"))
+			release = true;
 		else {
 			fprintf(stderr,
 				"usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
-				"[--multicast] [--ipc]\n");
+				"[--multicast] [--ipc] [--release]\n");
 			return 64;
 		}
 	}
@@ -600,6 +644,8 @@ int main(int argc, char **argv)
 	multicast = multicast || (mcenv && !strcmp(mcenv, "1"));
 	const char *ipcenv = getenv("VMM_GROUP_IPC");
 	ipc.on = ipc.on || (ipcenv && !strcmp(ipcenv, "1"));
+	const char *relenv = getenv("VMM_GROUP_RELEASE");
+	release = release || (relenv && !strcmp(relenv, "1"));
 	const char *c = getenv("SNAPSHOT_CONTROL_DIR");
 	snprintf(control, sizeof(control), "%s", c && *c ? c : "/snapshot-control");
 	mkdir(control, 0700);

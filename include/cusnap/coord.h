@@ -8,12 +8,21 @@
 #include <stdbool.h>
 
 #include "cusnap/coord_client.h"
+#include "cusnap/request.h"
 
 #include "cusnap/state.h"
 
+/* The holders PREPARE names (SYSTEM.md §6.2): v is malloc'ed, its endpoints
+ * point into the topology validated. */
+struct coord_holds {
+	struct req_hold *v;
+	size_t n;
+};
 /* Topology validation (SYSTEM.md §6.5), O(records). Returns 0 or -1 with the
- * first violation, naming participant, object and rule, in err. */
-int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err, size_t errlen);
+ * first violation, naming participant, object and rule, in err. When holds is
+ * given, it receives who carries each allocation its creator let go (free v). */
+int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, struct coord_holds *holds,
+		   char *err, size_t errlen);
 /* Does the topology now (cur) match what was recorded (rec), with recorded device
  * ordinals translated by map (map[old] = new; NULL or nmap 0: unchanged)?
  * Returns 0 or -1 with err. */

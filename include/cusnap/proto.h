@@ -30,7 +30,7 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 4 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST */
+#define PROTO_MINOR 5 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -76,8 +76,9 @@ enum proto_handle_type {
 
 /* F_CAPS bits: optional operations a participant serves. A coordinator sends
  * such an operation only to a participant that set its bit. */
-#define PROTO_CAP_MULTICAST (1ull << 0)     /* PREPARE_MULTICAST, RESTORE_MULTICAST_* */
-#define PROTO_CAPS_SHIM PROTO_CAP_MULTICAST /* what this shim serves */
+#define PROTO_CAP_MULTICAST (1ull << 0) /* PREPARE_MULTICAST, RESTORE_MULTICAST_* */
+#define PROTO_CAP_HOLDERS (1ull << 1)   /* PREPARE's F_HOLD: an importer carries what its creator let go */
+#define PROTO_CAPS_SHIM (PROTO_CAP_MULTICAST | PROTO_CAP_HOLDERS) /* what this shim serves */
 
 enum proto_status {
 	PROTO_OK = 0,
@@ -158,6 +159,8 @@ enum proto_field {
 	F_MC_OFFSET = 42,     /* u64 */
 	F_MC_REBUILD = 43,    /* 16 bytes: a multicast object to rebuild; repeated (RESTORE_MULTICAST*) */
 	F_MC_IMPORTER = 44,   /* 16 bytes: a participant that imported this multicast object; repeated */
+	F_HOLD = 45,   /* allocation id 16 | creator 16 | holder 16 | the holder's endpoint; repeated (PREPARE) */
+	F_HOLDER = 46, /* u32: 0 or 1: this importer carries the allocation for the group (§6.2) */
 };
 
 struct proto_header {

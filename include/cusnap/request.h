@@ -28,9 +28,21 @@ enum proto_content proto_content_parse(const char *name);
 
 /* Decoders return PROTO_OK or a proto_status, and on a refusal say why in err. */
 
-void req_prepare_encode(struct proto_buf *b, uint16_t rec, enum proto_content content);
-/* No F_CONTENT: host (as a 1.0 coordinator meant). */
-int req_prepare_decode(const void *payload, size_t len, enum proto_content *content, char *err, size_t errlen);
+/* A shared allocation whose creator holds neither a handle nor a mapping of it
+ * any more: the importer that carries it for the group (SYSTEM.md §6.2). */
+struct req_hold {
+	struct cusnap_id alloc, creator, holder;
+	const char *endpoint; /* the holder's endpoint; decoded: endpoint_len bytes of the payload, no NUL */
+	size_t endpoint_len;
+};
+
+/* PREPARE: the content mode and the holds (n may be 0). */
+void req_prepare_encode(struct proto_buf *b, uint16_t rec, enum proto_content content, const struct req_hold *holds,
+			size_t n);
+/* No F_CONTENT: host (as a 1.0 coordinator meant). *holds is malloc'ed (NULL
+ * when *n is 0) and points into payload. */
+int req_prepare_decode(const void *payload, size_t len, enum proto_content *content, struct req_hold **holds, size_t *n,
+		       char *err, size_t errlen);
 
 /* map[old] = new ordinal, or -1 where the device keeps its ordinal. */
 void req_device_map_encode(struct proto_buf *b, uint16_t rec, const int *map, size_t n);

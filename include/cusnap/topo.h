@@ -31,7 +31,8 @@ struct topo_alloc {
 	uint32_t mappings;
 	uint64_t granularity; /* bytes */
 	uint32_t detached;
-	uint32_t binds; /* multicast binds of this memory */
+	uint32_t binds;  /* multicast binds of this memory */
+	uint32_t holder; /* an importer that carries it for the group (its creator let go) */
 };
 
 struct topo_mapping {

@@ -43,28 +43,81 @@ static int refuse(int status, char *err, size_t errlen, const char *what, uint32
 
 /* ---- PREPARE ---- */
 
-void req_prepare_encode(struct proto_buf *b, uint16_t rec, enum proto_content content)
+#define HOLD_IDS (3 * ID_LEN)
+
+void req_prepare_encode(struct proto_buf *b, uint16_t rec, enum proto_content content, const struct req_hold *holds,
+			size_t n)
 {
 	size_t at = pbuf_begin(b, rec);
 	pbuf_put_u32(b, F_CONTENT, (uint32_t)content);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t v[HOLD_IDS + 4096];
+		size_t len = holds[i].endpoint_len < 4096 ? holds[i].endpoint_len : 4096;
+		memcpy(v, holds[i].alloc.b, ID_LEN);
+		memcpy(v + ID_LEN, holds[i].creator.b, ID_LEN);
+		memcpy(v + 2 * ID_LEN, holds[i].holder.b, ID_LEN);
+		memcpy(v + HOLD_IDS, holds[i].endpoint, len);
+		pbuf_put(b, F_HOLD, v, (uint32_t)(HOLD_IDS + len));
+	}
 	pbuf_end(b, at);
 }
 
-int req_prepare_decode(const void *payload, size_t len, enum proto_content *content, char *err, size_t errlen)
+/* One F_HOLD into *h: ids and an endpoint of 1..4095 bytes, an absolute path. */
+static int hold_decode(const struct proto_rec *f, struct req_hold *h, char *err, size_t errlen)
+{
+	size_t n = f->len > HOLD_IDS ? f->len - HOLD_IDS : 0;
+	const char *ep = (const char *)f->value + HOLD_IDS;
+	if (!n || n > 4095 || ep[0] != '/' || memchr(ep, 0, n))
+		return refuse(PROTO_E_LENGTH, err, errlen, "hold entry", f->len);
+	memcpy(h->alloc.b, f->value, ID_LEN);
+	memcpy(h->creator.b, f->value + ID_LEN, ID_LEN);
+	memcpy(h->holder.b, f->value + 2 * ID_LEN, ID_LEN);
+	h->endpoint = ep;
+	h->endpoint_len = n;
+	return PROTO_OK;
+}
+
+int req_prepare_decode(const void *payload, size_t len, enum proto_content *content, struct req_hold **holds, size_t *n,
+		       char *err, size_t errlen)
 {
 	uint32_t mode = PROTO_CONTENT_HOST;
 	struct proto_field_iter it;
 	struct proto_rec f;
+	size_t cap = 0;
+	int rc = PROTO_OK;
+	*holds = NULL;
+	*n = 0;
 	request_fields(&it, payload, len);
-	while (pfield_next(&it, &f))
-		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
-			return refuse(PROTO_E_LENGTH, err, errlen, "content mode", f.len);
-	if (it.error)
-		return refuse(it.error, err, errlen, "malformed PREPARE request", (uint32_t)len);
-	if (!proto_content_name(mode)) {
+	while (rc == PROTO_OK && pfield_next(&it, &f)) {
+		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0) {
+			rc = refuse(PROTO_E_LENGTH, err, errlen, "content mode", f.len);
+		} else if (f.type == F_HOLD) {
+			if (*n == cap) {
+				cap = cap ? cap * 2 : 8;
+				struct req_hold *grown = realloc(*holds, cap * sizeof(*grown));
+				if (!grown) {
+					snprintf(err, errlen, "out of memory");
+					rc = PROTO_E_INTERNAL;
+					break;
+				}
+				*holds = grown;
+			}
+			rc = hold_decode(&f, &(*holds)[*n], err, errlen);
+			*n += rc == PROTO_OK;
+		}
+	}
+	if (rc == PROTO_OK && it.error)
+		rc = refuse(it.error, err, errlen, "malformed PREPARE request", (uint32_t)len);
+	if (rc == PROTO_OK && !proto_content_name(mode)) {
 		snprintf(err, errlen, "content mode %u is neither host (%d) nor native (%d)", mode, PROTO_CONTENT_HOST,
 			 PROTO_CONTENT_NATIVE);
-		return PROTO_E_MALFORMED;
+		rc = PROTO_E_MALFORMED;
+	}
+	if (rc != PROTO_OK) {
+		free(*holds);
+		*holds = NULL;
+		*n = 0;
+		return rc;
 	}
 	*content = (enum proto_content)mode;
 	return PROTO_OK;

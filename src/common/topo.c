@@ -66,6 +66,7 @@ static int decode_alloc(const struct proto_rec *r, struct topo_alloc *a)
 		case F_GRANULARITY: rc = prec_u64(&f, &a->granularity); break;
 		case F_DETACHED: rc = prec_u32(&f, &a->detached); break;
 		case F_BINDS: rc = prec_u32(&f, &a->binds); break;
+		case F_HOLDER: rc = prec_u32(&f, &a->holder); break;
 		default: break;
 		}
 	}
@@ -246,6 +247,8 @@ void topo_encode_alloc(struct proto_buf *b, const struct topo_alloc *a)
 	pbuf_put_u64(b, F_GRANULARITY, a->granularity);
 	pbuf_put_u32(b, F_DETACHED, a->detached);
 	pbuf_put_u32(b, F_BINDS, a->binds);
+	if (a->holder)
+		pbuf_put_u32(b, F_HOLDER, a->holder);
 	pbuf_end(b, at);
 }
 

@@ -39,11 +39,12 @@ struct run {
 	bool *touched; /* prepare: who an abort must rebuild */
 	bool *mc_sel;  /* who is sent the multicast steps */
 	struct topo_participant *before, *now;
-	bool have_now;        /* now[] holds the selected participants' records */
-	bool tolerate;        /* abort: participants ACTIVE or gone are left out */
-	struct state st;      /* restore: the state file */
-	struct proto_buf req; /* RESTORE_CREATORS' request (a device map, or none) */
-	char note[256];       /* what the stage's progress line adds */
+	bool have_now;            /* now[] holds the selected participants' records */
+	bool tolerate;            /* abort: participants ACTIVE or gone are left out */
+	struct state st;          /* restore: the state file */
+	struct proto_buf req;     /* RESTORE_CREATORS' request (a device map, or none) */
+	struct coord_holds holds; /* prepare: who carries what its creator let go */
+	char note[256];           /* what the stage's progress line adds */
 };
 
 struct stage {
@@ -123,7 +124,7 @@ static int inspect_before(struct run *x)
 static int validate(struct run *x)
 {
 	char why[1800];
-	if (coord_validate(x->t, x->before, x->n, why, sizeof(why)) < 0) {
+	if (coord_validate(x->t, x->before, x->n, &x->holds, why, sizeof(why)) < 0) {
 		snprintf(x->r->error, sizeof(x->r->error), "validation: %s", why);
 		return -1;
 	}
@@ -181,7 +182,7 @@ static int prepare_multicast(struct run *x)
 static int prepare_unicast(struct run *x)
 {
 	struct proto_buf b = {0};
-	req_prepare_encode(&b, request_record(x), (enum proto_content)x->o->content);
+	req_prepare_encode(&b, request_record(x), (enum proto_content)x->o->content, x->holds.v, x->holds.n);
 	if (b.failed) {
 		pbuf_free(&b);
 		return oom(x);
@@ -193,7 +194,8 @@ static int prepare_unicast(struct run *x)
 		stage_error(x->r, &x->calls[bad], "PREPARE");
 		return -1;
 	}
-	note(x, "%" PRIu64 " bytes copied (%s content)", x->r->bytes, proto_content_name((uint32_t)x->o->content));
+	note(x, "%" PRIu64 " bytes copied (%s content)%s", x->r->bytes, proto_content_name((uint32_t)x->o->content),
+	     x->holds.n ? ", importers carry what their creators let go" : "");
 	return 0;
 }
 
@@ -417,6 +419,7 @@ static void run_end(struct run *x)
 	free(x->mc_sel);
 	free_calls(x->calls, x->n);
 	pbuf_free(&x->req);
+	free(x->holds.v);
 }
 
 static int abort_selected(struct run *x)

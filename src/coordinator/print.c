@@ -59,12 +59,12 @@ static json_t *participant_json(const struct coord_target *t, const struct topo_
 	for (size_t j = 0; j < p->nallocs; j++) {
 		const struct topo_alloc *a = &p->allocs[j];
 		json_array_append_new(allocs,
-				      json_pack("{s:o, s:o, s:s, s:o, s:b, s:o, s:i, s:i, s:i, s:i, s:i}", "id",
+				      json_pack("{s:o, s:o, s:s, s:o, s:b, s:o, s:i, s:i, s:i, s:i, s:i, s:b}", "id",
 						json_id(&a->id), "key", JINT(a->key), "role", topo_role_name(a->role),
 						"creator", json_id(&a->creator), "shared", a->shared, "size",
 						JINT(a->size), "device", a->device, "handle_types",
 						(int)a->handle_types, "shared_types", (int)a->shared_types, "handles",
-						(int)a->handles, "mappings", (int)a->mappings));
+						(int)a->handles, "mappings", (int)a->mappings, "holder", a->holder));
 	}
 	for (size_t j = 0; j < p->nmaps; j++) {
 		const struct topo_mapping *m = &p->maps[j];

@@ -8,19 +8,114 @@
 
 #include "cusnap/coord.h"
 #include "cusnap/hmap.h"
+#include "cusnap/request.h"
 
 struct creator_ref {
 	size_t part;
 	const struct topo_alloc *alloc;
 };
 
-int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err, size_t errlen)
+/* The allocation whose id is a's in map m, or NULL. */
+static struct creator_ref *ref_of(const struct hmap *m, const struct topo_alloc *a)
+{
+	struct creator_ref *c = hmap_get(m, id_hash(&a->id));
+	return c && id_equal(&c->alloc->id, &a->id) ? c : NULL;
+}
+
+/* (ns pid, pid) order: the holder is the importer first in it (SYSTEM.md §6.2). */
+static bool before(const struct coord_target *t, size_t i, size_t j)
+{
+	return t[i].ns != t[j].ns ? t[i].ns < t[j].ns : t[i].obs < t[j].obs;
+}
+
+/* Every shared allocation that no participant holds as its creator: the
+ * importer that carries it (its creator must be in the group), into holders
+ * and, when wanted, the request's list. */
+static int pick_holders(const struct coord_target *t, const struct topo_participant *p, size_t n,
+			const struct hmap *ids, const struct hmap *creators, struct hmap *holders,
+			struct creator_ref *refs, size_t *nrefs, struct coord_holds *out, char *err, size_t errlen)
 {
 	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			if (!a->shared || a->role != PROTO_ROLE_IMPORTER || ref_of(creators, a))
+				continue;
+			const struct topo_participant *cp = hmap_get(ids, id_hash(&a->creator));
+			if (!cp || !id_equal(&cp->id, &a->creator)) {
+				id_hex(&a->id, hex);
+				id_hex(&a->creator, hex2);
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s is imported from participant %s, which "
+					 "is not in the group (partial group)",
+					 t[i].obs, t[i].ns, hex, hex2);
+				return -1;
+			}
+			struct creator_ref *h = ref_of(holders, a);
+			if (h && (h->part == i || before(t, h->part, i)))
+				continue;
+			if (h) {
+				*h = (struct creator_ref){i, a};
+				continue;
+			}
+			refs[*nrefs] = (struct creator_ref){i, a};
+			if (hmap_put(holders, id_hash(&a->id), &refs[(*nrefs)++]) < 0) {
+				snprintf(err, errlen, "out of memory");
+				return -1;
+			}
+		}
+	}
+	size_t want = holders->len;
+	if (!want)
+		return 0;
+	if (out && !(out->v = calloc(want, sizeof(*out->v)))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t k = 0; k < holders->cap; k++) {
+		const struct creator_ref *h = holders->keys[k] ? holders->vals[k] : NULL;
+		if (!h)
+			continue;
+		const struct topo_participant *hp = &p[h->part];
+		const struct topo_participant *cp = hmap_get(ids, id_hash(&h->alloc->creator));
+		size_t ci = (size_t)(cp - p);
+		const struct topo_participant *old = !(hp->caps & PROTO_CAP_HOLDERS)   ? hp
+						     : !(cp->caps & PROTO_CAP_HOLDERS) ? cp
+										       : NULL;
+		if (old) {
+			size_t oi = (size_t)(old - p);
+			id_hex(&h->alloc->id, hex);
+			snprintf(err, errlen,
+				 "participant %d (ns %d): allocation %s: its creator, participant %d (ns %d), holds "
+				 "neither a handle nor a mapping of it, and the interposer of participant %d (ns %d) "
+				 "is too old to let an importer carry it (protocol 1.%u)",
+				 t[h->part].obs, t[h->part].ns, hex, t[ci].obs, t[ci].ns, t[oi].obs, t[oi].ns,
+				 old->minor);
+			free(out ? out->v : NULL);
+			if (out)
+				out->v = NULL;
+			return -1;
+		}
+		if (out)
+			out->v[out->n++] = (struct req_hold){.alloc = h->alloc->id,
+							     .creator = h->alloc->creator,
+							     .holder = hp->id,
+							     .endpoint = hp->endpoint,
+							     .endpoint_len = strlen(hp->endpoint)};
+	}
+	return 0;
+}
+
+int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, struct coord_holds *holds,
+		   char *err, size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1];
 	int rc = -1;
-	struct hmap ids = {0}, creators = {0};
+	struct hmap ids = {0}, creators = {0}, holders = {0};
 	struct creator_ref *refs = NULL;
 	size_t total = 0;
+	if (holds)
+		*holds = (struct coord_holds){0};
 	if (!n) {
 		snprintf(err, errlen, "no participants");
 		return -1;
@@ -49,15 +144,15 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 		if (hmap_put(&ids, id_hash(&p[i].id), (void *)&p[i]) < 0)
 			goto oom;
 	}
-	/* Shared allocations: exactly one creator among the participants, anchored. */
+	/* Shared allocations: at most one creator among the participants, anchored. */
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = 0; j < p[i].nallocs; j++) {
 			const struct topo_alloc *a = &p[i].allocs[j];
-			if (!a->shared || a->role != 1)
+			if (!a->shared || a->role != PROTO_ROLE_CREATOR)
 				continue;
 			id_hex(&a->id, hex);
-			struct creator_ref *prev = hmap_get(&creators, id_hash(&a->id));
-			if (prev && id_equal(&prev->alloc->id, &a->id)) {
+			struct creator_ref *prev = ref_of(&creators, a);
+			if (prev) {
 				snprintf(err, errlen,
 					 "allocation %s has two creators: participant %d (ns %d) and %d (ns %d)", hex,
 					 t[prev->part].obs, t[prev->part].ns, t[i].obs, t[i].ns);
@@ -71,10 +166,10 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				goto out;
 			}
 			if (!a->handles && !a->mappings && !a->binds) {
+				/* (the shim forgets such a record: it cannot be prepared) */
 				snprintf(err, errlen,
-					 "participant %d (ns %d): allocation %s: the creator holds neither a handle "
-					 "nor a mapping "
-					 "(an exported FD alone cannot anchor it)",
+					 "participant %d (ns %d): allocation %s: the creator's record holds neither a "
+					 "handle nor a mapping",
 					 t[i].obs, t[i].ns, hex);
 				goto out;
 			}
@@ -83,6 +178,9 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				goto oom;
 		}
 	}
+	/* The others: an importer carries each (or the group is partial). */
+	if (pick_holders(t, p, n, &ids, &creators, &holders, refs, &nrefs, holds, err, errlen) < 0)
+		goto out;
 	for (size_t i = 0; i < n; i++) {
 		struct hmap keys = {0};
 		for (size_t j = 0; j < p[i].nallocs; j++) {
@@ -98,37 +196,15 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 				goto out;
 			}
 			if (a->role == PROTO_ROLE_IMPORTER) {
-				struct creator_ref *c = hmap_get(&creators, id_hash(&a->id));
-				if (!c || !id_equal(&c->alloc->id, &a->id)) {
-					id_hex(&a->creator, hex2);
-					const struct topo_participant *cp = hmap_get(&ids, id_hash(&a->creator));
-					if (cp && id_equal(&cp->id, &a->creator)) {
-						size_t ci = (size_t)(cp - p);
-						snprintf(err, errlen,
-							 "participant %d (ns %d): allocation %s: its creator, "
-							 "participant %d (ns %d), "
-							 "holds neither a handle nor a mapping of it (an exported FD "
-							 "alone cannot "
-							 "anchor it)",
-							 t[i].obs, t[i].ns, hex, t[ci].obs, t[ci].ns);
-						hmap_free(&keys);
-						goto out;
-					}
+				const struct creator_ref *c = ref_of(&creators, a);
+				c = c ? c : ref_of(&holders, a);
+				if (c && (c->alloc->size != a->size || c->alloc->device != a->device ||
+					  c->alloc->handle_types != a->handle_types)) {
 					snprintf(err, errlen,
-						 "participant %d (ns %d): allocation %s is imported from participant "
-						 "%s, which is not "
-						 "in the group (partial group)",
-						 t[i].obs, t[i].ns, hex, hex2);
-					hmap_free(&keys);
-					goto out;
-				}
-				if (c->alloc->size != a->size || c->alloc->device != a->device ||
-				    c->alloc->handle_types != a->handle_types) {
-					snprintf(err, errlen,
-						 "participant %d (ns %d): allocation %s: importer and creator disagree "
+						 "participant %d (ns %d): allocation %s: importer and %s disagree "
 						 "(size %" PRIu64 "/%" PRIu64 ", device %d/%d)",
-						 t[i].obs, t[i].ns, hex, a->size, c->alloc->size, a->device,
-						 c->alloc->device);
+						 t[i].obs, t[i].ns, hex, ref_of(&creators, a) ? "creator" : "holder",
+						 a->size, c->alloc->size, a->device, c->alloc->device);
 					hmap_free(&keys);
 					goto out;
 				}
@@ -184,8 +260,13 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 oom:
 	snprintf(err, errlen, "out of memory");
 out:
+	if (rc < 0 && holds) {
+		free(holds->v);
+		*holds = (struct coord_holds){0};
+	}
 	hmap_free(&ids);
 	hmap_free(&creators);
+	hmap_free(&holders);
 	free(refs);
 	return rc;
 }

@@ -7,13 +7,20 @@
  * and exports_export calls the driver while it holds exp_lock. So EXPORT never
  * exports a handle that was released (and perhaps reused by the driver) after
  * it was looked up. EXPORT takes only exp_lock, never tbl.lock, which wrappers
- * hold across driver calls; the lock order is tbl.lock, then exp_lock. */
+ * hold across driver calls; the lock order is tbl.lock, then exp_lock.
+ *
+ * An allocation this process created and let go, which an importer carries for
+ * the group (SYSTEM.md §6.2), keeps a forwarding entry: EXPORT of it is asked of
+ * the holder, which checks the token, so that a capability handed out by this
+ * process still resolves. PREPARE sets these entries anew each time. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cusnap/proto.h"
+#include "cusnap/request.h"
 #include "shim.h"
 
 struct export_entry {
@@ -25,6 +32,7 @@ struct export_entry {
 	int device;                  /* whose primary context serves the export */
 	struct cusnap_id *importers; /* multicast objects: the participants that redeemed it */
 	size_t nimporters;
+	char *forward; /* set: no record here; the holder's endpoint serves its EXPORT */
 };
 
 static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -39,7 +47,14 @@ static struct export_entry *entry_of(const struct cusnap_id *alloc_id)
 
 static bool exported(const struct shim_alloc *a)
 {
-	return a->role == SHIM_ROLE_CREATOR && !id_is_zero(&a->token);
+	return (a->role == SHIM_ROLE_CREATOR || a->holder) && !id_is_zero(&a->token);
+}
+
+static void entry_free(struct export_entry *e)
+{
+	free(e->importers);
+	free(e->forward);
+	free(e);
 }
 
 /* Make a's entry say what a holds now. Caller holds exp_lock. Returns 0,
@@ -59,6 +74,8 @@ static int sync_locked(const struct shim_alloc *a)
 		}
 		e->alloc_id = a->id;
 	}
+	free(e->forward); /* a record here now: it serves the export itself */
+	e->forward = NULL;
 	e->token = a->token;
 	e->driver = a->driver_ref ? a->driver : 0;
 	e->size = a->mc ? a->mc->prop.size : a->size;
@@ -112,10 +129,47 @@ void exports_forget(const struct shim_alloc *a)
 	struct export_entry *e = entry_of(&a->id);
 	if (e) {
 		hmap_del(&exports, id_hash(&a->id));
-		free(e->importers);
-		free(e);
+		entry_free(e);
 	}
 	pthread_mutex_unlock(&exp_lock);
+}
+
+int exports_set_forwards(const struct req_hold *holds, size_t n, const struct cusnap_id *me, const char *self)
+{
+	pthread_mutex_lock(&exp_lock);
+	/* The forwards of the last PREPARE go (collected first: a removal moves entries). */
+	size_t nold = 0;
+	uint64_t *old = malloc((exports.len ? exports.len : 1) * sizeof(*old));
+	int rc = old ? 0 : -ENOMEM;
+	for (size_t i = 0; old && i < exports.cap; i++) {
+		const struct export_entry *e = exports.keys[i] ? exports.vals[i] : NULL;
+		if (e && e->forward)
+			old[nold++] = exports.keys[i];
+	}
+	for (size_t i = 0; i < nold; i++)
+		entry_free(hmap_del(&exports, old[i]));
+	free(old);
+	for (size_t i = 0; !rc && i < n; i++) {
+		const struct req_hold *h = &holds[i];
+		if (!id_equal(&h->creator, me) || id_equal(&h->holder, me) ||
+		    (h->endpoint_len == strlen(self) && !memcmp(h->endpoint, self, h->endpoint_len)))
+			continue;
+		if (hmap_get(&exports, id_hash(&h->alloc)))
+			continue; /* a record of this process serves it (or another id has its hash) */
+		struct export_entry *e = calloc(1, sizeof(*e));
+		char *to = e ? strndup(h->endpoint, h->endpoint_len) : NULL;
+		if (!to || hmap_put(&exports, id_hash(&h->alloc), e) < 0) {
+			free(to);
+			free(e);
+			rc = -ENOMEM;
+			break;
+		}
+		e->alloc_id = h->alloc;
+		e->forward = to;
+		e->device = -1;
+	}
+	pthread_mutex_unlock(&exp_lock);
+	return rc;
 }
 
 /* Remember that participant who redeemed multicast object e. Caller holds exp_lock. */
@@ -153,11 +207,36 @@ static int refused(int rc, const struct cusnap_id *id, const char *why, char *er
 	return rc;
 }
 
+/* EXPORT asked of the process that carries the allocation now (its token is checked there). */
+static int export_forwarded(const struct export_request *q, const char *holder, struct shim_export_info *info, int *fd,
+			    char *err, size_t errlen)
+{
+	struct shim_cap cap = {.alloc_id = q->alloc_id, .token = q->token};
+	snprintf(cap.endpoint, sizeof(cap.endpoint), "%s", holder);
+	char why[700];
+	int sock = -1;
+	*fd = cap_redeem_on(&sock, &cap, info, why, sizeof(why));
+	if (sock >= 0)
+		close(sock);
+	if (*fd >= 0)
+		return PROTO_OK;
+	char what[800];
+	snprintf(what, sizeof(what), ": carried by another participant: %s", why);
+	return refused(PROTO_E_NOT_FOUND, &q->alloc_id, what, err, errlen);
+}
+
 int exports_export(const struct export_request *q, struct shim_export_info *info, int *fd, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&exp_lock);
 	struct export_entry *e = entry_of(&q->alloc_id);
 	int rc = PROTO_OK;
+	if (e && e->forward) {
+		/* Never across a round trip with the lock held. */
+		char holder[4200];
+		snprintf(holder, sizeof(holder), "%s", e->forward);
+		pthread_mutex_unlock(&exp_lock);
+		return export_forwarded(q, holder, info, fd, err, errlen);
+	}
 	if (!e) {
 		rc = refused(PROTO_E_NOT_FOUND, &q->alloc_id, " is not exported by this participant", err, errlen);
 	} else if (!id_equal_ct(&e->token, &q->token)) {

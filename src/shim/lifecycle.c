@@ -186,6 +186,13 @@ static CUresult take_down_creator(struct shim_alloc *a, struct life_result *r)
 	return CUDA_SUCCESS;
 }
 
+/* A creator, or an importer carrying the allocation in its creator's place:
+ * prepared and rebuilt as the creator is. */
+static bool carries(const struct shim_alloc *a)
+{
+	return a->role == SHIM_ROLE_CREATOR || a->holder;
+}
+
 static bool untouched(const struct shim_alloc *a)
 {
 	bool touched = a->detached || a->carrier;
@@ -194,15 +201,16 @@ static bool untouched(const struct shim_alloc *a)
 	return !touched;
 }
 
-/* The allocations (not multicast objects) of a role, shared only when asked,
- * in device order; NULL (out of memory, said in r). */
-static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t *n, struct life_result *r)
+/* The allocations (not multicast objects) that carry their memory (or the
+ * other importers), shared only when asked, in device order; NULL (out of
+ * memory, said in r). */
+static struct shim_alloc **collect(bool carriers, bool shared_only, size_t *n, struct life_result *r)
 {
 	struct shim_alloc **list = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(*list));
 	*n = 0;
 	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && !a->mc && a->role == role && (a->shared || !shared_only))
+		if (tbl.allocs.keys[i] && !a->mc && carries(a) == carriers && (a->shared || !shared_only))
 			list[(*n)++] = a;
 	}
 	if (list)
@@ -212,14 +220,14 @@ static struct shim_alloc **collect(enum shim_role role, bool shared_only, size_t
 	return list;
 }
 
-/* Every shared allocation this process created: anchored, its bytes copied out
+/* Every shared allocation this process created or carries: anchored, its bytes copied out
  * together (host), then taken down. On a failure, what was taken down stays so
  * for the abort; an allocation left untouched gives back the reference taken for it
  * and its copy. */
 static CUresult prepare_creators(struct life_result *r)
 {
 	size_t n;
-	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, true, &n, r);
+	struct shim_alloc **list = collect(true, true, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = CUDA_SUCCESS;
@@ -254,11 +262,10 @@ static CUresult prepare_importer(struct shim_alloc *a, struct life_result *r)
 	return CUDA_SUCCESS;
 }
 
-static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_alloc *, struct life_result *),
-				struct life_result *r)
+static CUresult for_each_shared_import(CUresult (*fn)(struct shim_alloc *, struct life_result *), struct life_result *r)
 {
 	size_t n;
-	struct shim_alloc **list = collect(role, true, &n, r);
+	struct shim_alloc **list = collect(false, true, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = CUDA_SUCCESS;
@@ -270,10 +277,61 @@ static CUresult for_each_shared(enum shim_role role, CUresult (*fn)(struct shim_
 	return rc;
 }
 
+/* The importer records that carry their allocation this time: the first
+ * record of each allocation the holds name this process for; and the
+ * forwarding entries of what this process created and another carries.
+ * Caller holds tbl.lock. */
+static int apply_holds(const struct req_hold *holds, size_t n, struct life_result *r)
+{
+	const struct shim_identity *me = shim_self();
+	struct hmap mine = {0};
+	for (size_t i = 0; me && i < n; i++) {
+		if (id_equal(&holds[i].holder, &me->id) &&
+		    hmap_put(&mine, id_hash(&holds[i].alloc), (void *)&holds[i]) < 0) {
+			hmap_free(&mine);
+			life_fail(r, NULL, "out of memory");
+			return PROTO_E_INTERNAL;
+		}
+	}
+	for (size_t i = 0; i < tbl.allocs.cap; i++) {
+		struct shim_alloc *a = tbl.allocs.vals[i];
+		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER)
+			continue;
+		const struct req_hold *h = hmap_get(&mine, id_hash(&a->id));
+		bool wanted = h && id_equal(&h->alloc, &a->id);
+		if (wanted)
+			hmap_del(&mine, id_hash(&a->id)); /* one record carries it */
+		if (a->holder && !wanted)
+			exports_forget(a); /* another carries it now */
+		a->holder = wanted;
+	}
+	int rc = PROTO_OK;
+	for (size_t i = 0; rc == PROTO_OK && i < mine.cap; i++) {
+		const struct req_hold *h = mine.keys[i] ? mine.vals[i] : NULL;
+		if (h) {
+			char hex[ID_HEX_LEN + 1];
+			id_hex(&h->alloc, hex);
+			life_fail(r, NULL, "named the holder of allocation %s, which it does not hold", hex);
+			rc = PROTO_E_NOT_FOUND;
+		}
+	}
+	hmap_free(&mine);
+	if (rc == PROTO_OK && me && exports_set_forwards(holds, n, &me->id, me->endpoint) < 0) {
+		life_fail(r, NULL, "out of memory recording who carries its allocations");
+		rc = PROTO_E_INTERNAL;
+	}
+	return rc;
+}
+
 static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 {
 	enum proto_content mode;
-	int st = req_prepare_decode(payload, len, &mode, r->msg, sizeof(r->msg));
+	struct req_hold *holds;
+	size_t nholds;
+	int st = req_prepare_decode(payload, len, &mode, &holds, &nholds, r->msg, sizeof(r->msg));
+	if (st == PROTO_OK)
+		st = apply_holds(holds, nholds, r);
+	free(holds);
 	if (st != PROTO_OK)
 		return st;
 	content = mode;
@@ -289,8 +347,8 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 			}
 		}
 	}
-	/* Importers first: a creator's allocation then has no importer left. */
-	CUresult rc = for_each_shared(SHIM_ROLE_IMPORTER, prepare_importer, r);
+	/* Importers first: a creator's (or holder's) allocation then has no importer left. */
+	CUresult rc = for_each_shared_import(prepare_importer, r);
 	if (!rc)
 		rc = prepare_creators(r);
 	if (rc)
@@ -346,7 +404,7 @@ static CUresult reattach_creator(struct shim_alloc *a, struct life_result *r)
 static CUresult restore_creators(struct life_result *r)
 {
 	size_t n, k = 0, fresh = 0;
-	struct shim_alloc **list = collect(SHIM_ROLE_CREATOR, false, &n, r);
+	struct shim_alloc **list = collect(true, false, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < n; i++) {
@@ -452,7 +510,7 @@ static int op_restore_importers(struct life_result *r)
 	 * and redeemed again, so that all of them name what the creators hold now. */
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER || a->detached)
+		if (!tbl.allocs.keys[i] || a->mc || carries(a) || a->detached)
 			continue;
 		CUresult rc = prepare_importer(a, r);
 		if (rc) {
@@ -462,13 +520,13 @@ static int op_restore_importers(struct life_result *r)
 	}
 	for (size_t i = 0; i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		n += tbl.allocs.keys[i] && !a->mc && a->role == SHIM_ROLE_IMPORTER && a->detached;
+		n += tbl.allocs.keys[i] && !a->mc && !carries(a) && a->detached;
 	}
 	struct pending_import *list = calloc(n ? n : 1, sizeof(*list));
 	size_t k = 0;
 	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER || !a->detached)
+		if (!tbl.allocs.keys[i] || a->mc || carries(a) || !a->detached)
 			continue;
 		list[k].key = a->key;
 		list[k].dev = ctx_device_of(a);

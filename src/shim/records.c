@@ -60,6 +60,7 @@ static void put_alloc(struct proto_buf *b, const struct shim_alloc *a)
 		.granularity = a->granularity,
 		.detached = a->detached,
 		.binds = (uint32_t)a->mc_binds,
+		.holder = a->holder,
 	};
 	topo_encode_alloc(b, &t);
 }

@@ -140,6 +140,7 @@ struct shim_alloc {
 	size_t mc_binds;                     /* multicast binds of this memory (the shim keeps a reference meanwhile) */
 	struct shim_mc *mc;                  /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
+	bool holder;   /* an importer that carries the allocation for the group: its creator let go (§6.2) */
 	bool detached; /* prepare released the driver's allocation */
 	bool carrier;  /* native mode: the shim took a reference to keep it */
 	void *saved;   /* host mode: the bytes while detached */
@@ -415,6 +416,11 @@ CUresult alloc_release_driver(struct shim_alloc *a);
 int exports_publish(const struct shim_alloc *a);
 /* Its entry goes with the record. */
 void exports_forget(const struct shim_alloc *a);
+struct req_hold;
+/* PREPARE's holds: every allocation participant me (endpoint self) created and
+ * another carries gets a forwarding entry; those of the last PREPARE go. 0 or
+ * -ENOMEM. */
+int exports_set_forwards(const struct req_hold *holds, size_t n, const struct cusnap_id *me, const char *self);
 /* The participants that redeemed multicast object alloc_id: a malloc'd array in
  * *out (NULL when none), its length returned. */
 size_t exports_importers(const struct cusnap_id *alloc_id, struct cusnap_id **out);

@@ -167,6 +167,19 @@ static void legacy_ipc(void)
 	dump_kill_restore_group("native", wrapper, "ipc4n", 3, env);
 }
 
+/* A creator that let go of what it shared: the first worker carries it
+ * through the dump and the restore, the other is rebuilt as its importer, and
+ * the parent's cached exports resolve after it (SYSTEM.md §6.2). */
+static void creator_let_go(void)
+{
+	char *env[] = {"VMM_GROUP_RELEASE=1", NULL};
+	dump_kill_restore_group("host", NULL, "letgo-h", 2, env);
+	if (access("/usr/bin/unshare", X_OK) || access("/usr/bin/setsid", X_OK))
+		SKIP("unshare/setsid missing");
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", "/usr/bin/setsid", NULL};
+	dump_kill_restore_group("native", wrapper, "letgo-n", 2, env);
+}
+
 static void host_pidns_host_content(void)
 {
 	dump_kill_restore("host", NULL, "hh");
@@ -557,6 +570,9 @@ int main(void)
 	test_run("multicast groups of 2 and 4 processes over 2 devices: checkpoint, kill, restore", multicast);
 	test_run("legacy IPC groups of 2 and 4 (host, native): checkpoint, kill, restore in their own PID namespace",
 		 legacy_ipc);
+	test_run("a creator that let go: an importer carries it through dump and restore (host; native in a PID "
+		 "namespace)",
+		 creator_let_go);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
 	e2e_done();

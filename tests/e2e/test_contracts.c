@@ -108,10 +108,20 @@ static void validation_refusals(void)
 		 0);
 	free(out);
 	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
-	/* The creator drops its handle and mapping: only capabilities remain. */
+	/* The creator drops its handle and mapping: the importer carries the
+	 * memory (SYSTEM.md §6.2), and its bytes come back. */
 	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
-	CHECK_EQ(prepare(ctl, dir, &out, c, i), 1);
-	CHECK_CONTAINS(out, "holds neither a handle nor a mapping");
+	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
+	CHECK_CONTAINS(out, "importers carry what their creators let go");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi,
+		      pi, NULL),
+		 0);
+	free(out);
+	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
+	/* Without its creator's process it is still a partial group. */
+	CHECK_EQ(prepare(ctl, dir, &out, i, 0), 1);
+	CHECK_CONTAINS(out, "partial group");
 	free(out);
 	kill(c, SIGKILL);
 	kill(i, SIGKILL);
@@ -330,7 +340,8 @@ int main(void)
 	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("guard rails: cusnap's ancestors and PID 1 refused, a thread id is its process", guard_rails);
-	test_run("validation refusals: partial group, no anchor, FABRIC sharing", validation_refusals);
+	test_run("validation: partial group refused, an importer carries what its creator let go, FABRIC refused",
+		 validation_refusals);
 	test_run("partial interposition refused before anything changes (the launcher's marker too)",
 		 partial_interposition);
 	test_run("the agent's argv shapes, in a PID namespace", contract_shapes);

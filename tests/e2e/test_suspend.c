@@ -53,6 +53,41 @@ static void native_content(void)
 	round_trip("native");
 }
 
+/* A creator that let go of what it shared (SYSTEM.md §6.2): the first worker
+ * carries each allocation, the other is rebuilt as its importer, and the
+ * parent's exports, cached from before, resolve after the resume (the
+ * workload checks bytes, addresses, handles and sharing both ways). */
+static void creator_let_go(const char *content)
+{
+	struct group g;
+	char *env[] = {"VMM_GROUP_RELEASE=1", NULL};
+	if (group_start(&g, content, 2, 4, false, NULL, env, NULL) < 0)
+		return;
+	char *out;
+	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
+	CHECK_CONTAINS(out, "importers carry what their creators let go");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"role\":\"creator\""), 0);
+	CHECK_EQ(count_of(json, "\"holder\":true"), 4); /* one worker, each allocation once */
+	free(json);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	CHECK_CONTAINS(out, "topology identical");
+	free(out);
+	CHECK_EQ(group_finish(&g), 3);
+	group_kill(&g);
+}
+
+static void let_go_host(void)
+{
+	creator_let_go("host");
+}
+
+static void let_go_native(void)
+{
+	creator_let_go("native");
+}
+
 /* Resume completes children before parents: the restores run concurrently,
  * then each process is unlocked after every process below it in the tree
  * (cuemu's CUEMU_CKPT_LOG records the order the driver saw). */
@@ -385,6 +420,8 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
+	test_run("a creator that let go: an importer carries, host content", let_go_host);
+	test_run("a creator that let go: an importer carries, native content", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);
 	test_run("context switches per device and step, one cuMemSetAccess per mapping", context_switches_do_not_grow);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);

@@ -53,7 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* The lifecycle requests, as the shim decodes them. */
 	char err[256];
 	enum proto_content content;
-	req_prepare_decode(data, size, &content, err, sizeof(err));
+	struct req_hold *holds;
+	size_t nholds;
+	if (req_prepare_decode(data, size, &content, &holds, &nholds, err, sizeof(err)) == PROTO_OK)
+		free(holds);
 	int map[PROTO_MAX_DEVICES];
 	size_t pairs;
 	if (req_device_map_decode(data, size, map, &pairs, err, sizeof(err)) == PROTO_OK)

@@ -34,6 +34,17 @@ static void content_names(void)
 	CHECK_EQ(proto_content_parse(NULL), 0);
 }
 
+/* The content mode alone (the holds checked to be none). */
+static int prepare_decode(const void *payload, size_t len, enum proto_content *c, char *err, size_t errlen)
+{
+	struct req_hold *holds = (struct req_hold *)1;
+	size_t n = 7;
+	int rc = req_prepare_decode(payload, len, c, &holds, &n, err, errlen);
+	CHECK(holds == NULL);
+	CHECK_EQ(n, 0);
+	return rc;
+}
+
 static void prepare_request(void)
 {
 	static const uint8_t golden[] = {
@@ -41,35 +52,101 @@ static void prepare_request(void)
 		0x1f, 0x00, 0x04, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, /* F_CONTENT = native */
 	};
 	struct proto_buf b = {0};
-	req_prepare_encode(&b, REC_REQUEST, PROTO_CONTENT_NATIVE);
+	req_prepare_encode(&b, REC_REQUEST, PROTO_CONTENT_NATIVE, NULL, 0);
 	CHECK(same_bytes(&b, golden, sizeof(golden)));
 	char err[256] = "";
 	enum proto_content c = 0;
-	CHECK_EQ(req_prepare_decode(golden, sizeof(golden), &c, err, sizeof(err)), PROTO_OK);
+	CHECK_EQ(prepare_decode(golden, sizeof(golden), &c, err, sizeof(err)), PROTO_OK);
 	CHECK_EQ(c, PROTO_CONTENT_NATIVE);
 	pbuf_free(&b);
 	/* A 1.3 coordinator's form: the same fields in REC_RESULT. */
-	req_prepare_encode(&b, REC_RESULT, PROTO_CONTENT_NATIVE);
+	req_prepare_encode(&b, REC_RESULT, PROTO_CONTENT_NATIVE, NULL, 0);
 	CHECK_EQ(b.data[0], REC_RESULT);
 	c = 0;
-	CHECK_EQ(req_prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_OK);
+	CHECK_EQ(prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_OK);
 	CHECK_EQ(c, PROTO_CONTENT_NATIVE);
 	pbuf_free(&b);
 	/* No field (a 1.0 coordinator): host. */
 	c = 0;
-	CHECK_EQ(req_prepare_decode(NULL, 0, &c, err, sizeof(err)), PROTO_OK);
+	CHECK_EQ(prepare_decode(NULL, 0, &c, err, sizeof(err)), PROTO_OK);
 	CHECK_EQ(c, PROTO_CONTENT_HOST);
 	/* Refusals, each saying why. */
-	req_prepare_encode(&b, REC_REQUEST, 7);
-	CHECK_EQ(req_prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_E_MALFORMED);
+	req_prepare_encode(&b, REC_REQUEST, 7, NULL, 0);
+	CHECK_EQ(prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_E_MALFORMED);
 	CHECK(strstr(err, "content mode 7") != NULL);
 	pbuf_free(&b);
 	size_t at = pbuf_begin(&b, REC_REQUEST);
 	pbuf_put_u64(&b, F_CONTENT, 1);
 	pbuf_end(&b, at);
-	CHECK_EQ(req_prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_E_LENGTH);
+	CHECK_EQ(prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_E_LENGTH);
 	pbuf_free(&b);
-	CHECK_EQ(req_prepare_decode(golden, sizeof(golden) - 1, &c, err, sizeof(err)), PROTO_E_TRUNCATED);
+	CHECK_EQ(prepare_decode(golden, sizeof(golden) - 1, &c, err, sizeof(err)), PROTO_E_TRUNCATED);
+}
+
+static struct cusnap_id id_of(uint8_t v)
+{
+	struct cusnap_id id;
+	memset(id.b, v, sizeof(id.b));
+	return id;
+}
+
+/* PREPARE's holds: golden bytes, a round trip, every refusal. */
+static void prepare_holds(void)
+{
+	struct req_hold h[2] = {
+		{.alloc = id_of(0xa1),
+		 .creator = id_of(0xc1),
+		 .holder = id_of(0xd1),
+		 .endpoint = "/e",
+		 .endpoint_len = 2},
+		{.alloc = id_of(0xa2),
+		 .creator = id_of(0xc2),
+		 .holder = id_of(0xd2),
+		 .endpoint = "/run/x.sock",
+		 .endpoint_len = 11},
+	};
+	struct proto_buf b = {0};
+	req_prepare_encode(&b, REC_REQUEST, PROTO_CONTENT_HOST, h, 1);
+	uint8_t golden[6 + 10 + 6 + 50];
+	memcpy(golden, (uint8_t[]){0x0a, 0x00, 66, 0x00, 0x00, 0x00}, 6); /* REC_REQUEST, 66 bytes */
+	memcpy(golden + 6, (uint8_t[]){0x1f, 0x00, 0x04, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00}, 10); /* host */
+	memcpy(golden + 16, (uint8_t[]){0x2d, 0x00, 50, 0x00, 0x00, 0x00}, 6); /* F_HOLD, 50 bytes */
+	memset(golden + 22, 0xa1, 16);
+	memset(golden + 38, 0xc1, 16);
+	memset(golden + 54, 0xd1, 16);
+	memcpy(golden + 70, "/e", 2);
+	CHECK(same_bytes(&b, golden, sizeof(golden)));
+	pbuf_free(&b);
+	req_prepare_encode(&b, REC_REQUEST, PROTO_CONTENT_NATIVE, h, 2);
+	enum proto_content c = 0;
+	struct req_hold *got = NULL;
+	size_t n = 0;
+	char err[256] = "";
+	CHECK_EQ(req_prepare_decode(b.data, b.len, &c, &got, &n, err, sizeof(err)), PROTO_OK);
+	CHECK_EQ(c, PROTO_CONTENT_NATIVE);
+	CHECK_EQ(n, 2);
+	for (size_t i = 0; got && i < n && i < 2; i++) {
+		CHECK(id_equal(&got[i].alloc, &h[i].alloc) && id_equal(&got[i].creator, &h[i].creator) &&
+		      id_equal(&got[i].holder, &h[i].holder));
+		CHECK_EQ(got[i].endpoint_len, h[i].endpoint_len);
+		CHECK(!memcmp(got[i].endpoint, h[i].endpoint, h[i].endpoint_len));
+	}
+	free(got);
+	pbuf_free(&b);
+	/* Refused: no endpoint, a relative one, a NUL inside; nothing returned. */
+	static const char *const bad[] = {"", "e", "/a\0b"};
+	static const size_t bad_len[] = {0, 1, 4};
+	for (size_t k = 0; k < 3; k++) {
+		struct req_hold one = h[0];
+		one.endpoint = bad[k];
+		one.endpoint_len = bad_len[k];
+		req_prepare_encode(&b, REC_REQUEST, PROTO_CONTENT_HOST, &one, 1);
+		got = (struct req_hold *)1;
+		CHECK_EQ(req_prepare_decode(b.data, b.len, &c, &got, &n, err, sizeof(err)), PROTO_E_LENGTH);
+		CHECK(got == NULL);
+		CHECK(strstr(err, "hold entry") != NULL);
+		pbuf_free(&b);
+	}
 }
 
 static void device_map_request(void)
@@ -180,7 +257,7 @@ static void other_records_skipped(void)
 	pbuf_end(&b, at);
 	enum proto_content c = 0;
 	char err[256];
-	CHECK_EQ(req_prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_OK);
+	CHECK_EQ(prepare_decode(b.data, b.len, &c, err, sizeof(err)), PROTO_OK);
 	CHECK_EQ(c, PROTO_CONTENT_HOST);
 	pbuf_free(&b);
 }
@@ -188,6 +265,7 @@ static void other_records_skipped(void)
 int main(void)
 {
 	test_run("requests go in REC_REQUEST from 1.4, in REC_RESULT to older peers", record_form);
+	test_run("PREPARE's holds: golden bytes, round trip, refusals", prepare_holds);
 	test_run("the content mode has one text form", content_names);
 	test_run("PREPARE: golden bytes, round trip, 1.3 form, refusals", prepare_request);
 	test_run("RESTORE_CREATORS' device map: golden bytes, round trip, 1.3 form, refusals", device_map_request);

@@ -80,7 +80,7 @@ static void fixture(struct fixture *f)
 
 static int validate(struct fixture *f, size_t n, char *err)
 {
-	return coord_validate(f->t, f->p, n, err, 600);
+	return coord_validate(f->t, f->p, n, NULL, err, 600);
 }
 
 #define REFUSED(f, n, want)                                                                         \

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* Who carries a shared allocation its creator let go (SYSTEM.md §6.2), on
+ * topologies built in memory: the importer first in (ns pid, pid) order, once
+ * per allocation; none while the creator holds it; refusals for a partial group
+ * and for an interposer too old to carry. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness/test.h"
+#include "cusnap/coord.h"
+#include "cusnap/proto.h"
+
+#define MIB (1u << 20)
+#define N 4
+
+#define HAS(text, want)                                                                       \
+	do {                                                                                  \
+		if (!strstr((text), (want)))                                                  \
+			test_fail(__FILE__, __LINE__, "\"%s\" lacks \"%s\"", (text), (want)); \
+	} while (0)
+
+/* P0 created allocation A; P1..P3 imported it. P0 holds it unless released. */
+struct fixture {
+	struct coord_target t[N];
+	struct topo_participant p[N];
+	struct topo_alloc allocs[N];
+};
+
+static struct cusnap_id id_of(uint8_t v)
+{
+	struct cusnap_id id = {{0}};
+	for (size_t i = 0; i < sizeof(id.b); i++)
+		id.b[i] = (uint8_t)(v + i); /* (equal halves would hash to 0, an empty slot) */
+	return id;
+}
+
+static void fixture(struct fixture *f, bool released)
+{
+	memset(f, 0, sizeof(*f));
+	for (int i = 0; i < N; i++) {
+		/* ns pids: P1 300, P2 200, P3 200 (another namespace: pid breaks the tie). */
+		static const int ns[N] = {100, 300, 200, 200}, obs[N] = {10, 11, 13, 12};
+		f->t[i] = (struct coord_target){.obs = obs[i], .ns = ns[i]};
+		f->allocs[i] = (struct topo_alloc){.key = 1,
+						   .id = id_of(0xa0),
+						   .creator = id_of(0x10),
+						   .role = i == 0 ? PROTO_ROLE_CREATOR : PROTO_ROLE_IMPORTER,
+						   .shared = 1,
+						   .shared_types = PROTO_HANDLE_POSIX_FD,
+						   .size = 2 * MIB,
+						   .handles = 1,
+						   .granularity = 2 * MIB};
+		snprintf(f->p[i].endpoint, sizeof(f->p[i].endpoint), "/run/p%d.sock", i);
+		f->p[i].id = id_of((uint8_t)(0x10 + i));
+		f->p[i].caps = PROTO_CAPS_SHIM;
+		f->p[i].minor = PROTO_MINOR;
+		f->p[i].allocs = &f->allocs[i];
+		f->p[i].nallocs = i == 0 && released ? 0 : 1;
+	}
+}
+
+static void creator_holds(void)
+{
+	struct fixture f;
+	fixture(&f, false);
+	struct coord_holds h = {0};
+	char err[600] = "";
+	CHECK_EQ(coord_validate(f.t, f.p, N, &h, err, sizeof(err)), 0);
+	CHECK_EQ(h.n, 0);
+	CHECK(h.v == NULL);
+}
+
+static void first_importer_carries(void)
+{
+	struct fixture f;
+	fixture(&f, true);
+	struct coord_holds h = {0};
+	char err[600] = "";
+	CHECK_EQ(coord_validate(f.t, f.p, N, &h, err, sizeof(err)), 0);
+	CHECK_EQ(h.n, 1);
+	if (h.n == 1) {
+		/* ns 200 twice: the lower pid (12, P3) carries. */
+		CHECK(id_equal(&h.v[0].holder, &f.p[3].id));
+		CHECK(id_equal(&h.v[0].creator, &f.p[0].id));
+		CHECK(id_equal(&h.v[0].alloc, &f.allocs[1].id));
+		CHECK_EQ(h.v[0].endpoint_len, strlen("/run/p3.sock"));
+		CHECK(!memcmp(h.v[0].endpoint, "/run/p3.sock", h.v[0].endpoint_len));
+	}
+	free(h.v);
+	/* Without holds asked for, the same validation passes. */
+	CHECK_EQ(coord_validate(f.t, f.p, N, NULL, err, sizeof(err)), 0);
+}
+
+static void refusals(void)
+{
+	struct fixture f;
+	fixture(&f, true);
+	struct coord_holds h = {0};
+	char err[600] = "";
+	/* The holder's interposer cannot carry: refused, naming it and the creator. */
+	f.p[3].caps = PROTO_CAP_MULTICAST;
+	f.p[3].minor = 4;
+	CHECK_EQ(coord_validate(f.t, f.p, N, &h, err, sizeof(err)), -1);
+	HAS(err, "holds neither a handle nor a mapping");
+	HAS(err, "participant 12 (ns 200) is too old");
+	CHECK(h.v == NULL && h.n == 0);
+	/* Nor the creator's (it must forward the exports it handed out). */
+	fixture(&f, true);
+	f.p[0].caps = PROTO_CAP_MULTICAST;
+	CHECK_EQ(coord_validate(f.t, f.p, N, &h, err, sizeof(err)), -1);
+	HAS(err, "participant 10 (ns 100) is too old");
+	/* Without the creator's process: a partial group, whoever holds. */
+	fixture(&f, true);
+	CHECK_EQ(coord_validate(f.t + 1, f.p + 1, N - 1, &h, err, sizeof(err)), -1);
+	HAS(err, "partial group");
+	/* Importers disagreeing with the holder are named as such. */
+	fixture(&f, true);
+	f.allocs[1].size = 4 * MIB;
+	CHECK_EQ(coord_validate(f.t, f.p, N, &h, err, sizeof(err)), -1);
+	HAS(err, "importer and holder disagree");
+}
+
+int main(void)
+{
+	test_run("the creator holds: nobody else carries", creator_holds);
+	test_run("the creator let go: the importer first in (ns pid, pid) order carries", first_importer_carries);
+	test_run("holders refused: too old an interposer, a partial group, a disagreement", refusals);
+	return test_done();
+}
