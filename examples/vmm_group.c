@@ -32,7 +32,7 @@
  * unmaps and releases every shared allocation, keeping only the exported FDs
  * (the workers carry the memory on, SYSTEM.md §6.2). After the restore it
  * imports those cached FDs again: they must still resolve, to the memory the
- * workers share.
+ * workers share. With --ipc it frees its cuMemAlloc buffers too.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
@@ -482,6 +482,8 @@ static int worker_main(int w, int sock)
 /* --release: the parent lets go of every shared allocation; the workers hold them. */
 static int let_go(void)
 {
+	if (ipc.on && ipc_let_go() < 0)
+		return -1;
 	for (int k = 0; k < nallocs; k++) {
 		CU(cuMemUnmap(allocs[k].va, size));
 		CU(cuMemAddressFree(allocs[k].va, size));

@@ -9,7 +9,9 @@
  * the addresses opened before, live writes both ways, and every handle closed
  * and opened again from the same bytes.
  * VMM_GROUP_IPC_EVENT=1 also makes an interprocess event and gets its handle
- * (event IPC, which cusnap refuses). */
+ * (event IPC, which cusnap refuses). With --release, rank 0 frees its buffer and
+ * signal area once the others opened them (ipc_let_go): the peers keep them
+ * through the checkpoint (one of them carries them). */
 #ifndef VMM_GROUP_IPC_H
 #define VMM_GROUP_IPC_H
 
@@ -59,10 +61,11 @@ static int ipc_make(int rank)
 	return 0;
 }
 
-static int ipc_open_peers(int rank)
+/* Open every peer's handles (but rank 0's when skip0). */
+static int ipc_open_peers(int rank, bool skip0)
 {
 	for (int p = 0; p < ipc.ranks; p++) {
-		if (p == rank)
+		if (p == rank || (skip0 && p == 0))
 			continue;
 		CU(cuIpcOpenMemHandle(&ipc.peer_buf[p], ipc.handles[p][0], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 		CU(cuIpcOpenMemHandle(&ipc.peer_sig[p], ipc.handles[p][1], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -112,19 +115,31 @@ static int ipc_share(int rank, const int *socks, int sock)
 static int ipc_setup(int rank, const int *socks, int sock)
 {
 	ipc.ranks = workers + 1;
-	if (ipc_make(rank) < 0 || ipc_share(rank, socks, sock) < 0 || ipc_open_peers(rank) < 0)
+	if (ipc_make(rank) < 0 || ipc_share(rank, socks, sock) < 0 || ipc_open_peers(rank, false) < 0)
 		return -1;
 	ipc_exchange(rank, 0, 0x1100u);
 	return 0;
 }
 
-/* After the restore, before the live writes: ours and the peers' as before,
- * the peers' flags from before the checkpoint in our signal area. */
+/* --release: our buffer and signal area freed; the peers that opened them keep them. */
+static int ipc_let_go(void)
+{
+	CU(cuMemFree(ipc.buf));
+	CU(cuMemFree(ipc.sig));
+	ipc.buf = ipc.sig = 0;
+	return 0;
+}
+
+/* After the restore, before the live writes: ours (unless freed) and the
+ * peers' as before, the peers' flags from before the checkpoint in our signal
+ * area. */
 static int ipc_verify(int rank)
 {
-	check(rd32(ipc.buf) == ipc_word(rank, 0) && rd32(ipc.buf + IPC_BUF - 4) == ipc_word(rank, IPC_BUF / 4 - 1),
-	      "our buffer lost its bytes");
-	for (int p = 0; p < ipc.ranks; p++) {
+	if (ipc.buf)
+		check(rd32(ipc.buf) == ipc_word(rank, 0) &&
+			      rd32(ipc.buf + IPC_BUF - 4) == ipc_word(rank, IPC_BUF / 4 - 1),
+		      "our buffer lost its bytes");
+	for (int p = 0; ipc.sig && p < ipc.ranks; p++) {
 		uint32_t v = rd32(ipc.sig + (size_t)p * 4);
 		if (p != rank)
 			check(v == 0x1100u + (unsigned)p, "rank %d's flag before the checkpoint: %#x", p, v);
@@ -137,7 +152,7 @@ static int ipc_verify(int rank)
  * closed and opened again from the same bytes, and the peers' bytes are there. */
 static int ipc_finish(int rank, int from, int to)
 {
-	for (int p = from; p < to; p++) {
+	for (int p = from; ipc.sig && p < to; p++) {
 		uint32_t v = rd32(ipc.sig + (size_t)(ipc.ranks + p) * 4);
 		if (p != rank)
 			check(v == 0x2200u + (unsigned)p, "rank %d's write after the restore is not visible (%#x)", p,
@@ -149,10 +164,12 @@ static int ipc_finish(int rank, int from, int to)
 		CU(cuIpcCloseMemHandle(ipc.peer_buf[p]));
 		CU(cuIpcCloseMemHandle(ipc.peer_sig[p]));
 	}
-	if (ipc_open_peers(rank) < 0)
+	/* Rank 0's handles, once it freed the memory, resolve only while a peer
+	 * holds it (as its creator's would): they are not opened again. */
+	if (ipc_open_peers(rank, release) < 0)
 		return -1;
 	for (int p = 0; p < ipc.ranks; p++) {
-		if (p == rank)
+		if (p == rank || (release && p == 0))
 			continue;
 		check(rd32(ipc.peer_buf[p] + 4) == ipc_word(p, 1), "rank %d's buffer opened again holds other bytes",
 		      p);

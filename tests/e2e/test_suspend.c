@@ -57,10 +57,10 @@ static void native_content(void)
  * carries each allocation, the other is rebuilt as its importer, and the
  * parent's exports, cached from before, resolve after the resume (the
  * workload checks bytes, addresses, handles and sharing both ways). */
-static void creator_let_go(const char *content)
+static void creator_let_go(const char *content, bool ipc)
 {
 	struct group g;
-	char *env[] = {"VMM_GROUP_RELEASE=1", NULL};
+	char *env[] = {"VMM_GROUP_RELEASE=1", ipc ? "VMM_GROUP_IPC=1" : NULL, NULL};
 	if (group_start(&g, content, 2, 4, false, NULL, env, NULL) < 0)
 		return;
 	char *out;
@@ -68,8 +68,10 @@ static void creator_let_go(const char *content)
 	CHECK_CONTAINS(out, "importers carry what their creators let go");
 	free(out);
 	char *json = group_inspect(&g);
-	CHECK_EQ(count_of(json, "\"role\":\"creator\""), 0);
-	CHECK_EQ(count_of(json, "\"holder\":true"), 4); /* one worker, each allocation once */
+	CHECK_EQ(count_of(json, "\"role\":\"creator\""), ipc ? 2 : 0); /* (the workers' own chunks) */
+	/* One worker, each allocation once (with --ipc also the adapter chunk of
+	 * the parent's cuMemAlloc buffers). */
+	CHECK_EQ(count_of(json, "\"holder\":true"), ipc ? 5 : 4);
 	free(json);
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	CHECK_CONTAINS(out, "topology identical");
@@ -80,12 +82,14 @@ static void creator_let_go(const char *content)
 
 static void let_go_host(void)
 {
-	creator_let_go("host");
+	creator_let_go("host", false);
 }
 
 static void let_go_native(void)
 {
-	creator_let_go("native");
+	creator_let_go("native", false);
+	/* The adapter's cuMemAlloc memory over legacy IPC, its creator's chunk freed. */
+	creator_let_go("native", true);
 }
 
 /* Resume completes children before parents: the restores run concurrently,
@@ -421,7 +425,7 @@ int main(void)
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
 	test_run("a creator that let go: an importer carries, host content", let_go_host);
-	test_run("a creator that let go: an importer carries, native content", let_go_native);
+	test_run("a creator that let go: an importer carries, native content (also legacy IPC)", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);
 	test_run("context switches per device and step, one cuMemSetAccess per mapping", context_switches_do_not_grow);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);

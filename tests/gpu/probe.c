@@ -242,6 +242,19 @@ static int handles(void)
 							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	printf("own_import_same_as_created %s\n", r1 ? name_of(r1) : i1 == h ? "yes" : "no");
 	printf("second_import_same_handle %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : i1 == i2 ? "yes" : "no");
+	/* An imported allocation exported again (a holder's rebuild, SYSTEM.md
+	 * §6.2): the driver's answer, and whether the new FD imports. */
+	int again = -1;
+	CUresult re = r1 ? r1 : d.cuMemExportToShareableHandle(&again, i1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	CUmemGenericAllocationHandle i3 = 0;
+	CUresult ri = re ? re
+			 : d.cuMemImportFromShareableHandle(&i3, (void *)(intptr_t)again,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	printf("reexport_import %s\n", name_of(ri));
+	if (again >= 0)
+		close(again);
+	if (!ri)
+		d.cuMemRelease(i3);
 	/* How many bytes the driver writes for a boolean attribute. */
 	unsigned char buf[8];
 	memset(buf, 0xee, sizeof(buf));

@@ -23,6 +23,8 @@
 #      tree with such a process suspended and resumed
 #   G5 CRIU checkpoint, kill, restore (cusnap demo; CRIU's CUDA plugin never loads)
 #   G6 --device-map with an identity pair on the same GPU
+#   G7 holders: a group whose creator let go of what it shared, suspended and
+#      resumed in both content modes (an importer exports what it imported)
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -228,6 +230,8 @@ if run probe-handles 30 "$probe" handles; then
 	assume "cuMemRetainAllocationHandle returns the mapped handle value" yes "$(sed -n 's/^retain_same_value //p' "$logs/probe-handles.log")"
 	assume "a second import of one FD in one process gives the same handle" no "$(sed -n 's/^second_import_same_handle //p' "$logs/probe-handles.log")"
 	assume "a boolean pointer attribute is 4 bytes" 4 "$(sed -n 's/^bool_attribute_bytes //p' "$logs/probe-handles.log")"
+	# A holder (SYSTEM.md §6.2) exports what it imported when its creator let go.
+	assume "an imported allocation exports again, and that FD imports" CUDA_SUCCESS "$(sed -n 's/^reexport_import //p' "$logs/probe-handles.log")"
 	# One call per contiguous range instead of one per mapping (issue 26): documented, asked here.
 	assume "one cuMemSetAccess over two adjacent mappings of two allocations succeeds" CUDA_SUCCESS "$(sed -n 's/^set_access_over_two_mappings //p' "$logs/probe-handles.log")"
 fi
@@ -267,6 +271,30 @@ else
 	result G4 FAIL "the tree did not get ready: $(lastlines g4-tree)"
 	stop "$pid"
 fi
+
+# ---- G7: holders (SYSTEM.md §6.2): the creator let go of what it shared ----
+# vmm_group --release: the parent unmaps and releases every shared allocation
+# once the workers imported them; a worker carries each through the suspend
+# (in native content: its import is what the native checkpoint saves and what
+# it exports again after the native restore), and the parent's cached exports
+# resolve afterwards.
+for content in host native; do
+	if start "g7-$content" env VMM_GROUP_RELEASE=1 "$cusnap" run -- "$group" --workers 2 --allocs 2; then
+		if suspend_resume "g7-$content" "$pid" "$content" && finish "$pid"; then
+			result "G7-$content" PASS "a creator that let go: a worker carried its allocations through suspend/resume ($content content), the cached exports resolved, every process verified"
+			[ "$content" = native ] && seen=yes
+		else
+			result "G7-$content" FAIL "holders ($content): $(lastlines "g7-$content-suspend" 2) $(lastlines "g7-$content-resume" 2) $(grep -h FAIL "$logs/g7-$content.log" | head -2 | tr '\n' ' ')"
+			[ "$content" = native ] && seen=no
+			stop "$pid"
+		fi
+	else
+		result "G7-$content" FAIL "the group did not get ready: $(lastlines "g7-$content")"
+		[ "$content" = native ] && seen=unknown
+		stop "$pid"
+	fi
+done
+assume "a natively restored import exports again (a holder's rebuild, native content)" yes "${seen:-unknown}"
 
 # ---- G5, G6: CRIU ----
 plugin=$(ls /usr/lib/criu/cuda_plugin.so /usr/local/lib/criu/cuda_plugin.so /usr/lib/x86_64-linux-gnu/criu/cuda_plugin.so 2>/dev/null | head -1)
