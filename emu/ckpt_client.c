@@ -227,6 +227,7 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 	wire_put_u16(req + 6, (uint16_t)op);
 	wire_put_u32(req + 8, timeout_ms);
 	wire_put_u32(req + 12, npairs);
+	wire_put_u64(req + 16, emu_job_caller_key());
 	for (unsigned i = 0; i < npairs; i++) {
 		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN, pairs[i].oldUuid.bytes, 16);
 		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN + 16, pairs[i].newUuid.bytes, 16);

@@ -51,7 +51,8 @@ static CUresult do_checkpoint(void)
 		       emu.multicast_objects);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (emu.ipc_opened) {
+	bool job = emu_job_rules(); /* legacy IPC carried by the driver (job.c) */
+	if (emu.ipc_opened && !job) {
 		/* r580 cannot checkpoint legacy IPC; what it does is undocumented: fail loudly. */
 		LOG_AT(LOG_ERROR,
 		       "native checkpoint of a process holding %zu opened legacy IPC mapping(s) "
@@ -61,8 +62,8 @@ static CUresult do_checkpoint(void)
 	}
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
-		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0)
-			continue;
+		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0 || (job && a->ipc_peer))
+			continue; /* (a peer's memory: its exporter saves it) */
 		a->saved = hostmem_alloc(a->size, COUNT_EMU_MMAP);
 		size_t done = 0;
 		while (a->saved && done < a->size) {
@@ -100,8 +101,17 @@ static CUresult do_checkpoint(void)
 			}
 			continue;
 		}
-		close(a->fd);
-		a->fd = -1;
+		if (job && a->ipc_peer)
+			continue; /* kept: the exporter's memory, mapped again after the restore */
+		if (job && a->ipc_exported) {
+			/* The memory goes, the object stays: peers' handles and mappings still name it. */
+			if (ftruncate(a->fd, 0) < 0)
+				LOG_AT(LOG_WARN, "checkpoint: cannot release an IPC-exported memfd: %s",
+				       strerror(errno));
+		} else {
+			close(a->fd);
+			a->fd = -1;
+		}
 		if (a->counted)
 			emu.dev[a->prop.location.id].used -= a->size;
 		a->counted = false;
@@ -184,7 +194,10 @@ static CUresult do_restore(const int *map)
 			continue;
 		bool host = emu_on_host(&a->prop); /* host memory stays where it is: no GPU to remap */
 		int dev = host ? a->prop.location.id : map[a->prop.location.id];
-		int fd = emu_memfd(emu_mem_kind(&a->prop), dev, (unsigned)a->prop.requestedHandleTypes, a->size);
+		/* Kept through a job's checkpoint (IPC-exported): the same object grows back. */
+		int fd = a->fd >= 0 ? (ftruncate(a->fd, (off_t)a->size) == 0 ? a->fd : -errno)
+				    : emu_memfd(emu_mem_kind(&a->prop), dev, (unsigned)a->prop.requestedHandleTypes,
+						a->size);
 		size_t done = 0;
 		while (fd >= 0 && done < a->size) {
 			ssize_t n = pwrite(fd, (uint8_t *)a->saved + done, a->size - done, (off_t)done);
@@ -235,7 +248,8 @@ static CUresult do_restore(const int *map)
 	return CUDA_SUCCESS;
 }
 
-static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pairs, unsigned npairs, int *value)
+static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, uint64_t job, const uint8_t *pairs, unsigned npairs,
+			 int *value)
 {
 	CUresult rc = CUDA_SUCCESS;
 	*value = 0;
@@ -253,15 +267,26 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 			LOG_AT(LOG_WARN, "CUEMU_CKPT_STALL_MS: the checkpoint stalls");
 			usleep((useconds_t)atoi(getenv("CUEMU_CKPT_STALL_MS")) * 1000u);
 		}
+		rc = emu_job_may_checkpoint(job, emu.ipc_opened || emu.ipc_exported);
+		if (rc == CUDA_SUCCESS)
+			rc = emu_job_begin();
+		if (rc != CUDA_SUCCESS)
+			return rc;
 		pthread_mutex_lock(&emu.lock);
 		rc = do_checkpoint();
 		pthread_mutex_unlock(&emu.lock);
+		emu_job_end();
 		if (rc == CUDA_SUCCESS)
 			emu_gate_set(CU_PROCESS_STATE_CHECKPOINTED);
 		return rc;
 	case CKPT_OP_RESTORE: {
 		if (emu_gate_state() != CU_PROCESS_STATE_CHECKPOINTED)
 			return CUDA_ERROR_ILLEGAL_STATE;
+		rc = emu_job_may_restore();
+		if (rc == CUDA_SUCCESS)
+			rc = emu_job_begin();
+		if (rc != CUDA_SUCCESS)
+			return rc;
 		int map[EMU_MAX_DEVICES];
 		pthread_mutex_lock(&emu.lock);
 		rc = resolve_pairs(pairs, npairs, map);
@@ -272,6 +297,7 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, const uint8_t *pa
 				       (int)rc);
 		}
 		pthread_mutex_unlock(&emu.lock);
+		emu_job_end();
 		if (rc == CUDA_SUCCESS)
 			emu_gate_set(CU_PROCESS_STATE_LOCKED);
 		else if (rc != CUDA_ERROR_INVALID_VALUE)
@@ -292,6 +318,8 @@ static void log_transition(enum ckpt_op op, CUresult rc)
 					    [CKPT_OP_UNLOCK] = "unlock"};
 	if (op >= CKPT_OP_LOCK && op <= CKPT_OP_UNLOCK)
 		emu_record("CUEMU_CKPT_LOG", "%d %s %d\n", (int)getpid(), names[op], (int)rc);
+	if (op >= CKPT_OP_LOCK && op <= CKPT_OP_UNLOCK && rc == CUDA_SUCCESS)
+		emu_job_note(names[op]); /* the job's own record (job.c) */
 }
 
 static void serve(int fd)
@@ -315,7 +343,7 @@ static void serve(int fd)
 		return;
 	} else {
 		enum ckpt_op op = (enum ckpt_op)wire_get_u16(req + 6);
-		rc = serve_op(op, wire_get_u32(req + 8), pairs, npairs, &value);
+		rc = serve_op(op, wire_get_u32(req + 8), wire_get_u64(req + 16), pairs, npairs, &value);
 		log_transition(op, rc);
 	}
 	wire_put_u32(reply, CKPT_MAGIC);

@@ -3,7 +3,8 @@
  * and the target process's checkpoint thread. One request per connection.
  *
  * request:  magic u32 | version u16 | op u16 | timeout_ms u32 | npairs u32 |
- *           reserved u64 | npairs x (old uuid 16 bytes | new uuid 16 bytes)
+ *           job u64 (the caller's checkpoint job, job.c; 0: none) |
+ *           npairs x (old uuid 16 bytes | new uuid 16 bytes)
  * reply:    magic u32 | result i32 (CUresult) | value i32 | reserved u32
  * All little-endian. */
 #ifndef CUSNAP_EMU_CKPT_WIRE_H

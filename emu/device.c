@@ -15,6 +15,7 @@ void emu_mark_cuda_process(void)
 	if (!emu.has_context) {
 		emu.has_context = true;
 		emu_server_start();
+		emu_job_join();
 	}
 }
 

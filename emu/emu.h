@@ -35,8 +35,10 @@ enum emu_fn {
 };
 _Static_assert((int)EMU_FN_COUNT <= (int)COUNT_MAX_CALLS, "one counter per entry point (counters.h)");
 
+/* In driver order: a later profile keeps what an earlier one added unless it says otherwise. */
 enum emu_profile {
 	EMU_PROFILE_R580, /* default: r570/r580 behaviour */
+	EMU_PROFILE_R610, /* checkpoint jobs: legacy IPC checkpoints inside one, in its order (job.c) */
 	EMU_PROFILE_R615, /* natively restored allocations lose exportability; multicast rounds to 512 MiB */
 };
 
@@ -89,6 +91,8 @@ struct emu_alloc {
 	bool counted;             /* size is charged to its device's used bytes */
 	void *saved;              /* bytes while checkpointed */
 	bool ckpt_unbacked;       /* checkpointed before it ever had a memfd (nothing to save) */
+	bool ipc_exported;        /* a cuIpcGetMemHandle named it: inside a job it keeps its memfd */
+	bool ipc_peer;            /* opened by cuIpcOpenMemHandle: inside a job, the exporter's memory */
 	/* multicast objects */
 	struct emu_mc_shared *mc;
 	struct emu_mc_binding *bindings;
@@ -143,6 +147,7 @@ struct emu_state {
 	struct itree pinned; /* cuMemHostRegister ranges (vmm.c) */
 	size_t multicast_objects;
 	size_t ipc_opened; /* cuIpcOpenMemHandle mappings open in this process (memalloc.c) */
+	bool ipc_exported; /* a cuIpcGetMemHandle succeeded in this process */
 	bool has_context;  /* a context or device memory exists: a CUDA process */
 };
 
@@ -214,6 +219,24 @@ CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAl
 CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size);
 /* Import an exported memfd (our own exports only; fd stays the caller's). */
 CUresult emu_import_fd(CUmemGenericAllocationHandle *handle, int fd);
+
+/* job.c: checkpoint jobs (CUDA_CHECKPOINT_JOB_FILE), the r610 rules. */
+/* Join the job the environment names (once, when the process gets a context). */
+void emu_job_join(void);
+/* This process is in a job and the profile applies the job's rules. */
+bool emu_job_rules(void);
+/* The job a controller named in its own environment (0: none). */
+uint64_t emu_job_caller_key(void);
+/* Record a transition of this process in its job file (nothing outside a job). */
+void emu_job_note(const char *what);
+/* May this process be checkpointed now, for a caller in job caller (0: none)?
+ * CUDA_SUCCESS or CUDA_ERROR_NOT_SUPPORTED (logged, with the rule). */
+CUresult emu_job_may_checkpoint(uint64_t caller, bool uses_ipc);
+/* May it be restored now (checkpoint order)? */
+CUresult emu_job_may_restore(void);
+/* One member at a time: around a checkpoint or restore. */
+CUresult emu_job_begin(void);
+void emu_job_end(void);
 CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 
 /* multicast.c */

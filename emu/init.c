@@ -106,8 +106,10 @@ static void read_env(void)
 	if ((v = getenv("CUEMU_PROFILE")) && *v) {
 		if (strcmp(v, "r615") == 0)
 			emu.profile = EMU_PROFILE_R615;
+		else if (strcmp(v, "r610") == 0)
+			emu.profile = EMU_PROFILE_R610;
 		else if (strcmp(v, "r580") != 0)
-			LOG_AT(LOG_WARN, "CUEMU_PROFILE=%s unknown (r580, r615); using r580", v);
+			LOG_AT(LOG_WARN, "CUEMU_PROFILE=%s unknown (r580, r610, r615); using r580", v);
 	}
 	emu.ndev = 2;
 	if ((v = getenv("CUEMU_DEVICES")) && *v) {

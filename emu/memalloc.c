@@ -146,13 +146,32 @@ EMU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 enum { IPC_MAGIC = 0x43504963 }; /* "cIPC" */
 
 /* The 64 bytes, packed field by field: magic, pid, memfd number in that
- * process, its inode (a closed and reused descriptor is told apart), the
- * rounded size and what was asked for. */
+ * process, a tag of the memfd's name (a closed and reused descriptor is told
+ * apart; unlike the inode, the name survives a CRIU restore), the rounded size
+ * and what was asked for. */
 struct ipc_wire {
 	uint32_t magic;
 	int32_t pid, fd;
-	uint64_t ino, size, bytes;
+	uint64_t ino, size, bytes; /* ino: the name's tag */
 };
+
+/* The tag of the memfd behind /proc/PID/fd/FD (FNV-1a of its name), 0 when none. */
+static uint64_t memfd_tag(int pid, int fd)
+{
+	char link[64], target[256];
+	snprintf(link, sizeof(link), "/proc/%d/fd/%d", pid, fd);
+	ssize_t len = readlink(link, target, sizeof(target) - 1);
+	if (len <= 0)
+		return 0;
+	target[len] = '\0';
+	char *deleted = strstr(target, " (deleted)");
+	if (deleted)
+		*deleted = '\0';
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (const char *p = target; *p; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+	return h;
+}
 
 static void ipc_pack(CUipcMemHandle *h, const struct ipc_wire *w)
 {
@@ -185,17 +204,20 @@ static CUresult ipc_get(CUipcMemHandle *h, CUdeviceptr ptr)
 	pthread_mutex_lock(&emu.lock);
 	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
 	struct emu_mapping *m = l && !l->ipc_refs ? emu_mapping_at(l->node.start) : NULL;
-	struct stat st;
 	/* Any address inside a cuMemAlloc allocation names it (an assumption: the
 	 * driver documents the base). VMM memory has no legacy IPC handle. */
-	CUresult rc = m && m->alloc->fd >= 0 && fstat(m->alloc->fd, &st) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
+	uint64_t tag = m && m->alloc->fd >= 0 ? memfd_tag(getpid(), m->alloc->fd) : 0;
+	CUresult rc = tag ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!rc) {
 		ipc_pack(h, &(struct ipc_wire){.magic = IPC_MAGIC,
 					       .pid = getpid(),
 					       .fd = m->alloc->fd,
-					       .ino = (uint64_t)st.st_ino,
+					       .ino = tag,
 					       .size = l->node.end - l->node.start,
 					       .bytes = l->bytes});
+		m->alloc->ipc_exported = true;
+		emu.ipc_exported = true;
+	}
 	pthread_mutex_unlock(&emu.lock);
 	return rc;
 }
@@ -239,7 +261,7 @@ static CUresult ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned fla
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)w.pid, (int)w.fd);
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_ino != w.ino || (uint64_t)st.st_size != w.size) {
+	if (fd < 0 || fstat(fd, &st) < 0 || memfd_tag(w.pid, w.fd) != w.ino || (uint64_t)st.st_size != w.size) {
 		if (fd >= 0)
 			close(fd);
 		return CUDA_ERROR_INVALID_VALUE; /* gone, or not what the handle named */
@@ -262,6 +284,11 @@ static CUresult ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned fla
 	rc = emu_set_access(va, w.size, &d, 1);
 	if (rc)
 		goto fail_map;
+	pthread_mutex_lock(&emu.lock);
+	struct emu_alloc *opened = emu_alloc_get(mh);
+	if (opened)
+		opened->ipc_peer = true; /* inside a job, the checkpoint leaves it to its exporter */
+	pthread_mutex_unlock(&emu.lock);
 	emu_mem_release(mh); /* the mapping holds it */
 	l->node.start = va;
 	l->node.end = va + w.size;

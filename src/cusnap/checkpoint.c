@@ -416,7 +416,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	if ((rc = restore_interrupted(dir, "the CRIU restore")))
 		goto kill;
 	t0 = now_ms();
-	if (native_thaw(&t, pairs, (unsigned)npairs, err, sizeof(err)) < 0) {
+	if (native_thaw(&t, dir, pairs, (unsigned)npairs, err, sizeof(err)) < 0) {
 		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
 		goto kill;
 	}

@@ -72,6 +72,7 @@ struct settings {
 	bool require_interposer; /* --require-interposer */
 	int timeout_ms;          /* --timeout: per participant and step, and per native state query */
 	const char *control_dir; /* --control-dir, $SNAPSHOT_CONTROL_DIR or /snapshot-control */
+	const char *job_file;    /* --job-file: the checkpoint job (NULL: the workload's environment says) */
 };
 extern struct settings settings;
 
@@ -82,8 +83,31 @@ void progress_stage(const char *stage, double ms, const char *note);
 /* Print the error (stderr, and a JSON object on stdout with --json); returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- job.c: checkpoint jobs (driver 590 and later; SYSTEM.md §9) ---- */
+struct job {
+	char path[4200]; /* the job file as cusnap opens it; "" when the tree is in no job */
+	pid_t owner;     /* the process whose environment named it (0: --job-file) */
+};
+/* The copy of the job file in a checkpoint or state directory. */
+#define JOB_COPY "cuda-checkpoint-job"
+/* The job of the processes procs[0..n): given (--job-file), else the file
+ * CUDA_CHECKPOINT_JOB_FILE names in the environment of the first that carries
+ * it (none: j->path ""). cusnap joins it (its own environment) for its driver
+ * calls. 0, or -1 with why (a job named that is not the workload's regular file). */
+int job_find(struct job *j, const struct proc *procs, size_t n, const char *given, char *why, size_t len);
+/* Once every process is CHECKPOINTED: the job file copied into dir/JOB_COPY. */
+int job_save(const struct job *j, const char *dir, char *why, size_t len);
+/* Before the native restore: dir/JOB_COPY (when there) written back into the job file. */
+int job_put_back(const struct job *j, const char *dir, char *why, size_t len);
+/* A freeze begins: an old copy in dir goes (it must never be written back). */
+void job_forget(const char *dir);
+/* cusnap run --launch-job: a new job file for the program about to be
+ * executed, named in this process's environment. 0, or -1 with why. */
+int job_launch(char *why, size_t len);
+
 struct tree {
 	struct native nat;
+	struct job job;        /* its checkpoint job, if any */
 	struct tree_lock lock; /* held from tree_hold to tree_free */
 	struct proc *procs;
 	size_t nprocs;
@@ -213,7 +237,8 @@ int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_r
 int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
  * checkpointed or locked. Returns 0, or -1 with err (a stuck call named there). */
-int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen);
+int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
+		size_t errlen);
 const char *state_name(int s);
 
 /* ---- criu.c ---- */
@@ -248,6 +273,7 @@ struct args {
 	const char *device_map;           /* --device-map */
 	bool leave_running, wait_ready;   /* --leave-running, --wait-ready */
 	bool discard_state;               /* --discard-state */
+	bool launch_job;                  /* run: --launch-job */
 	int processes;                    /* demo: --processes */
 	unsigned long long size;          /* demo: --size */
 	bool in_place;                    /* demo: --in-place */

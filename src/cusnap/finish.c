@@ -176,7 +176,7 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	}
 	double t0 = now_ms();
 	if (suspended || locked) {
-		if (native_thaw(t, NULL, 0, err, errlen) < 0)
+		if (native_thaw(t, dir, NULL, 0, err, errlen) < 0)
 			return -1;
 		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
 	}

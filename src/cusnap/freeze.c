@@ -1,12 +1,54 @@
 /* SPDX-License-Identifier: MIT */
 /* The native freeze (lock, then checkpoint) and thaw (restore, then unlock) of
  * the CUDA processes of a tree, each step concurrent (native_run). A failed
- * freeze is undone by the caller's finish (finish.c), never here. */
+ * freeze is undone by the caller's finish (finish.c), never here.
+ *
+ * The order: unlocks complete children before parents. In a checkpoint job
+ * (job.c) every step goes one process at a time in that same order, so that
+ * restores and unlocks follow the checkpoints' order, as a job requires. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cusnap.h"
+
+/* Step over the processes i with want[i], one at a time, from the end of the
+ * tree's list (root first, every child after its parent) back to the root:
+ * children before their parents. rc[i] for each wanted i; 0, -ETIMEDOUT
+ * (*stuck) or -ENOMEM. */
+static int one_by_one(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
+		      unsigned npairs, CUresult *rc, size_t *stuck)
+{
+	size_t n = t->ncuda;
+	bool *one = calloc(n + 1, sizeof(*one));
+	CUresult *got = calloc(n + 1, sizeof(*got));
+	int ret = one && got ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n; i++) /* what is not reached reads as not done */
+		rc[i] = !want || want[i] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	for (size_t i = n; ret == 0 && i-- > 0;) {
+		if (want && !want[i])
+			continue;
+		one[i] = true;
+		ret = native_run(t, step, one, pairs, npairs, got, stuck);
+		one[i] = false;
+		rc[i] = got[i];
+		if (t->job.path[0] && rc[i] != CUDA_SUCCESS)
+			break; /* a job's order is broken: no one after it */
+	}
+	free(one);
+	free(got);
+	return ret;
+}
+
+/* A step over the processes with want[i] (NULL: all): concurrently, or in a
+ * job one by one (an unlock always). */
+static int ordered_run(struct tree *t, enum native_step step, const bool *want, const CUcheckpointGpuPair *pairs,
+		       unsigned npairs, CUresult *rc, size_t *stuck)
+{
+	if (t->job.path[0] || step == NATIVE_UNLOCK)
+		return one_by_one(t, step, want, pairs, npairs, rc, stuck);
+	return native_run(t, step, want, pairs, npairs, rc, stuck);
+}
 
 /* One step of a freeze over every CUDA process. Returns 0, or -1 with what
  * failed in err (rec->stuck set when a call did not return). */
@@ -18,7 +60,7 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
 		return -1;
 	}
-	int run = native_run(t, step, NULL, NULL, 0, rc, &stuck);
+	int run = ordered_run(t, step, NULL, NULL, 0, rc, &stuck);
 	int ret = 0;
 	if (run == -ETIMEDOUT) {
 		rec->stuck = true;
@@ -34,9 +76,14 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 			continue;
 		/* What r580 drivers are known not to checkpoint, named (the driver does not say). */
 		const char *hint = step == NATIVE_CHECKPOINT && rc[i] == CUDA_ERROR_NOT_SUPPORTED
-					   ? " (the driver cannot checkpoint a process holding legacy CUDA IPC "
-					     "mappings (cuIpcOpenMemHandle) or multicast objects: run the workload "
-					     "under the interposer, which rebuilds them)"
+					   ? (t->job.path[0]
+						      ? " (in a checkpoint job: see the driver's log for the "
+							"job's rule it refused)"
+						      : " (the driver cannot checkpoint a process holding legacy "
+							"CUDA IPC mappings (cuIpcOpenMemHandle) or multicast "
+							"objects: run the workload under the interposer, which "
+							"rebuilds them, or from driver 610 in a checkpoint job: "
+							"cusnap run --launch-job)")
 					   : "";
 		snprintf(err, errlen, "%s of process %d failed: %s%s",
 			 step == NATIVE_LOCK ? "lock" : "native checkpoint", t->targets[i].obs,
@@ -49,44 +96,23 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 
 int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
 {
+	job_forget(rec->dir);
 	rec->changed = true;
 	double t0 = now_ms();
 	if (freeze_step(t, NATIVE_LOCK, rec, err, errlen) < 0)
 		return -1;
-	progress("lock", now_ms() - t0, "%zu processes, concurrently", t->ncuda);
+	progress("lock", now_ms() - t0, "%zu processes, %s", t->ncuda,
+		 t->job.path[0] ? "one at a time (a checkpoint job)" : "concurrently");
 	coord_fault_point(FAULT_KILL_AFTER_LOCK);
 	t0 = now_ms();
 	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
 		return -1;
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
+	/* Every process CHECKPOINTED: the job file as the driver left it. */
+	if (job_save(&t->job, rec->dir, err, errlen) < 0)
+		return -1;
 	coord_fault_point(FAULT_KILL_AFTER_CHECKPOINT);
 	return 0;
-}
-
-/* The unlock completes children before parents (as Snapshot's agent
- * completes ranks; the restores before it ran concurrently): one process after
- * another, from the end of the tree's list (root first, every child after its
- * parent) back to the root. rc[i] for each i with want[i]; 0, -ETIMEDOUT
- * (*stuck) or -ENOMEM. */
-static int unlock_children_first(struct tree *t, const bool *want, CUresult *rc, size_t *stuck)
-{
-	size_t n = t->ncuda;
-	bool *one = calloc(n + 1, sizeof(*one));
-	CUresult *got = calloc(n + 1, sizeof(*got));
-	int ret = one && got ? 0 : -ENOMEM;
-	for (size_t i = 0; i < n; i++) /* what is not reached reads as not done */
-		rc[i] = want[i] ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-	for (size_t i = n; ret == 0 && i-- > 0;) {
-		if (!want[i])
-			continue;
-		one[i] = true;
-		ret = native_run(t, NATIVE_UNLOCK, one, NULL, 0, got, stuck);
-		one[i] = false;
-		rc[i] = got[i];
-	}
-	free(one);
-	free(got);
-	return ret;
 }
 
 /* One thaw step over the processes in state from; 0, or -1 with err. */
@@ -112,8 +138,7 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 	}
 	if (!any)
 		goto out;
-	int ran = step == NATIVE_UNLOCK ? unlock_children_first(t, want, rc, &stuck)
-					: native_run(t, step, want, pairs, npairs, rc, &stuck);
+	int ran = ordered_run(t, step, want, pairs, npairs, rc, &stuck);
 	if (ran == -ETIMEDOUT) {
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
 			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
@@ -152,8 +177,11 @@ out:
 	return ret;
 }
 
-int native_thaw(struct tree *t, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err, size_t errlen)
+int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
+		size_t errlen)
 {
+	if (job_put_back(&t->job, dir, err, errlen) < 0)
+		return -1;
 	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
 		return -1;
 	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);

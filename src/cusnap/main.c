@@ -21,27 +21,30 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{"run", cmd_run, "control-dir ", "[--control-dir DIR] -- PROGRAM [ARG...]",
-	 "start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch)"},
+	{"run", cmd_run, "control-dir launch-job ", "[--control-dir DIR] [--launch-job] -- PROGRAM [ARG...]",
+	 "start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch); --launch-job: in\n"
+	 "a new checkpoint job (CUDA_CHECKPOINT_JOB_FILE; through NVIDIA's cuda-checkpoint when it\n"
+	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
-	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir ",
+	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file ",
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
-	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--json]",
+	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F] [--json]",
 	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
 	 "and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
 	 "--leave-running (then it is resumed in place and snapshot-complete is written)"},
-	{"restore", cmd_restore, "dir device-map criu json timeout ",
-	 "--dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--json]",
+	{"restore", cmd_restore, "dir device-map criu json timeout job-file ",
+	 "--dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--job-file F] [--json]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
 	 "shared memory, then write restore-complete for the workload"},
-	{"suspend", cmd_suspend, "pid dir content require-interposer json timeout control-dir ",
-	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--json]",
+	{"suspend", cmd_suspend, "pid dir content require-interposer json timeout control-dir job-file ",
+	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
+	 "            [--json]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
 	 "VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
 	 "every CUDA process natively; the state goes to DIR (default a private directory\n"
 	 "under /run/cusnap for root, printed on stderr)"},
-	{"resume", cmd_resume, "pid dir discard-state json timeout control-dir ",
-	 "--pid PID [--dir DIR] [--discard-state] [--json]",
+	{"resume", cmd_resume, "pid dir discard-state json timeout control-dir job-file ",
+	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [--json]",
 	 "bring a suspended tree back, or finish what an interrupted command left: native\n"
 	 "restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
 	 "file, from each process's own records)"},
@@ -74,6 +77,8 @@ static const struct option options[] = {
 	{"keep", required_argument, NULL, 'K'},
 	{"discard-state", no_argument, NULL, 'D'},
 	{"require-interposer", no_argument, NULL, 'N'},
+	{"job-file", required_argument, NULL, 'J'},
+	{"launch-job", no_argument, NULL, 'G'},
 	{0, 0, 0, 0},
 };
 
@@ -96,6 +101,9 @@ static void usage(FILE *f)
 		   "         --timeout and --control-dir go with every command that works on a tree (run takes\n"
 		   "         --control-dir only); any other option a command's line does not show is refused (64).\n"
 		   "         DIR must be owned by you or root and writable by no one else.\n"
+		   "         --job-file F: the workload's checkpoint job (default: the file its\n"
+		   "         CUDA_CHECKPOINT_JOB_FILE names); with a job, cusnap joins it, takes one process at\n"
+		   "         a time in the job's order, and keeps a copy of the file with the checkpoint.\n"
 		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
 		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
 		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
@@ -161,6 +169,8 @@ static int take(int c, const char *arg, struct args *a)
 		break;
 	case 'D': a->discard_state = true; break;
 	case 'N': settings.require_interposer = true; break;
+	case 'J': settings.job_file = arg; break;
+	case 'G': a->launch_job = true; break;
 	case 'S': {
 		char *end;
 		a->size = strtoull(arg, &end, 0);

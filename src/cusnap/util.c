@@ -72,8 +72,6 @@ int tree_load(pid_t pid, struct tree *t)
 	memset(t, 0, sizeof(*t));
 	t->lock.dirfd = -1;
 	char err[1024];
-	if (native_load(&t->nat, err, sizeof(err)) < 0)
-		return fail(EX_UNAVAILABLE, "%s", err);
 	pid_t tgid = proc_tgid(pid);
 	if (tgid > 0 && tgid != pid) {
 		/* A thread id: the process it belongs to is what can be checkpointed. */
@@ -84,6 +82,11 @@ int tree_load(pid_t pid, struct tree *t)
 	if (n < 0)
 		return fail(EX_USAGE, "no process %d: %s", (int)pid, strerror((int)-n));
 	t->nprocs = (size_t)n;
+	/* A checkpoint job is joined before the driver is loaded. */
+	if (job_find(&t->job, t->procs, t->nprocs, settings.job_file, err, sizeof(err)) < 0)
+		return fail(EX_USAGE, "%s: nothing done", err);
+	if (native_load(&t->nat, err, sizeof(err)) < 0)
+		return fail(EX_UNAVAILABLE, "%s", err);
 	size_t stuck = 0;
 	int q = native_classify(&t->nat, t->procs, t->nprocs, &stuck);
 	if (q == -ETIMEDOUT)

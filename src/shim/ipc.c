@@ -396,11 +396,17 @@ bool ipc_refusal(char *msg, size_t len)
 	size_t raw = nraw;
 	pthread_mutex_unlock(&legacy_lock);
 	const char *other = other_ipc;
+	/* In a checkpoint job (driver 610) the native checkpoint carries raw
+	 * legacy IPC itself: the driver, not the shim, decides. */
+	const char *job = getenv("CUDA_CHECKPOINT_JOB_FILE");
+	if (job && *job)
+		raw = 0;
 	if (raw)
 		snprintf(msg, len,
 			 "%zu legacy IPC handle(s) were opened with cuIpcOpenMemHandle from driver handles, not "
 			 "through the shim's adapter (SNAPSHOT_CUDA_VMM_IPC=0, or an exporter without it): they "
-			 "cannot be taken down and rebuilt",
+			 "cannot be taken down and rebuilt (a driver of 610 or later checkpoints them inside a "
+			 "checkpoint job: cusnap run --launch-job)",
 			 raw);
 	else if (other)
 		snprintf(msg, len,
