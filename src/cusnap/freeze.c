@@ -71,7 +71,8 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
 		ret = -1;
 	}
-	for (size_t i = 0; !ret && i < n; i++) {
+	/* From the end: in a job the process whose step failed is the last reached. */
+	for (size_t i = n; !ret && i-- > 0;) {
 		if (rc[i] == CUDA_SUCCESS)
 			continue;
 		/* What r580 drivers are known not to checkpoint, named (the driver does not say). */

@@ -109,6 +109,8 @@ static void usage(FILE *f)
 		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
 		   "         steps run at once (1: one after another)\n"
 		   "         CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap\n"
+		   "         CUSNAP_CUDA_CHECKPOINT: NVIDIA's cuda-checkpoint for run --launch-job (default: the\n"
+		   "         first on PATH; empty: none, cusnap makes the job file itself)\n"
 		   "\n"
 		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
 		   "2 failed, the workload was terminated or its state is unknown; 64 usage error (a directory\n"

@@ -154,10 +154,11 @@ static inline int group_wait_ready(struct group *g, const char *name)
 	return -1;
 }
 
-/* Start examples/vmm_group (under the interposer unless plain) and wait until it
- * is ready for a snapshot. wrapper: argv prefix such as unshare (NULL-ended). */
-static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
-			      const char *const *wrapper, char *const *env_extra, const char *ctl_override)
+/* Start the workload argv (NULL-ended; its control directory and log made
+ * fresh under name) with env_extra, and wait until it is ready for a snapshot.
+ * wrapped: argv starts with an unshare --fork wrapper (the workload is its child). */
+static inline int group_start_argv(struct group *g, const char *name, const char *const *argv, bool wrapped,
+				   char *const *env_extra, const char *ctl_override)
 {
 	static int runs;
 	memset(g, 0, sizeof(*g));
@@ -169,6 +170,55 @@ static inline int group_start(struct group *g, const char *name, int workers, in
 		snprintf(g->ctl, sizeof(g->ctl), "%s/%s-%d-ctl", e2e_root, name, runs);
 	snprintf(g->log, sizeof(g->log), "%s/%s-%d.log", e2e_root, name, runs);
 	snprintf(g->env_ctl, sizeof(g->env_ctl), "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	char *env[16];
+	int e = 0;
+	env[e++] = g->env_ctl;
+	for (int i = 0; env_extra && env_extra[i] && e < 15; i++)
+		env[e++] = env_extra[i];
+	env[e] = NULL;
+	g->child = test_spawn((char *const *)argv, env, g->log);
+	g->root = g->child;
+	if (group_wait_ready(g, name) < 0)
+		return -1;
+	if (wrapped) {
+		/* unshare --fork: the workload is the wrapper's child. */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", g->child, g->child);
+		char *text = test_read_file(path);
+		g->root = text ? (pid_t)atoi(text) : 0;
+		free(text);
+	}
+	return 0;
+}
+
+/* A pair sharing native legacy IPC (the adapter off) and VMM memory under
+ * cuemu's r610 profile, started with cusnap run, in a new checkpoint job when
+ * job; the driver's transitions logged to log (CUEMU_CKPT_LOG, its path into log). */
+static inline int group_start_r610(struct group *g, const char *name, bool job, char *log, size_t loglen)
+{
+	static char cusnap_bin[PATH_MAX], group_bin[PATH_MAX + 32], log_env[PATH_MAX + 32];
+	cusnap_path(cusnap_bin, sizeof(cusnap_bin));
+	snprintf(group_bin, sizeof(group_bin), "%s/vmm_group", examples_dir);
+	snprintf(log, loglen, "%s/%s-ckpt.log", e2e_root, name);
+	snprintf(log_env, sizeof(log_env), "CUEMU_CKPT_LOG=%s", log);
+	unlink(log);
+	char *env[] = {"VMM_GROUP_IPC=1", "SNAPSHOT_CUDA_VMM_IPC=0", "CUEMU_PROFILE=r610", log_env, NULL};
+	const char *argv[16] = {cusnap_bin, "run"};
+	int n = 2;
+	if (job)
+		argv[n++] = "--launch-job";
+	const char *rest[] = {"--", group_bin, "--workers", "1", "--allocs", "2", "--timeout", "60", NULL};
+	for (int i = 0; rest[i]; i++)
+		argv[n++] = rest[i];
+	argv[n] = NULL;
+	return group_start_argv(g, name, argv, false, env, NULL);
+}
+
+/* Start examples/vmm_group (under the interposer unless plain) and wait until it
+ * is ready for a snapshot. wrapper: argv prefix such as unshare (NULL-ended). */
+static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
+			      const char *const *wrapper, char *const *env_extra, const char *ctl_override)
+{
 	static char cusnap[PATH_MAX], group[PATH_MAX + 32], w[16], a[16];
 	cusnap_path(cusnap, sizeof(cusnap));
 	snprintf(group, sizeof(group), "%s/vmm_group", examples_dir);
@@ -191,25 +241,7 @@ static inline int group_start(struct group *g, const char *name, int workers, in
 	argv[n++] = "--timeout";
 	argv[n++] = "60";
 	argv[n] = NULL;
-	char *env[16];
-	int e = 0;
-	env[e++] = g->env_ctl;
-	for (int i = 0; env_extra && env_extra[i] && e < 15; i++)
-		env[e++] = env_extra[i];
-	env[e] = NULL;
-	g->child = test_spawn((char *const *)argv, env, g->log);
-	g->root = g->child;
-	if (group_wait_ready(g, name) < 0)
-		return -1;
-	if (wrapper) {
-		/* unshare --fork: the workload is the wrapper's child. */
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", g->child, g->child);
-		char *text = test_read_file(path);
-		g->root = text ? (pid_t)atoi(text) : 0;
-		free(text);
-	}
-	return 0;
+	return group_start_argv(g, name, argv, wrapper != NULL, env_extra, ctl_override);
 }
 
 /* Every process of the tree rooted at pid, into pids[] (at most max). */

@@ -180,6 +180,45 @@ static void creator_let_go(void)
 	dump_kill_restore_group("native", wrapper, "letgo-n", 2, env);
 }
 
+/* r610, native legacy IPC in a checkpoint job (cusnap run --launch-job):
+ * dumped in the job's order with the job file copied, killed, restored (the
+ * copy written back first), and the pair verifies itself, its IPC handles
+ * opened again after the restore. */
+static void launch_job(void)
+{
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < 2; c++) {
+		struct group g;
+		char log[PATH_MAX], name[32];
+		snprintf(name, sizeof(name), "job-%s", contents[c]);
+		if (group_start_r610(&g, name, true, log, sizeof(log)) < 0)
+			return;
+		char dir[PATH_MAX + 32], *out;
+		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+		int rc = checkpoint(&g, dir, contents[c], false, criu, &out);
+		CHECK_EQ(rc, 0);
+		CHECK_CONTAINS(out, "one at a time (a checkpoint job)");
+		free(out);
+		char copy[PATH_MAX + 64];
+		snprintf(copy, sizeof(copy), "%s/cuda-checkpoint-job", dir);
+		CHECK_EQ(access(copy, R_OK), 0);
+		test_wait_child(g.child, 10000);
+		g.child = 0;
+		reap_all();
+		if (rc)
+			return;
+		rc = restore(dir, &out);
+		CHECK_EQ(rc, 0);
+		if (rc)
+			printf("%s\n", out);
+		free(out);
+		pid_t root = restored_root(dir);
+		CHECK(root > 0);
+		if (root > 0)
+			CHECK_EQ(restored_passes(&g, root), 2);
+	}
+}
+
 static void host_pidns_host_content(void)
 {
 	dump_kill_restore("host", NULL, "hh");
@@ -573,6 +612,7 @@ int main(void)
 	test_run("a creator that let go: an importer carries it through dump and restore (host; native in a PID "
 		 "namespace)",
 		 creator_let_go);
+	test_run("r610: native legacy IPC in a checkpoint job: checkpoint, kill, restore (host, native)", launch_job);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
 	e2e_done();

@@ -3,8 +3,9 @@
  * custom all-reduce groups (vmm_group --ipc) suspended and resumed in both
  * content modes; without the interposer the native checkpoint refuses them and
  * cusnap says why; event IPC and raw driver handles refused before anything
- * changes. (The CRIU checkpoint and restore are in test_checkpoint, the fault
- * sweep in test_sweep_ipc.) */
+ * changes; native legacy IPC in a checkpoint job under cuemu's r610 profile.
+ * (The CRIU checkpoint and restore are in test_checkpoint, the fault sweep in
+ * test_sweep_ipc.) */
 #include "sweep.h"
 
 static char *ipc_env[] = {"VMM_GROUP_IPC=1", NULL};
@@ -86,6 +87,92 @@ static void adapter_off(void)
 	refused("ipc-off", false, env, "not through the shim's adapter");
 }
 
+/* ---- checkpoint jobs (r610): native legacy IPC, the adapter off ---- */
+
+static char job_log[PATH_MAX];
+
+static int job_group(struct group *g, const char *name, bool job)
+{
+	return group_start_r610(g, name, job, job_log, sizeof(job_log));
+}
+
+/* The order the driver saw (CUEMU_CKPT_LOG): op's successful calls, by PID, into pids. */
+static int job_order(const char *op, int *pids, int max)
+{
+	char *text = test_read_file(job_log);
+	int n = 0;
+	for (char *line = text; line && *line && n < max;) {
+		int pid, rc;
+		char what[16];
+		if (sscanf(line, "%d %15s %d", &pid, what, &rc) == 3 && !strcmp(what, op) && rc == 0)
+			pids[n++] = pid;
+		char *next = strchr(line, '\n');
+		line = next ? next + 1 : NULL;
+	}
+	free(text);
+	return n;
+}
+
+/* Suspended and resumed in both contents: one process at a time, children
+ * first, restores and unlocks in checkpoint order; the job file kept. */
+static void job_round_trip(void)
+{
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < 2; c++) {
+		struct group g;
+		if (job_group(&g, contents[c], true) < 0)
+			return;
+		char *out;
+		CHECK_EQ(group_suspend(&g, contents[c], &out, NULL), 0);
+		CHECK_CONTAINS(out, "one at a time (a checkpoint job)");
+		CHECK_CONTAINS(out, "copied into");
+		free(out);
+		char copy[PATH_MAX + 64];
+		snprintf(copy, sizeof(copy), "%s/state/cuda-checkpoint-job", g.ctl);
+		char *kept = test_read_file(copy);
+		CHECK(kept && strstr(kept, "checkpoint "));
+		free(kept);
+		CHECK_EQ(group_resume(&g, &out, NULL), 0);
+		free(out);
+		int ck[4], rs[4], un[4];
+		CHECK_EQ(job_order("checkpoint", ck, 4), 2);
+		CHECK_EQ(job_order("restore", rs, 4), 2);
+		CHECK_EQ(job_order("unlock", un, 4), 2);
+		CHECK_EQ(ck[1], g.root); /* the worker first, its parent last */
+		CHECK(ck[0] == rs[0] && ck[1] == rs[1] && ck[0] == un[0] && ck[1] == un[1]);
+		/* Bytes, the addresses opened before, live writes both ways, the handles opened again. */
+		CHECK_EQ(group_finish(&g), 2);
+		group_kill(&g);
+	}
+}
+
+/* Refused with nothing changed: outside a job (the interposer says so before
+ * anything changes; without the interposer the driver's own error is named),
+ * and a controller joined to another job (the driver refuses it). */
+static void job_refusals(void)
+{
+	char *env[] = {"VMM_GROUP_IPC=1", "SNAPSHOT_CUDA_VMM_IPC=0", "CUEMU_PROFILE=r610", NULL};
+	refused("r610-nojob", false, env, "cusnap run --launch-job");
+	refused("r610-plain", true, env, "CUDA_ERROR_NOT_SUPPORTED");
+	struct group g;
+	if (job_group(&g, "r610-other", true) < 0)
+		return;
+	char other[PATH_MAX + 32], pid[16], dir[PATH_MAX + 32], tool_path[PATH_MAX], *out;
+	snprintf(other, sizeof(other), "%s/another-job", e2e_root);
+	test_write_file(other, "");
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(dir, sizeof(dir), "%s/state", g.ctl);
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--dir", dir, "--control-dir", g.ctl,
+		      "--job-file", other, NULL),
+		 1);
+	CHECK_CONTAINS(out, "CUDA_ERROR_NOT_SUPPORTED");
+	CHECK_CONTAINS(out, "everything undone");
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("ipc");
@@ -95,6 +182,11 @@ int main(void)
 		 without_interposer);
 	test_run("event IPC refused at QUIESCE, naming the call", event_ipc);
 	test_run("SNAPSHOT_CUDA_VMM_IPC=0: a raw IPC handle opened is refused at QUIESCE", adapter_off);
+	test_run("r610: native legacy IPC in a checkpoint job (cusnap run --launch-job): suspend/resume in the job's "
+		 "order, both contents",
+		 job_round_trip);
+	test_run("r610: outside a job refused (the interposer, or the driver's error), another job refused",
+		 job_refusals);
 	e2e_done();
 	return test_done();
 }

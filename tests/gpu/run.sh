@@ -25,6 +25,8 @@
 #   G6 --device-map with an identity pair on the same GPU
 #   G7 holders: a group whose creator let go of what it shared, suspended and
 #      resumed in both content modes (an importer exports what it imported)
+#   G8 checkpoint jobs: a native-IPC pair started by cusnap run --launch-job,
+#      suspended and resumed in the job's order (SKIP before driver 610)
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -295,6 +297,32 @@ for content in host native; do
 	fi
 done
 assume "a natively restored import exports again (a holder's rebuild, native content)" yes "${seen:-unknown}"
+
+# ---- G8: checkpoint jobs (driver 590+; 610 checkpoints native legacy IPC only in one) ----
+# A pair sharing native legacy IPC (the shim's adapter off) started in a job by
+# cusnap run --launch-job with cusnap's own empty memfd as the job file
+# (CUSNAP_CUDA_CHECKPOINT= keeps NVIDIA's tool out), suspended and resumed one
+# process at a time in the job's order.
+kdrv=$(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+r610=() # the rehearsal's cuemu stands in for a 610 driver
+[ "${CUSNAP_GPU_REHEARSAL:-}" = 1 ] && r610=(CUEMU_PROFILE=r610)
+if start g8-job env "${r610[@]}" SNAPSHOT_CUDA_VMM_IPC=0 CUSNAP_CUDA_CHECKPOINT= "$cusnap" run --launch-job -- "$group" --workers 1 --allocs 2 --ipc; then
+	if suspend_resume g8 "$pid" host && finish "$pid"; then
+		result G8 PASS "driver ${kdrv:-?}: a job-launched native-IPC pair suspended and resumed in the job's order (cusnap's own memfd as the job file)"
+		jobseen=yes
+	else
+		jobseen=no
+		status=FAIL
+		case "$kdrv" in [0-5]* | 60[0-9].*) status=SKIP ;; esac # before 610: not expected to work
+		result G8 $status "driver ${kdrv:-?}: job-launched native-IPC pair: $(lastlines g8-suspend 2) $(lastlines g8-resume 2)"
+		stop "$pid"
+	fi
+else
+	jobseen=unknown
+	result G8 FAIL "the job-launched pair did not get ready: $(lastlines g8-job)"
+	stop "$pid"
+fi
+assume "an empty memfd named by CUDA_CHECKPOINT_JOB_FILE is a job file the driver accepts (native IPC checkpointed in its order)" yes "$jobseen"
 
 # ---- G5, G6: CRIU ----
 plugin=$(ls /usr/lib/criu/cuda_plugin.so /usr/local/lib/criu/cuda_plugin.so /usr/lib/x86_64-linux-gnu/criu/cuda_plugin.so 2>/dev/null | head -1)
