@@ -16,7 +16,9 @@
  *                          flags 0, a second open, the opened range's size
  *   probe initonly         cuInit and nothing else, then sleep (for the restore-TID check)
  *   probe tid PID          cuCheckpointProcessGetRestoreThreadId(PID)
- *   probe noinit PID       the same and cuCheckpointProcessGetState(PID), never calling cuInit */
+ *   probe noinit PID       the same and cuCheckpointProcessGetState(PID), never calling cuInit
+ *   probe lockfail PID     cuCheckpointProcessLock(PID) with a 1 ms timeout (PID busy), then its state;
+ *                          unlocked again if it was left LOCKED */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -60,6 +62,8 @@
 	F(cuIpcCloseMemHandle) \
 	F(cuCheckpointProcessGetRestoreThreadId) \
 	F(cuCheckpointProcessGetState) \
+	F(cuCheckpointProcessLock) \
+	F(cuCheckpointProcessUnlock) \
 	F(cuGetProcAddress_v2)
 /* clang-format on */
 
@@ -382,6 +386,21 @@ int main(int argc, char **argv)
 		sleep(argc >= 3 ? (unsigned)atoi(argv[2]) : 30);
 		return 0;
 	}
+	if (argc >= 3 && !strcmp(argv[1], "lockfail")) {
+		/* The state a lock that failed leaves (CRIU's plugin reads it back). */
+		int pid = atoi(argv[2]);
+		CUcheckpointLockArgs la;
+		memset(&la, 0, sizeof(la));
+		la.timeoutMs = 1;
+		CUprocessState st = CU_PROCESS_STATE_FAILED;
+		CUresult l = d.cuCheckpointProcessLock ? d.cuCheckpointProcessLock(pid, &la) : CUDA_ERROR_NOT_FOUND;
+		CUresult g = d.cuCheckpointProcessGetState ? d.cuCheckpointProcessGetState(pid, &st)
+							   : CUDA_ERROR_NOT_FOUND;
+		printf("lockfail_rc %s\nlockfail_state %s %d\n", name_of(l), name_of(g), (int)st);
+		if (!g && st == CU_PROCESS_STATE_LOCKED && d.cuCheckpointProcessUnlock)
+			d.cuCheckpointProcessUnlock(pid, NULL);
+		return 0;
+	}
 	if (argc >= 3 && !strcmp(argv[1], "tid")) {
 		int tid = 0;
 		CUresult r = d.cuCheckpointProcessGetRestoreThreadId
@@ -390,6 +409,7 @@ int main(int argc, char **argv)
 		printf("restore_tid %s %d\n", name_of(r), tid);
 		return 0;
 	}
-	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|ipc|ipc-open HEX|initonly [S]|tid PID|noinit PID\n");
+	fprintf(stderr, "usage: probe info|resolvers|noctx|handles|ipc|ipc-open HEX|initonly [S]|tid PID|noinit "
+			"PID|lockfail PID\n");
 	return 64;
 }

@@ -27,6 +27,7 @@
 #      resumed in both content modes (an importer exports what it imported)
 #   G8 checkpoint jobs: a native-IPC pair started by cusnap run --launch-job,
 #      suspended and resumed in the job's order (SKIP before driver 610)
+#   G9 the state a lock that timed out leaves (read back, as CRIU's plugin does)
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -415,8 +416,29 @@ else
 	assume "an import is restored natively as a private copy" yes "$private"
 fi
 
-# ---- E4: re-export of a natively restored exportable allocation ----
+# ---- G9: the state a failed lock leaves (CRIU's driver-API plugin reads it back) ----
 helper=$B/tests/emu/target_helper
+lockstate=unknown
+if [ -x "$helper" ]; then
+	mkdir -p "$work/l"
+	setsid "$helper" "$work/l" b --busy 20000 >"$logs/g9-helper.log" 2>&1 </dev/null &
+	lpid=$!
+	for _ in $(seq 100); do [ -f "$work/l/b.ready" ] && break; sleep 0.1; done
+	if run g9-lockfail 30 "$probe" lockfail "$lpid"; then
+		lockrc=$(sed -n 's/^lockfail_rc //p' "$logs/g9-lockfail.log")
+		lockstate=$(sed -n 's/^lockfail_state CUDA_SUCCESS //p' "$logs/g9-lockfail.log")
+		case "$lockstate" in 0) lockstate=RUNNING ;; 1) lockstate=LOCKED ;; '') lockstate=unknown ;; esac
+		result G9 PASS "a 1 ms lock of a busy process: $lockrc, then state $lockstate"
+	else
+		result G9 FAIL "probe lockfail: $(lastlines g9-lockfail)"
+	fi
+	stop "$lpid"
+else
+	result G9 SKIP "target_helper not in the bundle"
+fi
+assume "a lock that times out leaves the process RUNNING" RUNNING "$lockstate"
+
+# ---- E4: re-export of a natively restored exportable allocation ----
 reexport=unknown
 if [ -x "$helper" ]; then
 	mkdir -p "$work/t"
