@@ -106,7 +106,8 @@ enum proto_rec_type {
 	REC_ALLOCATION = 3,
 	REC_MAPPING = 4,
 	REC_ERROR = 5,
-	REC_EXPORT = 6, /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID (the redeemer); reply: F_SIZE, F_MC_DEVICES */
+	REC_EXPORT = 6, /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID and F_ENDPOINT (the redeemer), F_HOPS;
+			 * reply: F_SIZE, F_MC_DEVICES */
 	REC_RESULT = 7,
 	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
 	REC_MC_BIND = 9,   /* one of its binds made by this participant */
@@ -161,6 +162,7 @@ enum proto_field {
 	F_MC_IMPORTER = 44,   /* 16 bytes: a participant that imported this multicast object; repeated */
 	F_HOLD = 45,   /* allocation id 16 | creator 16 | holder 16 | the holder's endpoint; repeated (PREPARE) */
 	F_HOLDER = 46, /* u32: 0 or 1: this importer carries the allocation for the group (§6.2) */
+	F_HOPS = 47,   /* u32: EXPORT forwarded by a creator that let go: served there or refused, never forwarded */
 };
 
 struct proto_header {

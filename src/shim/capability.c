@@ -184,14 +184,23 @@ int shim_connect(const char *endpoint)
 
 int cap_export_send(int sock, const struct shim_cap *cap)
 {
+	return cap_export_send_hop(sock, cap, 0);
+}
+
+int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops)
+{
 	struct proto_buf req = {0};
 	count_add(COUNT_SHIM_REQUESTS);
 	size_t at = pbuf_begin(&req, REC_EXPORT);
 	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
 	pbuf_put_id(&req, F_TOKEN, &cap->token);
 	const struct shim_identity *me = shim_self();
-	if (me) /* who redeems: a creator lists the importers of its multicast objects */
+	if (me) { /* who redeems: a creator lists its multicast importers and its peers */
 		pbuf_put_id(&req, F_ID, &me->id);
+		pbuf_put_str(&req, F_ENDPOINT, me->endpoint);
+	}
+	if (hops)
+		pbuf_put_u32(&req, F_HOPS, hops);
 	pbuf_end(&req, at);
 	struct proto_header h = {.magic = PROTO_MAGIC,
 				 .major = PROTO_MAJOR,

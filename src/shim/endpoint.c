@@ -55,6 +55,8 @@ int serve_EXPORT(struct op_call *c)
 	struct proto_buf *out = c->out;
 	struct cusnap_id id = {{0}}, token = {{0}}, who = {{0}};
 	bool have_id = false, have_token = false;
+	char who_endpoint[4200] = "";
+	uint32_t hops = 0;
 	struct proto_field_iter it;
 	struct proto_rec f;
 	pfield_init(&it, c->payload, c->len, REC_EXPORT);
@@ -65,6 +67,10 @@ int serve_EXPORT(struct op_call *c)
 			have_token = prec_id(&f, &token) == 0;
 		else if (f.type == F_ID && prec_id(&f, &who) != 0)
 			memset(&who, 0, sizeof(who));
+		else if (f.type == F_ENDPOINT && prec_str(&f, who_endpoint, sizeof(who_endpoint)) != 0)
+			who_endpoint[0] = '\0';
+		else if (f.type == F_HOPS && prec_u32(&f, &hops) != 0)
+			hops = 1; /* unreadable: never forwarded again */
 	}
 	if (it.error)
 		return it.error;
@@ -72,7 +78,12 @@ int serve_EXPORT(struct op_call *c)
 		shim_error_reply(out, "EXPORT needs an allocation id and a token");
 		return PROTO_E_MALFORMED;
 	}
-	struct export_request q = {.alloc_id = id, .token = token, .who = who, .keep_context = true};
+	struct export_request q = {.alloc_id = id,
+				   .token = token,
+				   .who = who,
+				   .who_endpoint = who_endpoint[0] == '/' ? who_endpoint : NULL,
+				   .hops = hops,
+				   .keep_context = true};
 	struct shim_export_info info = {0};
 	char err[600];
 	int rc = exports_export(&q, &info, c->fd, err, sizeof(err));

@@ -301,8 +301,6 @@ static int apply_holds(const struct req_hold *holds, size_t n, struct life_resul
 		bool wanted = h && id_equal(&h->alloc, &a->id);
 		if (wanted)
 			hmap_del(&mine, id_hash(&a->id)); /* one record carries it */
-		if (a->holder && !wanted)
-			exports_forget(a); /* another carries it now */
 		a->holder = wanted;
 	}
 	int rc = PROTO_OK;

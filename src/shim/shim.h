@@ -393,6 +393,8 @@ int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_inf
 /* A connection to another shim's endpoint (counted): a descriptor or -errno. */
 int shim_connect(const char *endpoint);
 int cap_export_send(int sock, const struct shim_cap *cap);
+/* The same, forwarded hops times (a creator that let go asks its peers). */
+int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops);
 int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
 /* A capability FD for the allocation named by these fields; -errno on failure. */
 int cap_make(const struct cusnap_id *creator, const struct cusnap_id *alloc_id, const struct cusnap_id *token,
@@ -417,18 +419,23 @@ int exports_publish(const struct shim_alloc *a);
 /* Its entry goes with the record. */
 void exports_forget(const struct shim_alloc *a);
 struct req_hold;
+/* A creator's entry remembers this many peers; this many tombstones at most. */
+#define EXPORT_PEERS 16
+#define EXPORT_TOMBSTONES 65536
 /* PREPARE's holds: every allocation participant me (endpoint self) created and
- * another carries gets a forwarding entry; those of the last PREPARE go. 0 or
- * -ENOMEM. */
+ * another carries has its holder first among its tombstone's peers; the
+ * tombstones of what no one holds go. 0 or -ENOMEM. */
 int exports_set_forwards(const struct req_hold *holds, size_t n, const struct cusnap_id *me, const char *self);
 /* The participants that redeemed multicast object alloc_id: a malloc'd array in
  * *out (NULL when none), its length returned. */
 size_t exports_importers(const struct cusnap_id *alloc_id, struct cusnap_id **out);
 struct export_request {
 	struct cusnap_id alloc_id, token;
-	struct cusnap_id who;   /* the redeemer (zero: not said) */
-	bool in_caller_context; /* an application thread: its current context serves the export */
-	bool keep_context;      /* an endpoint thread: the context entered stays until the connection ends */
+	struct cusnap_id who;     /* the redeemer (zero: not said) */
+	const char *who_endpoint; /* its endpoint (NULL: not said) */
+	unsigned hops;            /* forwarded by a creator that let go: served here or refused */
+	bool in_caller_context;   /* an application thread: its current context serves the export */
+	bool keep_context;        /* an endpoint thread: the context entered stays until the connection ends */
 };
 /* Serve one EXPORT: a fresh driver FD in *fd and what it is in *info, or a
  * proto_status with the reason in err. Takes exp_lock, never tbl.lock. */

@@ -135,6 +135,56 @@ static void forwarded_through_a_third(void)
 	target_stop(&a);
 }
 
+/* The creator lets go of what it exported while a peer holds it: a cached
+ * capability still resolves (the creator forwards to the peers its EXPORTs
+ * went to), to the memory the peer holds, until no one holds it. */
+static void creator_let_go(void)
+{
+	struct target a, c, b;
+	const char *serve[] = {"--serve", "--seed", "9", NULL};
+	const char *forward[] = {"--forward", "la", NULL};
+	const char *import[] = {"--import", "la", "--dev", "1", NULL};
+	if (under_shim(&a, "la", serve) < 0 || under_shim(&c, "lc", forward) < 0 || under_shim(&b, "lb", import) < 0)
+		return;
+	TARGET_EXPECT(&b, "check 9", "PASS");
+	TARGET_EXPECT(&a, "drop", "CUDA_SUCCESS");
+	TARGET_EXPECT(&b, "fill 10", "OK");
+	/* Twice: the second redemption is served by this process itself (it holds it then). */
+	CUmemGenericAllocationHandle h[2];
+	for (int i = 0; i < 2; i++) {
+		int fd = fetch_fd("lc");
+		CHECK(fd >= 0);
+		CHECK_CU(cuMemImportFromShareableHandle(&h[i], (void *)(intptr_t)fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		close(fd);
+	}
+	size_t size = 4u << 20;
+	CUdeviceptr va;
+	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, size, 0, h[1], 0));
+	CUmemAccessDesc d = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va, size, &d, 1));
+	unsigned char *buf = malloc(size);
+	CHECK_CU(cuMemcpyDtoH(buf, va, size));
+	CHECK(buf && emu_pattern_ok(buf, size, 10)); /* what the peer wrote after the creator let go */
+	free(buf);
+	CHECK_CU(cuMemUnmap(va, size));
+	CHECK_CU(cuMemAddressFree(va, size));
+	CHECK_CU(cuMemRelease(h[0]));
+	CHECK_CU(cuMemRelease(h[1]));
+	/* No one holds it any more: refused, with nothing left behind. */
+	TARGET_EXPECT(&b, "drop", "CUDA_SUCCESS");
+	int fd = fetch_fd("lc");
+	CUmemGenericAllocationHandle gone;
+	CHECK_CU_EQ(cuMemImportFromShareableHandle(&gone, (void *)(intptr_t)fd,
+						   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		    CUDA_ERROR_INVALID_VALUE);
+	close(fd);
+	target_stop(&b);
+	target_stop(&c);
+	target_stop(&a);
+}
+
 static void raw_fd_untracked(void)
 {
 	/* A process without the shim exports the driver's own FD. */
@@ -207,6 +257,7 @@ int main(int argc, char **argv)
 	target_dir_make("caps");
 	test_run("two processes share an allocation through a capability", two_processes);
 	test_run("a capability dup'ed, cached and forwarded by a third process redeems", forwarded_through_a_third);
+	test_run("the creator let go: a cached capability resolves while a peer holds the memory", creator_let_go);
 	test_run("a raw (non-capability) FD imports and stays untracked", raw_fd_untracked);
 	test_run("capabilities of a dead creator and look-alike FDs are refused", refusals);
 	target_dir_remove();
