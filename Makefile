@@ -37,6 +37,9 @@ LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
 COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
 COORD := $(BUILD)/bin/snapshot-cuda-vmm
 CUSNAP := $(BUILD)/bin/cusnap
+# The CRIU plugin: cusnap's tree, native and finish code without its commands.
+PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
+PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
 # src/common as a static library: each binary links only the objects it uses
 # (the shim carries none of the tools' JSON, state-file or manifest code).
 COMMON_LIB = $(BUILD)/lib/libcusnap-common.a
@@ -57,7 +60,7 @@ HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(EXAMPLES)
+all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN) $(EXAMPLES)
 
 help:
 	@sed -n '2,7p' Makefile
@@ -106,6 +109,12 @@ $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%
 $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
+
+# CRIU loads it; criu_get_image_dir comes from criu itself (-z defs is not used);
+# jansson dynamically (its static archive is not position-independent).
+$(PLUGIN): $(BUILD)/obj/src/criu/plugin.o $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,cusnap_plugin.so $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
 
 # Examples are CUDA programs: linked against libcuda (cuemu in the build tree;
 # the driver's own on a GPU node, found first through LD_LIBRARY_PATH or ldconfig).

@@ -97,4 +97,6 @@ enum coord_fault {
 #undef FAULT
 };
 void coord_fault_point(enum coord_fault point);
+/* CUSNAP_FAULT=NAME:fail at point: the step there must fail (said on stderr). */
+bool coord_fault_fails(enum coord_fault point);
 #endif

@@ -114,6 +114,16 @@ static const char *const fault_names[] = {
 #undef FAULT
 };
 
+bool coord_fault_fails(enum coord_fault point)
+{
+	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];
+	size_t len = name ? strlen(name) : 0;
+	bool fails = spec && name && !strncmp(spec, name, len) && !strcmp(spec + len, ":fail");
+	if (fails)
+		fprintf(stderr, "CUSNAP_FAULT: %s fails\n", name);
+	return fails;
+}
+
 void coord_fault_point(enum coord_fault point)
 {
 	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];

@@ -208,29 +208,6 @@ static int parse_device_map(const char *spec, CUcheckpointGpuPair *pairs, int ma
 	return n;
 }
 
-/* Kill the restored tree, leaves first, and wait (at most 10 s) until none of
- * its processes exists any more, zombies included: cusnap is the subreaper of
- * the trees it restores and reaps them, so that an immediate restore finds
- * their PIDs free. */
-static void kill_tree(pid_t root)
-{
-	struct proc *procs = NULL;
-	ssize_t n = proc_tree(root, &procs);
-	for (ssize_t i = n - 1; i >= 0; i--)
-		kill(procs[i].pid, SIGKILL);
-	for (int waited = 0; n > 0 && waited < 10000; waited += 5) {
-		while (waitpid(-1, NULL, WNOHANG) > 0)
-			;
-		bool left = false;
-		for (ssize_t i = 0; i < n && !left; i++)
-			left = kill(procs[i].pid, 0) == 0 || errno != ESRCH;
-		if (!left)
-			break;
-		usleep(5000);
-	}
-	free(procs);
-}
-
 /* A signal during a restore: the half-restored tree is killed (it never ran). */
 static int restore_interrupted(const char *dir, const char *after)
 {
@@ -375,7 +352,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	}
 	if (crc != 0 || root <= 0) {
 		if (root > 0)
-			kill_tree(root);
+			proc_tree_kill(root, true);
 		manifest_free(&m);
 		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
 	}
@@ -384,7 +361,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	struct tree t;
 	int rc = tree_load(root, &t);
 	if (rc) {
-		kill_tree(root);
+		proc_tree_kill(root, true);
 		manifest_free(&m);
 		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
 	}
@@ -492,7 +469,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	return EX_OK;
 kill:
 	/* A half-restored workload must never run. */
-	kill_tree(root);
+	proc_tree_kill(root, true);
 	tree_free(&t);
 	manifest_free(&m);
 	return rc;

@@ -29,6 +29,11 @@ pid_t proc_nspid(pid_t pid);
 pid_t proc_tgid(pid_t pid);
 /* Is pid this process or one of its ancestors? */
 bool proc_is_self_or_ancestor(pid_t pid);
+/* Kill the tree of root, leaves first, and wait (at most 10 s) until none of
+ * its processes exists any more; reap: reap our children meanwhile (cusnap is
+ * the subreaper of the trees it restores, so that an immediate restore finds
+ * their PIDs free). */
+void proc_tree_kill(pid_t root, bool reap);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {
@@ -232,9 +237,15 @@ int use_dir(const char *dir, bool create, int *held);
  * interposed), lock, checkpoint; a failure or a signal finishes. 0 or the exit
  * code (reported). */
 int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r);
-/* Lock then checkpoint every CUDA process. 0, or -1 with what failed in err
- * (nothing undone: the caller finishes). */
+/* Its first part (the CRIU plugin's at PAUSE_DEVICES): record dir, prepare
+ * when interposed. 0 or the exit code (reported; a failed prepare undone). */
+int tree_prepare(struct tree *t, struct record *rec, int content, struct coord_report *r);
+/* Lock then checkpoint every CUDA process (native_lock, native_checkpoint:
+ * the job file copied once all are CHECKPOINTED). 0, or -1 with what failed in
+ * err (nothing undone: the caller finishes). */
 int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen);
+int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen);
+int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
  * checkpointed or locked. Returns 0, or -1 with err (a stuck call named there). */
 int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,

@@ -95,7 +95,7 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 	return ret;
 }
 
-int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
+int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen)
 {
 	job_forget(rec->dir);
 	rec->changed = true;
@@ -105,7 +105,12 @@ int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
 	progress("lock", now_ms() - t0, "%zu processes, %s", t->ncuda,
 		 t->job.path[0] ? "one at a time (a checkpoint job)" : "concurrently");
 	coord_fault_point(FAULT_KILL_AFTER_LOCK);
-	t0 = now_ms();
+	return 0;
+}
+
+int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen)
+{
+	double t0 = now_ms();
 	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
 		return -1;
 	progress("native checkpoint", now_ms() - t0, "GPU memory released");
@@ -114,6 +119,11 @@ int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
 		return -1;
 	coord_fault_point(FAULT_KILL_AFTER_CHECKPOINT);
 	return 0;
+}
+
+int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
+{
+	return native_lock(t, rec, err, errlen) < 0 ? -1 : native_checkpoint(t, rec, err, errlen);
 }
 
 /* One thaw step over the processes in state from; 0, or -1 with err. */
@@ -188,26 +198,32 @@ int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pair
 	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);
 }
 
-int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r)
+int tree_prepare(struct tree *t, struct record *rec, int content, struct coord_report *r)
 {
 	memset(r, 0, sizeof(*r));
 	int rc = state_dir_begin(rec->root, rec->dir);
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "cannot record the state directory %s: %s: nothing done", rec->dir,
 			    strerror(-rc));
-	signals_arm();
-	if (t->nshim > 0) {
-		struct coord_options o = {.timeout_ms = settings.timeout_ms,
-					  .content = content,
-					  .dir = rec->dir,
-					  .on_stage = progress_stage};
-		rec->changed = true;
-		if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
-			rec->changed = !r->unchanged;
-			return finish(t, rec, "prepare failed: %s", r->error);
-		}
+	if (t->nshim == 0)
+		return 0;
+	struct coord_options o = {.timeout_ms = settings.timeout_ms,
+				  .content = content,
+				  .dir = rec->dir,
+				  .on_stage = progress_stage};
+	rec->changed = true;
+	if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
+		rec->changed = !r->unchanged;
+		return finish(t, rec, "prepare failed: %s", r->error);
 	}
-	if ((rc = interrupted(t, rec, "prepare")))
+	return 0;
+}
+
+int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r)
+{
+	signals_arm();
+	int rc = tree_prepare(t, rec, content, r);
+	if (rc || (rc = interrupted(t, rec, "prepare")))
 		return rc;
 	char err[1600];
 	if (native_freeze(t, rec, err, sizeof(err)) < 0)

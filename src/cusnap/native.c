@@ -9,12 +9,16 @@
 
 int native_load(struct native *n, char *err, size_t errlen)
 {
-	n->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	/* CUSNAP_LIBCUDA: the driver by path, where the library path cannot say
+	 * (the CRIU plugin, inside a CRIU run through its own loader). */
+	const char *path = getenv("CUSNAP_LIBCUDA");
+	path = path && *path ? path : "libcuda.so.1";
+	n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!n->lib) {
 		snprintf(err, errlen,
-			 "cannot load the CUDA driver (libcuda.so.1): %s; install the NVIDIA driver, or put cuemu "
-			 "(build/emu) on LD_LIBRARY_PATH",
-			 dlerror());
+			 "cannot load the CUDA driver (%s): %s; install the NVIDIA driver, or put cuemu "
+			 "(build/emu) on LD_LIBRARY_PATH (or name it in CUSNAP_LIBCUDA)",
+			 path, dlerror());
 		return -1;
 	}
 #define SYM(field, name) *(void **)&n->field = dlsym(n->lib, name)

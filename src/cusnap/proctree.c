@@ -2,9 +2,11 @@
 /* Process trees from /proc. */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cusnap.h"
@@ -117,4 +119,23 @@ ssize_t proc_tree(pid_t root, struct proc **out)
 	free(pids);
 	*out = p;
 	return (ssize_t)n;
+}
+
+void proc_tree_kill(pid_t root, bool reap)
+{
+	struct proc *procs = NULL;
+	ssize_t n = proc_tree(root, &procs);
+	for (ssize_t i = n - 1; i >= 0; i--)
+		kill(procs[i].pid, SIGKILL);
+	for (int waited = 0; n > 0 && waited < 10000; waited += 5) {
+		while (reap && waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		bool left = false;
+		for (ssize_t i = 0; i < n && !left; i++)
+			left = kill(procs[i].pid, 0) == 0 || errno != ESRCH;
+		if (!left)
+			break;
+		usleep(5000);
+	}
+	free(procs);
 }

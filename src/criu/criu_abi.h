@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* CRIU's plugin interface, as far as cusnap's plugin uses it: written from the
+ * interface CRIU documents for its plugins (criu-plugin.h, plugin version
+ * 0.2.0, CRIU 4.1): a shared object in CRIU's library directory exports a
+ * descriptor named CR_PLUGIN_DESC; CRIU calls init and exit once per stage and
+ * each hook it has, in every plugin until one returns something other than
+ * -ENOTSUP. CRIU 4.1.1 knows 12 hooks; later versions add more after them, and
+ * accept a descriptor that lists fewer. */
+#ifndef CUSNAP_CRIU_ABI_H
+#define CUSNAP_CRIU_ABI_H
+
+/* The stage init and exit are called for. */
+enum criu_stage { CRIU_STAGE_DUMP = 0, CRIU_STAGE_PRE_DUMP = 1, CRIU_STAGE_RESTORE = 2 };
+
+/* The hooks used here, by index into the descriptor's table. */
+enum criu_hook {
+	CRIU_HOOK_RESUME_DEVICES_LATE = 9, /* int (int pid): each restored task, before CRIU lets them go */
+	CRIU_HOOK_PAUSE_DEVICES = 10,      /* int (int pid): each task before it is interrupted (the root first) */
+	CRIU_HOOK_CHECKPOINT_DEVICES = 11, /* int (int pid): each live task of the frozen tree */
+	CRIU_HOOKS_4_1 = 12                /* the table's length in CRIU 4.1 */
+};
+
+#define CRIU_PLUGIN_VERSION_0_2 ((0u << 16) + (2u << 8) + 0u)
+
+struct criu_plugin_desc {
+	const char *name;
+	int (*init)(int stage);
+	void (*exit)(int stage, int ret);
+	unsigned int version;
+	unsigned int max_hooks;
+	void *hooks[CRIU_HOOKS_4_1];
+};
+
+/* CRIU's own: a descriptor of the images directory. */
+int criu_get_image_dir(void);
+
+#endif
