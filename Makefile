@@ -48,7 +48,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
-SHIM_TEST_EXTRA := $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+SHIM_TEST_EXTRA := $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
@@ -115,6 +115,11 @@ $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_L
 $(PLUGIN): $(BUILD)/obj/src/criu/plugin.o $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,cusnap_plugin.so $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
+
+# test_criu_plugin's stand-in for CRIU's own CUDA plugin.
+$(BUILD)/tests/criu/cuda_plugin.so: $(BUILD)/obj/tests/criu/fake_cuda_plugin.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $^
 
 # Examples are CUDA programs: linked against libcuda (cuemu in the build tree;
 # the driver's own on a GPU node, found first through LD_LIBRARY_PATH or ldconfig).

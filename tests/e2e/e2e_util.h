@@ -445,4 +445,42 @@ static inline int count_of(const char *text, const char *needle)
 		free(got_);                                                                                  \
 	} while (0)
 
+/* ---- CRIU restores (test_checkpoint, test_criu_plugin) ---- */
+
+/* Reap everything that died (the dumped tree's processes come to us). */
+static inline void reap_all(void)
+{
+	for (int i = 0; i < 200; i++) {
+		pid_t r = waitpid(-1, NULL, WNOHANG);
+		if (r < 0)
+			return;
+		if (r == 0)
+			usleep(10000);
+	}
+}
+
+/* The restored root, from the pidfile CRIU wrote. */
+static inline pid_t restored_root(const char *dir)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/restore.pid", dir);
+	char *text = test_read_file(path);
+	pid_t pid = text ? (pid_t)atoi(text) : 0;
+	free(text);
+	return pid;
+}
+
+/* The restored workload verifies itself (restore-complete was written by
+ * cusnap restore) and exits; it is our child now (we are a subreaper). */
+static inline int restored_passes(struct group *g, pid_t root)
+{
+	int status = test_wait_child(root, 60000);
+	char *log = test_read_file(g->log);
+	int pass = count_of(log, "PASS vmm_group");
+	if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+		printf("  restored workload exited with %#x; log:\n%s\n", status, log ? log : "");
+	free(log);
+	return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? pass : -1;
+}
+
 #endif
