@@ -286,13 +286,17 @@ gpu-bundle: gpu-build
 	fi
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
-# The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default).
+# The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default), cusnap,
+# and the CRIU plugin in CRIU's own plugin directory (Debian's criu: /usr/lib/criu).
 PREFIX ?= /usr/local
-install: $(SHIM) $(LAUNCH) $(COORD)
-	install -d $(DESTDIR)$(PREFIX)/lib/snapshot $(DESTDIR)$(PREFIX)/bin
+CRIU_PLUGIN_DIR ?= /usr/lib/criu
+install: $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN)
+	install -d $(DESTDIR)$(PREFIX)/lib/snapshot $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(CRIU_PLUGIN_DIR)
 	install -m 0755 $(SHIM) $(DESTDIR)$(PREFIX)/lib/snapshot/libsnapshot_cuda_vmm.so
 	install -m 0755 $(LAUNCH) $(DESTDIR)$(PREFIX)/bin/snapshot-cuda-vmm-launch
 	install -m 0755 $(COORD) $(DESTDIR)$(PREFIX)/bin/snapshot-cuda-vmm
+	install -m 0755 $(CUSNAP) $(DESTDIR)$(PREFIX)/bin/cusnap
+	install -m 0644 $(PLUGIN) $(DESTDIR)$(CRIU_PLUGIN_DIR)/cusnap_plugin.so
 
 clean:
 	rm -rf build build-asan build-tsan
