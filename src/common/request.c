@@ -35,6 +35,23 @@ static void request_fields(struct proto_field_iter *it, const void *payload, siz
 	pfield_init2(it, payload, len, REC_REQUEST, REC_RESULT);
 }
 
+/* Room in the array *v (each size bytes, *cap of them) for entry n: PROTO_OK,
+ * or PROTO_E_INTERNAL (said in err) when out of memory. */
+static int room_for(void **v, size_t *cap, size_t n, size_t size, char *err, size_t errlen)
+{
+	if (n < *cap)
+		return PROTO_OK;
+	size_t want = *cap ? *cap * 2 : 8;
+	void *grown = realloc(*v, want * size);
+	if (!grown) {
+		snprintf(err, errlen, "out of memory");
+		return PROTO_E_INTERNAL;
+	}
+	*v = grown;
+	*cap = want;
+	return PROTO_OK;
+}
+
 static int refuse(int status, char *err, size_t errlen, const char *what, uint32_t len)
 {
 	snprintf(err, errlen, "%s of %u bytes", what, len);
@@ -91,17 +108,8 @@ int req_prepare_decode(const void *payload, size_t len, enum proto_content *cont
 	while (rc == PROTO_OK && pfield_next(&it, &f)) {
 		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0) {
 			rc = refuse(PROTO_E_LENGTH, err, errlen, "content mode", f.len);
-		} else if (f.type == F_HOLD) {
-			if (*n == cap) {
-				cap = cap ? cap * 2 : 8;
-				struct req_hold *grown = realloc(*holds, cap * sizeof(*grown));
-				if (!grown) {
-					snprintf(err, errlen, "out of memory");
-					rc = PROTO_E_INTERNAL;
-					break;
-				}
-				*holds = grown;
-			}
+		} else if (f.type == F_HOLD &&
+			   (rc = room_for((void **)holds, &cap, *n, sizeof(**holds), err, errlen)) == PROTO_OK) {
 			rc = hold_decode(&f, &(*holds)[*n], err, errlen);
 			*n += rc == PROTO_OK;
 		}
@@ -187,16 +195,8 @@ int req_mc_rebuild_decode(const void *payload, size_t len, struct cusnap_id **id
 	while (rc == PROTO_OK && pfield_next(&it, &f)) {
 		if (f.type != F_MC_REBUILD)
 			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 8;
-			struct cusnap_id *grown = realloc(*ids, cap * sizeof(*grown));
-			if (!grown) {
-				snprintf(err, errlen, "out of memory");
-				rc = PROTO_E_INTERNAL;
-				break;
-			}
-			*ids = grown;
-		}
+		if ((rc = room_for((void **)ids, &cap, *n, sizeof(**ids), err, errlen)) != PROTO_OK)
+			break;
 		if (prec_id(&f, &(*ids)[*n]) != 0)
 			rc = refuse(PROTO_E_LENGTH, err, errlen, "multicast rebuild entry", f.len);
 		else
