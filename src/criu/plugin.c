@@ -48,6 +48,7 @@
 #define API __attribute__((visibility("default")))
 
 static struct {
+	int stage;         /* enum criu_stage */
 	bool seen;         /* the first hook of this stage came */
 	bool active;       /* a tree with CUDA processes: the plugin works on it */
 	bool checkpointed; /* CHECKPOINT_DEVICES done */
@@ -145,7 +146,9 @@ static int restore_thread(pid_t tid, bool run, uint64_t *mask)
 
 static int pause_devices(int pid)
 {
-	if (P.seen) /* a child: the whole tree was done at the root */
+	if (P.stage != CRIU_STAGE_DUMP)
+		return -ENOTSUP; /* a pre-dump copies memory only: the tree is left alone */
+	if (P.seen)              /* a child: the whole tree was done at the root */
 		return P.active ? 0 : -ENOTSUP;
 	P.seen = true;
 	char other[PATH_MAX];
@@ -394,7 +397,7 @@ static void after_restore(void)
 static int plugin_init(int stage)
 {
 	memset(&P, 0, sizeof(P));
-	(void)stage;
+	P.stage = stage;
 	return 0;
 }
 

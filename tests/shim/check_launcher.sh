@@ -19,10 +19,13 @@ again=$(LD_PRELOAD=$out "$build/bin/snapshot-cuda-vmm-launch" /bin/sh -c 'echo "
 
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
-make -s -C "$repo" install BUILD="$build" PREFIX="$prefix" >/dev/null || fail "make install"
-for f in lib/snapshot/libsnapshot_cuda_vmm.so bin/snapshot-cuda-vmm-launch bin/snapshot-cuda-vmm; do
+# (the CRIU plugin into the test's tree too, never into the machine's CRIU)
+make -s -C "$repo" install BUILD="$build" PREFIX="$prefix" CRIU_PLUGIN_DIR="$prefix/lib/criu" >/dev/null ||
+	fail "make install"
+for f in lib/snapshot/libsnapshot_cuda_vmm.so bin/snapshot-cuda-vmm-launch bin/snapshot-cuda-vmm bin/cusnap; do
 	[ -x "$prefix/$f" ] || fail "make install did not install $f"
 done
+[ -f "$prefix/lib/criu/cusnap_plugin.so" ] || fail "make install did not install the CRIU plugin"
 out=$(env -u LD_PRELOAD "$prefix/bin/snapshot-cuda-vmm-launch" /bin/sh -c 'echo "$LD_PRELOAD"')
 [ "$out" = "$prefix/lib/snapshot/libsnapshot_cuda_vmm.so" ] || fail "install tree: LD_PRELOAD='$out'"
 
