@@ -42,7 +42,6 @@
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/json.h"
-#include "cusnap/state.h"
 
 #define PLUGIN_IMAGE "cusnap-plugin.json"
 #define API __attribute__((visibility("default")))
@@ -356,30 +355,23 @@ static int resume_devices_late(int pid)
 	return 0;
 }
 
-/* Once CRIU has let the restored tree go: native restore, unlock, the sharing,
+/* Once CRIU has let the restored tree go: native restore, unlock, the sharing
+ * (tree_recover, as `cusnap resume` brings a suspended tree back),
  * restore-complete; or the tree killed. */
 static void after_restore(void)
 {
 	settings_for(P.root);
 	struct tree t;
-	char err[4800], why[PATH_MAX + 256], state[PATH_MAX + 32];
+	struct coord_report r;
+	bool nothing;
+	char err[4800], why[PATH_MAX + 256];
 	int rc = tree_load(P.root, &t);
 	if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
 		snprintf(err, sizeof(err), "another command holds the tree");
 	else if (rc)
 		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
-	if (rc == 0 && native_thaw(&t, P.dir, NULL, 0, err, sizeof(err)) < 0)
+	if (rc == 0 && tree_recover(&t, P.dir, false, &r, &nothing, err, sizeof(err)) < 0)
 		rc = -1;
-	snprintf(state, sizeof(state), "%s/" STATE_FILE, P.dir);
-	if (rc == 0 && access(state, F_OK) == 0) {
-		struct coord_options o = {.timeout_ms = settings.timeout_ms,
-					  .dir = P.dir,
-					  .on_stage = progress_stage,
-					  .require_state = true};
-		struct coord_report r;
-		if (coord_restore(t.targets, t.ncuda, &o, &r) < 0)
-			rc = -1, snprintf(err, sizeof(err), "rebuilding shared memory failed: %s", r.error);
-	}
 	if (rc == 0 && control_write(P.root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
 		rc = -1, snprintf(err, sizeof(err), "cannot write %s", why);
 	if (rc == 0)
