@@ -459,6 +459,15 @@ static inline void reap_all(void)
 	}
 }
 
+/* The dump ended the group: its processes waited for and reaped, so that a
+ * restore finds their PIDs free. */
+static inline void group_dumped(struct group *g)
+{
+	test_wait_child(g->child, 10000);
+	g->child = 0;
+	reap_all();
+}
+
 /* The restored root, from the pidfile CRIU wrote. */
 static inline pid_t restored_root(const char *dir)
 {

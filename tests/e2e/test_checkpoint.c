@@ -80,9 +80,7 @@ static void dump_kill_restore_group(const char *content, const char *const *wrap
 	free(out);
 	images_private(dir);
 	/* The dump killed the tree. */
-	test_wait_child(g.child, 10000);
-	g.child = 0;
-	reap_all();
+	group_dumped(&g);
 	CHECK(kill(before[0], 0) < 0 || wrapper);
 	rc = restore(dir, &out);
 	CHECK_EQ(rc, 0);
@@ -166,9 +164,7 @@ static void launch_job(void)
 		char copy[PATH_MAX + 64];
 		snprintf(copy, sizeof(copy), "%s/cuda-checkpoint-job", dir);
 		CHECK_EQ(access(copy, R_OK), 0);
-		test_wait_child(g.child, 10000);
-		g.child = 0;
-		reap_all();
+		group_dumped(&g);
 		if (rc)
 			return;
 		rc = restore(dir, &out);
@@ -213,9 +209,7 @@ static int group_checkpointed(struct group *g, const char *name, char *const *en
 	int rc = checkpoint(g, dir, "host", false, criu, &out);
 	CHECK_EQ(rc, 0);
 	free(out);
-	test_wait_child(g->child, 10000);
-	g->child = 0;
-	reap_all();
+	group_dumped(g);
 	return rc == 0 ? 0 : -1;
 }
 
@@ -323,9 +317,7 @@ static void without_interposer(void)
 	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
 	CHECK_CONTAINS(out, "native steps only");
 	free(out);
-	test_wait_child(g.child, 10000);
-	g.child = 0;
-	reap_all();
+	group_dumped(&g);
 	CHECK_EQ(restore(dir, &out), 0);
 	free(out);
 	pid_t root = restored_root(dir);
@@ -498,9 +490,7 @@ static void restores_and_passes(struct group *g, const char *what)
 {
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g->ctl);
-	test_wait_child(g->child, 10000);
-	g->child = 0;
-	reap_all();
+	group_dumped(g);
 	int rc = restore(dir, &out);
 	if (rc != 0)
 		test_fail(__FILE__, __LINE__, "%s: restore exited %d:\n%s", what, rc, out);
