@@ -30,7 +30,8 @@
 
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
-#define PROTO_MINOR 5 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders */
+#define PROTO_MINOR \
+	6 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders; 1.6: EXPORT_MANY */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -242,11 +243,20 @@ int prec_str(const struct proto_rec *r, char *out, size_t outlen);
 double now_ms(void);
 /* Absolute deadline (CLOCK_MONOTONIC ms) timeout_ms from now; -1 = none. */
 int64_t proto_deadline(int timeout_ms);
+/* The most descriptors one message carries (the kernel's SCM_MAX_FD). */
+#define PROTO_MAX_FDS 253
 /* Send header + payload, with pass_fd (>= 0) attached by SCM_RIGHTS. Returns 0 or a proto_status. */
 int proto_send(int sock, const struct proto_header *h, const void *payload, int pass_fd, int64_t deadline);
+/* The same with nfds (<= PROTO_MAX_FDS) descriptors attached, in order. */
+int proto_send_fds(int sock, const struct proto_header *h, const void *payload, const int *fds, size_t nfds,
+		   int64_t deadline);
 /* Receive one message. *payload is malloc'ed (NULL when empty). A descriptor that
  * arrives is stored in *fd when fd is non-NULL, else closed and PROTO_E_FD returned.
  * Returns 0 or a proto_status. */
 int proto_recv(int sock, struct proto_header *h, uint8_t **payload, int *fd, int64_t deadline);
+/* The same with up to maxfds descriptors stored in fds, in the order sent, and
+ * their number in *nfds. More than maxfds: all closed, PROTO_E_FD. */
+int proto_recv_fds(int sock, struct proto_header *h, uint8_t **payload, int *fds, size_t maxfds, size_t *nfds,
+		   int64_t deadline);
 
 #endif

@@ -311,11 +311,23 @@ static int wait_for(int sock, short events, int64_t deadline)
 
 int proto_send(int sock, const struct proto_header *h, const void *payload, int pass_fd, int64_t deadline)
 {
+	return proto_send_fds(sock, h, payload, &pass_fd, pass_fd >= 0, deadline);
+}
+
+int proto_send_fds(int sock, const struct proto_header *h, const void *payload, const int *fds, size_t nfds,
+		   int64_t deadline)
+{
+	if (nfds > PROTO_MAX_FDS)
+		return PROTO_E_FD;
 	uint8_t hdr[PROTO_HEADER_LEN];
 	proto_header_pack(h, hdr);
 	struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)payload, payload ? h->payload_len : 0}};
 	size_t total = sizeof(hdr) + iov[1].iov_len, sent = 0;
-	bool fd_sent = pass_fd < 0;
+	bool fds_sent = nfds == 0;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * PROTO_MAX_FDS)];
+		struct cmsghdr align;
+	} u;
 	/* Each try goes first; poll only when the socket would block (the
 	 * deadline is checked there). */
 	while (sent < total) {
@@ -333,20 +345,16 @@ int proto_send(int sock, const struct proto_header *h, const void *payload, int 
 			skip = 0;
 			n++;
 		}
-		union {
-			char buf[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		} u;
 		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = (size_t)n};
-		if (!fd_sent) {
-			memset(&u, 0, sizeof(u));
+		if (!fds_sent) { /* with the first bytes that go */
+			memset(&u, 0, CMSG_SPACE(sizeof(int) * nfds));
 			msg.msg_control = u.buf;
-			msg.msg_controllen = sizeof(u.buf);
+			msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
 			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 			c->cmsg_level = SOL_SOCKET;
 			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+			c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+			memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 		}
 		ssize_t w = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
@@ -355,22 +363,29 @@ int proto_send(int sock, const struct proto_header *h, const void *payload, int 
 				return rc;
 			continue;
 		}
-		fd_sent = true;
+		fds_sent = true;
 		sent += (size_t)w;
 	}
 	return PROTO_OK;
 }
 
-/* Read exactly len bytes, collecting at most one descriptor into *fd. */
-static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadline)
+/* Descriptors received so far: up to max kept in order, the rest closed. */
+struct fd_catch {
+	int *fds;
+	size_t max, n;
+	bool overflow;
+};
+
+/* Read exactly len bytes, collecting the descriptors that come into *got. */
+static int read_exact(int sock, uint8_t *buf, size_t len, struct fd_catch *got_fds, int64_t deadline)
 {
 	size_t got = 0;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * PROTO_MAX_FDS)];
+		struct cmsghdr align;
+	} u;
 	while (got < len) { /* as in proto_send: poll only when it would block */
 		struct iovec iov = {buf + got, len - got};
-		union {
-			char buf[CMSG_SPACE(sizeof(int) * 4)];
-			struct cmsghdr align;
-		} u;
 		struct msghdr msg = {.msg_iov = &iov,
 				     .msg_iovlen = 1,
 				     .msg_control = u.buf,
@@ -389,10 +404,12 @@ static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadl
 			for (size_t i = 0; i < nfd; i++) {
 				int f;
 				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-				if (*fd < 0)
-					*fd = f;
-				else
-					close(f); /* only one descriptor per message */
+				if (got_fds->n < got_fds->max) {
+					got_fds->fds[got_fds->n++] = f;
+				} else {
+					close(f);
+					got_fds->overflow = true;
+				}
 			}
 		}
 		if (msg.msg_flags & MSG_CTRUNC)
@@ -406,12 +423,22 @@ static int read_exact(int sock, uint8_t *buf, size_t len, int *fd, int64_t deadl
 
 int proto_recv(int sock, struct proto_header *h, uint8_t **payload, int *fd, int64_t deadline)
 {
-	uint8_t hdr[PROTO_HEADER_LEN];
-	int got_fd = -1;
-	*payload = NULL;
+	size_t n = 0;
+	int got = -1;
+	int rc = proto_recv_fds(sock, h, payload, &got, fd ? 1 : 0, &n, deadline);
 	if (fd)
-		*fd = -1;
-	int rc = read_exact(sock, hdr, sizeof(hdr), &got_fd, deadline);
+		*fd = n ? got : -1;
+	return rc;
+}
+
+int proto_recv_fds(int sock, struct proto_header *h, uint8_t **payload, int *fds, size_t maxfds, size_t *nfds,
+		   int64_t deadline)
+{
+	uint8_t hdr[PROTO_HEADER_LEN];
+	struct fd_catch got = {.fds = fds, .max = maxfds};
+	*payload = NULL;
+	*nfds = 0;
+	int rc = read_exact(sock, hdr, sizeof(hdr), &got, deadline);
 	if (rc == PROTO_OK)
 		rc = proto_header_unpack(hdr, h);
 	if (rc == PROTO_OK && h->payload_len) {
@@ -420,20 +447,17 @@ int proto_recv(int sock, struct proto_header *h, uint8_t **payload, int *fd, int
 		if (!*payload)
 			rc = PROTO_E_INTERNAL;
 		else
-			rc = read_exact(sock, *payload, h->payload_len, &got_fd, deadline);
+			rc = read_exact(sock, *payload, h->payload_len, &got, deadline);
 	}
-	if (got_fd >= 0) {
-		if (fd && rc == PROTO_OK) {
-			*fd = got_fd;
-		} else {
-			close(got_fd);
-			if (rc == PROTO_OK)
-				rc = PROTO_E_FD;
-		}
-	}
+	if (rc == PROTO_OK && got.overflow)
+		rc = PROTO_E_FD; /* more than asked for (none when maxfds is 0) */
 	if (rc != PROTO_OK) {
+		for (size_t i = 0; i < got.n; i++)
+			close(fds[i]);
 		free(*payload);
 		*payload = NULL;
+		return rc;
 	}
-	return rc;
+	*nfds = got.n;
+	return PROTO_OK;
 }

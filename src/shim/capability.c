@@ -21,9 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cusnap/counters.h"
 #include "cusnap/proto.h"
-#include "cusnap/usock.h"
 #include "cusnap/wire.h"
 #include "shim.h"
 
@@ -173,111 +171,5 @@ int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *
 	int fd = cap_redeem_on(&sock, cap, info, err, errlen);
 	if (sock >= 0)
 		close(sock);
-	return fd;
-}
-
-int shim_connect(const char *endpoint)
-{
-	count_add(COUNT_SHIM_CONNECTIONS);
-	return usock_connect(endpoint);
-}
-
-int cap_export_send(int sock, const struct shim_cap *cap)
-{
-	return cap_export_send_hop(sock, cap, 0);
-}
-
-int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops)
-{
-	struct proto_buf req = {0};
-	count_add(COUNT_SHIM_REQUESTS);
-	size_t at = pbuf_begin(&req, REC_EXPORT);
-	pbuf_put_id(&req, F_ALLOC_ID, &cap->alloc_id);
-	pbuf_put_id(&req, F_TOKEN, &cap->token);
-	const struct shim_identity *me = shim_self();
-	if (me) { /* who redeems: a creator lists its multicast importers and its peers */
-		pbuf_put_id(&req, F_ID, &me->id);
-		pbuf_put_str(&req, F_ENDPOINT, me->endpoint);
-	}
-	if (hops)
-		pbuf_put_u32(&req, F_HOPS, hops);
-	pbuf_end(&req, at);
-	struct proto_header h = {.magic = PROTO_MAGIC,
-				 .major = PROTO_MAJOR,
-				 .minor = PROTO_MINOR,
-				 .op = PROTO_OP_EXPORT,
-				 .request_id = 1,
-				 .payload_len = (uint32_t)req.len};
-	int rc = req.failed ? PROTO_E_INTERNAL : proto_send(sock, &h, req.data, -1, proto_deadline(shim_deadline_ms()));
-	pbuf_free(&req);
-	return rc;
-}
-
-int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
-{
-	struct proto_header h;
-	int fd = -1;
-	uint8_t *payload = NULL;
-	int rc = proto_recv(sock, &h, &payload, &fd, proto_deadline(shim_deadline_ms()));
-	if (rc == PROTO_OK && h.status != PROTO_OK)
-		rc = h.status;
-	if (rc == PROTO_OK && fd < 0)
-		rc = PROTO_E_FD;
-	if (rc == PROTO_OK) {
-		uint64_t bytes = 0;
-		uint32_t mc_devices = 0;
-		struct proto_field_iter it;
-		struct proto_rec f;
-		pfield_init(&it, payload, h.payload_len, REC_EXPORT);
-		while (pfield_next(&it, &f)) {
-			if (f.type == F_SIZE)
-				prec_u64(&f, &bytes);
-			else if (f.type == F_MC_DEVICES)
-				prec_u32(&f, &mc_devices);
-		}
-		info->size = (size_t)bytes;
-		info->mc_devices = mc_devices;
-		if (!bytes)
-			rc = PROTO_E_MALFORMED;
-	}
-	if (rc != PROTO_OK) {
-		char msg[512] = "";
-		struct proto_field_iter it;
-		struct proto_rec f;
-		pfield_init(&it, payload, payload ? h.payload_len : 0, REC_ERROR);
-		while (pfield_next(&it, &f))
-			if (f.type == F_MESSAGE)
-				prec_str(&f, msg, sizeof(msg));
-		snprintf(err, errlen, "EXPORT from %s: %s%s%s", cap->endpoint, proto_status_name(rc),
-			 msg[0] ? ": " : "", msg);
-		if (fd >= 0)
-			close(fd);
-		fd = -1;
-	}
-	free(payload);
-	return fd;
-}
-
-int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
-{
-	if (*sockp < 0) {
-		*sockp = shim_connect(cap->endpoint);
-		if (*sockp < 0) {
-			snprintf(err, errlen, "creator endpoint %s: %s", cap->endpoint, strerror(-*sockp));
-			*sockp = -1;
-			return -1;
-		}
-	}
-	int rc = cap_export_send(*sockp, cap);
-	int fd = -1;
-	if (rc == PROTO_OK)
-		fd = cap_export_recv(*sockp, cap, info, err, errlen);
-	else
-		snprintf(err, errlen, "EXPORT to %s: %s", cap->endpoint, proto_status_name(rc));
-	if (fd < 0) {
-		/* After a failure the connection is not reused. */
-		close(*sockp);
-		*sockp = -1;
-	}
 	return fd;
 }

@@ -128,14 +128,14 @@ static int shim_step(int op, struct op_call *c)
  * step takes the locks of that order as any wrapper does. */
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd)
+int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, struct op_fds *fds)
 {
 	const struct op_rule *rule = rule_of(op);
 	if (!rule) {
 		shim_error_reply(out, "operation %d (%s) is not served by this shim", op, proto_op_name(op));
 		return PROTO_E_OP;
 	}
-	struct op_call c = {.payload = payload, .len = len, .out = out, .fd = fd};
+	struct op_call c = {.payload = payload, .len = len, .out = out, .fds = fds};
 	if (!rule->step)
 		return rule->serve(&c);
 	pthread_mutex_lock(&life_lock);

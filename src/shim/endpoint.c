@@ -49,25 +49,24 @@ void endpoint_after_fork_child(void)
 	pthread_mutex_init(&pool.lock, NULL);
 }
 
-/* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
-int serve_EXPORT(struct op_call *c)
+/* One REC_EXPORT's fields into q (the redeemer's endpoint into who_endpoint,
+ * which q points to when it is a path). Missing id or token: a message in out. */
+static int read_export(const struct proto_rec *rec, struct export_request *q, char *who_endpoint, size_t len,
+		       struct proto_buf *out)
 {
-	struct proto_buf *out = c->out;
-	struct cusnap_id id = {{0}}, token = {{0}}, who = {{0}};
 	bool have_id = false, have_token = false;
-	char who_endpoint[4200] = "";
 	uint32_t hops = 0;
-	struct proto_field_iter it;
+	struct proto_iter it;
 	struct proto_rec f;
-	pfield_init(&it, c->payload, c->len, REC_EXPORT);
-	while (pfield_next(&it, &f)) {
+	piter_init(&it, rec->value, rec->len);
+	while (piter_next(&it, &f)) {
 		if (f.type == F_ALLOC_ID)
-			have_id = prec_id(&f, &id) == 0;
+			have_id = prec_id(&f, &q->alloc_id) == 0;
 		else if (f.type == F_TOKEN)
-			have_token = prec_id(&f, &token) == 0;
-		else if (f.type == F_ID && prec_id(&f, &who) != 0)
-			memset(&who, 0, sizeof(who));
-		else if (f.type == F_ENDPOINT && prec_str(&f, who_endpoint, sizeof(who_endpoint)) != 0)
+			have_token = prec_id(&f, &q->token) == 0;
+		else if (f.type == F_ID && prec_id(&f, &q->who) != 0)
+			memset(&q->who, 0, sizeof(q->who));
+		else if (f.type == F_ENDPOINT && prec_str(&f, who_endpoint, len) != 0)
 			who_endpoint[0] = '\0';
 		else if (f.type == F_HOPS && prec_u32(&f, &hops) != 0)
 			hops = 1; /* unreadable: never forwarded again */
@@ -78,26 +77,101 @@ int serve_EXPORT(struct op_call *c)
 		shim_error_reply(out, "EXPORT needs an allocation id and a token");
 		return PROTO_E_MALFORMED;
 	}
-	struct export_request q = {.alloc_id = id,
-				   .token = token,
-				   .who = who,
-				   .who_endpoint = who_endpoint[0] == '/' ? who_endpoint : NULL,
-				   .hops = hops,
-				   .keep_context = true};
+	q->hops = hops;
+	q->who_endpoint = who_endpoint[0] == '/' ? who_endpoint : NULL;
+	q->keep_context = true;
+	return PROTO_OK;
+}
+
+/* One allocation exported: its FD appended to c->fds, its record to the reply. */
+static int export_one(struct op_call *c, const struct export_request *q)
+{
 	struct shim_export_info info = {0};
 	char err[600];
-	int rc = exports_export(&q, &info, c->fd, err, sizeof(err));
+	int fd = -1;
+	int rc = exports_export(q, &info, &fd, err, sizeof(err));
 	if (rc != PROTO_OK) {
-		shim_error_reply(out, "participant %d (ns %d): %s", (int)me->pid, (int)me->nspid, err);
+		shim_error_reply(c->out, "participant %d (ns %d): %s", (int)me->pid, (int)me->nspid, err);
 		return rc;
 	}
-	size_t at = pbuf_begin(out, REC_EXPORT);
-	pbuf_put_id(out, F_ALLOC_ID, &id);
-	pbuf_put_u64(out, F_SIZE, info.size);
+	c->fds->fd[c->fds->n++] = fd;
+	size_t at = pbuf_begin(c->out, REC_EXPORT);
+	pbuf_put_id(c->out, F_ALLOC_ID, &q->alloc_id);
+	pbuf_put_u64(c->out, F_SIZE, info.size);
 	if (info.mc_devices)
-		pbuf_put_u32(out, F_MC_DEVICES, info.mc_devices);
-	pbuf_end(out, at);
+		pbuf_put_u32(c->out, F_MC_DEVICES, info.mc_devices);
+	pbuf_end(c->out, at);
 	return PROTO_OK;
+}
+
+/* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
+int serve_EXPORT(struct op_call *c)
+{
+	struct export_request q = {0};
+	char who_endpoint[4200] = "";
+	struct proto_rec rec = {.value = NULL, .len = 0};
+	bool found = false;
+	struct proto_iter it;
+	piter_init(&it, c->payload, c->len);
+	while (!found && piter_next(&it, &rec))
+		found = rec.type == REC_EXPORT;
+	if (it.error)
+		return it.error;
+	int rc = found ? read_export(&rec, &q, who_endpoint, sizeof(who_endpoint), c->out) : PROTO_OK;
+	if (!found)
+		shim_error_reply(c->out, "EXPORT needs an allocation id and a token");
+	if (!found || rc != PROTO_OK)
+		return found ? rc : PROTO_E_MALFORMED;
+	return export_one(c, &q);
+}
+
+/* EXPORT_MANY: one REC_EXPORT per allocation (the redeemer named in any of
+ * them, for all; no forwarding), up to PROTO_MAX_FDS; the reply has a
+ * REC_EXPORT and an FD for each, in the request's order. All or nothing: the
+ * first that fails is the reply, and no FD goes. */
+int serve_EXPORT_MANY(struct op_call *c)
+{
+	if (!shim_export_many) { /* answered as a shim before 1.6 does */
+		shim_error_reply(c->out, "operation %d (%s) is not served by this shim", PROTO_OP_EXPORT_MANY,
+				 proto_op_name(PROTO_OP_EXPORT_MANY));
+		return PROTO_E_OP;
+	}
+	struct cusnap_id who = {{0}};
+	char who_endpoint[4200] = "";
+	struct proto_iter it;
+	struct proto_rec rec;
+	int rc = PROTO_OK;
+	piter_init(&it, c->payload, c->len);
+	while (rc == PROTO_OK && piter_next(&it, &rec)) {
+		if (rec.type != REC_EXPORT)
+			continue;
+		if (c->fds->n == PROTO_MAX_FDS) {
+			shim_error_reply(c->out, "EXPORT_MANY takes at most %d allocations", PROTO_MAX_FDS);
+			rc = PROTO_E_LENGTH;
+			break;
+		}
+		struct export_request q = {.who = who};
+		rc = read_export(&rec, &q, who_endpoint, sizeof(who_endpoint), c->out);
+		if (rc == PROTO_OK && q.hops) {
+			shim_error_reply(c->out, "EXPORT_MANY is never forwarded");
+			rc = PROTO_E_MALFORMED;
+		}
+		if (rc == PROTO_OK) {
+			who = q.who;
+			rc = export_one(c, &q);
+		}
+	}
+	if (rc == PROTO_OK)
+		rc = it.error;
+	if (rc == PROTO_OK && !c->fds->n) {
+		shim_error_reply(c->out, "EXPORT_MANY names no allocation");
+		rc = PROTO_E_MALFORMED;
+	}
+	if (rc != PROTO_OK) {
+		while (c->fds->n)
+			close(c->fds->fd[--c->fds->n]);
+	}
+	return rc;
 }
 
 /* One connection, served until the peer closes it, goes silent past the
@@ -112,7 +186,7 @@ static void serve_connection(int sock)
 		if (rc == PROTO_E_IO || rc == PROTO_E_TIMEOUT || rc == PROTO_E_TRUNCATED)
 			break; /* gone, silent past the deadline, or cut short: just close */
 		struct proto_buf out = {0};
-		int fd = -1;
+		struct op_fds fds = {.n = 0};
 		struct proto_header reply = {.magic = PROTO_MAGIC,
 					     .major = PROTO_MAJOR,
 					     .minor = PROTO_MINOR,
@@ -131,7 +205,7 @@ static void serve_connection(int sock)
 		}
 		reply.op = h.op;
 		reply.request_id = h.request_id;
-		rc = shim_serve(h.op, payload, h.payload_len, &out, &fd);
+		rc = shim_serve(h.op, payload, h.payload_len, &out, &fds);
 		/* The work may have taken longer than the request's deadline. */
 		deadline = proto_deadline(shim_deadline_ms());
 		free(payload);
@@ -141,9 +215,9 @@ static void serve_connection(int sock)
 		}
 		reply.status = rc;
 		reply.payload_len = out.failed ? 0 : (uint32_t)out.len;
-		int sent = proto_send(sock, &reply, out.data, fd, deadline);
-		if (fd >= 0)
-			close(fd); /* the raw driver FD never stays here */
+		int sent = proto_send_fds(sock, &reply, out.data, fds.fd, fds.n, deadline);
+		for (size_t i = 0; i < fds.n; i++)
+			close(fds.fd[i]); /* the raw driver FDs never stay here */
 		pbuf_free(&out);
 		if (sent != PROTO_OK)
 			break;

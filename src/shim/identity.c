@@ -23,6 +23,7 @@ static pid_t env_pid;  /* the process that read the environment */
 static char env_participant[64];
 
 static int deadline_ms = 10000;
+bool shim_export_many = true;
 
 int shim_deadline_ms(void)
 {
@@ -125,6 +126,8 @@ __attribute__((constructor)) static void shim_init(void)
 	log_init("snapshot-cuda-vmm", lvl ? atoi(lvl) : LOG_WARN, STDERR_FILENO);
 	const char *ipc = getenv("SNAPSHOT_CUDA_VMM_IPC");
 	shim_ipc_adapter = !ipc || strcmp(ipc, "0") != 0;
+	const char *many = getenv("SNAPSHOT_CUDA_VMM_EXPORT_MANY");
+	shim_export_many = !many || strcmp(many, "0") != 0;
 	const char *dl = getenv("SNAPSHOT_CUDA_VMM_DEADLINE_MS");
 	if (dl && atoi(dl) > 0)
 		deadline_ms = atoi(dl);

@@ -448,25 +448,16 @@ static CUresult restore_creators(struct life_result *r)
 }
 
 /* An importer to rebuild, copied out so that redemption runs without the lock. */
-struct pending_import {
-	uint64_t key;
-	int dev; /* ctx_device_of its allocation */
-	struct shim_cap cap;
-	int fd;
-	struct shim_export_info info;
-	char err[700];
-};
-
 /* One connection per creator, one context switch per device within it. */
 static int by_creator_then_device(const void *x, const void *y)
 {
-	const struct pending_import *a = x, *b = y;
+	const struct redeem *a = x, *b = y;
 	int c = strcmp(a->cap.endpoint, b->cap.endpoint);
 	return c ? c : (a->dev > b->dev) - (a->dev < b->dev);
 }
 
 /* Import one redeemed capability and map it where it was. */
-static CUresult import_again(const struct pending_import *p, struct life_result *r)
+static CUresult import_again(const struct redeem *p, struct life_result *r)
 {
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_alloc *a = hmap_get(&tbl.allocs, p->key);
@@ -499,6 +490,18 @@ static CUresult import_again(const struct pending_import *p, struct life_result 
 	return rc;
 }
 
+struct import_run {
+	struct life_result *r;
+	CUresult rc; /* the first failure: the rest are not imported */
+};
+
+static void import_each(struct redeem *it, void *arg)
+{
+	struct import_run *run = arg;
+	if (!run->rc)
+		run->rc = import_again(it, run->r);
+}
+
 static int op_restore_importers(struct life_result *r)
 {
 	size_t n = 0;
@@ -520,7 +523,7 @@ static int op_restore_importers(struct life_result *r)
 		struct shim_alloc *a = tbl.allocs.vals[i];
 		n += tbl.allocs.keys[i] && !a->mc && !carries(a) && a->detached;
 	}
-	struct pending_import *list = calloc(n ? n : 1, sizeof(*list));
+	struct redeem *list = calloc(n ? n : 1, sizeof(*list));
 	size_t k = 0;
 	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
 		struct shim_alloc *a = tbl.allocs.vals[i];
@@ -541,44 +544,12 @@ static int op_restore_importers(struct life_result *r)
 		return PROTO_E_INTERNAL;
 	}
 	qsort(list, n, sizeof(*list), by_creator_then_device);
-	/* Redeem every capability at its creator (restored first): one connection
-	 * per run of capabilities naming the same creator, with up to WINDOW
-	 * requests in flight (replies come back in order; a bounded window keeps
-	 * both sides' socket buffers from filling up). Each FD is imported as it
-	 * comes, so that the creator exports the next meanwhile and this process
-	 * never holds more than WINDOW of them. */
-	enum { WINDOW = 32 };
-	CUresult rc = CUDA_SUCCESS;
-	for (size_t start = 0; start < n;) {
-		size_t end = start + 1;
-		while (end < n && !strcmp(list[end].cap.endpoint, list[start].cap.endpoint))
-			end++;
-		int sock = shim_connect(list[start].cap.endpoint);
-		size_t sent = start, got = start;
-		for (size_t i = start; sock < 0 && i < end; i++)
-			snprintf(list[i].err, sizeof(list[i].err), "creator endpoint %s: %s", list[i].cap.endpoint,
-				 strerror(-sock));
-		for (; got < end; got++) {
-			while (sock >= 0 && sent < end && sent - got < WINDOW &&
-			       cap_export_send(sock, &list[sent].cap) == PROTO_OK)
-				sent++;
-			if (got < sent)
-				list[got].fd = cap_export_recv(sock, &list[got].cap, &list[got].info, list[got].err,
-							       sizeof(list[got].err));
-			else if (sock >= 0)
-				snprintf(list[got].err, sizeof(list[got].err), "EXPORT to %s: the connection failed",
-					 list[got].cap.endpoint);
-			if (!rc)
-				rc = import_again(&list[got], r);
-			if (list[got].fd >= 0)
-				close(list[got].fd);
-		}
-		if (sock >= 0)
-			close(sock);
-		start = end;
-	}
+	/* Redeem every capability at its creator (restored first); each FD is
+	 * imported as it comes, while the creator exports the next batch. */
+	struct import_run run = {.r = r};
+	cap_redeem_all(list, n, import_each, &run);
 	free(list);
-	return rc ? PROTO_E_DRIVER : PROTO_OK;
+	return run.rc ? PROTO_E_DRIVER : PROTO_OK;
 }
 
 static bool all_attached(struct life_result *r)

@@ -19,6 +19,7 @@
 #include "cusnap/ids.h"
 #include "cusnap/itree.h"
 #include "cusnap/proto.h"
+#include "cusnap/proto.h"
 
 #define SHIM_API __attribute__((visibility("default")))
 
@@ -254,17 +255,23 @@ struct life_result {
 	uint64_t bytes;
 	uint32_t count;
 };
+/* The descriptors sent with a reply, in order (EXPORT: one; EXPORT_MANY: one
+ * per allocation). */
+struct op_fds {
+	int fd[PROTO_MAX_FDS];
+	size_t n;
+};
 /* One operation being served. */
 struct op_call {
 	const uint8_t *payload; /* the request's records */
 	size_t len;
 	struct proto_buf *out; /* READ operations: the reply's records */
-	int *fd;               /* READ operations: a descriptor sent with the reply */
+	struct op_fds *fds;    /* READ operations: descriptors sent with the reply */
 	struct life_result r;  /* STEP operations */
 };
 /* Serve operation op (the endpoint's one entry): the reply's records go to out,
- * a descriptor to send with it to *fd. Returns a proto_status. */
-int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, int *fd);
+ * descriptors to send with it to fds (none unless it succeeds). Returns a proto_status. */
+int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, struct op_fds *fds);
 /* A step that changed something failed: phase FAILED, r's message kept; returns rc. */
 int shim_step_failed(struct life_result *r, int rc);
 /* For a step that decides its phase itself (under the table lock). */
@@ -329,6 +336,7 @@ extern bool shim_forked_child; /* a child of a process that tracked state */
 
 /* ---- the cuMemAlloc adapter (legacy.c) and legacy IPC (ipc.c) ---- */
 extern bool shim_ipc_adapter;       /* SNAPSHOT_CUDA_VMM_IPC (default on) */
+extern bool shim_export_many;       /* SNAPSHOT_CUDA_VMM_EXPORT_MANY: serve EXPORT_MANY (default on) */
 extern pthread_mutex_t legacy_lock; /* both files' state; taken before identity_lock and tbl.lock */
 /* An adapter chunk's export, made at its first cuIpcGetMemHandle. */
 struct legacy_export {
@@ -388,10 +396,26 @@ int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *
 /* The same on an open connection *sockp to the creator (opened when < 0, closed
  * and reset after a failure): a restore redeems many capabilities on one. */
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
-/* The two halves of one redemption on a connection, for pipelining: requests go
- * out ahead of their replies, which come back in order. */
+/* One of many capabilities a restore redeems: cap in; fd (or -1 and err) and
+ * info out; key and dev are the caller's. */
+struct redeem {
+	struct shim_cap cap;
+	uint64_t key;
+	int dev;
+	int fd;
+	struct shim_export_info info;
+	char err[700];
+};
+typedef void (*redeem_done)(struct redeem *it, void *arg);
+/* Redeem it[0..n), sorted so that the capabilities of one creator are
+ * together: one connection per creator, EXPORT_MANY batches (EXPORT pipelined
+ * for a creator before 1.6). done(item, arg) is called for each in order as
+ * it comes; its FD is closed after done returns. */
+void cap_redeem_all(struct redeem *it, size_t n, redeem_done done, void *arg);
 /* A connection to another shim's endpoint (counted): a descriptor or -errno. */
 int shim_connect(const char *endpoint);
+/* The two halves of one redemption on a connection, for pipelining: requests go
+ * out ahead of their replies, which come back in order. */
 int cap_export_send(int sock, const struct shim_cap *cap);
 /* The same, forwarded hops times (a creator that let go asks its peers). */
 int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops);

@@ -145,17 +145,19 @@ static const char *const emu_calls[] = {
 #undef X
 };
 
-/* How many times the group called sym during a suspend and resume of content
- * mode with allocs allocations (CUSNAP_COUNT: every process adds to one table). */
-static long calls_over_suspend_resume(int allocs, const char *content, const char *sym)
+/* What the group counted during a suspend and resume of content mode with
+ * allocs allocations (CUSNAP_COUNT: every process adds to one table), into
+ * delta; extra: one more environment entry for the group, or NULL. */
+static void counts_over_suspend_resume(int allocs, const char *content, const char *extra, uint64_t delta[COUNT_SLOTS])
 {
 	char path[PATH_MAX], env_count[PATH_MAX + 16];
-	snprintf(path, sizeof(path), "%s/counts-%s-%d", e2e_root, content, allocs);
+	snprintf(path, sizeof(path), "%s/counts-%s-%d%s", e2e_root, content, allocs, extra ? "-extra" : "");
 	snprintf(env_count, sizeof(env_count), "CUSNAP_COUNT=%s", path);
-	char *env[] = {env_count, NULL}, *out;
+	char *env[] = {env_count, (char *)extra, NULL}, *out;
 	struct group g;
+	memset(delta, 0, sizeof(uint64_t) * COUNT_SLOTS);
 	if (group_start(&g, "counts", 2, allocs, false, NULL, env, NULL) < 0)
-		return -1;
+		return;
 	uint64_t before[COUNT_SLOTS] = {0}, after[COUNT_SLOTS] = {0};
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CHECK(fd >= 0 && pread(fd, before, sizeof(before), 0) == (ssize_t)sizeof(before));
@@ -168,10 +170,39 @@ static long calls_over_suspend_resume(int allocs, const char *content, const cha
 		close(fd);
 	CHECK_EQ(group_finish(&g), 3);
 	group_kill(&g);
+	for (size_t i = 0; i < COUNT_SLOTS; i++)
+		delta[i] = after[i] - before[i];
+}
+
+/* How many times the group called sym during a suspend and resume. */
+static long calls_over_suspend_resume(int allocs, const char *content, const char *sym)
+{
+	uint64_t delta[COUNT_SLOTS];
+	counts_over_suspend_resume(allocs, content, NULL, delta);
 	for (size_t i = 0; i < sizeof(emu_calls) / sizeof(emu_calls[0]); i++)
 		if (!strcmp(emu_calls[i], sym))
-			return (long)(after[COUNT_CALLS + i] - before[COUNT_CALLS + i]);
+			return (long)delta[COUNT_CALLS + i];
 	return -1;
+}
+
+/* A restore redeems an importer's capabilities of one creator in EXPORT_MANY
+ * batches: the requests between shims do not grow with the allocations. A
+ * creator that serves EXPORT only (a shim before protocol 1.6) is redeemed one
+ * EXPORT each, and the group comes back all the same. */
+static void restore_redeems_in_batches(void)
+{
+	const char *content = getenv("TSAN_OPTIONS") ? "native" : "host";
+	uint64_t few[COUNT_SLOTS], many[COUNT_SLOTS], old[COUNT_SLOTS];
+	counts_over_suspend_resume(4, content, NULL, few);
+	counts_over_suspend_resume(32, content, NULL, many);
+	counts_over_suspend_resume(32, content, "SNAPSHOT_CUDA_VMM_EXPORT_MANY=0", old);
+	printf("     requests between shims: %llu for 4 allocations, %llu for 32, %llu for 32 one EXPORT each\n",
+	       (unsigned long long)few[COUNT_SHIM_REQUESTS], (unsigned long long)many[COUNT_SHIM_REQUESTS],
+	       (unsigned long long)old[COUNT_SHIM_REQUESTS]);
+	CHECK(few[COUNT_SHIM_REQUESTS] > 0);
+	CHECK_EQ(many[COUNT_SHIM_REQUESTS], few[COUNT_SHIM_REQUESTS]);
+	/* Each of the two workers redeems at least the 32 shared allocations. */
+	CHECK(old[COUNT_SHIM_REQUESTS] >= many[COUNT_SHIM_REQUESTS] + 2 * 31);
 }
 
 /* Context switches are per device and step, not per allocation: the shim
@@ -428,6 +459,7 @@ int main(void)
 	test_run("a creator that let go: an importer carries, native content (also legacy IPC)", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);
 	test_run("context switches per device and step, one cuMemSetAccess per mapping", context_switches_do_not_grow);
+	test_run("a restore redeems in batches; one EXPORT each from a creator before 1.6", restore_redeems_in_batches);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);

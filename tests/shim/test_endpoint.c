@@ -186,6 +186,100 @@ static void own_capability(void)
 	close(cap);
 }
 
+/* A capability's allocation id and token (capability.c's layout: id at 24, token at 40). */
+static void cap_fields(int cap, struct cusnap_id *id, struct cusnap_id *token)
+{
+	uint8_t buf[56];
+	CHECK_EQ(pread(cap, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	memcpy(id->b, buf + 24, ID_LEN);
+	memcpy(token->b, buf + 40, ID_LEN);
+}
+
+/* Send an EXPORT_MANY of n (id, token) pairs; the reply's status and up to
+ * max FDs in fds (*nfds). */
+static int export_many_request(const struct cusnap_id *id, const struct cusnap_id *token, size_t n, int *fds,
+			       size_t max, size_t *nfds)
+{
+	struct proto_buf b = {0};
+	for (size_t i = 0; i < n; i++) {
+		size_t at = pbuf_begin(&b, REC_EXPORT);
+		pbuf_put_id(&b, F_ALLOC_ID, &id[i]);
+		pbuf_put_id(&b, F_TOKEN, &token[i]);
+		pbuf_end(&b, at);
+	}
+	int s = connect_self();
+	struct proto_header h = {.magic = PROTO_MAGIC,
+				 .major = PROTO_MAJOR,
+				 .op = PROTO_OP_EXPORT_MANY,
+				 .payload_len = (uint32_t)b.len};
+	CHECK_EQ(proto_send(s, &h, b.data, -1, proto_deadline(5000)), PROTO_OK);
+	pbuf_free(&b);
+	uint8_t *payload = NULL;
+	int rc = proto_recv_fds(s, &h, &payload, fds, max, nfds, proto_deadline(5000));
+	free(payload);
+	close(s);
+	return rc == PROTO_OK ? h.status : rc;
+}
+
+/* Does the allocation a raw driver FD names map whole at size bytes? (A
+ * smaller one does not; with the sizes all different, FDs out of order put a
+ * smaller one where a larger is expected.) */
+static bool maps_at(int fd, size_t size)
+{
+	CUmemGenericAllocationHandle imp;
+	CUdeviceptr va;
+	CHECK_CU(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+	bool ok = cuMemMap(va, size, 0, imp, 0) == CUDA_SUCCESS;
+	if (ok)
+		CHECK_CU(cuMemUnmap(va, size));
+	CHECK_CU(cuMemAddressFree(va, size));
+	CHECK_CU(cuMemRelease(imp));
+	return ok;
+}
+
+/* EXPORT_MANY: one FD per allocation in the request's order; all or nothing
+ * (a bad token among them: refused, no FD); none, or more than an SCM_RIGHTS
+ * message carries: refused. */
+static void export_many(void)
+{
+	enum { N = 3 };
+	CUmemGenericAllocationHandle h[N];
+	struct cusnap_id id[PROTO_MAX_FDS + 1], token[PROTO_MAX_FDS + 1];
+	CUmemAllocationProp p = emu_prop(0);
+	for (size_t i = 0; i < N; i++) {
+		int cap = -1;
+		CHECK_CU(cuMemCreate(&h[i], (N - i) * 2 * MiB, &p, 0));
+		CHECK_CU(cuMemExportToShareableHandle(&cap, h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		cap_fields(cap, &id[i], &token[i]);
+		close(cap);
+	}
+	int fds[PROTO_MAX_FDS];
+	size_t n = 0;
+	CHECK_EQ(export_many_request(id, token, N, fds, N, &n), PROTO_OK);
+	CHECK_EQ(n, (size_t)N);
+	for (size_t i = 0; i < n; i++) {
+		if (!maps_at(fds[i], (N - i) * 2 * MiB))
+			test_fail(__FILE__, __LINE__, "FD %zu does not name the allocation of %zu bytes", i,
+				  (N - i) * 2 * MiB);
+		close(fds[i]);
+	}
+	struct cusnap_id good = token[1];
+	token[1].b[0] ^= 1;
+	CHECK_EQ(export_many_request(id, token, N, fds, N, &n), PROTO_E_AUTH);
+	CHECK_EQ(n, 0u);
+	token[1] = good;
+	CHECK_EQ(export_many_request(id, token, 0, fds, N, &n), PROTO_E_MALFORMED);
+	for (size_t i = N; i <= PROTO_MAX_FDS; i++) {
+		id[i] = id[i % N];
+		token[i] = token[i % N];
+	}
+	CHECK_EQ(export_many_request(id, token, PROTO_MAX_FDS + 1, fds, PROTO_MAX_FDS, &n), PROTO_E_LENGTH);
+	CHECK_EQ(n, 0u);
+	for (size_t i = 0; i < N; i++)
+		CHECK_CU(cuMemRelease(h[i]));
+}
+
 static void bad_input(void)
 {
 	uint8_t garbage[100];
@@ -246,6 +340,7 @@ int main(int argc, char **argv)
 		 silent_client_does_not_delay_export);
 	test_run("garbage, truncation, versions, unknown ops, stray FDs, bad tokens", bad_input);
 	test_run("its own capability, imported and released, redeems again", own_capability);
+	test_run("EXPORT_MANY: FDs in order, all or nothing, at most 253", export_many);
 	test_run("a release racing an EXPORT waits for it: the redeemer gets what it asked for", release_racing_export);
 	CHECK_EQ(shim_fds_settle(fds_with_endpoint), fds_with_endpoint);
 	CHECK_CU(cuMemRelease(alloc));

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The protocol codec: golden byte vectors, round trips, and every refusal. */
+#include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -180,6 +181,47 @@ static void socket_messages(void)
 	CHECK_EQ(test_count_fds(), fds - 2);
 }
 
+/* PROTO_MAX_FDS descriptors in one message arrive in the order sent; more
+ * than the receiver takes: all closed, refused; more than a message carries:
+ * not sent. */
+static void many_descriptors(void)
+{
+	int sv[2], pipes[PROTO_MAX_FDS + 1];
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	int before = test_count_fds();
+	for (int i = 0; i <= PROTO_MAX_FDS; i++) /* each its own open file: its flags tell them apart */
+		pipes[i] = open("/dev/null", O_RDONLY | O_CLOEXEC | (i % 2 ? O_NONBLOCK : 0));
+	struct proto_header h = {.magic = PROTO_MAGIC,
+				 .major = PROTO_MAJOR,
+				 .op = PROTO_OP_EXPORT_MANY,
+				 .payload_len = 3};
+	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, PROTO_MAX_FDS + 1, proto_deadline(1000)), PROTO_E_FD);
+	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, PROTO_MAX_FDS, proto_deadline(1000)), PROTO_OK);
+	struct proto_header got;
+	uint8_t *payload;
+	int fds[PROTO_MAX_FDS];
+	size_t n = 0;
+	CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, PROTO_MAX_FDS, &n, proto_deadline(1000)), PROTO_OK);
+	CHECK_EQ(n, (size_t)PROTO_MAX_FDS);
+	CHECK(payload && memcmp(payload, "abc", 3) == 0);
+	free(payload);
+	for (size_t i = 0; i < n; i++) {
+		if ((fcntl(fds[i], F_GETFL) & O_NONBLOCK) != (fcntl(pipes[i], F_GETFL) & O_NONBLOCK))
+			test_fail(__FILE__, __LINE__, "descriptor %zu arrived out of order", i);
+		close(fds[i]);
+	}
+	/* Three sent, two taken. */
+	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, 3, proto_deadline(1000)), PROTO_OK);
+	CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, 2, &n, proto_deadline(1000)), PROTO_E_FD);
+	CHECK_EQ(n, 0u);
+	CHECK(payload == NULL);
+	for (int i = 0; i <= PROTO_MAX_FDS; i++)
+		close(pipes[i]);
+	CHECK_EQ(test_count_fds(), before);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	test_run("header golden vector", header_golden);
@@ -187,5 +229,6 @@ int main(void)
 	test_run("records golden vector and truncation", records_golden);
 	test_run("topology round trip, unknown records and fields skipped", topology_round_trip);
 	test_run("messages on a socket: descriptors, deadline, truncation", socket_messages);
+	test_run("253 descriptors in one message, in order; more refused", many_descriptors);
 	return test_done();
 }
