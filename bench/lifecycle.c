@@ -25,6 +25,7 @@
 /* The counters every process of the group adds to (CUSNAP_COUNT). */
 struct counts {
 	uint64_t v[COUNT_SLOTS];
+	uint64_t tlb; /* TLB shootdown interrupts, all CPUs (/proc/interrupts: machine-wide) */
 };
 
 static const char *const call_names[] = {
@@ -42,11 +43,29 @@ static void counts_read(const char *path, struct counts *c)
 		memset(c, 0, sizeof(*c));
 	if (fd >= 0)
 		close(fd);
+	/* The "TLB:" line: one count per CPU. Another process's shootdowns count
+	 * too, so read it on an idle machine. */
+	FILE *f = fopen("/proc/interrupts", "re");
+	char line[4096];
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = line + strspn(line, " ");
+		if (strncmp(p, "TLB:", 4) != 0)
+			continue;
+		p += 4;
+		for (char *end;; p = end) {
+			unsigned long long n = strtoull(p, &end, 10);
+			if (end == p)
+				break;
+			c->tlb += n;
+		}
+	}
+	if (f)
+		fclose(f);
 }
 
 /* What a stage cost: after minus before. */
 struct cost {
-	uint64_t calls, emu_maps, shim_maps, coord_requests, shim_requests, shim_connections;
+	uint64_t calls, emu_maps, shim_maps, coord_requests, shim_requests, shim_connections, tlb;
 	size_t top; /* the entry point called most */
 	uint64_t top_calls;
 	uint64_t per_call[COUNT_MAX_CALLS]; /* BENCH_CALLS=1 prints them */
@@ -68,6 +87,7 @@ static struct cost cost_of(const struct counts *before, const struct counts *aft
 	c.coord_requests = after->v[COUNT_COORD_REQUESTS] - before->v[COUNT_COORD_REQUESTS];
 	c.shim_requests = after->v[COUNT_SHIM_REQUESTS] - before->v[COUNT_SHIM_REQUESTS];
 	c.shim_connections = after->v[COUNT_SHIM_CONNECTIONS] - before->v[COUNT_SHIM_CONNECTIONS];
+	c.tlb = after->tlb - before->tlb;
 	return c;
 }
 
@@ -76,10 +96,10 @@ static struct cost cost_of(const struct counts *before, const struct counts *aft
 static void print_cost(const char *content, int P, int N, const char *stage, const struct cost *c)
 {
 	double allocs = (double)P * N; /* allocation records: N created, N imported by each other participant */
-	printf("%-8s %4d %6d %-8s %9.2f %9.2f %9.3f %9.2f %9.2f %9.2f   %s %.2f\n", content, P, N, stage,
+	printf("%-8s %4d %6d %-8s %9.2f %9.2f %9.3f %9.3f %9.2f %9.2f %9.2f   %s %.2f\n", content, P, N, stage,
 	       (double)c->calls / allocs, (double)c->emu_maps / allocs, (double)c->shim_maps / allocs,
-	       (double)c->coord_requests / P, (double)c->shim_requests / P, (double)c->shim_connections / P,
-	       c->top_calls ? call_names[c->top] : "-", (double)c->top_calls / allocs);
+	       (double)c->tlb / allocs, (double)c->coord_requests / P, (double)c->shim_requests / P,
+	       (double)c->shim_connections / P, c->top_calls ? call_names[c->top] : "-", (double)c->top_calls / allocs);
 	for (size_t i = 0; getenv("BENCH_CALLS") && i < NCALLS; i++)
 		if (c->per_call[i])
 			printf("%33s %-36s %9.3f\n", "", call_names[i], (double)c->per_call[i] / allocs);
@@ -268,10 +288,11 @@ int main(int argc, char **argv)
 		}
 	}
 	/* What a GPU node pays for, which does not move with the machine. */
-	printf("\nper allocation record (P x N): driver calls, cuemu's mapping syscalls, the shim's;\n"
+	printf("\nper allocation record (P x N): driver calls, cuemu's mapping syscalls, the shim's, TLB\n"
+	       "shootdown interrupts (all CPUs, machine-wide);\n"
 	       "per participant: coordinator requests, shim-to-shim requests and connections\n");
-	printf("%-8s %4s %6s %-8s %9s %9s %9s %9s %9s %9s   %s\n", "content", "P", "N", "stage", "calls", "emu maps",
-	       "shim maps", "coord rq", "shim rq", "shim conn", "most called (per record)");
+	printf("%-8s %4s %6s %-8s %9s %9s %9s %9s %9s %9s %9s   %s\n", "content", "P", "N", "stage", "calls",
+	       "emu maps", "shim maps", "tlb ipi", "coord rq", "shim rq", "shim conn", "most called (per record)");
 	for (size_t i = 0; i < nseen; i++) {
 		print_cost(seen[i].content, seen[i].P, seen[i].N, "prepare", &seen[i].prep);
 		print_cost(seen[i].content, seen[i].P, seen[i].N, "restore", &seen[i].rest);

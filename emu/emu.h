@@ -202,8 +202,10 @@ int emu_live_memory(void);
 EMU_API int cuemu_live_allocations(void);
 struct emu_mapping *emu_mapping_at(uint64_t va);
 int emu_memfd(const char *kind, int device, unsigned types, size_t size);
-/* Set the protection of a memory mapping from its merged access list. */
-int emu_mapping_apply(struct emu_mapping *m);
+/* Set the protection of a memory mapping from its merged access list;
+ * prot_before: what it had (PROT_NONE: never accessible, so never faulted in),
+ * or -1 when unknown. */
+int emu_mapping_apply(struct emu_mapping *m, int prot_before);
 int emu_mapping_prot(const struct emu_mapping *m);
 void emu_alloc_unref(struct emu_alloc *a);
 void emu_mark_cuda_process(void);

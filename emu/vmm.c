@@ -293,12 +293,22 @@ int emu_mapping_prot(const struct emu_mapping *m)
 	return prot;
 }
 
-int emu_mapping_apply(struct emu_mapping *m)
+int emu_mapping_apply(struct emu_mapping *m, int prot_before)
 {
 	if (m->alloc->kind == EMU_OBJ_MULTICAST)
 		return emu_mc_layout(m);
 	size_t len = m->node.end - m->node.start;
 	int prot = emu_mapping_prot(m);
+	if (prot == prot_before)
+		return 0;
+	if (prot_before == PROT_NONE) {
+		/* The first grant: nothing of it was ever faulted in, so one mapping
+		 * with its protection, populated, replaces the inaccessible one (one
+		 * call where a protection change and a fault-in took two). */
+		void *p = emu_mmap((void *)(uintptr_t)m->node.start, len, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+				   m->alloc->fd, (off_t)m->offset);
+		return p == MAP_FAILED ? -errno : 0;
+	}
 	if (emu_mprotect((void *)(uintptr_t)m->node.start, len, prot) < 0)
 		return -errno;
 	/* Device memory is resident once accessible: fault it in now, in one call,
@@ -482,6 +492,7 @@ CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 		struct emu_mapping *m = list[i];
 		unsigned char before[EMU_MAX_DEVICES], host_before = m->host_access;
 		memcpy(before, m->access, sizeof(before));
+		int prot_before = emu_mapping_prot(m);
 		/* Per location: a grant to one device leaves the others as they were.
 		 * The CPU is one location however it is named (HOST or a NUMA node). */
 		for (size_t j = 0; j < count; j++) {
@@ -490,10 +501,10 @@ CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 			else
 				m->host_access = (unsigned char)desc[j].flags;
 		}
-		if (emu_mapping_apply(m) < 0) {
+		if (emu_mapping_apply(m, prot_before) < 0) {
 			m->host_access = host_before;
 			memcpy(m->access, before, sizeof(before));
-			emu_mapping_apply(m);
+			emu_mapping_apply(m, -1); /* whatever it is now */
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			break;
 		}

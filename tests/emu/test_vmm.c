@@ -2,6 +2,7 @@
 /* cuemu in one process: the VMM lifecycle, reference counting, access, errors,
  * copies, streams, multicast objects and the resolver. */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
 #include <signal.h>
@@ -13,10 +14,12 @@
 #include <unistd.h>
 
 #include "../harness/test.h"
+#include "cusnap/counters.h"
 #include "emu_util.h"
 
 static CUcontext ctx;
 static size_t gran;
+static char counts_path[] = "/tmp/cuemu-counts-XXXXXX"; /* CUSNAP_COUNT */
 
 /* Map size bytes of a new allocation on dev at a new reservation, RW for dev. */
 static CUdeviceptr map_new(int dev, size_t size, CUmemGenericAllocationHandle *h)
@@ -543,9 +546,55 @@ static void proc_address(void)
 	CHECK_EQ(ver, 13000);
 }
 
+/* cuemu's mapping syscalls so far (CUSNAP_COUNT). */
+static uint64_t emu_maps(void)
+{
+	uint64_t v[COUNT_SLOTS] = {0}, n = 0;
+	int fd = open(counts_path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && pread(fd, v, sizeof(v), 0) == (ssize_t)sizeof(v));
+	if (fd >= 0)
+		close(fd);
+	for (unsigned s = COUNT_EMU_MMAP; s <= COUNT_EMU_MADVISE; s++)
+		n += v[s];
+	return n;
+}
+
+/* What a restore pays per mapping: cuMemMap puts the allocation in place of
+ * the reservation (one call), its first cuMemSetAccess maps it populated with
+ * its protection (one call, not a protection change and a fault-in); a grant
+ * that changes nothing costs nothing. */
+static void mapping_syscalls(void)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CHECK_CU(cuMemCreate(&h, 4 * gran, &p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+	uint64_t before = emu_maps();
+	CHECK_CU(cuMemMap(va, 4 * gran, 0, h, 0));
+	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CUmemAccessDesc d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CHECK_CU(cuMemSetAccess(va, 4 * gran, &d0, 1));
+	CHECK_EQ(emu_maps() - before, 2u);
+	CHECK_CU(cuMemSetAccess(va, 4 * gran, &d1, 1)); /* still read-write for the CPU */
+	CHECK_EQ(emu_maps() - before, 2u);
+	/* Resident, and the bytes are the allocation's. */
+	memset((void *)(uintptr_t)va, 0x5a, 4 * gran);
+	unsigned char back[16];
+	CHECK_CU(cuMemcpyDtoH(back, va + 4 * gran - sizeof(back), sizeof(back)));
+	CHECK_EQ(back[0], 0x5a);
+	CHECK_CU(cuMemUnmap(va, 4 * gran));
+	CHECK_CU(cuMemAddressFree(va, 4 * gran));
+	CHECK_CU(cuMemRelease(h));
+}
+
 int main(void)
 {
 	setenv("CUEMU_MEMORY", "64M", 1);
+	int cfd = mkstemp(counts_path); /* before the first call: cuemu maps the table once */
+	CHECK(cfd >= 0);
+	close(cfd);
+	setenv("CUSNAP_COUNT", counts_path, 1);
 	setenv("CUEMU_MULTICAST_TIMEOUT_MS", "200", 1);
 	CUdevice dev;
 	CHECK_CU_EQ(cuDeviceGet(&dev, 0), CUDA_ERROR_NOT_INITIALIZED);
@@ -565,6 +614,7 @@ int main(void)
 	test_run("properties and granularity", properties_and_granularity);
 	test_run("unaligned sizes and addresses rejected", unaligned_rejected);
 	test_run("access is merged per location", access_merged);
+	test_run("a mapping and its first grant: two mapping syscalls", mapping_syscalls);
 	test_run("out of memory beyond CUEMU_MEMORY", out_of_memory);
 	test_run("NULL and unknown handles", null_and_unknown);
 	test_run("export and import in one process", export_import_same_process);
@@ -574,5 +624,6 @@ int main(void)
 	test_run("cuGetProcAddress by version", proc_address);
 	CHECK_EQ(test_count_fds(), fds); /* nothing leaked (the endpoint socket predates this count) */
 	CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+	unlink(counts_path);
 	return test_done();
 }
