@@ -29,12 +29,14 @@
 #include "cu_check.h"
 
 #define MiB ((size_t)1 << 20)
-enum { OPS = 6 };
+enum { OPS = 8 };
 static const char *const op_names[OPS] = {"map+unmap",
 					  "set-access",
 					  "retain+release",
 					  "get-properties",
 					  "export+import+release",
+					  "export (same)",
+					  "export (64 in turn)",
 					  "import+release (other)"};
 
 static double now_ns(void)
@@ -111,7 +113,12 @@ static int one(long objects)
 		CU(cuMemCreate(&live[i], 64 << 10, &p, 0));
 	CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000, 5000};
+	/* Exported in turn: more than the shim keeps capabilities for (16), so
+	 * that each export makes one. */
+	CUmemGenericAllocationHandle turn[64];
+	for (int i = 0; i < 64; i++)
+		CU(cuMemCreate(&turn[i], 64 << 10, &p, 0));
+	const int iters[OPS] = {20000, 200000, 200000, 200000, 5000, 20000, 20000, 5000};
 	double ns[OPS];
 	for (int op = 0; op < OPS - 1; op++) {
 		double t0 = now_ns();
@@ -135,6 +142,15 @@ static int one(long objects)
 				CU(cuMemImportFromShareableHandle(&r, (void *)(intptr_t)fd,
 								  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 				CU(cuMemRelease(r));
+				close(fd);
+				break;
+			case 5:
+				CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+				close(fd);
+				break;
+			case 6:
+				CU(cuMemExportToShareableHandle(&fd, turn[i % 64], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+								0));
 				close(fd);
 				break;
 			}
