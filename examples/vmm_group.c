@@ -12,6 +12,7 @@
  * exit status is 0 only when every process passed.
  *
  *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] [--multicast] [--ipc]
+ *             [--release] [--contiguous]
  *
  * --multicast adds what NVLS collectives do: the parent creates a multicast
  * object over the devices in use, exports it to the workers, the first process
@@ -33,6 +34,12 @@
  * (the workers carry the memory on, SYSTEM.md §6.2). After the restore it
  * imports those cached FDs again: they must still resolve, to the memory the
  * workers share. With --ipc it frees its cuMemAlloc buffers too.
+ *
+ * --contiguous (or VMM_GROUP_CONTIGUOUS=1): the shared allocations are all on
+ * device 0 and each process maps them back to back in one reservation, each
+ * readable by every device and writable by its own, as PyTorch's expandable
+ * segments lay out a segment's chunks (a restore may grant their access in one
+ * call). Not with --release.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
@@ -60,7 +67,8 @@
 #define PAGE 4096
 
 static int workers = 2, nallocs = 4, timeout_s = 600;
-static bool multicast, release;
+static bool multicast, release, contiguous;
+static CUdeviceptr slab;     /* --contiguous: the reservation of the shared allocations */
 static int kept[MAX_ALLOCS]; /* --release: the parent's cached exports */
 static size_t size = 4u << 20;
 static char control[4096];
@@ -201,6 +209,26 @@ static int map_at_new_va(CUmemGenericAllocationHandle h, int device, int other, 
 		 .flags = CU_MEM_ACCESS_FLAGS_PROT_READ},
 	};
 	CU(cuMemSetAccess(*out, size, d, device == other ? 1 : 2));
+	return 0;
+}
+
+/* Shared allocation k mapped where this process keeps it: a reservation of its
+ * own, or (--contiguous) its place in the slab, readable by every device. */
+static int map_shared(int k, int device, int nd)
+{
+	if (!contiguous)
+		return map_at_new_va(allocs[k].handle, device, allocs[k].device, &allocs[k].va);
+	if (!slab)
+		CU(cuMemAddressReserve(&slab, size * (size_t)nallocs, 0, 0, 0));
+	allocs[k].va = slab + size * (size_t)k;
+	CU(cuMemMap(allocs[k].va, size, 0, allocs[k].handle, 0));
+	CUmemAccessDesc d[8];
+	int n = 0;
+	for (int dev = 0; dev < nd && n < 8; dev++)
+		d[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+					   .flags = dev == device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+								  : CU_MEM_ACCESS_FLAGS_PROT_READ};
+	CU(cuMemSetAccess(allocs[k].va, size, d, (size_t)n));
 	return 0;
 }
 
@@ -432,8 +460,8 @@ static int worker_main(int w, int sock)
 		check(rc == CUDA_SUCCESS, "import of allocation %d failed: %s", k, cuname(rc));
 		if (rc)
 			return 1;
-		allocs[k].device = k % nd;
-		if (map_at_new_va(allocs[k].handle, device, allocs[k].device, &allocs[k].va) < 0)
+		allocs[k].device = contiguous ? 0 : k % nd;
+		if (map_shared(k, device, nd) < 0)
 			return 1;
 		check((rd32(allocs[k].va) & 0xff) == pattern(0, k), "allocation %d: wrong bytes after import", k);
 		wr32(slot(&allocs[k], w + 1), 0x5100u + (unsigned)(w + 1));
@@ -516,12 +544,13 @@ static int parent_main(int *socks, pid_t *pids)
 	if (setup_context(0) < 0)
 		return 1;
 	for (int k = 0; k < nallocs; k++) {
+		int dev = contiguous ? 0 : k % nd; /* --contiguous: one segment's chunks */
 		CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-					 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k % nd},
+					 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
 					 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
-		allocs[k].device = k % nd;
+		allocs[k].device = dev;
 		CU(cuMemCreate(&allocs[k].handle, size, &p, 0));
-		if (map_at_new_va(allocs[k].handle, 0, allocs[k].device, &allocs[k].va) < 0)
+		if (map_shared(k, 0, nd) < 0)
 			return 1;
 		uint8_t *buf = malloc(size);
 		for (size_t i = 0; i < size; i++)
@@ -627,10 +656,12 @@ int main(int argc, char **argv)
 			ipc.on = true;
 		else if (!strcmp(argv[i], "--release"))
 			release = true;
+		else if (!strcmp(argv[i], "--contiguous"))
+			contiguous = true;
 		else {
 			fprintf(stderr,
 				"usage: vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] "
-				"[--multicast] [--ipc] [--release]\n");
+				"[--multicast] [--ipc] [--release] [--contiguous]\n");
 			return 64;
 		}
 	}
@@ -648,6 +679,14 @@ int main(int argc, char **argv)
 	ipc.on = ipc.on || (ipcenv && !strcmp(ipcenv, "1"));
 	const char *relenv = getenv("VMM_GROUP_RELEASE");
 	release = release || (relenv && !strcmp(relenv, "1"));
+	const char *contenv = getenv("VMM_GROUP_CONTIGUOUS");
+	contiguous = contiguous || (contenv && !strcmp(contenv, "1"));
+	if (contiguous && release) {
+		fprintf(stderr,
+			"vmm_group: --contiguous and --release do not go together (the parent would free part of "
+			"a reservation)\n");
+		return 64;
+	}
 	const char *c = getenv("SNAPSHOT_CONTROL_DIR");
 	snprintf(control, sizeof(control), "%s", c && *c ? c : "/snapshot-control");
 	mkdir(control, 0700);

@@ -56,73 +56,6 @@ CUresult life_enter(const struct shim_alloc *a, struct life_result *r)
 	return rc;
 }
 
-/* Every access m had, granted again in one cuMemSetAccess (one descriptor per
- * location: a peer-heavy mapping costs one driver call, not one per GPU). */
-static CUresult set_recorded_access(const struct shim_mapping *m, size_t len)
-{
-	if (!m->naccess)
-		return CUDA_SUCCESS;
-	CUmemAccessDesc few[8], *d = m->naccess <= 8 ? few : malloc(m->naccess * sizeof(*d));
-	if (!d)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	for (size_t i = 0; i < m->naccess; i++)
-		d[i] = (CUmemAccessDesc){.location = m->access[i].location,
-					 .flags = (CUmemAccess_flags)m->access[i].flags};
-	CUresult rc = real.cuMemSetAccess(m->node.start, len, d, m->naccess);
-	if (d != few)
-		free(d);
-	return rc;
-}
-
-/* Map every detached mapping of a at its recorded address with its access. */
-CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r)
-{
-	CUresult entered = life_enter(a, r);
-	if (entered)
-		return entered;
-	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
-		struct itree_node *n = &m->node;
-		if (!m->detached)
-			continue;
-		size_t len = n->end - n->start;
-		CUresult rc = real.cuMemMap(n->start, len, m->offset, a->driver, m->flags);
-		if (rc) {
-			life_fail(r, a, "cuMemMap(%#llx, %zu) failed: %s", (unsigned long long)n->start, len,
-				  shim_cu_name(rc));
-			return rc;
-		}
-		rc = set_recorded_access(m, len);
-		if (rc) {
-			real.cuMemUnmap(n->start, len);
-			life_fail(r, a, "cuMemSetAccess(%#llx, %zu, %zu location(s)) failed: %s",
-				  (unsigned long long)n->start, len, m->naccess, shim_cu_name(rc));
-			return rc;
-		}
-		m->detached = false;
-	}
-	return CUDA_SUCCESS;
-}
-
-CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r)
-{
-	CUresult entered = life_enter(a, r);
-	if (entered)
-		return entered;
-	for (struct shim_mapping *m = a->maps; m; m = m->sibling) {
-		struct itree_node *n = &m->node;
-		if (m->detached)
-			continue;
-		CUresult rc = real.cuMemUnmap(n->start, n->end - n->start);
-		if (rc) {
-			life_fail(r, a, "cuMemUnmap(%#llx, %llu) failed: %s", (unsigned long long)n->start,
-				  (unsigned long long)(n->end - n->start), shim_cu_name(rc));
-			return rc;
-		}
-		m->detached = true;
-	}
-	return CUDA_SUCCESS;
-}
-
 /* Drop the driver reference the shim holds, if it holds one. A failure is
  * reported in r (when given) and leaves the reference held. */
 CUresult life_release_ref(struct shim_alloc *a, struct life_result *r)
@@ -377,12 +310,10 @@ static CUresult recreate(struct shim_alloc *a, struct life_result *r)
 	return CUDA_SUCCESS;
 }
 
-/* A creator's allocation, holding its bytes again, mapped where it was. */
-static CUresult reattach_creator(struct shim_alloc *a, struct life_result *r)
+/* A creator's allocation, holding its bytes again, mapped where it was (its
+ * access granted): the carrier no more, its export entry current. */
+static CUresult creator_attached(struct shim_alloc *a, struct life_result *r)
 {
-	CUresult rc = life_attach_mappings(a, r);
-	if (rc)
-		return rc;
 	a->carrier = false;
 	hostcopy_forget(a);
 	life_drop_spare_ref(a);
@@ -424,12 +355,17 @@ static CUresult restore_creators(struct life_result *r)
 	while (!rc && made < fresh)
 		if (!(rc = recreate(list[made], r)))
 			made++;
-	/* Mapped where they were first: the copies can go through those mappings. */
+	/* Mapped where they were first, their access granted together: the copies
+	 * can go through those mappings. */
+	struct grants g = {0};
 	for (size_t i = 0; !rc && i < fresh; i++)
-		rc = life_attach_mappings(list[i], r);
+		rc = life_attach_mappings(list[i], &g, r);
+	if (!rc)
+		rc = life_grant(&g, r);
 	if (!rc)
 		rc = hostcopy_load(list, fresh, r);
 	if (rc) {
+		grants_free(&g);
 		for (size_t i = 0; i < made; i++) {
 			life_detach_mappings(list[i], &(struct life_result){0});
 			life_release_ref(list[i], NULL);
@@ -439,10 +375,17 @@ static CUresult restore_creators(struct life_result *r)
 	}
 	for (size_t i = 0; i < fresh; i++)
 		list[i]->detached = false;
+	/* The others mapped again too; each lets go of its spare reference only
+	 * once its mappings hold it (a failed grant unmaps them). */
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = life_attach_mappings(list[i], &g, r);
+	if (!rc)
+		rc = life_grant(&g, r);
 	for (size_t i = 0; !rc && i < n; i++) {
-		rc = reattach_creator(list[i], r);
+		rc = creator_attached(list[i], r);
 		r->count += !rc;
 	}
+	grants_free(&g);
 	free(list);
 	return rc;
 }
@@ -457,7 +400,7 @@ static int by_creator_then_device(const void *x, const void *y)
 }
 
 /* Import one redeemed capability and map it where it was. */
-static CUresult import_again(const struct redeem *p, struct life_result *r)
+static CUresult import_again(const struct redeem *p, struct grants *g, struct life_result *r)
 {
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_alloc *a = hmap_get(&tbl.allocs, p->key);
@@ -475,13 +418,12 @@ static CUresult import_again(const struct redeem *p, struct life_result *r)
 			life_fail(r, a, "cuMemImportFromShareableHandle failed: %s", shim_cu_name(rc));
 		} else {
 			alloc_set_driver(a, h); /* an importer: no entry */
-			rc = life_attach_mappings(a, r);
+			rc = life_attach_mappings(a, g, r);
 			if (rc) {
 				life_detach_mappings(a, &(struct life_result){0});
 				life_release_ref(a, NULL);
 			} else {
-				a->detached = false;
-				life_drop_spare_ref(a);
+				a->detached = false; /* its spare reference goes once its access is granted */
 				r->count++;
 			}
 		}
@@ -492,14 +434,15 @@ static CUresult import_again(const struct redeem *p, struct life_result *r)
 
 struct import_run {
 	struct life_result *r;
-	CUresult rc; /* the first failure: the rest are not imported */
+	struct grants g; /* their mappings, granted once every import is in */
+	CUresult rc;     /* the first failure: the rest are not imported */
 };
 
 static void import_each(struct redeem *it, void *arg)
 {
 	struct import_run *run = arg;
 	if (!run->rc)
-		run->rc = import_again(it, run->r);
+		run->rc = import_again(it, &run->g, run->r);
 }
 
 static int op_restore_importers(struct life_result *r)
@@ -548,6 +491,16 @@ static int op_restore_importers(struct life_result *r)
 	 * imported as it comes, while the creator exports the next batch. */
 	struct import_run run = {.r = r};
 	cap_redeem_all(list, n, import_each, &run);
+	pthread_mutex_lock(&tbl.lock);
+	if (!run.rc)
+		run.rc = life_grant(&run.g, r);
+	for (size_t i = 0; !run.rc && i < n; i++) {
+		struct shim_alloc *a = hmap_get(&tbl.allocs, list[i].key);
+		if (a)
+			life_drop_spare_ref(a);
+	}
+	grants_free(&run.g);
+	pthread_mutex_unlock(&tbl.lock);
 	free(list);
 	return run.rc ? PROTO_E_DRIVER : PROTO_OK;
 }

@@ -377,7 +377,7 @@ int mc_restore_bind(const uint8_t *payload, size_t len, struct life_result *r)
 	}
 	for (size_t i = 0; !rc && i < n; i++)
 		if (objs[i])
-			rc = life_attach_mappings(objs[i], r);
+			rc = life_attach_mappings(objs[i], NULL, r);
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; !rc && i < n; i++) {
 		if (objs[i]) {

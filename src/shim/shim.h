@@ -182,6 +182,7 @@ struct shim_mapping {
 	struct shim_access *access; /* merged, one entry per location */
 	size_t naccess, access_cap;
 	bool detached;                        /* unmapped by prepare; the reservation is kept */
+	bool ungranted;                       /* mapped again, access not yet granted (struct grants) */
 	struct shim_mapping *sibling, **back; /* the allocation's list of mappings */
 };
 
@@ -290,7 +291,22 @@ void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fm
 	__attribute__((format(printf, 3, 4)));
 /* The context for a's driver calls made current on this thread (failure recorded in r). */
 CUresult life_enter(const struct shim_alloc *a, struct life_result *r);
-CUresult life_attach_mappings(struct shim_alloc *a, struct life_result *r);
+/* Mappings mapped again whose access is granted later, all together
+ * (remap.c): one cuMemSetAccess per run of adjacent mappings with the same
+ * access, as the application may have granted a range of many at once. */
+struct grants {
+	struct shim_mapping **m;
+	size_t n, cap;
+};
+/* Map every detached mapping of a at its recorded address; with g, its access
+ * is left to life_grant (the mapping stays detached, marked ungranted), else
+ * granted here, mapping by mapping. */
+CUresult life_attach_mappings(struct shim_alloc *a, struct grants *g, struct life_result *r);
+/* Grant what g holds (skipping what was unmapped since) and empty it; on a
+ * failure every mapping of g not yet granted is unmapped again. */
+CUresult life_grant(struct grants *g, struct life_result *r);
+void grants_free(struct grants *g);
+/* Unmap every mapping of a (an ungranted one too) and mark it detached. */
 CUresult life_detach_mappings(struct shim_alloc *a, struct life_result *r);
 CUresult life_release_ref(struct shim_alloc *a, struct life_result *r);
 void life_drop_spare_ref(struct shim_alloc *a);

@@ -32,6 +32,7 @@ struct sweep {
 	bool multicast;      /* VMM_GROUP_MULTICAST=1 */
 	bool ipc;            /* VMM_GROUP_IPC=1 */
 	bool release;        /* VMM_GROUP_RELEASE=1: the creator lets go, the worker carries */
+	bool contiguous;     /* VMM_GROUP_CONTIGUOUS=1: mappings back to back, granted together */
 	const char *criu;    /* checkpoint and restore */
 };
 
@@ -273,15 +274,23 @@ static inline int sweep_run(const struct sweep *s)
 	snprintf(env_report, sizeof(env_report), "CUEMU_FAULT_REPORT=%s", report);
 	snprintf(env_role, sizeof(env_role), "VMM_GROUP_FAULT_ROLE=%s", s->role);
 	char *mc = s->multicast ? "VMM_GROUP_MULTICAST=1" : s->ipc ? "VMM_GROUP_IPC=1" : NULL;
-	char *rel = s->release ? "VMM_GROUP_RELEASE=1" : NULL;
-	const char *kind = s->multicast ? ", multicast"
-			   : s->ipc     ? ", legacy IPC"
-			   : s->release ? ", creator let go"
-					: "";
+	char *opts[3] = {NULL, NULL, NULL}; /* the workload's options, packed */
+	int nopts = 0;
+	if (mc)
+		opts[nopts++] = mc;
+	if (s->release)
+		opts[nopts++] = "VMM_GROUP_RELEASE=1";
+	if (s->contiguous)
+		opts[nopts++] = "VMM_GROUP_CONTIGUOUS=1";
+	const char *kind = s->multicast    ? ", multicast"
+			   : s->ipc        ? ", legacy IPC"
+			   : s->release    ? ", creator let go"
+			   : s->contiguous ? ", contiguous mappings"
+					   : "";
 	unlink(census);
 	struct group g;
 	char *out;
-	char *census_env[] = {env_arm, env_trace, env_role, mc ? mc : rel, mc ? rel : NULL, NULL};
+	char *census_env[] = {env_arm, env_trace, env_role, opts[0], opts[1], opts[2], NULL};
 	char what[256];
 	snprintf(what, sizeof(what), "census of %s (%s content, in %s%s)", sweep_op_names[s->op], s->content, s->role,
 		 kind);
@@ -308,7 +317,7 @@ static inline int sweep_run(const struct sweep *s)
 			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", sweep_calls[c], n);
 			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault,
 				 s->content, s->role, kind);
-			char *env[] = {fault, env_arm, env_report, env_role, mc ? mc : rel, mc ? rel : NULL, NULL};
+			char *env[] = {fault, env_arm, env_report, env_role, opts[0], opts[1], opts[2], NULL};
 			unlink(report);
 			rc = sweep_case(s, &g, workers, env, arm, &out);
 			if (rc < 0) {

@@ -175,14 +175,31 @@ static void counts_over_suspend_resume(int allocs, const char *content, const ch
 }
 
 /* How many times the group called sym during a suspend and resume. */
-static long calls_over_suspend_resume(int allocs, const char *content, const char *sym)
+static long calls_with(int allocs, const char *content, const char *extra, const char *sym)
 {
 	uint64_t delta[COUNT_SLOTS];
-	counts_over_suspend_resume(allocs, content, NULL, delta);
+	counts_over_suspend_resume(allocs, content, extra, delta);
 	for (size_t i = 0; i < sizeof(emu_calls) / sizeof(emu_calls[0]); i++)
 		if (!strcmp(emu_calls[i], sym))
 			return (long)delta[COUNT_CALLS + i];
 	return -1;
+}
+
+static long calls_over_suspend_resume(int allocs, const char *content, const char *sym)
+{
+	return calls_with(allocs, content, NULL, sym);
+}
+
+/* Mappings the application laid back to back with the same access (PyTorch's
+ * expandable segments) get their access back in one cuMemSetAccess per
+ * process: vmm_group --contiguous maps its 8 allocations so in each of its 3
+ * processes. */
+static void contiguous_access_in_one_call(void)
+{
+	const char *content = getenv("TSAN_OPTIONS") ? "native" : "host";
+	long access = calls_with(8, content, "VMM_GROUP_CONTIGUOUS=1", "cuMemSetAccess");
+	printf("     %s content: cuMemSetAccess %ld times for 3 processes x 8 contiguous mappings\n", content, access);
+	CHECK_EQ(access, 3);
 }
 
 /* A restore redeems an importer's capabilities of one creator in EXPORT_MANY
@@ -460,6 +477,8 @@ int main(void)
 	test_run("resume unlocks children before their parents", children_unlocked_first);
 	test_run("context switches per device and step, one cuMemSetAccess per mapping", context_switches_do_not_grow);
 	test_run("a restore redeems in batches; one EXPORT each from a creator before 1.6", restore_redeems_in_batches);
+	test_run("contiguous mappings with the same access: one cuMemSetAccess per process",
+		 contiguous_access_in_one_call);
 	test_run("host content: one arena of the shared bytes, reused by a second suspend", arena_reused);
 	test_run("r615: native content fails at restore naming the error; host content works", r615);
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);

@@ -36,11 +36,31 @@ static void sweeps_let_go(void)
 	CHECK(cases > 10);
 }
 
+/* Mappings laid back to back (vmm_group --contiguous), granted in one call
+ * per process at the restore: a fault anywhere in the resume, in the parent
+ * and in a worker, both content modes (every mapping still ungranted when a
+ * grant fails is unmapped again before the rebuild is retried). */
+static void sweeps_contiguous(void)
+{
+	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
+	int cases = 0, k = 0;
+	for (int r = 0; r < 2; r++)
+		for (int c = 0; c < 2; c++, k++)
+			if (sweep_selected(k))
+				cases += sweep_run(&(struct sweep){.op = SWEEP_RESUME,
+								   .content = contents[c],
+								   .role = roles[r],
+								   .contiguous = true});
+	printf("     countdown sweeps of the resume (contiguous mappings): %d fault cases\n", cases);
+	CHECK(cases > 10);
+}
+
 int main(void)
 {
 	e2e_init("sweep-suspend");
 	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
 	test_run("the same with a creator that let go: a worker carries", sweeps_let_go);
+	test_run("the resume of contiguous mappings, granted together", sweeps_contiguous);
 	e2e_done();
 	return test_done();
 }

@@ -52,7 +52,7 @@ if [ -s "$rep/report.json" ] && command -v python3 >/dev/null; then
 import json, sys
 d = json.load(open(sys.argv[1]))
 st = {r["id"]: r["status"] for r in d["results"]}
-want = ["G1a", "G2", "G3", "G4", "G7-host", "G7-native", "G8", "G9", "E4", "E6", "E7"]
+want = ["G1a", "G2", "G3", "G4", "G7-host", "G7-native", "G8", "G9", "G10-host", "G10-native", "E4", "E6", "E7"]
 bad = [i for i in want if st.get(i) != "PASS"]
 # On cuemu, what the script asks of the driver about IPC, cuInit and holders is what cuemu does.
 bad += ["assumption: " + a["what"] + " (seen " + a["seen"] + ")" for a in d["assumptions"]

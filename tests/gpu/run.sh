@@ -28,6 +28,9 @@
 #   G8 checkpoint jobs: a native-IPC pair started by cusnap run --launch-job,
 #      suspended and resumed in the job's order (SKIP before driver 610)
 #   G9 the state a lock that timed out leaves (read back, as CRIU's plugin does)
+#   G10 contiguous mappings (vmm_group --contiguous, PyTorch's expandable
+#      segments' layout), suspended and resumed in both content modes: the
+#      restore grants each process's run of mappings in one cuMemSetAccess
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -235,7 +238,10 @@ if run probe-handles 30 "$probe" handles; then
 	assume "a boolean pointer attribute is 4 bytes" 4 "$(sed -n 's/^bool_attribute_bytes //p' "$logs/probe-handles.log")"
 	# A holder (SYSTEM.md §6.2) exports what it imported when its creator let go.
 	assume "an imported allocation exports again, and that FD imports" CUDA_SUCCESS "$(sed -n 's/^reexport_import //p' "$logs/probe-handles.log")"
-	# One call per contiguous range instead of one per mapping (issue 26): documented, asked here.
+	# One call per contiguous range instead of one per mapping (issue 26): documented,
+	# asked here. The restore relies on it for contiguous mappings (src/shim/remap.c,
+	# G10) and falls back to one call per mapping when it is refused: a
+	# contradiction costs calls, not correctness.
 	assume "one cuMemSetAccess over two adjacent mappings of two allocations succeeds" CUDA_SUCCESS "$(sed -n 's/^set_access_over_two_mappings //p' "$logs/probe-handles.log")"
 fi
 # Legacy IPC as cuemu and the adapter model it (SYSTEM.md §4.4).
@@ -298,6 +304,21 @@ for content in host native; do
 	fi
 done
 assume "a natively restored import exports again (a holder's rebuild, native content)" yes "${seen:-unknown}"
+
+# ---- G10: contiguous mappings granted together (issue 26) ----
+for content in host native; do
+	if start "g10-$content" env VMM_GROUP_CONTIGUOUS=1 "$cusnap" run -- "$group" --workers 2 --allocs 4; then
+		if suspend_resume "g10-$content" "$pid" "$content" && finish "$pid"; then
+			result "G10-$content" PASS "4 allocations mapped back to back in each of 3 processes, suspended and resumed ($content content), every process verified"
+		else
+			result "G10-$content" FAIL "contiguous ($content): $(lastlines "g10-$content-suspend" 2) $(lastlines "g10-$content-resume" 2) $(grep -h FAIL "$logs/g10-$content.log" | head -2 | tr '\n' ' ')"
+			stop "$pid"
+		fi
+	else
+		result "G10-$content" FAIL "the group did not get ready: $(lastlines "g10-$content")"
+		stop "$pid"
+	fi
+done
 
 # ---- G8: checkpoint jobs (driver 590+; 610 checkpoints native legacy IPC only in one) ----
 # A pair sharing native legacy IPC (the shim's adapter off) started in a job by
