@@ -30,14 +30,9 @@
 
 #define MiB ((size_t)1 << 20)
 enum { OPS = 8 };
-static const char *const op_names[OPS] = {"map+unmap",
-					  "set-access",
-					  "retain+release",
-					  "get-properties",
-					  "export+import+release",
-					  "export (same)",
-					  "export (64 in turn)",
-					  "import+release (other)"};
+static const char *const op_names[OPS] =
+	{"map+unmap",     "set-access",          "retain+release",        "get-properties", "export+import+release",
+	 "export (same)", "export (64 in turn)", "import+release (other)"};
 
 static double now_ns(void)
 {
@@ -149,8 +144,8 @@ static int one(long objects)
 				close(fd);
 				break;
 			case 6:
-				CU(cuMemExportToShareableHandle(&fd, turn[i % 64], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-								0));
+				CU(cuMemExportToShareableHandle(&fd, turn[i % 64],
+								CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 				close(fd);
 				break;
 			}
