@@ -178,7 +178,14 @@ static inline bool sweep_check(const struct sweep *s, struct group *g, int procs
 			}
 			ok = ok && sweep_group_whole(g, procs, what);
 		} else if (rc == 2) {
+			/* Parked: a resume (the recovery it names) brings the group back. */
 			ok = sweep_parked(g, procs, out, what);
+			int r2 = ok && s->op == SWEEP_SUSPEND ? sweep_tool(g, "resume", s->content, s->criu, &o2) : 0;
+			if (ok && s->op == SWEEP_SUSPEND && (r2 != 0 || group_finish(g) != procs)) {
+				test_fail(__FILE__, __LINE__, "%s: parked, then resume exited %d:\n%s", what, r2,
+					  o2 ? o2 : "");
+				ok = false;
+			}
 		} else {
 			test_fail(__FILE__, __LINE__, "%s: exited %d:\n%s", what, rc, out);
 			ok = false;
