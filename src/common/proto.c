@@ -357,6 +357,15 @@ int proto_send_fds(int sock, const struct proto_header *h, const void *payload, 
 			memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 		}
 		ssize_t w = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && errno == ETOOMANYREFS && !fds_sent) {
+			/* This user has more descriptors in flight than its RLIMIT_NOFILE
+			 * (an unprivileged creator serving many importers at once): they
+			 * leave as the receivers read theirs. */
+			if (deadline >= 0 && (int64_t)now_ms() >= deadline)
+				return PROTO_E_TIMEOUT;
+			poll(NULL, 0, 1);
+			continue;
+		}
 		if (w < 0) {
 			int rc = errno == EINTR ? 0 : errno == EAGAIN ? wait_for(sock, POLLOUT, deadline) : PROTO_E_IO;
 			if (rc)

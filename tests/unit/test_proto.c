@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../harness/test.h"
@@ -222,6 +224,52 @@ static void many_descriptors(void)
 	close(sv[1]);
 }
 
+/* An unprivileged sender with more descriptors in flight than its
+ * RLIMIT_NOFILE (a creator answering many importers at once) waits for the
+ * receiver to take some, instead of failing with ETOOMANYREFS. */
+static void descriptors_in_flight(void)
+{
+	if (geteuid() != 0) {
+		printf("  (skipped: needs root to become another user)\n");
+		return;
+	}
+	int sv[2];
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	enum { MESSAGES = 4, PER = 40, LIMIT = 64 };
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sv[1]);
+		struct rlimit rl = {LIMIT, LIMIT};
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC), fds[PER];
+		if (fd < 0 || setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(2);
+		for (int i = 0; i < PER; i++)
+			fds[i] = fd; /* each counts in flight */
+		struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .op = PROTO_OP_EXPORT_MANY};
+		for (int m = 0; m < MESSAGES; m++)
+			if (proto_send_fds(sv[0], &h, NULL, fds, PER, proto_deadline(5000)) != PROTO_OK)
+				_exit(1);
+		_exit(0);
+	}
+	close(sv[0]);
+	usleep(200000); /* the sender has filled what it may */
+	for (int m = 0; m < MESSAGES; m++) {
+		struct proto_header got;
+		uint8_t *payload;
+		int fds[PER];
+		size_t n = 0;
+		CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, PER, &n, proto_deadline(5000)), PROTO_OK);
+		CHECK_EQ(n, (size_t)PER);
+		for (size_t i = 0; i < n; i++)
+			close(fds[i]);
+		free(payload);
+	}
+	int status = 0;
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	test_run("header golden vector", header_golden);
@@ -230,5 +278,6 @@ int main(void)
 	test_run("topology round trip, unknown records and fields skipped", topology_round_trip);
 	test_run("messages on a socket: descriptors, deadline, truncation", socket_messages);
 	test_run("253 descriptors in one message, in order; more refused", many_descriptors);
+	test_run("more descriptors in flight than the sender's RLIMIT_NOFILE: it waits", descriptors_in_flight);
 	return test_done();
 }
