@@ -13,17 +13,6 @@
 
 #include "shim.h"
 
-/* m's recorded access as descriptors (one per location). NULL: out of memory;
- * few is used when it holds them. */
-static CUmemAccessDesc *descriptors(const struct shim_mapping *m, CUmemAccessDesc *few, size_t nfew)
-{
-	CUmemAccessDesc *d = m->naccess <= nfew ? few : malloc(m->naccess * sizeof(*d));
-	for (size_t i = 0; d && i < m->naccess; i++)
-		d[i] = (CUmemAccessDesc){.location = m->access[i].location,
-					 .flags = (CUmemAccess_flags)m->access[i].flags};
-	return d;
-}
-
 /* Every access of m granted again over [start, start + len) in one
  * cuMemSetAccess (one descriptor per location: a peer-heavy mapping costs one
  * driver call, not one per GPU). */
@@ -31,9 +20,12 @@ static CUresult set_recorded_access(const struct shim_mapping *m, CUdeviceptr st
 {
 	if (!m->naccess)
 		return CUDA_SUCCESS;
-	CUmemAccessDesc few[8], *d = descriptors(m, few, 8);
+	CUmemAccessDesc few[8] = {0}, *d = m->naccess <= 8 ? few : malloc(m->naccess * sizeof(*d));
 	if (!d)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < m->naccess; i++)
+		d[i] = (CUmemAccessDesc){.location = m->access[i].location,
+					 .flags = (CUmemAccess_flags)m->access[i].flags};
 	CUresult rc = real.cuMemSetAccess(start, len, d, m->naccess);
 	if (d != few)
 		free(d);
