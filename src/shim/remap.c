@@ -127,7 +127,8 @@ CUresult life_grant(struct grants *g, struct life_result *r)
 		if (g->m[i]->ungranted)
 			g->m[k++] = g->m[i];
 	g->n = k;
-	qsort(g->m, g->n, sizeof(*g->m), by_device_then_address);
+	if (g->n > 1)
+		qsort(g->m, g->n, sizeof(*g->m), by_device_then_address);
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0, end; !rc && i < g->n; i = end) {
 		struct shim_mapping *first = g->m[i];
