@@ -218,6 +218,8 @@ struct proto_iter {
 void piter_init(struct proto_iter *it, const void *data, size_t len);
 /* Next record; false at the end or on error (it->error). */
 bool piter_next(struct proto_iter *it, struct proto_rec *rec);
+/* Next record of one type, the others skipped; false at the end or on error. */
+bool piter_next_of(struct proto_iter *it, uint16_t type, struct proto_rec *rec);
 /* The fields of every record of one type (or of either of two types) in a
  * payload, in order. */
 struct proto_field_iter {

@@ -205,6 +205,14 @@ bool piter_next(struct proto_iter *it, struct proto_rec *rec)
 	return true;
 }
 
+bool piter_next_of(struct proto_iter *it, uint16_t type, struct proto_rec *rec)
+{
+	while (piter_next(it, rec))
+		if (rec->type == type)
+			return true;
+	return false;
+}
+
 void pfield_init2(struct proto_field_iter *it, const void *data, size_t len, uint16_t rec_type, uint16_t alt)
 {
 	memset(it, 0, sizeof(*it));

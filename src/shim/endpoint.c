@@ -110,11 +110,9 @@ int serve_EXPORT(struct op_call *c)
 	struct export_request q = {0};
 	char who_endpoint[4200] = "";
 	struct proto_rec rec = {.value = NULL, .len = 0};
-	bool found = false;
 	struct proto_iter it;
 	piter_init(&it, c->payload, c->len);
-	while (!found && piter_next(&it, &rec))
-		found = rec.type == REC_EXPORT;
+	bool found = piter_next_of(&it, REC_EXPORT, &rec);
 	if (it.error)
 		return it.error;
 	int rc = found ? read_export(&rec, &q, who_endpoint, sizeof(who_endpoint), c->out) : PROTO_OK;
@@ -142,9 +140,7 @@ int serve_EXPORT_MANY(struct op_call *c)
 	struct proto_rec rec;
 	int rc = PROTO_OK;
 	piter_init(&it, c->payload, c->len);
-	while (rc == PROTO_OK && piter_next(&it, &rec)) {
-		if (rec.type != REC_EXPORT)
-			continue;
+	while (rc == PROTO_OK && piter_next_of(&it, REC_EXPORT, &rec)) {
 		if (c->fds->n == PROTO_MAX_FDS) {
 			shim_error_reply(c->out, "EXPORT_MANY takes at most %d allocations", PROTO_MAX_FDS);
 			rc = PROTO_E_LENGTH;

@@ -115,10 +115,7 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 		struct proto_rec rec;
 		struct cusnap_id id = cap->alloc_id;
 		piter_init(&it, payload, h.payload_len);
-		bool found = false;
-		while (!found && piter_next(&it, &rec))
-			found = rec.type == REC_EXPORT;
-		rc = found ? read_reply(&rec, &id, info) : PROTO_E_MALFORMED;
+		rc = piter_next_of(&it, REC_EXPORT, &rec) ? read_reply(&rec, &id, info) : PROTO_E_MALFORMED;
 	}
 	if (rc != PROTO_OK) {
 		reply_error(payload, h.payload_len, rc, cap->endpoint, err, errlen);
@@ -210,11 +207,8 @@ static int recv_many(int sock, struct redeem *it, size_t n)
 	piter_init(&recs, payload, rc == PROTO_OK ? h.payload_len : 0);
 	for (size_t i = 0; rc == PROTO_OK && i < n; i++) {
 		/* The replies come in the request's order, each naming its allocation. */
-		bool found = false;
-		while (!found && piter_next(&recs, &rec))
-			found = rec.type == REC_EXPORT;
 		struct cusnap_id id = {{0}};
-		rc = found ? read_reply(&rec, &id, &it[i].info) : PROTO_E_MALFORMED;
+		rc = piter_next_of(&recs, REC_EXPORT, &rec) ? read_reply(&rec, &id, &it[i].info) : PROTO_E_MALFORMED;
 		if (rc == PROTO_OK && !id_equal(&id, &it[i].cap.alloc_id))
 			rc = PROTO_E_MALFORMED;
 	}
