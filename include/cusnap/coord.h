@@ -83,6 +83,11 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 int coord_restore(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
 /* Rebuild every listed participant that is part way through a prepare. */
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
+/* The deadline of an undo (an abort, a recovery, the check after it) when the
+ * step it undoes had timeout_ms: longer, so that a step that failed because
+ * the machine is busy is still undone, and only a participant that stays
+ * silent through it is given up on: max(4 x timeout_ms, 10 s). */
+int coord_undo_timeout_ms(int timeout_ms);
 /* The report as one JSON object. */
 json_t *coord_report_json(const struct coord_report *r);
 /* Is pid dead, or a zombie its parent has not reaped? */

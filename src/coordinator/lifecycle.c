@@ -5,6 +5,7 @@
  * a barrier across the participants (fanout.c). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,6 +446,9 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 		snprintf(saved, sizeof(saved), "%.1150s", r->error);
 		memcpy(x.sel, x.touched, n * sizeof(*x.sel));
 		x.r = &ar;
+		struct coord_options undo = *o;
+		undo.timeout_ms = coord_undo_timeout_ms(o->timeout_ms);
+		x.o = &undo;
 		if (abort_selected(&x) == 0) {
 			r->aborted = true;
 			snprintf(r->error, sizeof(r->error), "%.1100s (every participant was rebuilt and resumed)",
@@ -485,6 +489,12 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	run_end(&x);
 	r->ms_total = now_ms() - start;
 	return rc;
+}
+
+int coord_undo_timeout_ms(int timeout_ms)
+{
+	long long ms = 4LL * timeout_ms;
+	return ms < 10000 ? 10000 : ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r)

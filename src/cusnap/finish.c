@@ -122,7 +122,7 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 			continue;
 		struct topo_participant p;
 		char err[1200];
-		if (coord_inspect(c, settings.timeout_ms, &p, err, sizeof(err)) != 0) {
+		if (coord_inspect(c, coord_undo_timeout_ms(settings.timeout_ms), &p, err, sizeof(err)) != 0) {
 			snprintf(why, len, "participant %d does not answer: %s", c->obs, err);
 			return -1;
 		}
@@ -138,6 +138,28 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 
 /* ---- recovery from any intermediate state ---- */
 
+/* The phases of the tree's participants: how many are not ACTIVE into
+ * *unsettled. 0, or -1 with err naming one that does not answer (a process
+ * that is gone is left out). */
+static int participants_unsettled(struct tree *t, int timeout_ms, size_t *unsettled, char *err, size_t errlen)
+{
+	*unsettled = 0;
+	for (size_t i = 0; i < t->ncuda; i++) {
+		if (!t->procs[t->cuda_index[i]].shim || coord_process_gone(t->targets[i].obs))
+			continue;
+		struct topo_participant p;
+		if (coord_inspect(&t->targets[i], timeout_ms, &p, err, errlen) != 0) {
+			char why[1024];
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
+			return -1;
+		}
+		*unsettled += p.phase != PROTO_PHASE_ACTIVE;
+		topo_free(&p);
+	}
+	return 0;
+}
+
 int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_report *r, bool *nothing, char *err,
 		 size_t errlen)
 {
@@ -145,50 +167,38 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
 	memset(r, 0, sizeof(*r));
 	*nothing = false;
+	/* This is the undo: it gets a longer deadline than the step it undoes, so
+	 * that a participant merely starved of CPU is waited for. */
+	int timeout_ms = coord_undo_timeout_ms(settings.timeout_ms);
 	/* From whatever state an interrupted (even SIGKILLed) command left: native
 	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
-	size_t suspended = 0, locked = 0, unsettled = 0;
+	size_t frozen = 0;
 	if (tree_states(t, err, errlen) < 0)
 		return -1;
 	for (size_t i = 0; i < t->ncuda; i++) {
 		int s = t->procs[t->cuda_index[i]].state;
-		suspended += s == CU_PROCESS_STATE_CHECKPOINTED;
-		locked += s == CU_PROCESS_STATE_LOCKED;
-	}
-	bool vmm = t->nshim > 0;
-	for (size_t i = 0; vmm && i < t->ncuda && !suspended && !locked; i++) {
-		/* (a locked or checkpointed process answers only after it is thawed) */
-		if (coord_process_gone(t->targets[i].obs))
-			continue;
-		struct topo_participant p;
-		if (coord_inspect(&t->targets[i], settings.timeout_ms, &p, err, errlen) != 0) {
-			char why[1024];
-			snprintf(why, sizeof(why), "%s", err);
-			snprintf(err, errlen, "participant %d does not answer: %s", t->targets[i].obs, why);
-			return -1;
-		}
-		unsettled += p.phase != PROTO_PHASE_ACTIVE;
-		topo_free(&p);
-	}
-	if (!suspended && !locked && !unsettled) {
-		*nothing = true;
-		return 0;
+		frozen += s == CU_PROCESS_STATE_CHECKPOINTED || s == CU_PROCESS_STATE_LOCKED;
 	}
 	double t0 = now_ms();
-	if (suspended || locked) {
+	if (frozen) {
 		if (native_thaw(t, dir, NULL, 0, err, errlen) < 0)
 			return -1;
-		progress("native restore+unlock", now_ms() - t0, "%zu processes", suspended + locked);
+		progress("native restore+unlock", now_ms() - t0, "%zu processes", frozen);
 	}
-	if (!vmm)
+	/* The participants know their phase (a locked or checkpointed process
+	 * answers only once thawed): whatever the state directory holds, the tree
+	 * is whole only when every one of them is active again. */
+	size_t unsettled = 0;
+	if (t->nshim && participants_unsettled(t, timeout_ms, &unsettled, err, errlen) < 0)
+		return -1;
+	if (!unsettled) {
+		*nothing = !frozen;
 		return 0;
-	bool have_state = !discard && access(state, F_OK) == 0;
-	if (have_state || (!discard && !unsettled && suspended)) {
+	}
+	struct coord_options o = {.timeout_ms = timeout_ms, .dir = dir, .on_stage = progress_stage};
+	if (!discard && access(state, F_OK) == 0) {
 		/* The state file was written: the prepare completed; rebuild from it. */
-		struct coord_options o = {.timeout_ms = settings.timeout_ms,
-					  .dir = dir,
-					  .on_stage = progress_stage,
-					  .require_state = have_state};
+		o.require_state = true;
 		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
 			snprintf(err, errlen, "rebuilding shared memory failed: %s%s", r->error,
 				 r->state_unreadable ? "; while the processes still hold their own records, `cusnap "
@@ -198,12 +208,11 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 		}
 		return 0;
 	}
-	/* Interrupted before the state file (or told to do without it): each
-	 * participant rebuilds in place from its own records. */
-	fprintf(stderr, "cusnap: %s: rebuilding in place\n",
-		discard ? "--discard-state: the state file is not read"
-			: "participants were left part way through a prepare (no state file)");
-	struct coord_options o = {.timeout_ms = settings.timeout_ms, .dir = dir, .on_stage = progress_stage};
+	/* No state file (a prepare cut short, a directory that is not this tree's,
+	 * or told to do without it): each participant rebuilds in place from its
+	 * own records. */
+	fprintf(stderr, "cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
+		unsettled, discard ? "--discard-state (the state file is not read)" : "no state file in the state directory");
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
 		return -1;

@@ -86,16 +86,19 @@ int cmd_inspect(const struct args *a)
 		free(parts);
 	}
 	/* A tree an interrupted command left half-done, and what repairs it. */
-	size_t frozen = 0;
+	size_t frozen = 0, locked = 0;
 	for (size_t i = 0; i < t.ncuda; i++) {
 		int st = t.procs[t.cuda_index[i]].state;
 		frozen += st == CU_PROCESS_STATE_LOCKED || st == CU_PROCESS_STATE_CHECKPOINTED;
+		locked += st == CU_PROCESS_STATE_LOCKED;
 	}
 	char holder[256];
 	bool held = tree_held(&t, holder, sizeof(holder));
-	/* Half-done only when no command is working on it. */
-	bool half = !held &&
-		    ((unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) || (frozen && frozen < t.ncuda));
+	/* Half-done only when no command is working on it. Suspended is every
+	 * process CHECKPOINTED (its GPU memory released); a LOCKED one still holds
+	 * its memory and its CUDA calls block: a command stopped half-way. */
+	bool half = !held && (locked || (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) ||
+			      (frozen && frozen < t.ncuda));
 	if (settings.json) {
 		if (held)
 			json_object_set_new(out, "held_by", json_string(holder));
@@ -115,9 +118,10 @@ int cmd_inspect(const struct args *a)
 		       "calls and cannot be rebuilt in place: kill the tree (and restore it from a checkpoint)\n",
 		       failed);
 	} else if (half) {
-		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed, %zu participant(s) not active: an "
-		       "interrupted command left this tree; repair it with: cusnap resume --pid %d\n",
-		       frozen, unsettled, (int)pid);
+		printf("\nhalf-done: %zu CUDA process(es) locked or checkpointed (%zu locked: GPU memory still held, "
+		       "CUDA calls blocked), %zu participant(s) not active: an interrupted command left this tree; "
+		       "repair it with: cusnap resume --pid %d\n",
+		       frozen, locked, unsettled, (int)pid);
 	} else if (frozen) {
 		printf("\nsuspended: resume it with: cusnap resume --pid %d\n", (int)pid);
 	}

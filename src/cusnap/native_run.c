@@ -28,9 +28,10 @@ const char *native_step_name(enum native_step s)
 
 int native_watchdog_ms(enum native_step s)
 {
+	/* A query does no work: a process that does not answer is stopped or stuck
+	 * (or starved on a busy machine: never under 2 s). */
 	if (s == NATIVE_QUERY)
-		return settings
-			.timeout_ms; /* a query does no work: a process that does not answer is stopped or stuck */
+		return settings.timeout_ms < 2000 ? 2000 : settings.timeout_ms;
 	const char *e = getenv("CUSNAP_NATIVE_TIMEOUT_MS");
 	int ms = e && atoi(e) > 0 ? atoi(e) : 300000;
 	/* A lock waits up to its own timeout for the process's work: never less. */
@@ -283,8 +284,8 @@ int tree_states(struct tree *t, char *err, size_t errlen)
 			t->procs[t->cuda_index[i]].state = state[i];
 	}
 	if (ret == -ETIMEDOUT)
-		snprintf(err, errlen, "process %d: %s did not return within %d ms (is it stopped?)", pids[stuck],
-			 native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY));
+		snprintf(err, errlen, "process %d: %s did not return within %d ms (stopped, or starved of CPU?)",
+			 pids[stuck], native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY));
 	else if (ret < 0)
 		snprintf(err, errlen, "out of memory");
 	free(pids);

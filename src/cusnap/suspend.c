@@ -83,6 +83,14 @@ int cmd_resume(const struct args *a)
 	if (signal_caught())
 		fprintf(stderr, "cusnap: %s arrived during the resume; the resume was completed first\n",
 			strsignal(signal_caught()));
+	/* "ok" only over a tree seen whole: every process running, every participant active. */
+	char why[1400];
+	size_t gone;
+	if (tree_verify(&t, why, sizeof(why), &gone) < 0) {
+		rc = fail(EX_TERMINATED, "after the resume %s: the tree is left half-done (`cusnap inspect --pid %d`)",
+			  why, (int)pid);
+		goto out;
+	}
 	bool vmm = t.nshim > 0;
 	state_dir_end(t.procs[0].pid, dir);
 	if (nothing) {

@@ -91,7 +91,7 @@ int tree_load(pid_t pid, struct tree *t)
 	int q = native_classify(&t->nat, t->procs, t->nprocs, &stuck);
 	if (q == -ETIMEDOUT)
 		return fail(EX_LEFT_RUNNING,
-			    "process %d did not answer %s within %d ms (is it stopped? `kill -CONT %d`): nothing done",
+			    "process %d did not answer %s within %d ms (stopped, or starved of CPU on a busy machine? a stopped one: `kill -CONT %d`): nothing done",
 			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY),
 			    (int)t->procs[stuck].pid);
 	if (q < 0)

@@ -102,8 +102,9 @@ static void recovery_after_sigkill(void)
 			free(out);
 			snprintf(pid, sizeof(pid), "%d", g.root);
 			char *env2[] = {envctl, NULL};
-			if (i == 0) {
-				/* inspect names the half-done tree and the command that repairs it */
+			if (i == 0 || !strcmp(boundaries[i], "kill-after-lock")) {
+				/* inspect names the half-done tree and the command that repairs it
+				 * (a tree left LOCKED too: its GPU memory is held, its calls block) */
 				CHECK_EQ(tool(&out, env2, tool_path, "inspect", "--pid", pid, NULL), 0);
 				CHECK_CONTAINS(out, "half-done");
 				CHECK_CONTAINS(out, "cusnap resume --pid");
@@ -282,6 +283,36 @@ static void corrupt_state(void)
 	group_back_and_passing(&g, 1, "resume --discard-state after a corrupt state file");
 }
 
+/* A resume whose directory holds no state file (a mistyped --dir, the state
+ * file gone): the participants know they are prepared, so the resume rebuilds
+ * them in place from their own records and says so, both contents, and the
+ * group passes; never "ok" over participants left prepared. */
+static void resume_without_state(void)
+{
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < 2; c++) {
+		struct group g;
+		if (group_start(&g, contents[c], 1, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		char *out, tool_path[PATH_MAX], pid[16], other[PATH_MAX + 32];
+		cusnap_path(tool_path, sizeof(tool_path));
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		snprintf(other, sizeof(other), "%s/mistyped", g.ctl);
+		CHECK_EQ(mkdir(other, 0700), 0);
+		CHECK_EQ(group_suspend(&g, contents[c], &out, NULL), 0);
+		free(out);
+		CHECK_EQ(tool(&out, NULL, tool_path, "resume", "--pid", pid, "--dir", other, "--control-dir", g.ctl,
+			      NULL),
+			 0);
+		CHECK_CONTAINS(out, "no state file");
+		CHECK_CONTAINS(out, "rebuilding in place");
+		free(out);
+		char what[96];
+		snprintf(what, sizeof(what), "resume --dir with no state file (%s)", contents[c]);
+		group_back_and_passing(&g, 1, what);
+	}
+}
+
 /* A driver that reports an error for a transition it made (CUEMU_FAULT ...:after):
  * the state is read back. A lock that "failed" but left the process LOCKED is
  * unlocked by the undo (exit 1, everything undone); a restore that "failed"
@@ -318,6 +349,8 @@ int main(void)
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
 	test_run("resume SIGKILLed after each rebuild step: resume --pid alone continues", resume_killed_mid_rebuild);
 	test_run("a corrupt state file: resume names --discard-state, which rebuilds in place", corrupt_state);
+	test_run("a resume with no state file rebuilds in place from the participants' records",
+		 resume_without_state);
 	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
 	e2e_done();
 	return test_done();
