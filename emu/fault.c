@@ -5,6 +5,8 @@
  * does anything; with "after", once it has done everything (a driver that
  * reports an error for a transition it made: the caller must read the state
  * back). <call> is the exported symbol or its cuGetProcAddress name.
+ * <CUresult> "stall=MS" instead: the call waits MS milliseconds, then does its
+ * work and succeeds (a driver slow on a busy machine).
  *
  * CUEMU_FAULT_REPORT=<file>: each fault that fires appends one line
  * "<pid> <call> <nth> <CUresult name>" to file, so that a countdown sweep knows
@@ -49,6 +51,7 @@ static struct fault {
 	unsigned nth;
 	CUresult result;
 	bool after; /* fail once the call has taken effect */
+	unsigned stall_ms; /* wait this long, then succeed (no failure) */
 	atomic_uint calls;
 } faults[MAX_FAULTS];
 static __thread CUresult after_result; /* an "after" fault of the call in progress */
@@ -105,7 +108,9 @@ void emu_fault_parse(const char *spec)
 		f->name = item;
 		f->name_len = strlen(item);
 		f->nth = nth && *nth ? (unsigned)strtoul(nth, NULL, 0) : 1;
-		f->result = res && *res ? parse_result(res) : CUDA_ERROR_UNKNOWN;
+		if (res && !strncmp(res, "stall=", 6))
+			f->stall_ms = (unsigned)strtoul(res + 6, NULL, 0);
+		f->result = f->stall_ms ? CUDA_ERROR_UNKNOWN : res && *res ? parse_result(res) : CUDA_ERROR_UNKNOWN;
 		if (f->nth == 0 || f->result == CUDA_SUCCESS) {
 			LOG_AT(LOG_WARN, "CUEMU_FAULT: ignoring '%s' (nth must be >= 1, result non-zero)", item);
 			continue;
@@ -175,12 +180,17 @@ CUresult emu_fault_check(enum emu_fn fn)
 		struct fault *f = &faults[i];
 		if (strcmp(f->name, fn_symbol[fn]) != 0 && strcmp(f->name, fn_base[fn]) != 0)
 			continue;
-		if (atomic_fetch_add(&f->calls, 1) + 1 == f->nth) {
-			report(fn, f);
-			if (!f->after)
-				return f->result;
-			after_result = f->result;
+		if (atomic_fetch_add(&f->calls, 1) + 1 != f->nth)
+			continue;
+		if (f->stall_ms) {
+			LOG_AT(LOG_INFO, "CUEMU_FAULT: call %u of %s stalls %u ms", f->nth, fn_symbol[fn], f->stall_ms);
+			usleep(f->stall_ms * 1000u);
+			continue;
 		}
+		report(fn, f);
+		if (!f->after)
+			return f->result;
+		after_result = f->result;
 	}
 	return CUDA_SUCCESS;
 }

@@ -313,6 +313,31 @@ static void resume_without_state(void)
 	}
 }
 
+/* A step that fails only because it is slow (a busy machine: every PREPARE's
+ * cuMemUnmap takes 2.5 s against --timeout 500): the undo has a deadline of
+ * its own, longer, so it waits for the slow participants, rebuilds them, and
+ * the suspend exits 1 with everything undone; the group passes. */
+static void slow_step_undone(void)
+{
+	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
+	snprintf(arm, sizeof(arm), "%s/arm-slow", e2e_root);
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	char *env[] = {"CUEMU_FAULT=cuMemUnmap:1:stall=2500", env_arm, NULL};
+	struct group g;
+	if (group_start(&g, "slow", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char *out, tool_path[PATH_MAX], pid[16];
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	test_write_file(arm, "");
+	int rc = tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--timeout", "500", "--control-dir", g.ctl, NULL);
+	unlink(arm);
+	CHECK_EQ(rc, 1);
+	CHECK_CONTAINS(out, "everything undone");
+	free(out);
+	group_back_and_passing(&g, 1, "a step too slow for --timeout, undone");
+}
+
 /* A driver that reports an error for a transition it made (CUEMU_FAULT ...:after):
  * the state is read back. A lock that "failed" but left the process LOCKED is
  * unlocked by the undo (exit 1, everything undone); a restore that "failed"
@@ -351,6 +376,7 @@ int main(void)
 	test_run("a corrupt state file: resume names --discard-state, which rebuilds in place", corrupt_state);
 	test_run("a resume with no state file rebuilds in place from the participants' records",
 		 resume_without_state);
+	test_run("a step that failed by being slow is undone under a longer deadline", slow_step_undone);
 	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
 	e2e_done();
 	return test_done();
