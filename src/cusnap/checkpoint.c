@@ -54,6 +54,40 @@ static bool session_leader_inside(pid_t root)
 	return getsid(root) == root;
 }
 
+/* After a dump that ended the tree: wait until its processes have exited (a
+ * large one takes a while to release its memory: at most 10 s), then briefly
+ * for their parents to reap them; a zombie left holding its PID (a restore
+ * here needs it free, and waits for it) is named with the parent that has not
+ * reaped it. */
+static void dumped_tree_gone(const struct tree *t)
+{
+	for (int waited = 0;; waited += 20) {
+		size_t dying = 0, zombies = 0;
+		pid_t zombie = 0, parent = 0;
+		for (size_t i = 0; i < t->nprocs; i++) {
+			pid_t pp = 0;
+			char st = proc_state(t->procs[i].pid, &pp);
+			if (st == 'Z')
+				zombies++, zombie = t->procs[i].pid, parent = pp;
+			else if (st)
+				dying++;
+		}
+		if (!dying && !zombies)
+			return;
+		if ((!dying && waited >= 500) || waited >= 10000) {
+			if (dying)
+				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n", dying);
+			if (zombies)
+				fprintf(stderr,
+					"cusnap: %zu dumped process(es) are zombies until their parent reaps them (%d, "
+					"parent %d): a restore here waits for their PIDs\n",
+					zombies, (int)zombie, (int)parent);
+			return;
+		}
+		usleep(20000);
+	}
+}
+
 static int checkpoint_into(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running,
 			   bool wait_ready, struct checkpoint_result *r, bool summary)
 {
@@ -72,6 +106,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		progress("wait ready", now_ms() - t0, "%s/%s", settings.control_dir, CONTROL_READY);
 	}
 	struct tree t;
+	json_t *digests = NULL;
 	int rc = tree_load(pid, &t);
 	if (rc)
 		return rc;
@@ -113,23 +148,36 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
-	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0) {
+	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r, NULL) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
 	t0 = now_ms();
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
-	int crc = criu_run(criu, argv, log, true);
+	struct criu_bounds dump_bounds = criu_bounds_default(true, false);
+	int crc = criu_run(criu, argv, log, &dump_bounds);
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
 		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
 		unlink(manifest);
-		rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
+		if (crc < -1)
+			rc = finish(&t, &rec, "CRIU dump killed at its %s bound (log: %s)", crc == -EFBIG ? "log" : "time",
+				    log);
+		else
+			rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
 		goto out;
 	}
 	r->image_bytes = dir_bytes(images);
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
+	t0 = now_ms();
+	digests = images_digest(images, err, sizeof(err));
+	if (digests)
+		progress("image digests", now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
+	else
+		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
+	if (!leave_running)
+		dumped_tree_gone(&t);
 	coord_fault_point(FAULT_KILL_AFTER_DUMP);
 	if (leave_running) {
 		if (signal_caught()) {
@@ -152,7 +200,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		progress("resumed in place", r->ms_restore_in_place, "%s",
 			 written ? CONTROL_SNAPSHOT_DONE " written" : "no " CONTROL_SNAPSHOT_DONE);
 	}
-	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r) < 0)
+	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r, digests) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
@@ -178,6 +226,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 				    r->ms_restore_in_place, "total", r->ms_total));
 	rc = EX_OK;
 out:
+	json_decref(digests);
 	tree_free(&t);
 	return rc;
 }
@@ -293,6 +342,68 @@ static int check_device_map(const struct manifest *m, const CUcheckpointGpuPair 
 	return 0;
 }
 
+/* CRIU restores each process of a tree dumped in cusnap's own PID namespace at
+ * its old PID: every one must be free. A zombie (a dumped process its parent
+ * has not reaped yet) is waited for, at most 10 s; a live process holding one
+ * is named. 0, or the exit code (reported) with nothing done. */
+static int pids_free(const struct manifest *m)
+{
+	for (size_t j = 0; j < json_array_size(m->procs); j++) {
+		const json_t *p = json_array_get(m->procs, j);
+		pid_t pid = (pid_t)json_member_number(p, "pid", -1), ns = (pid_t)json_member_number(p, "nspid", -1);
+		if (pid <= 0 || pid != ns)
+			continue; /* dumped in a PID namespace of its own: restored in a new one */
+		pid_t parent = 0;
+		char st = proc_state(pid, &parent);
+		for (int waited = 0; st == 'Z' && waited < 10000; waited += 20) {
+			if (waited == 0)
+				fprintf(stderr, "cusnap: PID %d is still held by a zombie (its parent %d has not reaped it): "
+					"waiting\n", (int)pid, (int)parent);
+			usleep(20000);
+			st = proc_state(pid, &parent);
+		}
+		if (!st)
+			continue;
+		char comm[64] = "?", path[64];
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		FILE *f = fopen(path, "re");
+		if (f) {
+			if (fgets(comm, sizeof(comm), f))
+				comm[strcspn(comm, "\n")] = '\0';
+			fclose(f);
+		}
+		if (st == 'Z')
+			return fail(EX_LEFT_RUNNING,
+				    "PID %d, which the checkpoint's process must have again, is held by a zombie that its "
+				    "parent %d has not reaped in 10 s; nothing done",
+				    (int)pid, (int)parent);
+		return fail(EX_LEFT_RUNNING,
+			    "PID %d, which the checkpoint's process must have again, is taken by process %d (%s, "
+			    "parent %d): CRIU restores every process at its old PID; is the checkpointed tree still "
+			    "running? nothing done",
+			    (int)pid, (int)pid, comm, (int)parent);
+	}
+	return 0;
+}
+
+/* The images as the checkpoint wrote them (the manifest's digests): 0, or the
+ * exit code (reported) with nothing done. */
+static int images_whole(const struct manifest *m, const char *images)
+{
+	const json_t *files = json_object_get(m->root, "image_files");
+	if (!json_is_object(files)) {
+		fprintf(stderr, "cusnap: warning: the manifest has no image digests (written by an older cusnap, or "
+			"cut short before the end of its checkpoint): the images are restored unverified\n");
+		return 0;
+	}
+	char why[PATH_MAX + 256];
+	double t0 = now_ms();
+	if (images_verify(images, files, why, sizeof(why)) < 0)
+		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
+	progress("verify images", now_ms() - t0, "%zu files as written", json_object_size(files));
+	return 0;
+}
+
 static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
 			bool summary)
 {
@@ -316,12 +427,16 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	}
 	settings.control_dir = strdup(m.control_dir);
 	double start = now_ms(), t0;
-	int cleared = clear_control_dir(&m);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	int cleared = images_whole(&m, images);
+	if (!cleared)
+		cleared = clear_control_dir(&m);
+	if (!cleared)
+		cleared = pids_free(&m);
 	if (cleared) {
 		manifest_free(&m);
 		return cleared;
 	}
-	snprintf(images, sizeof(images), "%s/images", dir);
 	snprintf(log, sizeof(log), "%s/restore.log", images);
 	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
 	unlink(pidfile);
@@ -340,7 +455,9 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	signals_arm();
 	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	int crc = criu_run(criu, argv, log, false);
+	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
+	struct criu_bounds restore_bounds = criu_bounds_default(false, true);
+	int crc = criu_run(criu, argv, log, &restore_bounds);
 	r->ms_criu_restore = now_ms() - t0;
 	FILE *pf = fopen(pidfile, "re");
 	pid_t root = 0;
@@ -353,7 +470,13 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	if (crc != 0 || root <= 0) {
 		if (root > 0)
 			proc_tree_kill(root, true);
+		proc_children_kill(); /* what a killed CRIU had made */
 		manifest_free(&m);
+		if (crc == -EINTR)
+			return restore_interrupted(dir, "CRIU had begun");
+		if (crc < 0)
+			return fail(EX_TERMINATED, "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
+				    crc == -EFBIG ? "log" : "time", log);
 		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
 	}
 	progress("criu restore", r->ms_criu_restore, "root process %d", (int)root);

@@ -2,6 +2,7 @@
 /* Running CRIU: found explicitly, its command line built without a shell, its
  * log kept in the checkpoint directory and its last errors shown on failure. */
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,9 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+
+/* How much of a CRIU log is read for its errors. */
+#define CRIU_LOG_TAIL (1 << 20)
 
 static bool executable(const char *p)
 {
@@ -93,13 +97,21 @@ void criu_version(const char *criu, char *out, size_t len)
 	(void)len;
 }
 
-/* The last error lines of a CRIU log, on stderr. */
+/* The last error lines of a CRIU log, on stderr: only its tail is read (a
+ * runaway restore can leave gigabytes). */
 static void show_errors(const char *log_path)
 {
 	FILE *f = fopen(log_path, "re");
 	if (!f) {
 		fprintf(stderr, "cusnap: (no CRIU log at %s)\n", log_path);
 		return;
+	}
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && st.st_size > CRIU_LOG_TAIL) {
+		fseeko(f, st.st_size - CRIU_LOG_TAIL, SEEK_SET);
+		int c;
+		while ((c = fgetc(f)) != EOF && c != '\n')
+			; /* from the next whole line */
 	}
 	char lines[8][512], line[512];
 	int n = 0;
@@ -112,7 +124,32 @@ static void show_errors(const char *log_path)
 		fprintf(stderr, "  %s", lines[i % 8]);
 }
 
-int criu_run(const char *criu, char *const argv[], const char *log_path, bool own_group)
+static long long env_ll(const char *name, long long def)
+{
+	const char *e = getenv(name);
+	char *end;
+	long long v = e && *e ? strtoll(e, &end, 0) : 0;
+	return e && *e && !*end && v > 0 ? v : def;
+}
+
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal)
+{
+	long long t = 10LL * settings.timeout_ms;
+	return (struct criu_bounds){
+		.own_group = own_group,
+		.stop_on_signal = stop_on_signal,
+		.time_ms = env_ll("CUSNAP_CRIU_TIMEOUT_MS", t < 120000 ? 120000 : t),
+		.log_max = env_ll("CUSNAP_CRIU_LOG_MAX", 1LL << 30),
+	};
+}
+
+static void criu_kill(pid_t pid, bool group)
+{
+	kill(group ? -pid : pid, SIGKILL);
+	kill(pid, SIGKILL);
+}
+
+int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b)
 {
 	char *args[64];
 	int n = 0;
@@ -124,18 +161,56 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, bool ow
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
-		if (own_group)
+		if (b->own_group)
 			setpgid(0, 0);
 		umask(077); /* its images hold the tree's memory (the host arena's GPU bytes too): 0600 */
 		/* CRIU prints little on its own; everything goes to its log. */
 		execv(criu, args);
 		_exit(127);
 	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
+	/* Watched, never waited on blindly: a runaway CRIU (a damaged image can
+	 * make a restored task spin while CRIU logs at 100 MB/s) is killed at its
+	 * time or log bound, or at once on a signal when the caller asks. */
+	double start = now_ms();
+	int status, rc = 0;
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
 			return -1;
-	int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		struct stat st;
+		const char *why = NULL;
+		if (now_ms() - start > (double)b->time_ms) {
+			rc = -ETIMEDOUT;
+			why = "its time bound";
+		} else if (stat(log_path, &st) == 0 && st.st_size > b->log_max) {
+			rc = -EFBIG;
+			why = "its log bound";
+		} else if (b->stop_on_signal && signal_caught()) {
+			rc = -EINTR;
+			why = strsignal(signal_caught());
+		}
+		if (why) {
+			criu_kill(pid, b->own_group);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			if (rc == -ETIMEDOUT)
+				fprintf(stderr, "cusnap: CRIU ran past %lld ms (CUSNAP_CRIU_TIMEOUT_MS; from --timeout): killed\n",
+					b->time_ms);
+			else if (rc == -EFBIG)
+				fprintf(stderr,
+					"cusnap: CRIU's log %s grew past %lld bytes (CUSNAP_CRIU_LOG_MAX): a runaway "
+					"CRIU, killed\n",
+					log_path, b->log_max);
+			else
+				fprintf(stderr, "cusnap: %s while CRIU ran: CRIU killed\n", why);
+			show_errors(log_path);
+			return rc;
+		}
+		usleep(20000);
+	}
+	rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	if (rc != 0)
 		show_errors(log_path);
 	return rc;

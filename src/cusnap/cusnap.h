@@ -34,6 +34,12 @@ bool proc_is_self_or_ancestor(pid_t pid);
  * the subreaper of the trees it restores, so that an immediate restore finds
  * their PIDs free). */
 void proc_tree_kill(pid_t root, bool reap);
+/* Kill (and reap) the trees of every child of this process: what a CRIU
+ * restore killed part way had made (they come to cusnap, its subreaper). */
+void proc_children_kill(void);
+/* The state letter of pid (/proc/PID/stat: 'R', 'S', 'Z'...) and its parent
+ * into *parent (when not NULL), or 0 when there is no such process. */
+char proc_state(pid_t pid, pid_t *parent);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {
@@ -258,11 +264,20 @@ const char *state_name(int s);
 int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
 /* Its version string ("4.1.1"), or "". */
 void criu_version(const char *criu, char *out, size_t len);
-/* Run criu with argv (argv[0] is ignored and replaced by criu); the log file is
- * in DIR. own_group: in a process group of its own (signals from the terminal
- * reach cusnap only). Returns its exit status, or -1. On failure, the last
- * error lines of the log are printed. */
-int criu_run(const char *criu, char *const argv[], const char *log_path, bool own_group);
+/* What bounds a CRIU run. */
+struct criu_bounds {
+	bool own_group;      /* in a process group of its own (terminal signals reach cusnap only) */
+	bool stop_on_signal; /* a signal caught (signals_arm) kills CRIU at once */
+	long long time_ms;   /* killed past this (CUSNAP_CRIU_TIMEOUT_MS; default 10 x --timeout, >= 120 s) */
+	long long log_max;   /* killed when its log grows past this (CUSNAP_CRIU_LOG_MAX; default 1 GiB) */
+};
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal);
+/* Run criu with argv (argv[0] is ignored and replaced by criu), its log at
+ * log_path, within bounds b. Returns its exit status; -ETIMEDOUT, -EFBIG or
+ * -EINTR when it was killed at a bound or on a signal (said on stderr); -1
+ * when it could not run. On failure the last error lines of the log's tail
+ * are printed. */
+int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b);
 /* DIR/criu-plugins, made (empty) if absent: CRIU runs with it as --libdir so
  * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
 int criu_plugin_dir(const char *dir, char *out, size_t len);
@@ -305,9 +320,17 @@ int cmd_demo(const struct args *a);
  * what: the guard rails first (before the tree's processes are even asked
  * anything). 0, or an exit code (reported) with t freed. */
 int tree_take(pid_t pid, const char *what, struct tree *t);
+/* ---- images.c: the CRIU images' digests ---- */
+/* Every image file of directory images (CRIU's logs excepted) as
+ * {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with err. */
+json_t *images_digest(const char *images, char *err, size_t errlen);
+/* Does every file of files (images_digest's form) have its recorded size and
+ * CRC32C? 0, or -1 with why naming the first that does not. */
+int images_verify(const char *images, const json_t *files, char *why, size_t len);
 /* ---- manifest_write.c ---- */
 /* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
+/* images: the image digests (images_digest; NULL before the dump). */
 int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,
-		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r);
+		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r, const json_t *images);
 
 #endif

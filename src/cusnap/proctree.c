@@ -2,6 +2,7 @@
 /* Process trees from /proc. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,4 +139,46 @@ void proc_tree_kill(pid_t root, bool reap)
 		usleep(5000);
 	}
 	free(procs);
+}
+
+void proc_children_kill(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t self = getpid(), kids[256];
+	size_t n = 0;
+	while (d && (e = readdir(d)) && n < sizeof(kids) / sizeof(kids[0])) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		if (proc_status_field("/proc", (pid_t)pid, "PPid") == self)
+			kids[n++] = (pid_t)pid;
+	}
+	if (d)
+		closedir(d);
+	for (size_t i = 0; i < n; i++)
+		proc_tree_kill(kids[i], true);
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+char proc_state(pid_t pid, pid_t *parent)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	const char *p = strrchr(buf, ')');
+	char state = 0;
+	int pp = 0;
+	if (!p || sscanf(p + 1, " %c %d", &state, &pp) != 2)
+		return 0;
+	if (parent)
+		*parent = pp;
+	return state;
 }

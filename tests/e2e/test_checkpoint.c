@@ -5,6 +5,7 @@
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
  * multicast groups (issue 6). */
 #include <dirent.h>
+#include <pthread.h>
 
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
@@ -385,6 +386,178 @@ static void vmm_restore_failing(void)
 	free(out);
 }
 
+/* The largest page image of checkpoint dir (the workload's memory, the host
+ * arena's GPU bytes among it) into path. */
+static void largest_pages(const char *dir, char *path, size_t len)
+{
+	char images[PATH_MAX + 16];
+	snprintf(images, sizeof(images), "%s/images", dir);
+	DIR *d = opendir(images);
+	struct dirent *e;
+	off_t best = -1;
+	path[0] = '\0';
+	while (d && (e = readdir(d))) {
+		char p[PATH_MAX + 300];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", images, e->d_name);
+		if (!strncmp(e->d_name, "pages-", 6) && stat(p, &st) == 0 && st.st_size > best) {
+			best = st.st_size;
+			snprintf(path, len, "%s", p);
+		}
+	}
+	if (d)
+		closedir(d);
+	CHECK(best > 97 * 4096);
+}
+
+/* Damaged images are refused before CRIU runs, the file named, nothing made:
+ * 64 bytes overwritten every 97 pages of the largest page image, then the
+ * image truncated. Put back as written, the same checkpoint restores and
+ * passes (the digests do not refuse a whole checkpoint). */
+static void damaged_images(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], pages[PATH_MAX + 64], saved[PATH_MAX + 80], *out;
+	if (group_checkpointed(&g, "damaged", NULL, dir) < 0)
+		return;
+	largest_pages(dir, pages, sizeof(pages));
+	snprintf(saved, sizeof(saved), "%s.saved", pages);
+	char *cp[] = {"cp", pages, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	int fd = open(pages, O_WRONLY);
+	struct stat st;
+	CHECK(fd >= 0 && fstat(fd, &st) == 0);
+	char junk[64];
+	memset(junk, 0x5a, sizeof(junk));
+	for (off_t off = 4096; off + 64 <= st.st_size; off += 97 * 4096)
+		CHECK_EQ(pwrite(fd, junk, sizeof(junk), off), 64);
+	close(fd);
+	CHECK_EQ(restore(dir, &out), 1);
+	CHECK_CONTAINS(out, "is damaged");
+	CHECK_CONTAINS(out, strrchr(pages, '/') + 1);
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	CHECK_EQ(restored_root(dir), 0); /* CRIU never ran */
+	CHECK_EQ(truncate(pages, st.st_size / 2), 0);
+	CHECK_EQ(restore(dir, &out), 1);
+	CHECK_CONTAINS(out, "truncated");
+	free(out);
+	CHECK_EQ(rename(saved, pages), 0);
+	CHECK_EQ(restore(dir, &out), 0);
+	CHECK_CONTAINS(out, "verify images");
+	free(out);
+	pid_t root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	reap_all();
+}
+
+/* A checkpoint without digests (an older cusnap's) whose page image is cut in
+ * half: CRIU runs, and however it goes wrong the restore ends by itself, within
+ * CRIU's bounds (here: its log may not pass 8 MiB), exit 2, with a bounded log
+ * and nothing of what CRIU made left running. */
+static void runaway_criu(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], pages[PATH_MAX + 64], manifest[PATH_MAX + 32], *out;
+	if (group_checkpointed(&g, "runaway", NULL, dir) < 0)
+		return;
+	pid_t was = g.root;
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	json_t *m = json_load_file(manifest, 0, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		return;
+	CHECK_EQ(json_object_del(m, "image_files"), 0);
+	CHECK_EQ(json_dump_file(m, manifest, 0), 0);
+	json_decref(m);
+	largest_pages(dir, pages, sizeof(pages));
+	struct stat st;
+	CHECK_EQ(stat(pages, &st), 0);
+	CHECK_EQ(truncate(pages, st.st_size / 2), 0);
+	char *env[] = {"CUSNAP_CRIU_LOG_MAX=8388608", "CUSNAP_CRIU_TIMEOUT_MS=60000", NULL};
+	CHECK_EQ(tool(&out, env, cusnap, "restore", "--dir", dir, "--criu", criu, NULL), 2);
+	CHECK_CONTAINS(out, "unverified");
+	CHECK_CONTAINS(out, "killed at its log bound");
+	free(out);
+	char log[PATH_MAX + 48];
+	snprintf(log, sizeof(log), "%s/images/restore.log", dir);
+	CHECK(stat(log, &st) == 0 && st.st_size < 64 * 1048576);
+	reap_all();
+	CHECK(kill(was, 0) < 0 && errno == ESRCH); /* nothing restored runs */
+}
+
+/* The dumped root reaped by its parent only 1.5 s after the checkpoint (a
+ * slow parent): a restore started at once waits for its PID, says so, and
+ * restores; a live process on a PID is named and nothing is done. */
+struct late_reap {
+	pid_t pids[8];
+	int n;
+};
+
+static void *reap_late(void *arg)
+{
+	struct late_reap *l = arg;
+	usleep(1500 * 1000);
+	for (int i = 0; i < l->n; i++)
+		waitpid(l->pids[i], NULL, 0);
+	return NULL;
+}
+
+static void restore_at_once(void)
+{
+	struct group g;
+	if (group_start(&g, "atonce", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	struct late_reap l;
+	l.n = tree_pids(g.root, l.pids, 8);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
+	CHECK_CONTAINS(out, "zombie");
+	free(out);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, reap_late, &l), 0);
+	CHECK_EQ(restore(dir, &out), 0);
+	CHECK_CONTAINS(out, "held by a zombie");
+	free(out);
+	pthread_join(th, NULL);
+	g.child = 0;
+	pid_t root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	reap_all();
+	/* A live process on the PID: named, nothing done. */
+	pid_t squatter = fork();
+	if (squatter == 0) {
+		pause();
+		_exit(0);
+	}
+	char pidfile[PATH_MAX + 32], manifest[PATH_MAX + 32];
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	json_t *m = json_load_file(manifest, 0, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		return;
+	json_t *p0 = json_array_get(json_object_get(m, "processes"), 0);
+	json_object_set_new(p0, "pid", json_integer(squatter));
+	json_object_set_new(p0, "nspid", json_integer(squatter));
+	CHECK_EQ(json_object_del(m, "image_files"), 0);
+	CHECK_EQ(json_dump_file(m, manifest, 0), 0);
+	json_decref(m);
+	unlink(pidfile);
+	CHECK_EQ(restore(dir, &out), 1);
+	char want[64];
+	snprintf(want, sizeof(want), "is taken by process %d", squatter);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	CHECK(access(pidfile, F_OK) != 0);
+	kill(squatter, SIGKILL);
+	waitpid(squatter, NULL, 0);
+}
+
 static void partial_interposition(void)
 {
 	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
@@ -558,6 +731,11 @@ int main(void)
 		 restore_twice);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
+	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
+	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2",
+		 runaway_criu);
+	test_run("restore at once after checkpoint: zombie PIDs waited for; a live process on a PID named",
+		 restore_at_once);
 	test_run("partial interposition: refused before anything changes", partial_interposition);
 	test_run("--device-map: GPUs swapped at restore, sharing rebuilt on the new ones", device_map);
 	test_run("multicast groups of 2 and 4 processes over 2 devices: checkpoint, kill, restore", multicast);
