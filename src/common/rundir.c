@@ -46,6 +46,17 @@ int dir_open_trusted(const char *path, bool create, char *why, size_t len)
 	return -1;
 }
 
+/* Root's run directory is 0711: the owner of a tree can look up (never list)
+ * root's lock of its processes by name, so that root's and the owner's
+ * commands exclude each other. */
+static void run_dir_open_to_lookup(const char *dir)
+{
+	struct stat st;
+	if (geteuid() == 0 && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
+	    (st.st_mode & 07777) == 0700)
+		chmod(dir, 0711);
+}
+
 void run_dir_path(char *out, size_t len)
 {
 	const char *env = getenv("CUSNAP_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
@@ -146,6 +157,57 @@ static void sweep_stale(int dirfd, const char *proc)
 	closedir(d);
 }
 
+/* Is an flock held on the file open at fd? (defined below) */
+static bool flock_held(int fd);
+
+/* The run directories of the other party that may hold a lock of pid: for
+ * root, its owner's (/run/user/UID/cusnap, /tmp/cusnap-UID); for a user, root's
+ * (/run/cusnap). Returns how many were written into dirs. */
+static int peer_run_dirs(const char *proc, pid_t pid, char dirs[2][64])
+{
+	if (geteuid() != 0) {
+		snprintf(dirs[0], 64, "/run/cusnap");
+		return 1;
+	}
+	long uid = proc_status_field(proc, pid, "Uid");
+	if (uid <= 0)
+		return 0;
+	snprintf(dirs[0], 64, "/run/user/%ld/cusnap", uid);
+	snprintf(dirs[1], 64, "/tmp/cusnap-%ld", uid);
+	return 2;
+}
+
+/* Does a command of the other party (root, or the tree's owner) hold the lock
+ * of pid in its run directory? Then true, and who into out. Only looked up,
+ * never created or written: the directory is not ours. */
+static bool peer_holder(const char *proc, pid_t pid, char *out, size_t len)
+{
+	char dirs[2][64], name[64];
+	int nd = peer_run_dirs(proc, pid, dirs);
+	if (lock_name(proc, pid, name) < 0)
+		return false;
+	char own[PATH_MAX];
+	run_dir_path(own, sizeof(own));
+	for (int i = 0; i < nd; i++) {
+		if (!strcmp(dirs[i], own))
+			continue;
+		int dfd = open(dirs[i], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int fd = dfd < 0 ? -1 : openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd >= 0)
+			close(dfd);
+		struct stat st;
+		bool held = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock_held(fd);
+		if (fd >= 0)
+			close(fd);
+		if (held) {
+			snprintf(out, len, "a command of %s (its lock %s/%s)", geteuid() ? "root" : "the tree's owner",
+				 dirs[i], name);
+			return true;
+		}
+	}
+	return false;
+}
+
 int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, size_t n, const char *holder, char *err,
 		   size_t errlen)
 {
@@ -153,6 +215,7 @@ int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, siz
 	char dir[PATH_MAX];
 	run_dir_path(dir, sizeof(dir));
 	l->dirfd = dir_open_trusted(dir, true, err, errlen);
+	run_dir_open_to_lookup(dir);
 	l->fds = calloc(n ? n : 1, sizeof(*l->fds));
 	l->names = calloc(n ? n : 1, sizeof(*l->names));
 	if (l->dirfd < 0) {
@@ -193,15 +256,29 @@ int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, siz
 			struct stat a, b;
 			if (fstat(fd, &a) == 0 && fstatat(l->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
 			    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
-				char text[512];
-				int len = snprintf(text, sizeof(text), "%s (pid %d, since %lld)\n", holder,
-						   (int)getpid(), (long long)time(NULL));
+				char text[512], since[32];
+				time_t now = time(NULL);
+				struct tm tm;
+				strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
+				int len = snprintf(text, sizeof(text), "%s (pid %d, since %s)\n", holder, (int)getpid(),
+						   since);
 				if (ftruncate(fd, 0) < 0 || pwrite(fd, text, (size_t)len, 0) != len)
 					(void)0; /* the text only names the holder */
 				l->fds[l->n++] = fd;
 				break;
 			}
 			close(fd);
+		}
+	}
+	/* Root and the tree's owner keep their locks in different run directories:
+	 * each takes its own, then looks for the other's (whichever of two racing
+	 * commands looks second sees the first's lock). */
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char who[PATH_MAX + 128];
+		if (peer_holder(proc, pids[i], who, sizeof(who))) {
+			rc = -EBUSY;
+			snprintf(err, errlen, "process %d is held by %s: one command per tree at a time", (int)pids[i],
+				 who);
 		}
 	}
 	if (rc)
@@ -249,6 +326,8 @@ static bool flock_held(int fd)
 
 bool tree_lock_holder(const char *proc, pid_t pid, char *out, size_t len)
 {
+	if (peer_holder(proc, pid, out, len))
+		return true;
 	char dir[PATH_MAX], name[64], why[PATH_MAX + 128];
 	run_dir_path(dir, sizeof(dir));
 	int dirfd = dir_open_trusted(dir, false, why, sizeof(why));

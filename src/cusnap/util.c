@@ -82,6 +82,15 @@ int tree_load(pid_t pid, struct tree *t)
 	if (n < 0)
 		return fail(EX_USAGE, "no process %d: %s", (int)pid, strerror((int)-n));
 	t->nprocs = (size_t)n;
+	/* Another user's tree: its processes do not answer our native calls, so
+	 * say why instead of "no CUDA process" or "nothing to resume". */
+	for (size_t i = 0; i < t->nprocs; i++)
+		if (kill(t->procs[i].pid, 0) < 0 && errno == EPERM)
+			return fail(EX_USAGE,
+				    "permission denied: process %d of the tree of %d belongs to uid %ld, not to uid %u "
+				    "(cusnap acts on a user's own processes, or as root); nothing done",
+				    (int)t->procs[i].pid, (int)pid, proc_status_field("/proc", t->procs[i].pid, "Uid"),
+				    (unsigned)geteuid());
 	/* A checkpoint job is joined before the driver is loaded. */
 	if (job_find(&t->job, t->procs, t->nprocs, settings.job_file, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s: nothing done", err);

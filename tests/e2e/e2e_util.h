@@ -42,8 +42,48 @@ static inline void e2e_init(const char *tag)
 	unsetenv("SNAPSHOT_CONTROL_DIR");
 }
 
+/* A copy of the tools, the shim, cuemu and the example workload that another
+ * user can run (the checkout may lie under a directory only root can enter,
+ * as root's home does): <dir>/{bin,lib,emu,examples}, dir 0755 under /tmp.
+ * Made once; removed by e2e_done. Returns dir, or NULL (reported). */
+static char e2e_pub[PATH_MAX];
+
+static inline const char *e2e_public_tree(void)
+{
+	if (e2e_pub[0])
+		return e2e_pub;
+	char tmpl[] = "/tmp/cusnap-e2e-pub-XXXXXX";
+	if (!mkdtemp(tmpl) || chmod(tmpl, 0755) != 0) {
+		test_fail(__FILE__, __LINE__, "cannot make a public copy of the build under /tmp: %s", strerror(errno));
+		return NULL;
+	}
+	snprintf(e2e_pub, sizeof(e2e_pub), "%s", tmpl);
+	static const char *const parts[][2] = {{"bin", "cusnap"},
+					       {"bin", "snapshot-cuda-vmm-launch"},
+					       {"lib", "libsnapshot_cuda_vmm.so"},
+					       {"emu", "libcuda.so.1"},
+					       {"examples", "vmm_group"}};
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		char from[PATH_MAX + 64], to[PATH_MAX + 64], sub[PATH_MAX + 16];
+		snprintf(sub, sizeof(sub), "%s/%s", e2e_pub, parts[i][0]);
+		mkdir(sub, 0755);
+		snprintf(from, sizeof(from), "%s/../../%s/%s", test_exe_dir(), parts[i][0], parts[i][1]);
+		snprintf(to, sizeof(to), "%s/%s", sub, parts[i][1]);
+		char *argv[] = {"cp", "-L", from, to, NULL};
+		if (test_run_cmd(argv, NULL, 30000) != 0) {
+			test_fail(__FILE__, __LINE__, "cannot copy %s into %s", from, sub);
+			return NULL;
+		}
+	}
+	return e2e_pub;
+}
+
 static inline void e2e_done(void)
 {
+	if (e2e_pub[0]) {
+		char *argv[] = {"rm", "-rf", e2e_pub, NULL};
+		test_run_cmd(argv, NULL, 30000);
+	}
 	if (!test_failures) {
 		char *argv[] = {"rm", "-rf", e2e_root, NULL};
 		test_run_cmd(argv, NULL, 30000);

@@ -188,6 +188,132 @@ static void foreign_dirs(void)
 	group_kill(&g);
 }
 
+/* Commands run as another user (nobody), from a copy of the build it can reach. */
+#define AS_NOBODY "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
+
+static char pub_cusnap[PATH_MAX + 32], pub_ld[PATH_MAX + 32];
+
+static bool public_tools(void)
+{
+	if (geteuid() != 0) {
+		printf("  (skipped: becoming another user needs root)\n");
+		return false;
+	}
+	const char *pub = e2e_public_tree();
+	if (!pub)
+		return false;
+	snprintf(pub_cusnap, sizeof(pub_cusnap), "%s/bin/cusnap", pub);
+	snprintf(pub_ld, sizeof(pub_ld), "LD_LIBRARY_PATH=%s/emu", pub);
+	return true;
+}
+
+/* Another user's tree: suspend, resume and inspect by nobody of root's group
+ * say "permission denied" (64), running or suspended, and change nothing
+ * (they used to say "no CUDA process" and "nothing to resume", exit 0). */
+static void another_users_tree(void)
+{
+	if (!public_tools())
+		return;
+	struct group g;
+	if (group_start(&g, "theirs", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char pid[16], *out, *env[] = {pub_ld, NULL};
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	for (int suspended = 0; suspended < 2; suspended++) {
+		static const char *const cmds[] = {"suspend", "resume", "inspect"};
+		for (int c = 0; c < 3; c++) {
+			CHECK_EQ(tool(&out, env, AS_NOBODY, pub_cusnap, cmds[c], "--pid", pid, "--control-dir", g.ctl,
+				      NULL),
+				 64);
+			CHECK_CONTAINS(out, "permission denied");
+			CHECK_CONTAINS(out, "nothing done");
+			free(out);
+		}
+		char *json = group_inspect(&g);
+		CHECK_EQ(count_of(json, suspended ? "\"phase\":\"prepared\"" : "\"phase\":\"active\""), 2);
+		free(json);
+		if (!suspended) {
+			CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+			free(out);
+		}
+	}
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+/* A group run by nobody (its control directory nobody's). */
+static int nobody_group_start(struct group *g, const char *name)
+{
+	static char group_bin[PATH_MAX + 32], ctl[PATH_MAX + 64];
+	static int runs;
+	snprintf(group_bin, sizeof(group_bin), "%s/examples/vmm_group", e2e_pub);
+	snprintf(ctl, sizeof(ctl), "%s/%s-%d-ctl", e2e_pub, name, ++runs);
+	if (mkdir(ctl, 0700) != 0 || chown(ctl, 65534, 65534) != 0) {
+		test_fail(__FILE__, __LINE__, "cannot make %s for nobody", ctl);
+		return -1;
+	}
+	const char *argv[] = {AS_NOBODY, pub_cusnap, "run", "--", group_bin, "--workers", "1", "--allocs", "2",
+			      "--timeout", "60", NULL};
+	char *env[] = {pub_ld, NULL};
+	return group_start_argv(g, name, argv, false, env, ctl);
+}
+
+/* Root and the tree's owner exclude each other (their run directories differ:
+ * /run/cusnap and /tmp/cusnap-UID): while root's suspend of nobody's group is
+ * under way (stopped after QUIESCE), nobody's suspend and resume are refused
+ * with 75 naming root; while nobody's is, root's are refused naming the
+ * owner. Each held suspend then completes, is resumed by whoever ran it, and
+ * the group passes. */
+static void root_and_owner_exclude(void)
+{
+	if (!public_tools())
+		return;
+	struct group g;
+	if (nobody_group_start(&g, "owner") < 0)
+		return;
+	char pid[16], log[PATH_MAX + 32], *out;
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(log, sizeof(log), "%s/held.out", e2e_root);
+	char *stop_env[] = {pub_ld, "CUSNAP_FAULT=kill-after-quiesce:stop", NULL}, *env[] = {pub_ld, NULL};
+	for (int holder_is_root = 1; holder_is_root >= 0; holder_is_root--) {
+		char *as_root[] = {pub_cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL};
+		char *as_nobody[] = {AS_NOBODY, pub_cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL};
+		unlink(log);
+		pid_t first = test_spawn(holder_is_root ? as_root : as_nobody, stop_env, log);
+		if (!wait_stopped(first, 20000)) {
+			char *text = test_read_file(log);
+			test_fail(__FILE__, __LINE__, "the held suspend did not stop after QUIESCE:\n%s", text ? text : "");
+			free(text);
+		}
+		static const char *const cmds[] = {"suspend", "resume"};
+		for (int c = 0; c < 2; c++) {
+			int rc = holder_is_root ? tool(&out, env, AS_NOBODY, pub_cusnap, cmds[c], "--pid", pid,
+						       "--control-dir", g.ctl, NULL)
+						: tool(&out, env, pub_cusnap, cmds[c], "--pid", pid, "--control-dir", g.ctl,
+						       NULL);
+			CHECK_EQ(rc, 75);
+			CHECK_CONTAINS(out, holder_is_root ? "a command of root" : "a command of the tree's owner");
+			free(out);
+		}
+		kill(first, SIGCONT);
+		int status = test_wait_child(first, 60000);
+		char *text = test_read_file(log);
+		if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			test_fail(__FILE__, __LINE__, "the held suspend ended with status %#x:\n%s", status,
+				  text ? text : "");
+		free(text);
+		int rc = holder_is_root
+				 ? tool(&out, env, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL)
+				 : tool(&out, env, AS_NOBODY, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL);
+		CHECK_EQ(rc, 0);
+		free(out);
+	}
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("safety");
@@ -196,6 +322,9 @@ int main(void)
 		 one_command_per_tree);
 	test_run("a stopped participant: inspect and suspend return by themselves, naming it", stopped_participant);
 	test_run("directories others control refused (64); no symlink followed in the run directory", foreign_dirs);
+	test_run("another user's tree: permission denied (64), running or suspended, nothing changed",
+		 another_users_tree);
+	test_run("root and the tree's owner exclude each other (75), whichever holds it", root_and_owner_exclude);
 	e2e_done();
 	return test_done();
 }
