@@ -310,6 +310,16 @@ static void root_and_owner_exclude(void)
 		CHECK_EQ(rc, 0);
 		free(out);
 	}
+	/* Root resumes what the owner suspended (the owner's state directory is
+	 * not root's to read): the participants are rebuilt from their records. */
+	CHECK_EQ(tool(&out, env, AS_NOBODY, pub_cusnap, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
+	free(out);
+	CHECK_EQ(tool(&out, env, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
+	CHECK_CONTAINS(out, "rebuilding in place");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+	free(json);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
 }
