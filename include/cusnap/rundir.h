@@ -16,6 +16,12 @@
  * descriptor, or -1 with why. */
 int dir_open_trusted(const char *path, bool create, char *why, size_t len);
 
+/* ssh's StrictModes for every component on the way to path: each existing
+ * one (a symlink too, and each where symlinks lead) owned by the caller or
+ * root, a directory writable by others only with the sticky bit. 0, or -1
+ * with why. */
+int path_ancestors_trusted(const char *path, char *why, size_t len);
+
 /* cusnap's run directory: /run/cusnap for root, else $XDG_RUNTIME_DIR/cusnap or
  * /tmp/cusnap-UID; CUSNAP_RUN_DIR names another (tests). */
 void run_dir_path(char *out, size_t len);

@@ -57,6 +57,70 @@ static void run_dir_open_to_lookup(const char *dir)
 		chmod(dir, 0711);
 }
 
+/* One component on the way to a trusted directory: owned by the caller or
+ * root (a symlink too), and a directory writable by others only with the
+ * sticky bit (/tmp). 0, or -1 with why. */
+static int component_trusted(const char *p, const struct stat *st, char *why, size_t len)
+{
+	if (st->st_uid != 0 && st->st_uid != geteuid()) {
+		snprintf(why, len, "%s (%s on the way) is owned by uid %u, not by uid %u or root: refusing to use it", p,
+			 S_ISLNK(st->st_mode) ? "a symlink" : "a directory", (unsigned)st->st_uid, (unsigned)geteuid());
+		return -1;
+	}
+	if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
+		snprintf(why, len, "%s (on the way) is writable by %s without the sticky bit (mode %04o): refusing to use it",
+			 p, st->st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+/* Every existing component of path, as written (lstat: symlinks themselves). */
+static int components_trusted(const char *path, char *why, size_t len)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
+		snprintf(why, len, "%.64s...: path too long", path);
+		return -1;
+	}
+	size_t n = strlen(buf);
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		char c = buf[i];
+		buf[i] = '\0';
+		struct stat st;
+		int r = lstat(buf, &st);
+		if (r < 0 && errno == ENOENT)
+			return 0; /* from here on cusnap makes it, 0700 */
+		if (r < 0) {
+			snprintf(why, len, "%s: %s", buf, strerror(errno));
+			return -1;
+		}
+		if (component_trusted(buf, &st, why, len) < 0)
+			return -1;
+		buf[i] = c;
+	}
+	return 0;
+}
+
+int path_ancestors_trusted(const char *path, char *why, size_t len)
+{
+	if (components_trusted(path, why, len) < 0)
+		return -1;
+	/* And where the symlinks it went through (its owner's or root's) lead:
+	 * the existing part resolved. */
+	char part[PATH_MAX], real[PATH_MAX];
+	snprintf(part, sizeof(part), "%s", path);
+	while (!realpath(part, real)) {
+		char *slash = strrchr(part, '/');
+		if (errno != ENOENT || !slash || slash == part)
+			return 0;
+		*slash = '\0';
+	}
+	return components_trusted(real, why, len);
+}
+
 void run_dir_path(char *out, size_t len)
 {
 	const char *env = getenv("CUSNAP_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");

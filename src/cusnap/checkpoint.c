@@ -598,6 +598,29 @@ kill:
 	return rc;
 }
 
+/* CRIU needs root, or CAP_CHECKPOINT_RESTORE (Linux 5.9) with CAP_SYS_PTRACE,
+ * or CAP_SYS_ADMIN: checked before anything is done or written (else a
+ * checkpoint would prepare, lock and checkpoint the tree, then undo all of it
+ * when CRIU refuses). 0, or the exit code (reported). */
+static int criu_privileged(const char *what)
+{
+	if (geteuid() == 0)
+		return 0;
+	unsigned long long eff = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	if (f)
+		fclose(f);
+	const unsigned long long sys_admin = 1ULL << 21, sys_ptrace = 1ULL << 19, ckpt = 1ULL << 40;
+	if ((eff & sys_admin) || ((eff & ckpt) && (eff & sys_ptrace)))
+		return 0;
+	return fail(EX_USAGE, "%s: CRIU needs root or CAP_CHECKPOINT_RESTORE (with CAP_SYS_PTRACE); run it as root; "
+		    "nothing done", what);
+}
+
 /* Checkpoint and restore hold their directory for the whole command: a second
  * checkpoint into it, or a restore from it while it is written, is refused. */
 int cmd_checkpoint(const struct args *a)
@@ -608,7 +631,7 @@ int cmd_checkpoint(const struct args *a)
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
 	int held = -1, rc = check_pid_guard(a->pid);
-	if (rc || (rc = use_dir(a->dir, true, &held)))
+	if (rc || (rc = criu_privileged("checkpoint")) || (rc = use_dir(a->dir, true, &held)))
 		return rc;
 	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result);
 	close(held);
@@ -622,7 +645,9 @@ int cmd_restore(const struct args *a)
 	struct checkpoint_result local;
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
-	int held = -1, rc = use_dir(a->dir, false, &held);
+	int held = -1, rc = criu_privileged("restore");
+	if (!rc)
+		rc = use_dir(a->dir, false, &held);
 	if (rc)
 		return rc;
 	rc = restore_from(a->dir, a->device_map, a->criu, r, !a->result);

@@ -143,10 +143,13 @@ int tree_take(pid_t pid, const char *what, struct tree *t)
 
 int use_dir(const char *dir, bool create, int *held)
 {
+	char why[PATH_MAX + 160];
+	if (path_ancestors_trusted(dir, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "%s (as ssh's StrictModes: every directory on the way owned by you or root); "
+			    "nothing done", why);
 	int rc = create ? path_mkdirs(dir) : 0;
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", dir, strerror(-rc));
-	char why[PATH_MAX + 160];
 	int fd = dir_open_trusted(dir, false, why, sizeof(why));
 	if (fd < 0)
 		return fail(EX_USAGE,

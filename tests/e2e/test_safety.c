@@ -135,6 +135,25 @@ static void foreign_dirs(void)
 		snprintf(state, sizeof(state), "%s/cuda-vmm.state", dirs[i]);
 		CHECK(access(state, F_OK) != 0);
 	}
+	/* Another user's directory or symlink on the way (they could swap what
+	 * lies under it): refused too, nothing made under it. */
+	char ours[PATH_MAX + 16], link[PATH_MAX + 16], via_link[PATH_MAX + 32], sub[PATH_MAX + 32];
+	snprintf(ours, sizeof(ours), "%s/ours", e2e_root);
+	snprintf(link, sizeof(link), "%s/link", e2e_root);
+	snprintf(via_link, sizeof(via_link), "%s/ckpt", link);
+	snprintf(sub, sizeof(sub), "%s/sub", theirs);
+	CHECK_EQ(mkdir(ours, 0700), 0);
+	CHECK_EQ(symlink(ours, link), 0);
+	CHECK_EQ(lchown(link, 65534, 65534), 0);
+	CHECK_EQ(mkdir(sub, 0700), 0); /* root's, inside theirs */
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--dir", via_link, "--control-dir", g.ctl, NULL),
+		 64);
+	CHECK_CONTAINS(out, "a symlink on the way");
+	free(out);
+	CHECK(access(via_link, F_OK) != 0);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--dir", sub, "--control-dir", g.ctl, NULL), 64);
+	CHECK_CONTAINS(out, "a directory on the way");
+	free(out);
 	char env_run[PATH_MAX + 32];
 	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", theirs);
 	char *run_env[] = {env_run, NULL};
@@ -317,6 +336,15 @@ static void root_and_owner_exclude(void)
 	CHECK_EQ(tool(&out, env, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0);
 	CHECK_CONTAINS(out, "rebuilding in place");
 	free(out);
+	/* The owner's checkpoint: CRIU needs root, said before anything is done. */
+	char ckpt[PATH_MAX + 32];
+	snprintf(ckpt, sizeof(ckpt), "%s/nobody-ckpt", g.ctl);
+	CHECK_EQ(tool(&out, env, AS_NOBODY, pub_cusnap, "checkpoint", "--pid", pid, "--dir", ckpt, "--control-dir",
+		      g.ctl, NULL),
+		 64);
+	CHECK_CONTAINS(out, "CRIU needs root or CAP_CHECKPOINT_RESTORE");
+	free(out);
+	CHECK(access(ckpt, F_OK) != 0);
 	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
 	free(json);
