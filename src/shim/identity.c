@@ -71,10 +71,12 @@ const struct shim_identity *shim_identity(const char **why)
 			 (int)self.nspid);
 		have_identity = true;
 		__atomic_store_n(&published, true, __ATOMIC_RELEASE);
-		if (endpoint_start(&self) < 0)
+		self.serving = endpoint_start(&self) == 0;
+		if (!self.serving)
 			LOG_AT(LOG_ERROR,
-			       "endpoint %s could not be started: this process cannot be checkpointed "
-			       "with its shared VMM memory",
+			       "endpoint %s could not be started: no other process could redeem this one's "
+			       "exports, so they are the driver's own file descriptors (sharing works, untracked), "
+			       "and its tree cannot be checkpointed until it runs with a working endpoint",
 			       self.endpoint);
 	}
 	pthread_mutex_unlock(&identity_lock);

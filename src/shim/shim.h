@@ -98,6 +98,7 @@ struct shim_identity {
 	pid_t nspid; /* pid in the innermost namespace (== getpid()) */
 	char control_dir[4096];
 	char endpoint[4200];
+	bool serving; /* the endpoint started: capabilities naming it can be redeemed */
 };
 
 /* The participant identity; made (and the endpoint started) on the first tracked

@@ -486,8 +486,13 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	CUresult rc = tracked_call_allowed("cuMemExportToShareableHandle");
 	if (rc)
 		goto out;
-	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-		/* Shared some other way (FABRIC...): recorded, and refused at prepare. */
+	const struct shim_identity *me = shim_self();
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+	    (a->role == SHIM_ROLE_CREATOR && me && !me->serving)) {
+		/* Shared some other way (FABRIC...): recorded, and refused at prepare.
+		 * Or this process has no endpoint to redeem a capability: the
+		 * driver's own FD, so that the application still shares (its
+		 * tree, partly interposed, is refused at checkpoint). */
 		rc = real.cuMemExportToShareableHandle(shareable, a->driver, type, flags);
 		if (rc == CUDA_SUCCESS) {
 			a->shared = true;

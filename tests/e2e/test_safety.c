@@ -352,6 +352,33 @@ static void root_and_owner_exclude(void)
 	group_kill(&g);
 }
 
+/* A process whose endpoint cannot start (its control directory cannot be
+ * made): its exports are the driver's own FDs, so its peer still imports and
+ * shares its memory (no capability naming a dead endpoint); the tree is
+ * refused at suspend (partial interposition), nothing changed. */
+static void endpoint_cannot_start(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[5 * PATH_MAX], blocker[PATH_MAX + 16], *out;
+	e2e_scratch("noendpoint", dir, ctl);
+	snprintf(blocker, sizeof(blocker), "%s/a-file", dir);
+	test_write_file(blocker, "not a directory");
+	snprintf(script, sizeof(script),
+		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; SNAPSHOT_CONTROL_DIR=%s/ctl $L $H %s a --serve "
+		 "--dev 0 & sleep 0.3; $L $H %s b --import a --dev 1 & wait",
+		 bin_dir, tests_dir, blocker, dir, dir);
+	pid_t sh = helpers_start(dir, ctl, script);
+	TARGET_EXPECT_DIR(dir, "a", "fill 7", "OK");
+	TARGET_EXPECT_DIR(dir, "b", "check 7", "PASS");
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", sh);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
+	CHECK_CONTAINS(out, "partial interposition");
+	free(out);
+	TARGET_EXPECT_DIR(dir, "b", "check 7", "PASS");
+	tree_kill(sh);
+	reap_all();
+}
+
 int main(void)
 {
 	e2e_init("safety");
@@ -362,6 +389,8 @@ int main(void)
 	test_run("directories others control refused (64); no symlink followed in the run directory", foreign_dirs);
 	test_run("another user's tree: permission denied (64), running or suspended, nothing changed",
 		 another_users_tree);
+	test_run("an endpoint that cannot start: exports are the driver's FDs, sharing works, suspend refused",
+		 endpoint_cannot_start);
 	test_run("root and the tree's owner exclude each other (75), whichever holds it", root_and_owner_exclude);
 	e2e_done();
 	return test_done();
