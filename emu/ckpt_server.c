@@ -8,6 +8,7 @@
  * neither PID nor mount namespaces get in the way, and a CRIU restore (which
  * rebinds the listening socket at its path) keeps it working. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -389,6 +390,42 @@ static int socket_path(char *buf, size_t len)
 	return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
+/* The sockets of processes of this PID namespace that no longer exist (killed,
+ * so their destructor never ran): removed, so that nothing piles up in the run
+ * directory. Others' namespaces are left alone (their PIDs cannot be told
+ * from here). */
+static void sweep_stale(const char *path)
+{
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st) < 0)
+		return;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		unsigned long ino;
+		int pid;
+		char tail[8];
+		if (sscanf(e->d_name, CKPT_SOCKET_TAG "%lu-%d%7s", &ino, &pid, tail) != 3 || strcmp(tail, ".sock") ||
+		    ino != (unsigned long)st.st_ino || pid <= 0 || pid == getpid())
+			continue;
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			unlinkat(dfd, e->d_name, 0);
+	}
+	closedir(d);
+}
+
 int emu_server_start(void)
 {
 	if (server_started)
@@ -402,6 +439,7 @@ int emu_server_start(void)
 		return rc;
 	}
 	listen_fd = rc;
+	sweep_stale(path);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits: no signals there */

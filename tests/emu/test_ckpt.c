@@ -3,6 +3,7 @@
  * lock timeout, gpuPairs, documented driver behaviours. */
 #include <dirent.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "ckpt_util.h"
 
@@ -229,6 +230,43 @@ static void without_cuinit(void)
 	CHECK_CU_EQ(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED); /* the rest of the API still needs it */
 }
 
+/* How many checkpoint sockets directory dir holds. */
+static int sockets_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+	while (d && (e = readdir(d)))
+		n += strncmp(e->d_name, "cuemu-ckpt-", 11) == 0;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A CUDA process killed (its exit handler never ran) leaves its checkpoint
+ * socket; the next CUDA process to start removes it, and its own goes at its
+ * exit: nothing piles up in the run directory. */
+static void stale_sockets_swept(void)
+{
+	char run[4200], env_run[4300];
+	snprintf(run, sizeof(run), "%s/run", target_dir);
+	CHECK_EQ(mkdir(run, 0700), 0);
+	snprintf(env_run, sizeof(env_run), "CUEMU_RUN_DIR=%s", run);
+	char *env[] = {env_run, NULL};
+	struct target a, b;
+	if (target_start(&a, "killed", NULL, env) < 0)
+		return;
+	kill(a.pid, SIGKILL);
+	waitpid(a.child, NULL, 0);
+	a.child = 0;
+	CHECK_EQ(sockets_in(run), 1);
+	if (target_start(&b, "next", NULL, env) < 0)
+		return;
+	CHECK_EQ(sockets_in(run), 1); /* its own only */
+	target_stop(&b);
+	CHECK_EQ(sockets_in(run), 0);
+}
+
 int main(void)
 {
 	target_dir_make("ckpt");
@@ -244,6 +282,7 @@ int main(void)
 	test_run("an import comes back from native restore as a private copy", import_restored_private);
 	test_run("r615: no re-export after native restore; r580: re-export works", reexport_by_profile);
 	test_run("a live multicast object makes the checkpoint fail", multicast_blocks_checkpoint);
+	test_run("a killed CUDA process's checkpoint socket is swept by the next", stale_sockets_swept);
 	target_dir_remove();
 	return test_done();
 }
