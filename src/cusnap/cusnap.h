@@ -98,6 +98,7 @@ int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 struct job {
 	char path[4200]; /* the job file as cusnap opens it; "" when the tree is in no job */
 	pid_t owner;     /* the process whose environment named it (0: --job-file) */
+	long uid;        /* --job-file: the workload's user, who may own it besides the caller */
 };
 /* The copy of the job file in a checkpoint or state directory. */
 #define JOB_COPY "cuda-checkpoint-job"
@@ -119,6 +120,7 @@ int job_launch(char *why, size_t len);
 struct tree {
 	struct native nat;
 	struct job job;        /* its checkpoint job, if any */
+	char job_error[1024];  /* tree_view: why its job file is unacceptable ("" when it is not) */
 	struct tree_lock lock; /* held from tree_hold to tree_free */
 	struct proc *procs;
 	size_t nprocs;
@@ -130,6 +132,9 @@ struct tree {
 /* Load the driver (exit 69 on failure), the tree of pid, its CUDA processes and
  * which of them run under the interposer. Returns 0 or an exit code (reported). */
 int tree_load(pid_t pid, struct tree *t);
+/* The same for a command that only looks (inspect): an unacceptable job file
+ * is noted in t->job_error instead of refused. */
+int tree_view(pid_t pid, struct tree *t);
 /* One command per tree: take the lock of every process of t for command what
  * (SYSTEM.md §9). 0, or an exit code (reported; EX_BUSY when another command
  * holds it) with nothing changed. tree_free releases it. */

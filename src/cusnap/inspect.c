@@ -44,9 +44,11 @@ int cmd_inspect(const struct args *a)
 		return EX_OK;
 	}
 	struct tree t;
-	int rc = tree_load(pid, &t);
+	int rc = tree_view(pid, &t);
 	if (rc)
 		return rc;
+	if (t.job_error[0])
+		fprintf(stderr, "cusnap: warning: %s (no command will act on this tree until it is)\n", t.job_error);
 	json_t *out = settings.json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
 	if (!settings.json)
 		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
@@ -102,6 +104,8 @@ int cmd_inspect(const struct args *a)
 	if (settings.json) {
 		if (held)
 			json_object_set_new(out, "held_by", json_string(holder));
+		if (t.job_error[0])
+			json_object_set_new(out, "job_error", json_text(t.job_error));
 		json_object_set_new(out, "half_done", json_boolean(half || failed));
 		json_object_set_new(out, "parked", json_integer((json_int_t)failed));
 		if (half && !failed) {

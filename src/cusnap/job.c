@@ -61,11 +61,16 @@ static int job_open(const struct job *j, int mode, char *why, size_t len)
 			close(fd);
 		return -1;
 	}
-	long uid = j->owner ? proc_status_field("/proc", j->owner, "Uid") : -1;
-	const char *bad = !S_ISREG(st.st_mode)                 ? "is not a regular file"
-			  : j->owner && (long)st.st_uid != uid ? "is not owned by the workload's user"
-			  : st.st_size > (off_t)JOB_MAX        ? "is too large to be a job file"
-							       : NULL;
+	/* Named by the workload: its user's file. Named on the command line: the
+	 * caller's or the workload's user's, never a third user's (cusnap writes
+	 * the copy back into it). */
+	long uid = j->owner ? proc_status_field("/proc", j->owner, "Uid") : j->uid;
+	bool owner_ok = (long)st.st_uid == uid || (!j->owner && st.st_uid == geteuid());
+	const char *bad = !S_ISREG(st.st_mode)         ? "is not a regular file"
+			  : !owner_ok && j->owner      ? "is not owned by the workload's user"
+			  : !owner_ok                  ? "is owned by neither you nor the workload's user"
+			  : st.st_size > (off_t)JOB_MAX ? "is too large to be a job file"
+							: NULL;
 	if (bad) {
 		snprintf(why, len, "job file %s %s", j->path, bad);
 		close(fd);
@@ -84,6 +89,7 @@ int job_find(struct job *j, const struct proc *procs, size_t n, const char *give
 			return -1;
 		}
 		snprintf(j->path, sizeof(j->path), "%s", given);
+		j->uid = n ? proc_status_field("/proc", procs[0].pid, "Uid") : -1;
 	} else {
 		for (size_t i = 0; i < n && !j->owner; i++)
 			if (proc_environ_get(procs[i].pid, JOB_ENV, value, sizeof(value)) && value[0])

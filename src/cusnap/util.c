@@ -67,7 +67,7 @@ void tree_free(struct tree *t)
 	memset(&t->procs, 0, sizeof(*t) - offsetof(struct tree, procs));
 }
 
-int tree_load(pid_t pid, struct tree *t)
+static int tree_load_as(pid_t pid, struct tree *t, bool view)
 {
 	memset(t, 0, sizeof(*t));
 	t->lock.dirfd = -1;
@@ -92,8 +92,11 @@ int tree_load(pid_t pid, struct tree *t)
 				    (int)t->procs[i].pid, (int)pid, proc_status_field("/proc", t->procs[i].pid, "Uid"),
 				    (unsigned)geteuid());
 	/* A checkpoint job is joined before the driver is loaded. */
-	if (job_find(&t->job, t->procs, t->nprocs, settings.job_file, err, sizeof(err)) < 0)
-		return fail(EX_USAGE, "%s: nothing done", err);
+	if (job_find(&t->job, t->procs, t->nprocs, settings.job_file, err, sizeof(err)) < 0) {
+		if (!view)
+			return fail(EX_USAGE, "%s: nothing done", err);
+		snprintf(t->job_error, sizeof(t->job_error), "%s", err);
+	}
 	if (native_load(&t->nat, err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	size_t stuck = 0;
@@ -127,6 +130,16 @@ int tree_load(pid_t pid, struct tree *t)
 		t->cuda_index[t->ncuda++] = i;
 	}
 	return 0;
+}
+
+int tree_load(pid_t pid, struct tree *t)
+{
+	return tree_load_as(pid, t, false);
+}
+
+int tree_view(pid_t pid, struct tree *t)
+{
+	return tree_load_as(pid, t, true);
 }
 
 int tree_take(pid_t pid, const char *what, struct tree *t)

@@ -169,6 +169,41 @@ static void job_refusals(void)
 	CHECK_CONTAINS(out, "CUDA_ERROR_NOT_SUPPORTED");
 	CHECK_CONTAINS(out, "everything undone");
 	free(out);
+	/* A job file root names that a third user owns: refused, nothing done. */
+	if (geteuid() == 0) {
+		CHECK_EQ(chown(other, 65534, 65534), 0);
+		CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--dir", dir, "--control-dir", g.ctl,
+			      "--job-file", other, NULL),
+			 64);
+		CHECK_CONTAINS(out, "owned by neither you nor the workload's user");
+		CHECK_CONTAINS(out, "nothing done");
+		free(out);
+	}
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
+/* A workload whose environment names a job file cusnap cannot accept (here a
+ * directory): suspend is refused (64), and inspect still shows the tree,
+ * saying what is wrong with its job. */
+static void unacceptable_job_shown(void)
+{
+	char env_job[PATH_MAX + 48];
+	snprintf(env_job, sizeof(env_job), "CUDA_CHECKPOINT_JOB_FILE=%s", e2e_root);
+	char *env[] = {env_job, NULL};
+	struct group g;
+	if (group_start(&g, "badjob", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char pid[16], tool_path[PATH_MAX], *out;
+	cusnap_path(tool_path, sizeof(tool_path));
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 64);
+	CHECK_CONTAINS(out, "is not a regular file");
+	free(out);
+	CHECK_EQ(tool(&out, NULL, tool_path, "inspect", "--pid", pid, "--control-dir", g.ctl, "--json", NULL), 0);
+	CHECK_CONTAINS(out, "\"job_error\"");
+	CHECK_EQ(count_of(out, "\"phase\":\"active\""), 2);
+	free(out);
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
 }
@@ -187,6 +222,7 @@ int main(void)
 		 job_round_trip);
 	test_run("r610: outside a job refused (the interposer, or the driver's error), another job refused",
 		 job_refusals);
+	test_run("an unacceptable job file: suspend refused, inspect still shows the tree", unacceptable_job_shown);
 	e2e_done();
 	return test_done();
 }
