@@ -100,7 +100,8 @@ static void usage(FILE *f)
 		   "         processes run without the interposer: what they share would come back as copies)\n"
 		   "         --timeout and --control-dir go with every command that works on a tree (run takes\n"
 		   "         --control-dir only); any other option a command's line does not show is refused (64).\n"
-		   "         DIR must be owned by you or root and writable by no one else.\n"
+		   "         DIR, and every directory on the way to it, must be owned by you or root and\n"
+		   "         writable by no one else (ssh's StrictModes; /tmp's sticky bit is accepted on the way).\n"
 		   "         --job-file F: the workload's checkpoint job (default: the file its\n"
 		   "         CUDA_CHECKPOINT_JOB_FILE names); with a job, cusnap joins it, takes one process at\n"
 		   "         a time in the job's order, and keeps a copy of the file with the checkpoint.\n"
@@ -108,14 +109,20 @@ static void usage(FILE *f)
 		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
 		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
 		   "         steps run at once (1: one after another)\n"
-		   "         CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap\n"
+		   "         CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap (root)\n"
+		   "         or $XDG_RUNTIME_DIR/cusnap or /tmp/cusnap-UID; root's and a tree owner's commands\n"
+		   "         see each other's locks\n"
+		   "         CUSNAP_CRIU_TIMEOUT_MS (default 10 x --timeout, at least 120000) and\n"
+		   "         CUSNAP_CRIU_LOG_MAX (bytes, default 1 GiB): CRIU is killed past either (a restore's\n"
+		   "         CRIU also on SIGINT/SIGTERM/SIGHUP, with what it had made)\n"
 		   "         CUSNAP_CUDA_CHECKPOINT: NVIDIA's cuda-checkpoint for run --launch-job (default: the\n"
 		   "         first on PATH; empty: none, cusnap makes the job file itself)\n"
 		   "\n"
 		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
 		   "2 failed, the workload was terminated or its state is unknown; 64 usage error (a directory\n"
-		   "others control included); 69 a required component is missing (the CUDA driver, CRIU), with\n"
-		   "the fix named; 75 another command is working on the tree (nothing done)\n");
+		   "others control, another user's tree and CRIU without root included); 69 a required\n"
+		   "component is missing (the CUDA driver, CRIU), with the fix named; 75 another command is\n"
+		   "working on the tree (nothing done)\n");
 }
 
 static bool takes(const struct command *c, const char *option)
