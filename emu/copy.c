@@ -26,6 +26,7 @@ struct op {
 	CUhostFn fn;
 	void *data;
 	struct emu_event *event;
+	uint64_t seq; /* OP_RECORD: the record's number; OP_WAIT: the record it waits for */
 };
 
 struct emu_stream {
@@ -38,12 +39,33 @@ struct emu_stream {
 	pthread_t thread;
 };
 
+/* An event as cuda.h documents it: its state is that of its most recent
+ * cuEventRecord. Each record takes the next sequence number; a wait (a stream's
+ * cuStreamWaitEvent, cuEventSynchronize, cuEventQuery) is for the record that
+ * was current when it was issued, never a later one (NCCL's strong streams queue
+ * wait(E) then record(E) on one stream). */
 struct emu_event {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	unsigned pending; /* records not yet reached by their stream */
-	unsigned flags;   /* cuEventCreate's */
+	uint64_t issued;    /* records issued (the current one's number; 0: never recorded) */
+	uint64_t completed; /* the highest record number its stream has reached */
+	unsigned refs;      /* the handle (until destroyed) and each queued op naming it */
+	unsigned flags;     /* cuEventCreate's */
 };
+
+/* Drop one reference; the last frees the event (a destroyed event lives on
+ * until the work that names it is done, as the driver documents). */
+static void event_unref(struct emu_event *e)
+{
+	pthread_mutex_lock(&e->mu);
+	bool last = --e->refs == 0;
+	pthread_mutex_unlock(&e->mu);
+	if (last) {
+		pthread_mutex_destroy(&e->mu);
+		pthread_cond_destroy(&e->cv);
+		free(e);
+	}
+}
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct hmap streams; /* pointer -> stream */
@@ -117,18 +139,27 @@ static CUresult run_op(struct op *o)
 	case OP_HOSTFN: o->fn(o->data); break;
 	case OP_RECORD:
 		pthread_mutex_lock(&o->event->mu);
-		o->event->pending--;
+		if (o->event->completed < o->seq)
+			o->event->completed = o->seq;
 		pthread_cond_broadcast(&o->event->cv);
 		pthread_mutex_unlock(&o->event->mu);
 		break;
 	case OP_WAIT:
 		pthread_mutex_lock(&o->event->mu);
-		while (o->event->pending)
+		while (o->event->completed < o->seq)
 			pthread_cond_wait(&o->event->cv, &o->event->mu);
 		pthread_mutex_unlock(&o->event->mu);
 		break;
 	}
 	return rc;
+}
+
+/* An op is done with: its event reference dropped, freed. */
+static void op_free(struct op *o)
+{
+	if (o->event)
+		event_unref(o->event);
+	free(o);
 }
 
 static void *stream_worker(void *arg)
@@ -150,7 +181,7 @@ static void *stream_worker(void *arg)
 		if (rc)
 			LOG_AT(LOG_WARN, "asynchronous operation failed with %d (range not mapped or not accessible)",
 			       (int)rc);
-		free(o);
+		op_free(o);
 		emu_async_end();
 		pthread_mutex_lock(&s->mu);
 		s->busy = false;
@@ -201,19 +232,19 @@ void emu_streams_sync_all(void)
 static CUresult submit(CUstream h, struct op *o)
 {
 	if (!have_context()) {
-		free(o);
+		op_free(o);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	if (null_stream(h)) {
 		/* The legacy default stream waits for the other streams. */
 		emu_streams_sync_all();
 		CUresult rc = run_op(o);
-		free(o);
+		op_free(o);
 		return rc;
 	}
 	struct emu_stream *s = stream_get(h);
 	if (!s) {
-		free(o);
+		op_free(o);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	if (o->kind == OP_COPY || o->kind == OP_SET) {
@@ -225,7 +256,7 @@ static CUresult submit(CUstream h, struct op *o)
 			rc = check_range(o->src, o->count, false, o->src_host);
 		pthread_mutex_unlock(&emu.lock);
 		if (rc) {
-			free(o);
+			op_free(o);
 			return rc;
 		}
 	}
@@ -235,7 +266,7 @@ static CUresult submit(CUstream h, struct op *o)
 		if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
 			pthread_mutex_unlock(&s->mu);
 			emu_async_end();
-			free(o);
+			op_free(o);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		s->started = true;
@@ -477,6 +508,7 @@ static CUresult event_create(CUevent *out, unsigned flags)
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	e->flags = flags;
+	e->refs = 1;
 	pthread_mutex_lock(&registry_mu);
 	int rc = hmap_put(&events, (uint64_t)(uintptr_t)e, e);
 	pthread_mutex_unlock(&registry_mu);
@@ -538,20 +570,14 @@ static CUresult event_destroy(CUevent h)
 {
 	pthread_mutex_lock(&registry_mu);
 	struct emu_event *e = hmap_get(&events, (uint64_t)(uintptr_t)h);
-	bool busy = false;
-	if (e) {
-		pthread_mutex_lock(&e->mu);
-		busy = e->pending != 0;
-		pthread_mutex_unlock(&e->mu);
-		if (!busy)
-			hmap_del(&events, (uint64_t)(uintptr_t)h);
-	}
+	if (e)
+		hmap_del(&events, (uint64_t)(uintptr_t)h);
 	pthread_mutex_unlock(&registry_mu);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (busy)
-		return CUDA_ERROR_NOT_READY; /* emulator limit: destroy after it completes */
-	free(e);
+	/* Work still queued that names it keeps it until done (cuda.h: the
+	 * resources are released once the recorded work completes). */
+	event_unref(e);
 	return CUDA_SUCCESS;
 }
 
@@ -562,25 +588,39 @@ EMU_API CUresult cuEventDestroy_v2(CUevent hEvent)
 
 static CUresult event_op(CUevent h, CUstream s, enum op_kind kind)
 {
-	struct emu_event *e = event_get(h);
+	pthread_mutex_lock(&registry_mu);
+	struct emu_event *e = hmap_get(&events, (uint64_t)(uintptr_t)h);
+	if (e) {
+		pthread_mutex_lock(&e->mu);
+		e->refs += 2; /* the op's and this call's, taken before the handle can be destroyed */
+		pthread_mutex_unlock(&e->mu);
+	}
+	pthread_mutex_unlock(&registry_mu);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	struct op *o = calloc(1, sizeof(*o));
-	if (!o)
+	if (!o) {
+		event_unref(e);
+		event_unref(e);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	o->kind = kind;
 	o->event = e;
-	if (kind == OP_RECORD) {
-		pthread_mutex_lock(&e->mu);
-		e->pending++;
-		pthread_mutex_unlock(&e->mu);
-	}
-	CUresult rc = submit(s, o);
+	pthread_mutex_lock(&e->mu);
+	/* A record is the event's new current record; a wait is for the one
+	 * current now (none recorded yet: nothing to wait for). */
+	uint64_t seq = o->seq = kind == OP_RECORD ? ++e->issued : e->issued;
+	pthread_mutex_unlock(&e->mu);
+	CUresult rc = submit(s, o); /* takes o and its reference */
 	if (rc && kind == OP_RECORD) {
+		/* Not queued: the number is spent, reached at once (no wait hangs on it). */
 		pthread_mutex_lock(&e->mu);
-		e->pending--;
+		if (e->completed < seq)
+			e->completed = seq;
+		pthread_cond_broadcast(&e->cv);
 		pthread_mutex_unlock(&e->mu);
 	}
+	event_unref(e);
 	return rc;
 }
 
@@ -602,10 +642,11 @@ static CUresult event_sync(CUevent h, bool query)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&e->mu);
+	uint64_t want = e->issued; /* the record current now, not one issued while we wait */
 	if (query)
-		rc = e->pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+		rc = e->completed < want ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 	else
-		while (e->pending)
+		while (e->completed < want)
 			pthread_cond_wait(&e->cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 	return rc;

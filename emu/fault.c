@@ -50,7 +50,7 @@ static struct fault {
 	size_t name_len;
 	unsigned nth;
 	CUresult result;
-	bool after; /* fail once the call has taken effect */
+	bool after;        /* fail once the call has taken effect */
 	unsigned stall_ms; /* wait this long, then succeed (no failure) */
 	atomic_uint calls;
 } faults[MAX_FAULTS];

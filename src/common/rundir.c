@@ -63,13 +63,15 @@ static void run_dir_open_to_lookup(const char *dir)
 static int component_trusted(const char *p, const struct stat *st, char *why, size_t len)
 {
 	if (st->st_uid != 0 && st->st_uid != geteuid()) {
-		snprintf(why, len, "%s (%s on the way) is owned by uid %u, not by uid %u or root: refusing to use it", p,
-			 S_ISLNK(st->st_mode) ? "a symlink" : "a directory", (unsigned)st->st_uid, (unsigned)geteuid());
+		snprintf(why, len, "%s (%s on the way) is owned by uid %u, not by uid %u or root: refusing to use it",
+			 p, S_ISLNK(st->st_mode) ? "a symlink" : "a directory", (unsigned)st->st_uid,
+			 (unsigned)geteuid());
 		return -1;
 	}
 	if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
-		snprintf(why, len, "%s (on the way) is writable by %s without the sticky bit (mode %04o): refusing to use it",
-			 p, st->st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st->st_mode & 07777));
+		snprintf(why, len,
+			 "%s (on the way) is writable by %s without the sticky bit (mode %04o): refusing to use it", p,
+			 st->st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st->st_mode & 07777));
 		return -1;
 	}
 	return 0;

@@ -76,7 +76,8 @@ static void dumped_tree_gone(const struct tree *t)
 			return;
 		if ((!dying && waited >= 500) || waited >= 10000) {
 			if (dying)
-				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n", dying);
+				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n",
+					dying);
 			if (zombies)
 				fprintf(stderr,
 					"cusnap: %zu dumped process(es) are zombies until their parent reaps them (%d, "
@@ -162,8 +163,8 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
 		unlink(manifest);
 		if (crc < -1)
-			rc = finish(&t, &rec, "CRIU dump killed at its %s bound (log: %s)", crc == -EFBIG ? "log" : "time",
-				    log);
+			rc = finish(&t, &rec, "CRIU dump killed at its %s bound (log: %s)",
+				    crc == -EFBIG ? "log" : "time", log);
 		else
 			rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
 		goto out;
@@ -357,8 +358,10 @@ static int pids_free(const struct manifest *m)
 		char st = proc_state(pid, &parent);
 		for (int waited = 0; st == 'Z' && waited < 10000; waited += 20) {
 			if (waited == 0)
-				fprintf(stderr, "cusnap: PID %d is still held by a zombie (its parent %d has not reaped it): "
-					"waiting\n", (int)pid, (int)parent);
+				fprintf(stderr,
+					"cusnap: PID %d is still held by a zombie (its parent %d has not reaped it): "
+					"waiting\n",
+					(int)pid, (int)parent);
 			usleep(20000);
 			st = proc_state(pid, &parent);
 		}
@@ -374,7 +377,8 @@ static int pids_free(const struct manifest *m)
 		}
 		if (st == 'Z')
 			return fail(EX_LEFT_RUNNING,
-				    "PID %d, which the checkpoint's process must have again, is held by a zombie that its "
+				    "PID %d, which the checkpoint's process must have again, is held by a zombie that "
+				    "its "
 				    "parent %d has not reaped in 10 s; nothing done",
 				    (int)pid, (int)parent);
 		return fail(EX_LEFT_RUNNING,
@@ -393,7 +397,7 @@ static int images_whole(const struct manifest *m, const char *images)
 	const json_t *files = json_object_get(m->root, "image_files");
 	if (!json_is_object(files)) {
 		fprintf(stderr, "cusnap: warning: the manifest has no image digests (written by an older cusnap, or "
-			"cut short before the end of its checkpoint): the images are restored unverified\n");
+				"cut short before the end of its checkpoint): the images are restored unverified\n");
 		return 0;
 	}
 	char why[PATH_MAX + 256];
@@ -475,7 +479,8 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 		if (crc == -EINTR)
 			return restore_interrupted(dir, "CRIU had begun");
 		if (crc < 0)
-			return fail(EX_TERMINATED, "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
+			return fail(EX_TERMINATED,
+				    "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
 				    crc == -EFBIG ? "log" : "time", log);
 		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
 	}
@@ -617,8 +622,10 @@ static int criu_privileged(const char *what)
 	const unsigned long long sys_admin = 1ULL << 21, sys_ptrace = 1ULL << 19, ckpt = 1ULL << 40;
 	if ((eff & sys_admin) || ((eff & ckpt) && (eff & sys_ptrace)))
 		return 0;
-	return fail(EX_USAGE, "%s: CRIU needs root or CAP_CHECKPOINT_RESTORE (with CAP_SYS_PTRACE); run it as root; "
-		    "nothing done", what);
+	return fail(EX_USAGE,
+		    "%s: CRIU needs root or CAP_CHECKPOINT_RESTORE (with CAP_SYS_PTRACE); run it as root; "
+		    "nothing done",
+		    what);
 }
 
 /* Checkpoint and restore hold their directory for the whole command: a second

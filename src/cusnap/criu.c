@@ -196,7 +196,9 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 				;
 			if (rc == -ETIMEDOUT)
-				fprintf(stderr, "cusnap: CRIU ran past %lld ms (CUSNAP_CRIU_TIMEOUT_MS; from --timeout): killed\n",
+				fprintf(stderr,
+					"cusnap: CRIU ran past %lld ms (CUSNAP_CRIU_TIMEOUT_MS; from --timeout): "
+					"killed\n",
 					b->time_ms);
 			else if (rc == -EFBIG)
 				fprintf(stderr,

@@ -212,7 +212,8 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	 * or told to do without it): each participant rebuilds in place from its
 	 * own records. */
 	fprintf(stderr, "cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
-		unsettled, discard ? "--discard-state (the state file is not read)" : "no state file in the state directory");
+		unsettled,
+		discard ? "--discard-state (the state file is not read)" : "no state file in the state directory");
 	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
 		return -1;

@@ -108,7 +108,8 @@ int images_verify(const char *images, const json_t *files, char *why, size_t len
 	}
 	const char *name;
 	json_t *want;
-	json_object_foreach((json_t *)files, name, want) {
+	json_object_foreach((json_t *)files, name, want)
+	{
 		json_int_t want_size = json_integer_value(json_object_get(want, "size"));
 		const char *want_crc = json_string_value(json_object_get(want, "crc32c"));
 		uint64_t size;
@@ -120,7 +121,8 @@ int images_verify(const char *images, const json_t *files, char *why, size_t len
 		}
 		int r = digest_file(dfd, name, buf, &size, &crc);
 		if (r < 0) {
-			snprintf(why, len, "%s/%s: %s", images, name, r == -EINVAL ? "not a regular file" : strerror(-r));
+			snprintf(why, len, "%s/%s: %s", images, name,
+				 r == -EINVAL ? "not a regular file" : strerror(-r));
 			goto out;
 		}
 		snprintf(hex, sizeof(hex), "%08" PRIx32, crc);

@@ -66,9 +66,9 @@ static int job_open(const struct job *j, int mode, char *why, size_t len)
 	 * the copy back into it). */
 	long uid = j->owner ? proc_status_field("/proc", j->owner, "Uid") : j->uid;
 	bool owner_ok = (long)st.st_uid == uid || (!j->owner && st.st_uid == geteuid());
-	const char *bad = !S_ISREG(st.st_mode)         ? "is not a regular file"
-			  : !owner_ok && j->owner      ? "is not owned by the workload's user"
-			  : !owner_ok                  ? "is owned by neither you nor the workload's user"
+	const char *bad = !S_ISREG(st.st_mode)          ? "is not a regular file"
+			  : !owner_ok && j->owner       ? "is not owned by the workload's user"
+			  : !owner_ok                   ? "is owned by neither you nor the workload's user"
 			  : st.st_size > (off_t)JOB_MAX ? "is too large to be a job file"
 							: NULL;
 	if (bad) {

@@ -103,7 +103,8 @@ static int tree_load_as(pid_t pid, struct tree *t, bool view)
 	int q = native_classify(&t->nat, t->procs, t->nprocs, &stuck);
 	if (q == -ETIMEDOUT)
 		return fail(EX_LEFT_RUNNING,
-			    "process %d did not answer %s within %d ms (stopped, or starved of CPU on a busy machine? a stopped one: `kill -CONT %d`): nothing done",
+			    "process %d did not answer %s within %d ms (stopped, or starved of CPU on a busy machine? "
+			    "a stopped one: `kill -CONT %d`): nothing done",
 			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY),
 			    (int)t->procs[stuck].pid);
 	if (q < 0)
@@ -158,8 +159,10 @@ int use_dir(const char *dir, bool create, int *held)
 {
 	char why[PATH_MAX + 160];
 	if (path_ancestors_trusted(dir, why, sizeof(why)) < 0)
-		return fail(EX_USAGE, "%s (as ssh's StrictModes: every directory on the way owned by you or root); "
-			    "nothing done", why);
+		return fail(EX_USAGE,
+			    "%s (as ssh's StrictModes: every directory on the way owned by you or root); "
+			    "nothing done",
+			    why);
 	int rc = create ? path_mkdirs(dir) : 0;
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", dir, strerror(-rc));

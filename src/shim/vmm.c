@@ -487,8 +487,7 @@ SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllo
 	if (rc)
 		goto out;
 	const struct shim_identity *me = shim_self();
-	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
-	    (a->role == SHIM_ROLE_CREATOR && me && !me->serving)) {
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || (a->role == SHIM_ROLE_CREATOR && me && !me->serving)) {
 		/* Shared some other way (FABRIC...): recorded, and refused at prepare.
 		 * Or this process has no endpoint to redeem a capability: the
 		 * driver's own FD, so that the application still shares (its

@@ -732,8 +732,7 @@ int main(void)
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
-	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2",
-		 runaway_criu);
+	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2", runaway_criu);
 	test_run("restore at once after checkpoint: zombie PIDs waited for; a live process on a PID named",
 		 restore_at_once);
 	test_run("partial interposition: refused before anything changes", partial_interposition);

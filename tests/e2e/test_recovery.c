@@ -374,8 +374,7 @@ int main(void)
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
 	test_run("resume SIGKILLed after each rebuild step: resume --pid alone continues", resume_killed_mid_rebuild);
 	test_run("a corrupt state file: resume names --discard-state, which rebuilds in place", corrupt_state);
-	test_run("a resume with no state file rebuilds in place from the participants' records",
-		 resume_without_state);
+	test_run("a resume with no state file rebuilds in place from the participants' records", resume_without_state);
 	test_run("a step that failed by being slow is undone under a longer deadline", slow_step_undone);
 	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
 	e2e_done();

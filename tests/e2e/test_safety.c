@@ -273,8 +273,8 @@ static int nobody_group_start(struct group *g, const char *name)
 		test_fail(__FILE__, __LINE__, "cannot make %s for nobody", ctl);
 		return -1;
 	}
-	const char *argv[] = {AS_NOBODY, pub_cusnap, "run", "--", group_bin, "--workers", "1", "--allocs", "2",
-			      "--timeout", "60", NULL};
+	const char *argv[] = {AS_NOBODY, pub_cusnap, "run", "--",        group_bin, "--workers",
+			      "1",       "--allocs", "2",   "--timeout", "60",      NULL};
 	char *env[] = {pub_ld, NULL};
 	return group_start_argv(g, name, argv, false, env, ctl);
 }
@@ -303,15 +303,16 @@ static void root_and_owner_exclude(void)
 		pid_t first = test_spawn(holder_is_root ? as_root : as_nobody, stop_env, log);
 		if (!wait_stopped(first, 20000)) {
 			char *text = test_read_file(log);
-			test_fail(__FILE__, __LINE__, "the held suspend did not stop after QUIESCE:\n%s", text ? text : "");
+			test_fail(__FILE__, __LINE__, "the held suspend did not stop after QUIESCE:\n%s",
+				  text ? text : "");
 			free(text);
 		}
 		static const char *const cmds[] = {"suspend", "resume"};
 		for (int c = 0; c < 2; c++) {
 			int rc = holder_is_root ? tool(&out, env, AS_NOBODY, pub_cusnap, cmds[c], "--pid", pid,
 						       "--control-dir", g.ctl, NULL)
-						: tool(&out, env, pub_cusnap, cmds[c], "--pid", pid, "--control-dir", g.ctl,
-						       NULL);
+						: tool(&out, env, pub_cusnap, cmds[c], "--pid", pid, "--control-dir",
+						       g.ctl, NULL);
 			CHECK_EQ(rc, 75);
 			CHECK_CONTAINS(out, holder_is_root ? "a command of root" : "a command of the tree's owner");
 			free(out);
@@ -325,7 +326,8 @@ static void root_and_owner_exclude(void)
 		free(text);
 		int rc = holder_is_root
 				 ? tool(&out, env, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL)
-				 : tool(&out, env, AS_NOBODY, pub_cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL);
+				 : tool(&out, env, AS_NOBODY, pub_cusnap, "resume", "--pid", pid, "--control-dir",
+					g.ctl, NULL);
 		CHECK_EQ(rc, 0);
 		free(out);
 	}
