@@ -11,7 +11,7 @@
 #include "cusnap/log.h"
 #include "emu.h"
 
-enum op_kind { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT };
+enum op_kind { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_NOTHING };
 
 struct emu_event;
 
@@ -137,6 +137,7 @@ static CUresult run_op(struct op *o)
 		pthread_mutex_unlock(&emu.lock);
 		break;
 	case OP_HOSTFN: o->fn(o->data); break;
+	case OP_NOTHING: break; /* a kernel: it never runs here */
 	case OP_RECORD:
 		pthread_mutex_lock(&o->event->mu);
 		if (o->event->completed < o->seq)
@@ -279,6 +280,32 @@ static CUresult submit(CUstream h, struct op *o)
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	return CUDA_SUCCESS;
+}
+
+static CUresult enqueue(CUstream h, enum op_kind kind, void (*fn)(void *), void *arg)
+{
+	struct op *o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->kind = kind;
+	o->fn = fn;
+	o->data = arg;
+	return submit(h, o);
+}
+
+CUresult emu_stream_enqueue_nothing(CUstream h)
+{
+	return enqueue(h, OP_NOTHING, NULL, NULL);
+}
+
+CUresult emu_stream_enqueue_call(CUstream h, void (*fn)(void *), void *arg)
+{
+	return enqueue(h, OP_HOSTFN, fn, arg);
+}
+
+bool emu_stream_known(CUstream h)
+{
+	return null_stream(h) || stream_get(h) != NULL;
 }
 
 static CUresult copy(uint64_t dst, uint64_t src, size_t n, CUstream h, bool dst_host, bool src_host)

@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* Devices and contexts. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu.h"
+
+/* The older cuCtxCreate ABIs clients still ask for by version (NCCL: 11040);
+ * cuda.h declares only the newest. */
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+			CUdevice dev);
 
 static CUresult check_dev(CUdevice dev)
 {
@@ -122,7 +129,14 @@ static CUresult attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: *pi = 0; break;
 	case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: *pi = 1; break;
 	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: *pi = 1; break;
-	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break; /* as cuDeviceGetPCIBusId says */
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = EMU_SHARED_PER_BLOCK; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = EMU_SHARED_OPTIN; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+	case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *pi = 1; break;
+	case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: *pi = 0; break;
 	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = 0; break;
 	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;
 	default: *pi = 0; break;
@@ -133,6 +147,48 @@ static CUresult attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 EMU_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	EMU_CALL(cuDeviceGetAttribute, attribute(pi, attrib, dev));
+}
+
+/* "0000:BB:00.0": domain 0, bus dev + 1 (CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), device 0. */
+static CUresult pci_bus_id(char *out, int len, CUdevice dev)
+{
+	if (!out || len < 13)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_dev(dev);
+	if (rc)
+		return rc;
+	snprintf(out, (size_t)len, "%04x:%02x:%02x.0", 0, dev + 1, 0);
+	return CUDA_SUCCESS;
+}
+
+/* The forms cuda.h names: [domain]:[bus]:[device].[function],
+ * [domain]:[bus]:[device], [bus]:[device].[function], in hexadecimal. */
+static CUresult by_pci_bus_id(CUdevice *out, const char *id)
+{
+	if (!out || !id)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned domain = 0, bus, device, function = 0;
+	char tail;
+	bool ok = sscanf(id, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) == 4 ||
+		  sscanf(id, "%x:%x:%x%c", &domain, &bus, &device, &tail) == 3;
+	if (!ok) {
+		domain = 0;
+		ok = sscanf(id, "%x:%x.%x%c", &bus, &device, &function, &tail) == 3;
+	}
+	if (!ok || domain || device || function || bus < 1 || (int)bus > emu.ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = (CUdevice)(bus - 1);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	EMU_CALL(cuDeviceGetPCIBusId, pci_bus_id(pciBusId, len, dev));
+}
+
+EMU_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+	EMU_CALL(cuDeviceGetByPCIBusId, by_pci_bus_id(dev, pciBusId));
 }
 
 static CUresult can_access_peer(int *can, CUdevice dev, CUdevice peer)
@@ -269,6 +325,26 @@ EMU_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsi
 {
 	(void)params;
 	EMU_CALL(cuCtxCreate_v4, ctx_create(pctx, flags, dev));
+}
+
+EMU_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	EMU_CALL(cuCtxCreate_v2, ctx_create(pctx, flags, dev));
+}
+
+/* Execution affinity (SM counts) is not modelled: a list given must be well formed. */
+static CUresult ctx_create_affinity(CUcontext *pctx, const CUexecAffinityParam *params, int n, unsigned flags,
+				    CUdevice dev)
+{
+	if (n < 0 || (n > 0 && !params))
+		return CUDA_ERROR_INVALID_VALUE;
+	return ctx_create(pctx, flags, dev);
+}
+
+EMU_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+				CUdevice dev)
+{
+	EMU_CALL(cuCtxCreate_v3, ctx_create_affinity(pctx, paramsArray, numParams, flags, dev));
 }
 
 static CUresult ctx_destroy(CUcontext ctx)

@@ -20,6 +20,10 @@
 #define EMU_API __attribute__((visibility("default")))
 #define EMU_MAX_DEVICES 16
 #define EMU_DRIVER_VERSION 13000
+/* Shared memory per block a kernel may opt into (bytes; an H100/H200's 227 KiB),
+ * and the default (without opting in). */
+#define EMU_SHARED_OPTIN (227 * 1024)
+#define EMU_SHARED_PER_BLOCK (48 * 1024)
 
 /* Flags of api.def. */
 #define EMU_NOINIT 1u
@@ -146,9 +150,10 @@ struct emu_state {
 	struct itree legacy; /* cuMemAlloc allocations (memalloc.c) */
 	struct itree pinned; /* cuMemHostRegister ranges (vmm.c) */
 	size_t multicast_objects;
-	size_t ipc_opened; /* cuIpcOpenMemHandle mappings open in this process (memalloc.c) */
-	bool ipc_exported; /* a cuIpcGetMemHandle succeeded in this process */
-	bool has_context;  /* a context or device memory exists: a CUDA process */
+	size_t ipc_opened;    /* cuIpcOpenMemHandle mappings open in this process (memalloc.c) */
+	bool ipc_exported;    /* a cuIpcGetMemHandle succeeded in this process */
+	bool has_context;     /* a context or device memory exists: a CUDA process */
+	bool kernels_refused; /* CUEMU_KERNELS=refuse: every launch fails (kernels never run here) */
 };
 
 extern struct emu_state emu;
@@ -250,6 +255,24 @@ CUresult emu_mc_wait_team(struct emu_mc_shared *mc);
 
 /* copy.c */
 void emu_streams_sync_all(void);
+/* Queue a step that does nothing on stream h (a kernel launch: ordered, no
+ * effect on memory). */
+CUresult emu_stream_enqueue_nothing(CUstream h);
+/* Queue fn(arg) on stream h, run by its worker when reached (the null stream:
+ * now); cuemu's own work, not a client's host function. */
+CUresult emu_stream_enqueue_call(CUstream h, void (*fn)(void *), void *arg);
+/* Is h a stream of this process (or a null stream)? */
+bool emu_stream_known(CUstream h);
+
+/* memalloc.c: cuMemAlloc memory of device dev (pool: the memory pool it came
+ * from, NULL for cuMemAlloc), and its free. */
+CUresult emu_legacy_alloc(CUdeviceptr *dptr, size_t bytes, int dev, void *pool);
+CUresult emu_legacy_free(CUdeviceptr ptr);
+/* Is ptr the start of such memory of this process? Then its pool (or NULL)
+ * and the bytes asked for. */
+bool emu_legacy_info(CUdeviceptr ptr, void **pool, size_t *bytes);
+/* pool.c: memory of pool (bytes asked for) was freed. */
+void emu_pool_released(void *pool, size_t bytes);
 
 /* ckpt_server.c */
 int emu_server_start(void);

@@ -138,6 +138,12 @@ static void read_env(void)
 	emu.mc_timeout_ms = 10000;
 	if ((v = getenv("CUEMU_REQUIRE_CONTEXT")) && *v == '1')
 		emu.require_context = true;
+	if ((v = getenv("CUEMU_KERNELS")) && *v) {
+		if (strcmp(v, "refuse") == 0)
+			emu.kernels_refused = true;
+		else if (strcmp(v, "accept") != 0)
+			LOG_AT(LOG_WARN, "CUEMU_KERNELS=%s unknown (accept, refuse); accepting launches", v);
+	}
 	if ((v = getenv("CUEMU_MULTICAST_TIMEOUT_MS")) && *v)
 		emu.mc_timeout_ms = (unsigned)atoi(v);
 	const char *seed = getenv("CUEMU_UUID_SEED");

@@ -24,6 +24,7 @@ struct emu_legacy {
 	unsigned ipc_refs; /* opens not yet closed (0: a cuMemAlloc of this process) */
 	int32_t ipc_pid;
 	uint64_t ipc_ino;
+	void *pool; /* the memory pool it came from (cuMemAllocFromPoolAsync), or NULL */
 };
 
 /* Peer access, per device pair as the primary contexts have it:
@@ -50,13 +51,10 @@ static CUresult grant_peers(CUdeviceptr va, size_t size, int owner)
 	return CUDA_SUCCESS;
 }
 
-static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
+CUresult emu_legacy_alloc(CUdeviceptr *dptr, size_t bytes, int dev, void *pool)
 {
 	if (!dptr || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!emu_current || !emu_current->active)
-		return CUDA_ERROR_INVALID_CONTEXT; /* cuMemAlloc allocates in the current context */
-	int dev = emu_current->device;
 	size_t size = (bytes + emu.granularity - 1) & ~(emu.granularity - 1);
 	struct emu_legacy *l = calloc(1, sizeof(*l));
 	if (!l)
@@ -83,7 +81,8 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
 	l->node.start = va;
 	l->node.end = va + size;
 	l->bytes = bytes;
-	l->ctx = emu_current;
+	l->ctx = pool || !emu_current ? emu.dev[dev].primary : emu_current;
+	l->pool = pool;
 	rc = grant_peers(va, size, dev);
 	if (rc)
 		goto fail_map;
@@ -105,6 +104,13 @@ fail:
 	return rc;
 }
 
+static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
+{
+	if (!emu_current || !emu_current->active)
+		return CUDA_ERROR_INVALID_CONTEXT; /* cuMemAlloc allocates in the current context */
+	return emu_legacy_alloc(dptr, bytes, emu_current->device, NULL);
+}
+
 EMU_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	EMU_CALL(cuMemAlloc_v2, mem_alloc(dptr, bytesize));
@@ -121,7 +127,20 @@ static CUresult legacy_drop(struct emu_legacy *l)
 	return rc;
 }
 
-static CUresult mem_free(CUdeviceptr ptr)
+bool emu_legacy_info(CUdeviceptr ptr, void **pool, size_t *bytes)
+{
+	pthread_mutex_lock(&emu.lock);
+	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
+	bool base = l && l->node.start == ptr && !l->ipc_refs;
+	if (base) {
+		*pool = l->pool;
+		*bytes = l->bytes;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return base;
+}
+
+CUresult emu_legacy_free(CUdeviceptr ptr)
 {
 	if (!ptr)
 		return CUDA_SUCCESS; /* cudaFree(NULL) is a no-op, and so is this */
@@ -133,12 +152,17 @@ static CUresult mem_free(CUdeviceptr ptr)
 	}
 	itree_remove(&emu.legacy, &l->node);
 	pthread_mutex_unlock(&emu.lock);
-	return legacy_drop(l);
+	void *pool = l->pool;
+	size_t bytes = l->bytes;
+	CUresult rc = legacy_drop(l);
+	if (pool)
+		emu_pool_released(pool, bytes);
+	return rc;
 }
 
 EMU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	EMU_CALL(cuMemFree_v2, mem_free(dptr));
+	EMU_CALL(cuMemFree_v2, emu_legacy_free(dptr));
 }
 
 /* ---- legacy IPC ---- */
@@ -203,7 +227,8 @@ static CUresult ipc_get(CUipcMemHandle *h, CUdeviceptr ptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&emu.lock);
 	struct emu_legacy *l = (struct emu_legacy *)itree_find(&emu.legacy, ptr);
-	struct emu_mapping *m = l && !l->ipc_refs ? emu_mapping_at(l->node.start) : NULL;
+	/* (memory from a pool has no legacy IPC handle: pools share by their own export) */
+	struct emu_mapping *m = l && !l->ipc_refs && !l->pool ? emu_mapping_at(l->node.start) : NULL;
 	/* Any address inside a cuMemAlloc allocation names it (an assumption: the
 	 * driver documents the base). VMM memory has no legacy IPC handle. */
 	uint64_t tag = m && m->alloc->fd >= 0 ? memfd_tag(getpid(), m->alloc->fd) : 0;

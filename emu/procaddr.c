@@ -18,8 +18,10 @@
 /* cuda.h maps these names to their newest ABI; the table needs the real symbols. */
 #undef cuGetProcAddress
 #undef cuDeviceGetUuid
+#undef cuStreamGetCaptureInfo
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
 
 #if defined(__x86_64__)
 /* Two trampolines per entry point: emu_ep_<sym> (legacy stream) and
