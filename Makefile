@@ -37,6 +37,9 @@ LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
 COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
 COORD := $(BUILD)/bin/snapshot-cuda-vmm
 CUSNAP := $(BUILD)/bin/cusnap
+# The project's CUDA runtime (SYSTEM.md §15): what clients' host code calls, over the driver.
+CUDART_SRC := $(wildcard src/cudart/*.c)
+CUDART := $(BUILD)/lib/libcudart.so.13
 # The CRIU plugin: cusnap's tree, native and finish code without its commands.
 PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
 PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
@@ -48,6 +51,8 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
+CUDART_TESTS := $(patsubst tests/cudart/%.c,$(BUILD)/tests/cudart/%,$(wildcard tests/cudart/*.c)) \
+	$(patsubst tests/cudart/%.cu,$(BUILD)/tests/cudart/test_%,$(wildcard tests/cudart/*.cu))
 SHIM_TEST_EXTRA := $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
@@ -60,7 +65,7 @@ HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN) $(EXAMPLES)
+all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN) $(CUDART) $(EXAMPLES)
 
 help:
 	@sed -n '2,7p' Makefile
@@ -76,6 +81,19 @@ $(BUILD)/gen/emu_errors.h: $(CUDA_H) emu/errors.awk
 # Test code builds paths from directories of unknown length into fixed buffers
 # on purpose (a truncated path fails the test visibly).
 $(BUILD)/obj/tests/%.o: ALL_CFLAGS += -Wno-format-truncation
+
+$(BUILD)/gen/cudart_errors.h: $(CUDA_HOME)/include/driver_types.h src/cudart/errors.awk
+	@mkdir -p $(dir $@)
+	awk -f src/cudart/errors.awk $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/src/cudart/driver.o: $(BUILD)/gen/cudart_errors.h
+$(BUILD)/obj/src/cudart/%.o: ALL_CFLAGS += -I$(BUILD)/gen
+
+# No libcuda at link time: the driver is loaded (dlopen) and resolved by name and version.
+$(CUDART): $(CUDART_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcudart.so.13 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+	ln -sf libcudart.so.13 $(BUILD)/lib/libcudart.so
 
 $(BUILD)/obj/emu/init.o: $(BUILD)/gen/emu_errors.h
 $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
@@ -149,6 +167,22 @@ $(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(JSON_LIBS) $(LDLIBS) -ldl
 
+# Runtime tests link the project's runtime (which loads cuemu as libcuda.so.1).
+$(BUILD)/tests/cudart/%: $(BUILD)/obj/tests/cudart/%.o $(HARNESS) $(CUDART) $(EMU)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lcudart -Wl,-rpath,'$$ORIGIN/../../lib' $(LDLIBS)
+
+# A CUDA program nvcc compiles (its host stubs register and launch through the
+# runtime's entry points), linked with the project's runtime, never the toolkit's.
+$(BUILD)/tests/cudart/test_%: tests/cudart/%.cu $(CUDART) $(EMU)
+	@mkdir -p $(dir $@)
+	@if [ -n "$(SANITIZE)" ]; then \
+		printf '#!/bin/sh\necho "SKIP: nvcc-built program, not instrumented ($(SANITIZE))"\nexit 77\n' > $@ && chmod +x $@; \
+	elif [ -x "$(NVCC)" ]; then \
+		echo "$(NVCC) $<"; \
+		$(NVCC) -arch=sm_90 -cudart none -o $@ $< -L$(BUILD)/lib -lcudart -Xlinker -rpath='$$ORIGIN/../../lib'; \
+	else printf '#!/bin/sh\necho "SKIP: no nvcc at $(NVCC)"\nexit 77\n' > $@ && chmod +x $@; fi
+
 $(BUILD)/tests/check_%: tests/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
@@ -221,7 +255,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../emu' $(LDLIBS)
 
-tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(E2E_TESTS) $(SHIM_TEST_EXTRA) $(FUZZ_BINS) $(FUZZ_SCRIPTS)
+tests: all $(UNIT_TESTS) $(EMU_TESTS) $(SHIM_TESTS) $(E2E_TESTS) $(CUDART_TESTS) $(SHIM_TEST_EXTRA) $(FUZZ_BINS) $(FUZZ_SCRIPTS)
 
 deps:
 	@scripts/deps.sh

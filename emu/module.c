@@ -108,7 +108,8 @@ static CUresult image_load(void **out, const void *code, bool library)
 {
 	if (!out || !code)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!emu_current || !emu_current->active)
+	/* A module loads into the current context; a library is context-independent. */
+	if (!library && (!emu_current || !emu_current->active))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	struct emu_image *im = calloc(1, sizeof(*im));
 	if (!im)

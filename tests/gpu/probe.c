@@ -54,6 +54,10 @@
 	F(cuMemImportFromShareableHandle) \
 	F(cuMemGetAllocationGranularity) \
 	F(cuPointerGetAttribute) \
+	F(cuPointerGetAttributes) \
+	F(cuMemAllocAsync) \
+	F(cuMemFreeAsync) \
+	F(cuCtxSynchronize) \
 	F(cuMemAlloc_v2) \
 	F(cuMemFree_v2) \
 	F(cuMemGetAddressRange_v2) \
@@ -267,6 +271,28 @@ static int handles(void)
 	for (int i = 0; i < 8; i++)
 		width += buf[i] != 0xee;
 	printf("bool_attribute_bytes %s%d\n", rc ? name_of(rc) : "", rc ? 0 : width);
+	/* The host address of device memory through cuPointerGetAttributes (the
+	 * runtime's cudaPointerGetAttributes asks for it): an error, or NULL? */
+	{
+		CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_HOST_POINTER};
+		unsigned type = 0;
+		void *host = (void *)1;
+		void *data[] = {&type, &host};
+		CUresult pr = d.cuPointerGetAttributes(2, which, data, va);
+		printf("pointer_attributes_host_of_device %s\n", pr ? name_of(pr) : host ? "non-NULL" : "NULL");
+	}
+	/* Legacy IPC of stream-ordered (pool) memory: refused? */
+	{
+		CUdeviceptr pool_mem = 0;
+		CUresult ar = d.cuMemAllocAsync(&pool_mem, 1 << 20, NULL);
+		if (!ar)
+			ar = d.cuCtxSynchronize();
+		CUipcMemHandle ih;
+		CUresult ir = ar ? ar : d.cuIpcGetMemHandle(&ih, pool_mem);
+		printf("ipc_of_pool_memory %s\n", ar ? "unknown" : ir ? "refused" : "allowed");
+		if (!ar)
+			d.cuMemFreeAsync(pool_mem, NULL), d.cuCtxSynchronize();
+	}
 	/* One cuMemSetAccess over two adjacent mappings of two allocations (the
 	 * driver documents "a fully mapped address range containing all
 	 * allocations"): what a rebuild would batch per contiguous range. */

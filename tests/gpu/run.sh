@@ -236,6 +236,9 @@ if run probe-handles 30 "$probe" handles; then
 	assume "cuMemRetainAllocationHandle returns the mapped handle value" yes "$(sed -n 's/^retain_same_value //p' "$logs/probe-handles.log")"
 	assume "a second import of one FD in one process gives the same handle" no "$(sed -n 's/^second_import_same_handle //p' "$logs/probe-handles.log")"
 	assume "a boolean pointer attribute is 4 bytes" 4 "$(sed -n 's/^bool_attribute_bytes //p' "$logs/probe-handles.log")"
+	# cuemu's answers for the project's runtime (src/cudart): open questions the driver settles.
+	assume "cuPointerGetAttributes gives a NULL host address for device memory (no error)" NULL "$(sed -n 's/^pointer_attributes_host_of_device //p' "$logs/probe-handles.log")"
+	assume "cuIpcGetMemHandle of stream-ordered (pool) memory is refused" refused "$(sed -n 's/^ipc_of_pool_memory //p' "$logs/probe-handles.log")"
 	# A holder (SYSTEM.md §6.2) exports what it imported when its creator let go.
 	assume "an imported allocation exports again, and that FD imports" CUDA_SUCCESS "$(sed -n 's/^reexport_import //p' "$logs/probe-handles.log")"
 	# One call per contiguous range instead of one per mapping (issue 26): documented,
