@@ -40,6 +40,9 @@ CUSNAP := $(BUILD)/bin/cusnap
 # The project's CUDA runtime (SYSTEM.md §15): what clients' host code calls, over the driver.
 CUDART_SRC := $(wildcard src/cudart/*.c)
 CUDART := $(BUILD)/lib/libcudart.so.13
+# NCCL on cuemu (SYSTEM.md §15): the NVML subset NCCL calls, and cuemu's topology for NCCL.
+NVML := $(BUILD)/lib/libnvidia-ml.so.1
+TOPO := $(BUILD)/bin/cuemu-topo
 # The CRIU plugin: cusnap's tree, native and finish code without its commands.
 PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
 PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
@@ -48,12 +51,12 @@ PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c de
 COMMON_LIB = $(BUILD)/lib/libcusnap-common.a
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/*.c))
-EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
+EMU_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(filter-out tests/emu/fake_runtime.c,$(wildcard tests/emu/*.c)))
 SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/shim/*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
 CUDART_TESTS := $(patsubst tests/cudart/%.c,$(BUILD)/tests/cudart/%,$(wildcard tests/cudart/*.c)) \
 	$(patsubst tests/cudart/%.cu,$(BUILD)/tests/cudart/test_%,$(wildcard tests/cudart/*.cu))
-SHIM_TEST_EXTRA := $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/libcudart.so.13 $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
@@ -65,7 +68,7 @@ HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN) $(CUDART) $(EXAMPLES)
+all: $(EMU) $(BUILD)/emu/libcuda.so $(SHIM) $(LAUNCH) $(COORD) $(CUSNAP) $(PLUGIN) $(CUDART) $(NVML) $(TOPO) $(EXAMPLES)
 
 help:
 	@sed -n '2,7p' Makefile
@@ -94,6 +97,14 @@ $(CUDART): $(CUDART_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcudart.so.13 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
 	ln -sf libcudart.so.13 $(BUILD)/lib/libcudart.so
+
+$(NVML): $(BUILD)/obj/src/nvml/nvml.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs $(LDFLAGS) -o $@ $^
+
+$(TOPO): $(BUILD)/obj/src/tools/cuemu_topo.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
 
 $(BUILD)/obj/emu/init.o: $(BUILD)/gen/emu_errors.h
 $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
@@ -133,6 +144,11 @@ $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_L
 $(PLUGIN): $(BUILD)/obj/src/criu/plugin.o $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,cusnap_plugin.so $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
+
+# A libcudart that is not the project's: cuemu refuses cuInit beside it (test_client_api).
+$(BUILD)/tests/emu/fake_runtime/libcudart.so.13: $(BUILD)/obj/tests/emu/fake_runtime.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) -o $@ $^
 
 # test_criu_plugin's stand-in for CRIU's own CUDA plugin.
 $(BUILD)/tests/criu/cuda_plugin.so: $(BUILD)/obj/tests/criu/fake_cuda_plugin.o
@@ -186,11 +202,6 @@ $(BUILD)/tests/cudart/test_%: tests/cudart/%.cu $(CUDART) $(EMU)
 $(BUILD)/tests/check_%: tests/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
-
-# A stand-in libcudart with cudaGetDriverEntryPoint*, for the resolver tests.
-$(BUILD)/tests/shim/libcudart.so.13: $(BUILD)/obj/tests/shim/cudart/fake_cudart.o
-	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/gpu/check_%: tests/gpu/check_%.sh
 	@mkdir -p $(dir $@)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* cuInit, configuration from the environment, devices, errors, logging, fork. */
+#include <dlfcn.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -174,10 +175,46 @@ void emu_config(void)
 	pthread_once(&env_once, read_env);
 }
 
+/* NVIDIA's CUDA runtime must never run on the emulator (its licence forbids
+ * answering what it asks of a driver, SYSTEM.md §15): a libcudart mapped in this
+ * process that is not the project's own (which exports cusnap_cudart_runtime)
+ * makes cuInit fail, saying why. */
+static bool foreign_runtime(char *path, size_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[4400];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *p = strchr(line, '/');
+		char *base = p ? strrchr(p, '/') + 1 : NULL;
+		if (!base || strncmp(base, "libcudart.so", 12) != 0)
+			continue;
+		/* Loaded already (RTLD_NOLOAD): ours carries the mark, in whatever scope. */
+		void *h = dlopen(p, RTLD_NOW | RTLD_NOLOAD);
+		found = !h || !dlsym(h, "cusnap_cudart_runtime");
+		if (h)
+			dlclose(h);
+		if (found)
+			snprintf(path, len, "%s", p);
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
 static CUresult emu_init(unsigned int flags)
 {
 	if (flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	char runtime[4400];
+	if (foreign_runtime(runtime, sizeof(runtime))) {
+		LOG_AT(LOG_ERROR,
+		       "%s is loaded: cuemu hosts only the project's own CUDA runtime (build/lib/libcudart.so.13), "
+		       "never NVIDIA's; refusing cuInit",
+		       runtime);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	pthread_mutex_lock(&emu.lock);
 	CUresult rc = CUDA_SUCCESS;
 	if (emu.forked_after_init) {

@@ -12,6 +12,11 @@
 
 struct rt_driver drv;
 
+/* The mark of this runtime: cuemu hosts no other (it refuses cuInit beside a
+ * libcudart that lacks it). */
+RT_API const char cusnap_cudart_runtime[] = "cusnap CUDA runtime "
+					    "13.0";
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cudaError_t init_error;
 static PFN_cuGetProcAddress_v12000 get_proc;
@@ -27,7 +32,7 @@ static void load(void)
 		return;
 	}
 	bool missing = false;
-#define D(sym, name, ver)                                                                          \
+#define D(sym, name, ver)                                                                               \
 	if (get_proc(#name, (void **)&drv.sym, ver, CU_GET_PROC_ADDRESS_DEFAULT, NULL) != CUDA_SUCCESS) \
 		drv.sym = NULL, missing |= true;
 #include "driver.def"
@@ -133,8 +138,8 @@ RT_API cudaError_t CUDARTAPI cudaDriverGetVersion(int *version)
  * cudaEnablePerThreadDefaultStream 2) are the driver's; the query result too.
  * Without a version: this runtime's own. */
 RT_API cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
-							       unsigned int cudaVersion, unsigned long long flags,
-							       enum cudaDriverEntryPointQueryResult *status)
+							      unsigned int cudaVersion, unsigned long long flags,
+							      enum cudaDriverEntryPointQueryResult *status)
 {
 	if (!symbol || !funcPtr || flags > cudaEnablePerThreadDefaultStream)
 		return rt_result(cudaErrorInvalidValue);
@@ -152,7 +157,7 @@ RT_API cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *symbol
 }
 
 RT_API cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
-						      enum cudaDriverEntryPointQueryResult *driverStatus)
+						     enum cudaDriverEntryPointQueryResult *driverStatus)
 {
 	return cudaGetDriverEntryPointByVersion(symbol, funcPtr, RT_VERSION, flags, driverStatus);
 }

@@ -18,22 +18,21 @@ RT_API void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin);
 RT_API void CUDARTAPI __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
 RT_API void CUDARTAPI __cudaUnregisterFatBinary(void **fatCubinHandle);
 RT_API void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
-					      const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim,
-					      dim3 *gDim, int *wSize);
+					     const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+					     dim3 *bDim, dim3 *gDim, int *wSize);
 RT_API void CUDARTAPI __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
-					 const char *deviceName, int ext, size_t size, int constant, int global);
+					const char *deviceName, int ext, size_t size, int constant, int global);
 RT_API void CUDARTAPI __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress,
-						const char *deviceName, int ext, size_t size, int constant, int global);
+					       const char *deviceName, int ext, size_t size, int constant, int global);
 RT_API char CUDARTAPI __cudaInitModule(void **fatCubinHandle);
 RT_API unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
-						       struct CUstream_st *stream);
-RT_API cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
-							 void *stream);
+						      struct CUstream_st *stream);
+RT_API cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
 RT_API cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
 RT_API cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
-						 size_t sharedMem, cudaStream_t stream);
+						size_t sharedMem, cudaStream_t stream);
 RT_API cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
-						      size_t sharedMem, cudaStream_t stream);
+						     size_t sharedMem, cudaStream_t stream);
 
 struct rt_module {
 	const __fatBinC_Wrapper_t *wrapper;
@@ -123,7 +122,7 @@ static cudaError_t kernel_of(const void *host_fun, CUkernel *out)
 	CUresult rc = !k || k->mod->unloaded ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 	if (!rc && !k->mod->lib) {
 		const void *image = k->mod->wrapper->magic == FATBINC_MAGIC ? (const void *)k->mod->wrapper->data
-									   : (const void *)k->mod->wrapper;
+									    : (const void *)k->mod->wrapper;
 		rc = drv.cuLibraryLoadData(&k->mod->lib, image, NULL, NULL, 0, NULL, NULL, 0);
 	}
 	if (!rc && !k->kernel)
@@ -210,7 +209,7 @@ cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim,
 }
 
 RT_API cudaError_t CUDARTAPI cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
-					       size_t sharedMem, cudaStream_t stream)
+					      size_t sharedMem, cudaStream_t stream)
 {
 	CUfunction f;
 	cudaError_t e = rt_function(func, &f, NULL);

@@ -8,11 +8,11 @@
 
 #include "rt.h"
 
-#define CTX_OR_RETURN()                      \
-	do {                                 \
+#define CTX_OR_RETURN()                        \
+	do {                                   \
 		cudaError_t e_ = rt_context(); \
-		if (e_)                      \
-			return e_;           \
+		if (e_)                        \
+			return e_;             \
 	} while (0)
 
 RT_API cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
@@ -46,7 +46,7 @@ RT_API cudaError_t CUDARTAPI cudaMemcpy(void *dst, const void *src, size_t count
 }
 
 RT_API cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-					      cudaStream_t stream)
+					     cudaStream_t stream)
 {
 	if ((unsigned)kind > cudaMemcpyDefault)
 		return rt_result(cudaErrorInvalidMemcpyDirection);
@@ -56,15 +56,15 @@ RT_API cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t 
 
 /* One copy after another, in stream order (the attributes only hint). */
 RT_API cudaError_t CUDARTAPI cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
-						   size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
-						   size_t numAttrs, cudaStream_t stream)
+						  size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs,
+						  size_t numAttrs, cudaStream_t stream)
 {
 	if (!count || !dsts || !srcs || !sizes || (numAttrs && (!attrs || !attrsIdxs)))
 		return rt_result(cudaErrorInvalidValue);
 	CTX_OR_RETURN();
 	for (size_t i = 0; i < count; i++) {
-		CUresult rc =
-			drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dsts[i], (CUdeviceptr)(uintptr_t)srcs[i], sizes[i], stream);
+		CUresult rc = drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dsts[i], (CUdeviceptr)(uintptr_t)srcs[i],
+						sizes[i], stream);
 		if (rc)
 			return rt_cu(rc);
 	}
@@ -212,7 +212,7 @@ RT_API cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum
 }
 
 RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
-						      cudaStream_t stream)
+						     cudaStream_t stream)
 {
 	if (!ptr)
 		return rt_result(cudaErrorInvalidValue);

@@ -121,14 +121,17 @@ RT_API cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t stream, enum cud
 	return rt_cu(drv.cuStreamIsCapturing(stream, (CUstreamCaptureStatus *)pCaptureStatus));
 }
 
-RT_API cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out,
-						       unsigned long long *id_out, cudaGraph_t *graph_out,
-						       const cudaGraphNode_t **dependencies_out,
-						       const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
+RT_API cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream,
+						      enum cudaStreamCaptureStatus *captureStatus_out,
+						      unsigned long long *id_out, cudaGraph_t *graph_out,
+						      const cudaGraphNode_t **dependencies_out,
+						      const cudaGraphEdgeData **edgeData_out,
+						      size_t *numDependencies_out)
 {
 	CTX_OR_RETURN();
-	return rt_cu(drv.cuStreamGetCaptureInfo_v3(stream, (CUstreamCaptureStatus *)captureStatus_out, (cuuint64_t *)id_out,
-						   (CUgraph *)graph_out, (const CUgraphNode **)dependencies_out,
+	return rt_cu(drv.cuStreamGetCaptureInfo_v3(stream, (CUstreamCaptureStatus *)captureStatus_out,
+						   (cuuint64_t *)id_out, (CUgraph *)graph_out,
+						   (const CUgraphNode **)dependencies_out,
 						   (const CUgraphEdgeData **)edgeData_out, numDependencies_out));
 }
 
@@ -143,38 +146,38 @@ RT_API cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStream
 /* Graph building: only ever called on a stream being captured, which never
  * happens here; refused, and said so, rather than faked. */
 RT_API cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies,
-								  const cudaGraphEdgeData *dependencyData,
-								  size_t numDependencies, unsigned int flags)
+								 const cudaGraphEdgeData *dependencyData,
+								 size_t numDependencies, unsigned int flags)
 {
 	(void)stream, (void)dependencies, (void)dependencyData, (void)numDependencies, (void)flags;
 	return rt_result(cudaErrorStreamCaptureUnsupported);
 }
 
 RT_API cudaError_t CUDARTAPI cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
-							  const cudaGraphNode_t *pDependencies, size_t numDependencies,
-							  cudaEvent_t event)
+							 const cudaGraphNode_t *pDependencies, size_t numDependencies,
+							 cudaEvent_t event)
 {
 	(void)pGraphNode, (void)graph, (void)pDependencies, (void)numDependencies, (void)event;
 	return rt_result(cudaErrorNotSupported);
 }
 
 RT_API cudaError_t CUDARTAPI cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
-						       const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
-						       size_t numDependencies)
+						      const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
+						      size_t numDependencies)
 {
 	(void)graph, (void)from, (void)to, (void)edgeData, (void)numDependencies;
 	return rt_result(cudaErrorNotSupported);
 }
 
 RT_API cudaError_t CUDARTAPI cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy,
-						   unsigned int initialRefcount, unsigned int flags)
+						  unsigned int initialRefcount, unsigned int flags)
 {
 	(void)object_out, (void)ptr, (void)destroy, (void)initialRefcount, (void)flags;
 	return rt_result(cudaErrorNotSupported);
 }
 
 RT_API cudaError_t CUDARTAPI cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count,
-							unsigned int flags)
+						       unsigned int flags)
 {
 	(void)graph, (void)object, (void)count, (void)flags;
 	return rt_result(cudaErrorNotSupported);

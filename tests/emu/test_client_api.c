@@ -4,6 +4,7 @@
  * launches checked and ordered on their stream; memory pools and stream-ordered
  * allocation; page-locked host memory; stream-capture queries; PCI bus ids; the
  * older ABIs clients ask for by version. */
+#include <dlfcn.h>
 #include <elf.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -403,10 +404,40 @@ static void older_abis(void)
 	CHECK_CU(cuCtxSetCurrent(saved));
 }
 
+/* NVIDIA's runtime must never run on cuemu: beside a libcudart that is not the
+ * project's (a stand-in here, nothing of NVIDIA's), cuInit refuses; beside the
+ * project's own it succeeds. Each in a fresh child. */
+static int runtime_child(const char *lib)
+{
+	if (!dlopen(lib, RTLD_NOW | RTLD_GLOBAL))
+		return 5;
+	CUresult rc = cuInit(0);
+	return strstr(lib, "fake_runtime") ? (rc == CUDA_ERROR_NOT_SUPPORTED ? 0 : 6) : (rc == CUDA_SUCCESS ? 0 : 7);
+}
+
+static void foreign_runtime_refused(void)
+{
+	char self[4096], fake[4200], ours[4200];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	snprintf(fake, sizeof(fake), "%s/fake_runtime/libcudart.so.13", test_exe_dir());
+	snprintf(ours, sizeof(ours), "%s/../../lib/libcudart.so.13", test_exe_dir());
+	const char *libs[] = {fake, ours};
+	for (int i = 0; i < 2; i++) {
+		char *argv[] = {self, "runtime-child", (char *)libs[i], NULL};
+		pid_t pid = test_spawn(argv, NULL, NULL);
+		int status = test_wait_child(pid, 20000);
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			test_fail(__FILE__, __LINE__, "beside %s: child ended with %#x", libs[i], status);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "refuse-child"))
 		return refuse_child();
+	if (argc > 2 && !strcmp(argv[1], "runtime-child"))
+		return runtime_child(argv[2]);
 	CHECK_CU(emu_use_device(0));
 	test_run("modules, libraries, kernels and their attributes", modules_and_libraries);
 	test_run("launches checked as the driver does and ordered on their stream", launches);
@@ -416,5 +447,6 @@ int main(int argc, char **argv)
 	test_run("stream-capture queries at every ABI; the thread's capture mode", capture_queries);
 	test_run("PCI bus ids both ways", pci_bus_ids);
 	test_run("cuCtxCreate's older ABIs by version", older_abis);
+	test_run("a libcudart that is not the project's: cuInit refused", foreign_runtime_refused);
 	return test_done();
 }
