@@ -43,6 +43,10 @@ CUDART := $(BUILD)/lib/libcudart.so.13
 # NCCL on cuemu (SYSTEM.md §15): the NVML subset NCCL calls, and cuemu's topology for NCCL.
 NVML := $(BUILD)/lib/libnvidia-ml.so.1
 TOPO := $(BUILD)/bin/cuemu-topo
+# NCCL 2.28.9 from its source, for the emulator (scripts/build-nccl.sh; built
+# once, kept while its stamp holds), and the NCCL workload of the e2e tests.
+NCCL_STAMP := $(BUILD)/nccl/.stamp
+NCCL_GROUP := $(BUILD)/examples/nccl_group
 # The CRIU plugin: cusnap's tree, native and finish code without its commands.
 PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
 PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
@@ -61,7 +65,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/test
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep nccl
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -97,6 +101,18 @@ $(CUDART): $(CUDART_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcudart.so.13 -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
 	ln -sf libcudart.so.13 $(BUILD)/lib/libcudart.so
+
+# `make nccl`: NCCL (a few minutes the first time) and examples/nccl/nccl_group.
+nccl: $(NCCL_GROUP)
+
+$(NCCL_STAMP): $(CUDART) scripts/build-nccl.sh
+	@scripts/build-nccl.sh $(BUILD)
+	@touch $@
+
+$(NCCL_GROUP): examples/nccl/nccl_group.c $(NCCL_STAMP) $(CUDART) $(NVML) $(TOPO)
+	@mkdir -p $(dir $@)
+	$(CC) -I$(BUILD)/nccl/include $(ALL_CFLAGS) -Wno-strict-prototypes -o $@ $< -L$(BUILD)/nccl/lib -lnccl -L$(BUILD)/lib -lcudart \
+		-Wl,-rpath,'$$ORIGIN/../nccl/lib:$$ORIGIN/../lib' $(LDFLAGS) -ldl
 
 $(NVML): $(BUILD)/obj/src/nvml/nvml.o
 	@mkdir -p $(dir $@)
@@ -286,6 +302,8 @@ test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) tests
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
+	@rc=0; scripts/build-nccl.sh build || rc=$$?; echo $$rc > build/nccl-status; \
+		if [ $$rc = 0 ]; then $(MAKE) nccl; else echo "NCCL not built (exit $$rc): tests/e2e/test_nccl will say why"; fi
 	tests/run.sh build normal || true
 	$(MAKE) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true

@@ -1,0 +1,67 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Build NCCL 2.28.9 from its source into BUILD/nccl (include/nccl.h,
+# lib/libnccl.so.2) for the emulator (SYSTEM.md §15):
+#
+#   scripts/build-nccl.sh [BUILD_DIR]
+#
+# - the source: $NCCL_SOURCE, else ../shared/third_party/nccl-2.28.9-1.tar.gz
+#   beside the checkout (NCCL's tag v2.28.9-1); its SHA-256 must match the one
+#   published beside it;
+# - host code linked against the project's CUDA runtime (BUILD/lib/libcudart.so.13,
+#   named in libnccl's DT_RPATH so that it is found before any other): NVIDIA's
+#   libcudart never runs on cuemu (and cuemu refuses cuInit beside it);
+# - device code compiled by the toolkit's nvcc for one architecture (sm_90, what
+#   cuemu's devices report) and only the kernels the tests' collectives load
+#   (AllReduce of f32 sums, every algorithm and protocol, and SendRecv): kernels
+#   never run on cuemu.
+# Built once: BUILD/nccl/.stamp names the source's SHA-256 and these settings; a
+# build with the same stamp is kept. The log is BUILD/nccl-build.log.
+# Exit 0 built or kept; 69 no source, no nvcc or no runtime; 1 the build failed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+tarball=${NCCL_SOURCE:-$here/../shared/third_party/nccl-2.28.9-1.tar.gz}
+sums=$here/../shared/third_party/nccl-2.28.9-1.tar.gz.sha256
+cuda=${CUDA_HOME:-/usr/local/cuda}
+funcs='AllReduce Sum f32 * *|SendRecv'
+arch='-gencode=arch=compute_90,code=sm_90'
+[ -f "$tarball" ] || { echo "build-nccl: no NCCL source at $tarball (set NCCL_SOURCE to NCCL v2.28.9-1's source archive)" >&2; exit 69; }
+[ -x "$cuda/bin/nvcc" ] || { echo "build-nccl: no nvcc at $cuda/bin/nvcc (set CUDA_HOME)" >&2; exit 69; }
+[ -f "$build/lib/libcudart.so.13" ] || { echo "build-nccl: no $build/lib/libcudart.so.13: run make first" >&2; exit 69; }
+sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+if [ -f "$sums" ] && [ "$sum" != "$(cut -d' ' -f1 "$sums")" ]; then
+	echo "build-nccl: $tarball has SHA-256 $sum, not the published $(cut -d' ' -f1 "$sums"): refusing it" >&2
+	exit 69
+fi
+out=$build/nccl
+stamp="$sum $arch $funcs cudart=$build/lib"
+if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] && [ -f "$out/lib/libnccl.so.2" ]; then
+	echo "build-nccl: $out is up to date"
+	exit 0
+fi
+rm -rf "$build/nccl-src" "$out"
+mkdir -p "$build/nccl-src"
+tar -xzf "$tarball" -C "$build/nccl-src" --strip-components=1
+log=$build/nccl-build.log
+start=$SECONDS
+echo "build-nccl: building NCCL into $out (log: $log)"
+# CUDA_LIB is where NCCL's link looks for libcudart: the project's, with its
+# directory as libnccl's run path. `lib` builds the headers and the shared
+# library only (no static archive, no tools).
+if ! make -C "$build/nccl-src/src" lib -j"$(nproc)" BUILDDIR="$out" CUDA_HOME="$cuda" \
+	CUDA_LIB="$build/lib -Wl,-rpath,$build/lib -Wl,--disable-new-dtags" CUDARTLIB=cudart \
+	NVCC_GENCODE="$arch" ONLY_FUNCS="$funcs" >"$log" 2>&1; then
+	echo "build-nccl: the build failed; the end of $log:" >&2
+	tail -n 30 "$log" >&2
+	exit 1
+fi
+# Never the toolkit's runtime: libnccl must name ours first.
+if ! readelf -d "$out/lib/libnccl.so.2" | grep -q "RPATH.*$build/lib"; then
+	echo "build-nccl: $out/lib/libnccl.so.2 does not name $build/lib as its run path" >&2
+	exit 1
+fi
+echo "$stamp" >"$out/.stamp"
+echo "build-nccl: built in $((SECONDS - start)) s"

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/* The real NCCL (2.28.9, built from its source against the project's runtime:
+ * `make nccl`) checkpointed in place (SYSTEM.md §15): examples/nccl/nccl_group's
+ * ranks join one communicator over P2P (cuMem buffers shared as POSIX FDs
+ * through NCCL's proxy), NVLS (multicast objects on an NVSwitch topology) or SHM
+ * (host memory), register buffers and enqueue collectives; cusnap suspends and
+ * resumes them in both content modes; the memory the ranks share is shared again
+ * afterwards (the same memory objects mapped by several ranks), and every rank
+ * then checks its bytes, enqueues again and tears down through NCCL with no
+ * allocation left. Without the interposer the same suspend and resume leaves
+ * every rank with private copies: the negative control, which NCCL does not
+ * notice. */
+#include <dirent.h>
+
+#include "e2e_util.h"
+
+static char cusnap[PATH_MAX], group_bin[PATH_MAX + 32], ld_path[2 * PATH_MAX + 32], topo_env[PATH_MAX + 48],
+	devices_env[32];
+
+struct mode {
+	const char *name;
+	const char *kind; /* cuemu-topo --kind */
+	const char *env[4];
+	bool multicast; /* NVLS: multicast objects expected */
+};
+
+static const struct mode modes[] = {
+	{"P2P", "pcie", {"NCCL_NVLS_ENABLE=0", NULL}, false},
+	{"NVLS", "nvswitch", {"NCCL_NVLS_ENABLE=1", "CUEMU_TOPO=nvswitch", NULL}, true},
+	{"SHM", "pcie", {"NCCL_NVLS_ENABLE=0", "NCCL_P2P_DISABLE=1", NULL}, false},
+};
+
+/* NCCL_TOPO_FILE=... for cuemu-topo --kind kind with devices GPUs into topo_env. */
+static int topology(const char *kind, int devices)
+{
+	char file[PATH_MAX + 32], topo_bin[PATH_MAX + 32], n[16];
+	snprintf(file, sizeof(file), "%s/topo-%s-%d.xml", e2e_root, kind, devices);
+	snprintf(topo_bin, sizeof(topo_bin), "%s/cuemu-topo", bin_dir);
+	snprintf(n, sizeof(n), "%d", devices);
+	snprintf(topo_env, sizeof(topo_env), "NCCL_TOPO_FILE=%s", file);
+	if (access(file, F_OK) == 0)
+		return 0;
+	char *argv[] = {topo_bin, "--kind", (char *)kind, "--devices", n, NULL};
+	return test_run_cmd(argv, file, 10000);
+}
+
+/* Start nccl_group with ranks ranks in mode m, one cuemu device each (NCCL puts
+ * one rank on a GPU), under the interposer unless plain, and wait (at most
+ * 120 s) until it is ready for a snapshot. */
+static int nccl_start(struct group *g, const char *name, int ranks, const struct mode *m, bool plain)
+{
+	static char n[16];
+	snprintf(n, sizeof(n), "%d", ranks);
+	snprintf(devices_env, sizeof(devices_env), "CUEMU_DEVICES=%d", ranks);
+	if (topology(m->kind, ranks) != 0) {
+		test_fail(__FILE__, __LINE__, "cuemu-topo --kind %s --devices %d failed", m->kind, ranks);
+		return -1;
+	}
+	const char *wrapped[] = {cusnap, "run", "--", group_bin, "--ranks", n, "--timeout", "180", NULL};
+	const char *const *argv = plain ? wrapped + 3 : wrapped;
+	char *env[12];
+	int e = 0;
+	env[e++] = ld_path;
+	env[e++] = topo_env;
+	env[e++] = devices_env;
+	env[e++] = "NCCL_HOSTID=cusnap-e2e"; /* one host, whatever the hostname */
+	for (int i = 0; m->env[i]; i++)
+		env[e++] = (char *)m->env[i];
+	env[e] = NULL;
+	memset(g, 0, sizeof(*g));
+	static int runs;
+	snprintf(g->ctl, sizeof(g->ctl), "%s/%s-%d-ctl", e2e_root, name, ++runs);
+	snprintf(g->log, sizeof(g->log), "%s/%s-%d.log", e2e_root, name, runs);
+	snprintf(g->env_ctl, sizeof(g->env_ctl), "SNAPSHOT_CONTROL_DIR=%s", g->ctl);
+	char *full[16];
+	int f = 0;
+	full[f++] = g->env_ctl;
+	for (int i = 0; env[i]; i++)
+		full[f++] = env[i];
+	full[f] = NULL;
+	g->child = g->root = test_spawn((char *const *)argv, full, g->log);
+	char ready[PATH_MAX + 32];
+	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
+	if (test_wait_file(ready, 120000))
+		return 0;
+	char *text = test_read_file(g->log);
+	test_fail(__FILE__, __LINE__, "nccl_group (%s, %d ranks) did not get ready; its log:\n%s", m->name, ranks,
+		  text ? text : "");
+	free(text);
+	group_kill(g);
+	return -1;
+}
+
+/* Memory objects (cuemu's memfds, by inode) mapped by more than one process of
+ * the tree: the memory its processes share. */
+static int shared_objects(pid_t root)
+{
+	pid_t pids[80];
+	int n = tree_pids(root, pids, 80);
+	unsigned long inodes[4096];
+	int owners[4096], count = 0;
+	for (int i = 0; i < n; i++) {
+		char path[64], line[1024];
+		snprintf(path, sizeof(path), "/proc/%d/maps", pids[i]);
+		FILE *fp = fopen(path, "re");
+		unsigned long seen[1024];
+		int nseen = 0;
+		while (fp && fgets(line, sizeof(line), fp)) {
+			unsigned long inode;
+			if (!strstr(line, "memfd:cuemu-") || sscanf(line, "%*s %*s %*s %*s %lu", &inode) != 1)
+				continue;
+			bool dup = false;
+			for (int k = 0; k < nseen && !dup; k++)
+				dup = seen[k] == inode;
+			if (dup || nseen == 1024)
+				continue;
+			seen[nseen++] = inode;
+			int k = 0;
+			while (k < count && inodes[k] != inode)
+				k++;
+			if (k == count && count < 4096) {
+				inodes[count] = inode;
+				owners[count++] = 0;
+			}
+			if (k < count)
+				owners[k]++;
+		}
+		if (fp)
+			fclose(fp);
+	}
+	int shared = 0;
+	for (int k = 0; k < count; k++)
+		shared += owners[k] > 1;
+	return shared;
+}
+
+static int nccl_tool(struct group *g, const char *cmd, const char *content, char **out)
+{
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", g->root);
+	if (content)
+		return tool(out, NULL, cusnap, cmd, "--pid", pid, "--content", content, "--control-dir", g->ctl,
+			    "--timeout", "60000", NULL);
+	return tool(out, NULL, cusnap, cmd, "--pid", pid, "--control-dir", g->ctl, "--timeout", "60000", NULL);
+}
+
+/* One group: shared memory and (NVLS) multicast objects seen through the
+ * interposer, suspended and resumed in both contents, sharing the same memory
+ * objects afterwards, every rank passing. */
+static void suspend_resume(const struct mode *m, int ranks, bool both_contents)
+{
+	struct group g;
+	char name[32];
+	snprintf(name, sizeof(name), "%s-%d", m->name, ranks);
+	if (nccl_start(&g, name, ranks, m, false) < 0)
+		return;
+	int before = shared_objects(g.root);
+	if (before <= 0)
+		test_fail(__FILE__, __LINE__, "%s: the ranks share no memory object before the suspend", name);
+	char *json = group_inspect(&g), *out;
+	CHECK_EQ(count_of(json, "\"interposed\":true"), ranks);
+	CHECK(count_of(json, "\"role\":\"importer\"") > 0);
+	if (m->multicast)
+		CHECK(count_of(json, "\"multicast\":[]") == 0);
+	else
+		CHECK_EQ(count_of(json, "\"multicast\":[]"), ranks);
+	free(json);
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < (both_contents ? 2 : 1); c++) {
+		CHECK_EQ(nccl_tool(&g, "suspend", contents[c], &out), 0);
+		free(out);
+		CHECK_EQ(nccl_tool(&g, "resume", NULL, &out), 0);
+		CHECK_CONTAINS(out, "topology identical");
+		free(out);
+		int after = shared_objects(g.root);
+		if (after != before)
+			test_fail(__FILE__, __LINE__, "%s (%s): %d shared memory objects before the suspend, %d after",
+				  name, contents[c], before, after);
+	}
+	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), ranks);
+	group_kill(&g);
+}
+
+static void p2p(void)
+{
+	suspend_resume(&modes[0], 2, true);
+	suspend_resume(&modes[0], 4, true);
+}
+
+static void nvls(void)
+{
+	suspend_resume(&modes[1], 2, true);
+	suspend_resume(&modes[1], 4, true);
+}
+
+static void shm(void)
+{
+	suspend_resume(&modes[2], 2, true);
+	suspend_resume(&modes[2], 4, true);
+}
+
+static void eight_ranks(void)
+{
+	suspend_resume(&modes[0], 8, false);
+}
+
+/* Without the interposer: the native steps alone bring every import back as a
+ * private copy; no memory object is shared any more, and NCCL notices nothing
+ * (every rank passes its own checks). The test must be able to see it. */
+static void without_interposer(void)
+{
+	struct group g;
+	if (nccl_start(&g, "plain", 2, &modes[0], true) < 0)
+		return;
+	int before = shared_objects(g.root);
+	CHECK(before > 0);
+	char *out;
+	CHECK_EQ(nccl_tool(&g, "suspend", NULL, &out), 0);
+	free(out);
+	CHECK_EQ(nccl_tool(&g, "resume", NULL, &out), 0);
+	free(out);
+	int after = shared_objects(g.root);
+	if (after != 0)
+		test_fail(__FILE__, __LINE__, "without the interposer %d memory objects are still shared (before: %d)",
+			  after, before);
+	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), 2);
+	group_kill(&g);
+}
+
+int main(void)
+{
+	e2e_init("nccl");
+	if (getenv("CUSNAP_SANITIZER"))
+		SKIP("NCCL and the example are not built with the sanitizers");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	snprintf(group_bin, sizeof(group_bin), "%s/nccl_group", examples_dir);
+	/* make test records how its NCCL build went: 69 unavailable (no nvcc, no
+	 * source), anything else but 0 a build that failed. */
+	char status_path[PATH_MAX + 32];
+	snprintf(status_path, sizeof(status_path), "%s/../../nccl-status", test_exe_dir());
+	char *status = test_read_file(status_path);
+	int built = status ? atoi(status) : -1;
+	free(status);
+	if (built != 0 && built != 69 && built != -1) {
+		test_fail(__FILE__, __LINE__, "the NCCL build failed (exit %d): see build/nccl-build.log", built);
+		return test_done();
+	}
+	if (access(group_bin, X_OK) != 0)
+		SKIP("no %s: `make nccl` builds NCCL from its source (needs nvcc and the NCCL source)", group_bin);
+	/* The project's runtime and NVML first, cuemu as libcuda.so.1. */
+	snprintf(ld_path, sizeof(ld_path), "LD_LIBRARY_PATH=%s:%s/../lib", emu_dir, bin_dir);
+	test_run("P2P (cuMem over POSIX FDs), 2 and 4 ranks: suspend/resume, both contents", p2p);
+	test_run("NVLS (multicast on an NVSwitch), 2 and 4 ranks: suspend/resume, both contents", nvls);
+	test_run("SHM (host memory), 2 and 4 ranks: suspend/resume, both contents", shm);
+	test_run("P2P, 8 ranks: suspend/resume", eight_ranks);
+	test_run("without the interposer the sharing is lost, and NCCL does not notice", without_interposer);
+	e2e_done();
+	return test_done();
+}
