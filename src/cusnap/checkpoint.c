@@ -89,8 +89,27 @@ static void dumped_tree_gone(const struct tree *t)
 	}
 }
 
+/* A --criu-config file: a regular file owned by the caller or root, writable
+ * by no one else, on a trusted path (CRIU, run as root, takes any option from
+ * it: action scripts included). 0, or the exit code (reported). */
+static int criu_config_trusted(const char *path)
+{
+	char why[PATH_MAX + 160];
+	struct stat st;
+	if (path_ancestors_trusted(path, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "--criu-config: %s; nothing done", why);
+	if (lstat(path, &st) < 0)
+		return fail(EX_USAGE, "--criu-config %s: %s; nothing done", path, strerror(errno));
+	if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+		return fail(EX_USAGE,
+			    "--criu-config %s: must be a regular file owned by you or root and writable by no one "
+			    "else (CRIU takes any option from it); nothing done",
+			    path);
+	return 0;
+}
+
 static int checkpoint_into(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running,
-			   bool wait_ready, struct checkpoint_result *r, bool summary)
+			   bool wait_ready, struct checkpoint_result *r, bool summary, bool tcp, const char *config)
 {
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
@@ -137,12 +156,18 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		rc = finish(&t, &rec, "cannot make %s: %s", plugins, strerror(errno));
 		goto out;
 	}
-	char *argv[16] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
+	char *argv[24] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
 	int n = 11;
 	if (leave_running)
 		argv[n++] = "--leave-running";
 	if (!session_leader_inside(pid))
 		argv[n++] = "--shell-job";
+	if (tcp)
+		argv[n++] = "--tcp-established";
+	if (config) {
+		argv[n++] = "--config";
+		argv[n++] = (char *)config;
+	}
 	argv[n] = NULL;
 	snprintf(log, sizeof(log), "%s/dump.log", images);
 	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
@@ -409,7 +434,7 @@ static int images_whole(const struct manifest *m, const char *images)
 }
 
 static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
-			bool summary)
+			bool summary, const char *config)
 {
 	char criu[PATH_MAX], err[PATH_MAX + 1200], images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32];
 	struct manifest m;
@@ -449,11 +474,17 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 		manifest_free(&m);
 		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
 	}
-	char *argv[16] = {"criu",        "restore", "-d",        "-D",    images,     "-o",
+	char *argv[24] = {"criu",        "restore", "-d",        "-D",    images,     "-o",
 			  "restore.log", "-v4",     "--pidfile", pidfile, "--libdir", plugins};
 	int n = 12;
 	if (manifest_dump_arg(&m, "--shell-job"))
 		argv[n++] = "--shell-job";
+	if (manifest_dump_arg(&m, "--tcp-established"))
+		argv[n++] = "--tcp-established"; /* the connections dumped come back */
+	if (config) {
+		argv[n++] = "--config";
+		argv[n++] = (char *)config;
+	}
 	argv[n] = NULL;
 	t0 = now_ms();
 	signals_arm();
@@ -638,9 +669,11 @@ int cmd_checkpoint(const struct args *a)
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
 	int held = -1, rc = check_pid_guard(a->pid);
-	if (rc || (rc = criu_privileged("checkpoint")) || (rc = use_dir(a->dir, true, &held)))
+	if (rc || (rc = criu_privileged("checkpoint")) || (a->criu_config && (rc = criu_config_trusted(a->criu_config))) ||
+	    (rc = use_dir(a->dir, true, &held)))
 		return rc;
-	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result);
+	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result,
+			     a->tcp_established, a->criu_config);
 	close(held);
 	return rc;
 }
@@ -653,11 +686,13 @@ int cmd_restore(const struct args *a)
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
 	int held = -1, rc = criu_privileged("restore");
+	if (!rc && a->criu_config)
+		rc = criu_config_trusted(a->criu_config);
 	if (!rc)
 		rc = use_dir(a->dir, false, &held);
 	if (rc)
 		return rc;
-	rc = restore_from(a->dir, a->device_map, a->criu, r, !a->result);
+	rc = restore_from(a->dir, a->device_map, a->criu, r, !a->result, a->criu_config);
 	close(held);
 	return rc;
 }

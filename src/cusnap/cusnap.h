@@ -305,6 +305,8 @@ struct args {
 	bool leave_running, wait_ready;   /* --leave-running, --wait-ready */
 	bool discard_state;               /* --discard-state */
 	bool launch_job;                  /* run: --launch-job */
+	bool tcp_established;             /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
+	const char *criu_config;          /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
 	int processes;                    /* demo: --processes */
 	unsigned long long size;          /* demo: --size */
 	bool in_place;                    /* demo: --in-place */

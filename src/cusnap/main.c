@@ -26,14 +26,21 @@ static const struct command commands[] = {
 	 "a new checkpoint job (CUDA_CHECKPOINT_JOB_FILE; through NVIDIA's cuda-checkpoint when it\n"
 	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
-	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file ",
+	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file "
+	 "tcp-established criu-config ",
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
-	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F] [--json]",
+	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
+	 "            [--tcp-established] [--criu-config FILE] [--json]",
 	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
 	 "and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
-	 "--leave-running (then it is resumed in place and snapshot-complete is written)"},
-	{"restore", cmd_restore, "dir device-map criu json timeout job-file ",
-	 "--dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--job-file F] [--json]",
+	 "--leave-running (then it is resumed in place and snapshot-complete is written);\n"
+	 "--tcp-established: CRIU dumps the tree's established TCP connections (NCCL's\n"
+	 "bootstrap keeps some between ranks) and the restore brings them back;\n"
+	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
+	 "writable by no one else)"},
+	{"restore", cmd_restore, "dir device-map criu json timeout job-file criu-config ",
+	 "--dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
+	 "            [--json]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
 	 "shared memory, then write restore-complete for the workload"},
 	{"suspend", cmd_suspend, "pid dir content require-interposer json timeout control-dir job-file ",
@@ -79,6 +86,8 @@ static const struct option options[] = {
 	{"require-interposer", no_argument, NULL, 'N'},
 	{"job-file", required_argument, NULL, 'J'},
 	{"launch-job", no_argument, NULL, 'G'},
+	{"tcp-established", no_argument, NULL, 'T'},
+	{"criu-config", required_argument, NULL, 'F'},
 	{0, 0, 0, 0},
 };
 
@@ -180,6 +189,8 @@ static int take(int c, const char *arg, struct args *a)
 	case 'N': settings.require_interposer = true; break;
 	case 'J': settings.job_file = arg; break;
 	case 'G': a->launch_job = true; break;
+	case 'T': a->tcp_established = true; break;
+	case 'F': a->criu_config = arg; break;
 	case 'S': {
 		char *end;
 		a->size = strtoull(arg, &end, 0);

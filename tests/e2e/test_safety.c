@@ -154,6 +154,19 @@ static void foreign_dirs(void)
 	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--dir", sub, "--control-dir", g.ctl, NULL), 64);
 	CHECK_CONTAINS(out, "a directory on the way");
 	free(out);
+	/* A CRIU configuration others can write (CRIU, as root, takes any option
+	 * from it): refused before anything is done. */
+	char cfg[PATH_MAX + 32], ckpt[PATH_MAX + 32];
+	snprintf(cfg, sizeof(cfg), "%s/criu.conf", open_to_all);
+	snprintf(ckpt, sizeof(ckpt), "%s/ckpt-cfg", e2e_root);
+	test_write_file(cfg, "tcp-established\n");
+	CHECK_EQ(chmod(cfg, 0666), 0);
+	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ckpt, "--control-dir", g.ctl,
+		      "--criu-config", cfg, NULL),
+		 64);
+	CHECK_CONTAINS(out, "--criu-config");
+	free(out);
+	CHECK(access(ckpt, F_OK) != 0);
 	char env_run[PATH_MAX + 32];
 	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", theirs);
 	char *run_env[] = {env_run, NULL};
