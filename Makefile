@@ -326,6 +326,10 @@ gpu-build: all $(BUILD)/tests/emu/target_helper
 	@if [ -x "$(NVCC)" ]; then \
 		echo "$(NVCC) tests/gpu/kernel_share.cu"; \
 		$(NVCC) -O2 -std=c++17 -o $(BUILD)/gpu/kernel_share tests/gpu/kernel_share.cu -L$(CUDA_HOME)/lib64/stubs -lcuda; \
+		if [ -f $(CUDA_HOME)/include/nccl.h ]; then \
+			echo "$(NVCC) tests/gpu/nccl_allreduce.cu (the host's NCCL, for the GPU host only)"; \
+			$(NVCC) -O2 -std=c++17 -arch=sm_90 -o $(BUILD)/gpu/nccl_allreduce tests/gpu/nccl_allreduce.cu -lnccl; \
+		fi; \
 	else echo "gpu-build: no nvcc at $(NVCC): kernel_share not built (run.sh skips the kernel checks)"; fi
 
 # A lean, relocatable set for a GPU host (the device tool carries at most 64 MiB):
@@ -338,6 +342,7 @@ gpu-bundle: gpu-build
 	cp -r $(BUILD)/bin $(BUILD)/lib $(BUILD)/examples $(GPU_BUNDLE)/
 	cp $(BUILD)/gpu/probe $(BUILD)/gpu/rt_clients $(BUILD)/gpu/copy_bench $(GPU_BUNDLE)/gpu/
 	-cp $(BUILD)/gpu/kernel_share $(GPU_BUNDLE)/gpu/ 2>/dev/null
+	-cp $(BUILD)/gpu/nccl_allreduce $(GPU_BUNDLE)/gpu/ 2>/dev/null
 	cp $(BUILD)/tests/emu/target_helper $(GPU_BUNDLE)/tests/emu/
 	-cp -L $(CUDA_HOME)/lib64/libcudart.so.13 $(GPU_BUNDLE)/cudart/ 2>/dev/null
 	cp tests/gpu/run.sh $(GPU_BUNDLE)/run.sh

@@ -112,7 +112,12 @@ static int rank_main(int rank, struct shared *sh)
 		usleep(10000);
 	}
 	ncclComm_t comm;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	NC(rank, ncclCommInitRank(&comm, nranks, sh->id, rank));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("nccl_group rank %d: ncclCommInitRank %.1f ms\n", rank,
+	       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 	cudaStream_t s;
 	RT(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	void *buf = NULL;

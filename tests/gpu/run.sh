@@ -31,6 +31,9 @@
 #   G10 contiguous mappings (vmm_group --contiguous, PyTorch's expandable
 #      segments' layout), suspended and resumed in both content modes: the
 #      restore grants each process's run of mappings in one cuMemSetAccess
+#   G11 the host's own NCCL (libnccl.so.2) over every GPU: all-reduce results
+#      checked by kernels before a suspend, after resumes in both content modes,
+#      and after a CRIU checkpoint (--tcp-established) and restore
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -552,6 +555,42 @@ if start e7-plain env VMM_GROUP_IPC=1 "$group" --workers 1 --allocs 1; then
 fi
 stop "$pid" 2>/dev/null
 assume "r580: the native checkpoint of a process holding an opened IPC mapping fails" CUDA_ERROR_NOT_SUPPORTED "$seen"
+
+# ---- G11: the host's own NCCL, every GPU, all-reduce results checked by kernels ----
+# Before a suspend, after the resume in both content modes, and after a CRIU
+# restore (where CRIU can dump NCCL's TCP sockets: --tcp-established).
+if [ "${CUSNAP_GPU_REHEARSAL:-}" = 1 ]; then
+	# nccl_allreduce carries NVIDIA's runtime (and the host's NCCL): never on cuemu.
+	result G11 SKIP "REHEARSAL on cuemu: the host's NCCL and NVIDIA's runtime never run on the emulator"
+elif [ ! -x "$B/gpu/nccl_allreduce" ]; then
+	result G11 SKIP "nccl_allreduce not built (no nccl.h in the toolkit where the bundle was made)"
+elif [ "${ndev:-1}" -lt 2 ]; then
+	result G11 SKIP "one rank per GPU needs two GPUs here ($ndev)"
+elif start g11 "$cusnap" run -- "$B/gpu/nccl_allreduce" "$ndev"; then
+	ok=yes
+	for content in host native; do suspend_resume "g11-$content" "$pid" $content || ok="no ($content)"; done
+	if [ "$ok" = yes ] && finish "$pid" && [ "$(grep -c 'PASS nccl_allreduce' "$logs/g11.log")" = "$ndev" ]; then
+		result G11 PASS "NCCL all-reduce over $ndev GPUs checked by kernels before a suspend and after resumes in both content modes"
+	else
+		result G11 FAIL "NCCL group: suspend/resume $ok; $(lastlines g11 3) $(lastlines g11-host-suspend 2)"
+		stop "$pid"
+	fi
+	if [ -x "$criu" ] && start g11c "$cusnap" run -- "$B/gpu/nccl_allreduce" "$ndev"; then
+		if run g11c-dump 180 "$cusnap" checkpoint --pid "$pid" --dir "$work/g11c" --criu "$criu" --tcp-established &&
+			run g11c-restore 180 "$cusnap" restore --dir "$work/g11c" --criu "$criu"; then
+			root=$(cat "$work/g11c/restore.pid" 2>/dev/null)
+			touch "$SNAPSHOT_CONTROL_DIR/restore-complete"
+			for _ in $(seq 300); do kill -0 "$root" 2>/dev/null || break; sleep 0.1; done
+			result G11c PASS "NCCL group checkpointed with CRIU (--tcp-established) and restored; $(grep -c 'PASS nccl_allreduce' "$logs/g11c.log") PASS lines"
+		else
+			result G11c FAIL "CRIU with NCCL: $(lastlines g11c-dump 3) $(lastlines g11c-restore 3)"
+			stop "$pid"
+		fi
+	fi
+else
+	result G11 FAIL "the NCCL group did not get ready: $(lastlines g11 3)"
+	stop "$pid"
+fi
 
 # ---- the report ----
 esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\000-\037'; }
