@@ -669,8 +669,8 @@ int cmd_checkpoint(const struct args *a)
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
 	int held = -1, rc = check_pid_guard(a->pid);
-	if (rc || (rc = criu_privileged("checkpoint")) || (a->criu_config && (rc = criu_config_trusted(a->criu_config))) ||
-	    (rc = use_dir(a->dir, true, &held)))
+	if (rc || (rc = criu_privileged("checkpoint")) ||
+	    (a->criu_config && (rc = criu_config_trusted(a->criu_config))) || (rc = use_dir(a->dir, true, &held)))
 		return rc;
 	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result,
 			     a->tcp_established, a->criu_config);

@@ -32,22 +32,22 @@ __device__ int device_counter;
 
 static int failures;
 
-#define CHECK(cond)                                                               \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
+#define CHECK(cond)                                                                            \
+	do {                                                                                   \
+		if (!(cond)) {                                                                 \
 			std::printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-			failures++;                                               \
-		}                                                                 \
+			failures++;                                                            \
+		}                                                                              \
 	} while (0)
 #define CHECK_RT(call) CHECK_IS(call, cudaSuccess)
-#define CHECK_IS(call, want)                                                                     \
-	do {                                                                                     \
-		cudaError_t e_ = (call);                                                         \
-		if (e_ != (want)) {                                                              \
-			std::printf("  %s:%d: %s: %s, want %s\n", __FILE__, __LINE__, #call,      \
-				    cudaGetErrorName(e_), cudaGetErrorName(want));                \
-			failures++;                                                      \
-		}                                                                                \
+#define CHECK_IS(call, want)                                                                                       \
+	do {                                                                                                       \
+		cudaError_t e_ = (call);                                                                           \
+		if (e_ != (want)) {                                                                                \
+			std::printf("  %s:%d: %s: %s, want %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
+				    cudaGetErrorName(want));                                                       \
+			failures++;                                                                                \
+		}                                                                                                  \
 	} while (0)
 
 static void test(const char *name, void (*fn)())

@@ -39,14 +39,14 @@ struct shared {
 static const char *ctl;
 static int nranks;
 
-#define TRY(cond, ...)                                      \
-	do {                                                \
-		if (!(cond)) {                              \
+#define TRY(cond, ...)                                                \
+	do {                                                          \
+		if (!(cond)) {                                        \
 			std::fprintf(stderr, "FAIL rank %d: ", rank); \
-			std::fprintf(stderr, __VA_ARGS__);  \
-			std::fprintf(stderr, "\n");         \
-			return 1;                           \
-		}                                           \
+			std::fprintf(stderr, __VA_ARGS__);            \
+			std::fprintf(stderr, "\n");                   \
+			return 1;                                     \
+		}                                                     \
 	} while (0)
 
 static bool exists(const char *name)
@@ -57,8 +57,7 @@ static bool exists(const char *name)
 }
 
 // One all-reduce of rank+1 from every rank, checked by a kernel: the number of wrong elements.
-static long long round_trip(ncclComm_t comm, float *buf, size_t n, int rank, cudaStream_t s,
-			    unsigned long long *wrong)
+static long long round_trip(ncclComm_t comm, float *buf, size_t n, int rank, cudaStream_t s, unsigned long long *wrong)
 {
 	fill<<<64, 256, 0, s>>>(buf, n, (float)(rank + 1));
 	if (ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s) != ncclSuccess)
