@@ -35,29 +35,19 @@ __global__ void check(const unsigned *p, unsigned v, unsigned n, unsigned *bad)
 
 static const char *role = "parent";
 
-#define CU(x)                                                                              \
-	do {                                                                               \
-		CUresult r_ = (x);                                                         \
-		if (r_ != CUDA_SUCCESS) {                                                  \
-			const char *s_ = "?";                                              \
-			cuGetErrorName(r_, &s_);                                           \
-			fprintf(stderr, "kernel_share %s: %s failed: %s\n", role, #x, s_); \
-			exit(1);                                                           \
-		}                                                                          \
+#define CU(x)                                                                     \
+	do {                                                                          \
+		CUresult r_ = (x);                                                        \
+		if (r_ != CUDA_SUCCESS) {                                                 \
+			const char *s_ = "?";                                                 \
+			cuGetErrorName(r_, &s_);                                              \
+			fprintf(stderr, "kernel_share %s: %s failed: %s\n", role, #x, s_);   \
+			exit(1);                                                              \
+		}                                                                         \
 	} while (0)
 
-static void put(int s, char c)
-{
-	if (write(s, &c, 1) != 1)
-		exit(1);
-}
-static char get(int s)
-{
-	char c = 0;
-	if (read(s, &c, 1) != 1)
-		exit(1);
-	return c;
-}
+static void put(int s, char c) { if (write(s, &c, 1) != 1) exit(1); }
+static char get(int s) { char c = 0; if (read(s, &c, 1) != 1) exit(1); return c; }
 
 static int send_fd(int s, int fd)
 {
