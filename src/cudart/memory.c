@@ -8,13 +8,6 @@
 
 #include "rt.h"
 
-#define CTX_OR_RETURN()                        \
-	do {                                   \
-		cudaError_t e_ = rt_context(); \
-		if (e_)                        \
-			return e_;             \
-	} while (0)
-
 RT_API cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
 {
 	if (!devPtr)

@@ -34,6 +34,14 @@ cudaError_t rt_result(cudaError_t err);
  * where both name the same condition). */
 cudaError_t rt_cu(CUresult rc);
 
+/* Return the error from a function when no context can be made current. */
+#define CTX_OR_RETURN()                        \
+	do {                                   \
+		cudaError_t e_ = rt_context(); \
+		if (e_)                        \
+			return e_;             \
+	} while (0)
+
 /* device.c */
 /* The context calls of this thread run in: the current driver context if the
  * application made one current, else the primary context of the thread's

@@ -3,13 +3,6 @@
  * driver under the emulator never captures; building graphs is refused). */
 #include "rt.h"
 
-#define CTX_OR_RETURN()                        \
-	do {                                   \
-		cudaError_t e_ = rt_context(); \
-		if (e_)                        \
-			return e_;             \
-	} while (0)
-
 /* cudaStreamNonBlocking is CU_STREAM_NON_BLOCKING. */
 RT_API cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {

@@ -67,7 +67,7 @@ void tree_free(struct tree *t)
 	memset(&t->procs, 0, sizeof(*t) - offsetof(struct tree, procs));
 }
 
-static int tree_load_as(pid_t pid, struct tree *t, bool view)
+static int tree_fill(pid_t pid, struct tree *t, bool view)
 {
 	memset(t, 0, sizeof(*t));
 	t->lock.dirfd = -1;
@@ -131,6 +131,15 @@ static int tree_load_as(pid_t pid, struct tree *t, bool view)
 		t->cuda_index[t->ncuda++] = i;
 	}
 	return 0;
+}
+
+/* A tree that could not be loaded holds nothing: the caller frees nothing. */
+static int tree_load_as(pid_t pid, struct tree *t, bool view)
+{
+	int rc = tree_fill(pid, t, view);
+	if (rc)
+		tree_free(t);
+	return rc;
 }
 
 int tree_load(pid_t pid, struct tree *t)

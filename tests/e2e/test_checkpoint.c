@@ -455,7 +455,7 @@ static void damaged_images(void)
 /* A checkpoint without digests (an older cusnap's) whose page image is cut in
  * half: CRIU runs, and however it goes wrong the restore ends by itself, within
  * CRIU's bounds (here: its log may not pass 8 MiB), exit 2, with a bounded log
- * and nothing of what CRIU made left running. */
+ * and nothing of what CRIU made left running; and a SIGTERM ends it at once. */
 static void runaway_criu(void)
 {
 	struct group g;
@@ -485,6 +485,23 @@ static void runaway_criu(void)
 	CHECK(stat(log, &st) == 0 && st.st_size < 64 * 1048576);
 	reap_all();
 	CHECK(kill(was, 0) < 0 && errno == ESRCH); /* nothing restored runs */
+	/* The same runaway with no near bound: SIGTERM to cusnap ends it at once
+	 * (CRIU killed, with what it made), exit 2. */
+	char out_path[PATH_MAX + 32];
+	snprintf(out_path, sizeof(out_path), "%s/sigterm-restore.out", g.ctl);
+	char *argv[] = {cusnap, "restore", "--dir", dir, "--criu", criu, NULL};
+	char *far[] = {"CUSNAP_CRIU_LOG_MAX=4294967296", "CUSNAP_CRIU_TIMEOUT_MS=120000", NULL};
+	pid_t p = test_spawn(argv, far, out_path);
+	usleep(700 * 1000);
+	kill(p, SIGTERM);
+	int status = test_wait_child(p, 30000); /* (without the signal path: 120 s or 4 GiB of log) */
+	char *text = test_read_file(out_path);
+	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 2);
+	CHECK_CONTAINS(text ? text : "", "CRIU killed");
+	free(text);
+	reap_all();
+	CHECK(kill(was, 0) < 0 && errno == ESRCH);
+	unlink(log);
 }
 
 /* The dumped root reaped by its parent only 1.5 s after the checkpoint (a

@@ -148,7 +148,7 @@ static int nccl_tool(struct group *g, const char *cmd, const char *content, char
 /* One group: shared memory and (NVLS) multicast objects seen through the
  * interposer, suspended and resumed in both contents, sharing the same memory
  * objects afterwards, every rank passing. */
-static void suspend_resume(const struct mode *m, int ranks, bool both_contents)
+static void suspend_resume(const struct mode *m, int ranks)
 {
 	struct group g;
 	char name[32];
@@ -167,7 +167,7 @@ static void suspend_resume(const struct mode *m, int ranks, bool both_contents)
 		CHECK_EQ(count_of(json, "\"multicast\":[]"), ranks);
 	free(json);
 	static const char *const contents[] = {"host", "native"};
-	for (int c = 0; c < (both_contents ? 2 : 1); c++) {
+	for (int c = 0; c < 2; c++) {
 		CHECK_EQ(nccl_tool(&g, "suspend", contents[c], &out), 0);
 		free(out);
 		CHECK_EQ(nccl_tool(&g, "resume", NULL, &out), 0);
@@ -184,25 +184,26 @@ static void suspend_resume(const struct mode *m, int ranks, bool both_contents)
 
 static void p2p(void)
 {
-	suspend_resume(&modes[0], 2, true);
-	suspend_resume(&modes[0], 4, true);
+	suspend_resume(&modes[0], 2);
+	suspend_resume(&modes[0], 4);
 }
 
 static void nvls(void)
 {
-	suspend_resume(&modes[1], 2, true);
-	suspend_resume(&modes[1], 4, true);
+	suspend_resume(&modes[1], 2);
+	suspend_resume(&modes[1], 4);
 }
 
 static void shm(void)
 {
-	suspend_resume(&modes[2], 2, true);
-	suspend_resume(&modes[2], 4, true);
+	suspend_resume(&modes[2], 2);
+	suspend_resume(&modes[2], 4);
 }
 
 static void eight_ranks(void)
 {
-	suspend_resume(&modes[0], 8, false);
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
+		suspend_resume(&modes[m], 8);
 }
 
 /* Without the interposer: the native steps alone bring every import back as a
@@ -310,7 +311,7 @@ int main(void)
 	test_run("P2P (cuMem over POSIX FDs), 2 and 4 ranks: suspend/resume, both contents", p2p);
 	test_run("NVLS (multicast on an NVSwitch), 2 and 4 ranks: suspend/resume, both contents", nvls);
 	test_run("SHM (host memory), 2 and 4 ranks: suspend/resume, both contents", shm);
-	test_run("P2P, 8 ranks: suspend/resume", eight_ranks);
+	test_run("P2P, NVLS and SHM, 8 ranks: suspend/resume, both contents", eight_ranks);
 	test_run("without the interposer the sharing is lost, and NCCL does not notice", without_interposer);
 	test_run("CRIU: checkpoint (--tcp-established), kill, restore a 2-rank group", criu_checkpoint_restore);
 	e2e_done();

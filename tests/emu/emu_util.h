@@ -3,9 +3,40 @@
 #ifndef CUSNAP_TESTS_EMU_UTIL_H
 #define CUSNAP_TESTS_EMU_UTIL_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include <cuda.h>
 
 #define MiB ((size_t)1 << 20)
+
+/* A host function (cuLaunchHostFunc) that holds its stream until the gate opens. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool open;
+};
+#define GATE_INIT                                                          \
+	{                                                                  \
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false \
+	}
+
+static inline void CUDA_CB gate_fn(void *arg)
+{
+	struct gate *g = arg;
+	pthread_mutex_lock(&g->mu);
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static inline void gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->open = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
 
 /* cuInit, then device dev's primary context current on this thread. */
 static inline CUresult emu_use_device(int dev)

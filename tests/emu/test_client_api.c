@@ -131,29 +131,6 @@ static void modules_and_libraries(void)
 
 /* ---- launches ---- */
 
-struct gate {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int open;
-};
-
-static void CUDA_CB gate_fn(void *arg)
-{
-	struct gate *g = arg;
-	pthread_mutex_lock(&g->mu);
-	while (!g->open)
-		pthread_cond_wait(&g->cv, &g->mu);
-	pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_open(struct gate *g)
-{
-	pthread_mutex_lock(&g->mu);
-	g->open = 1;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-}
-
 static CUfunction some_kernel(CUmodule *mod)
 {
 	CUfunction f = NULL;
@@ -170,7 +147,7 @@ static void launches(void)
 	CUevent e;
 	CHECK_CU(cuStreamCreate(&s, 0));
 	CHECK_CU(cuEventCreate(&e, 0));
-	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct gate g = GATE_INIT;
 	void *args[] = {&(unsigned long long){0}};
 	CHECK_CU(cuLaunchHostFunc(s, gate_fn, &g));
 	CHECK_CU(cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args, NULL));
@@ -268,7 +245,7 @@ static void memory_pools(void)
 	CUipcMemHandle ipc;
 	CHECK_CU_EQ(cuIpcGetMemHandle(&ipc, p), CUDA_ERROR_INVALID_VALUE); /* pool memory has no legacy IPC */
 	/* The free happens when the stream reaches it. */
-	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct gate g = GATE_INIT;
 	CHECK_CU(cuLaunchHostFunc(s, gate_fn, &g));
 	CHECK_CU(cuMemFreeAsync(p, s));
 	CUdeviceptr base;

@@ -10,37 +10,6 @@
 #include "../harness/test.h"
 #include "emu_util.h"
 
-/* A host function that holds its stream until the gate opens. */
-struct gate {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool open;
-};
-
-static void CUDA_CB gate_fn(void *arg)
-{
-	struct gate *g = arg;
-	pthread_mutex_lock(&g->mu);
-	while (!g->open)
-		pthread_cond_wait(&g->cv, &g->mu);
-	pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_init(struct gate *g)
-{
-	pthread_mutex_init(&g->mu, NULL);
-	pthread_cond_init(&g->cv, NULL);
-	g->open = false;
-}
-
-static void gate_open(struct gate *g)
-{
-	pthread_mutex_lock(&g->mu);
-	g->open = true;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-}
-
 /* Poll the stream until it is idle, at most ms: its last cuStreamQuery. */
 static CUresult settle(CUstream s, int ms)
 {
@@ -68,8 +37,7 @@ static void strong_stream_pattern(void)
 	CHECK_CU(cuEventRecord(e, s));
 	CHECK_CU(settle(s, 5000));
 	/* E's current record sits on t behind a gate: s waits for it, and only it. */
-	struct gate g;
-	gate_init(&g);
+	struct gate g = GATE_INIT;
 	CHECK_CU(cuLaunchHostFunc(t, gate_fn, &g));
 	CHECK_CU(cuEventRecord(e, t));
 	CHECK_CU(cuStreamWaitEvent(s, e, 0));
@@ -112,9 +80,7 @@ static void synchronize_current_record(void)
 	CHECK_CU(cuStreamCreate(&s, 0));
 	CHECK_CU(cuStreamCreate(&u, 0));
 	CHECK_CU(cuEventCreate(&e, 0));
-	struct gate first, second;
-	gate_init(&first);
-	gate_init(&second);
+	struct gate first = GATE_INIT, second = GATE_INIT;
 	CHECK_CU(cuLaunchHostFunc(s, gate_fn, &first));
 	CHECK_CU(cuEventRecord(e, s));
 	CHECK_CU_EQ(cuEventQuery(e), CUDA_ERROR_NOT_READY);
@@ -152,8 +118,7 @@ static void destroy_while_pending(void)
 	CHECK_CU(cuStreamCreate(&s, 0));
 	CHECK_CU(cuStreamCreate(&w, 0));
 	CHECK_CU(cuEventCreate(&e, 0));
-	struct gate g;
-	gate_init(&g);
+	struct gate g = GATE_INIT;
 	CHECK_CU(cuLaunchHostFunc(s, gate_fn, &g));
 	CHECK_CU(cuEventRecord(e, s));
 	CHECK_CU(cuStreamWaitEvent(w, e, 0));

@@ -379,14 +379,6 @@ static void streams_and_events(void)
 	free(dst);
 }
 
-static atomic_int gate_open;
-static void CUDA_CB wait_gate(void *arg)
-{
-	(void)arg;
-	while (!gate_open)
-		usleep(1000);
-}
-
 /* A queued copy whose device range is unmapped before it runs fails (logged)
  * and writes nothing: the range is no longer device memory, and it is not host
  * memory the copy was given. (It wrote into the unmapped range and crashed.) */
@@ -398,11 +390,11 @@ static void unmapped_before_run(void)
 	CHECK_CU(cuStreamCreate(&s, 0));
 	unsigned char *src = malloc(gran);
 	emu_pattern(src, gran, 9);
-	gate_open = 0;
-	CHECK_CU(cuLaunchHostFunc(s, wait_gate, NULL));
+	struct gate g = GATE_INIT;
+	CHECK_CU(cuLaunchHostFunc(s, gate_fn, &g));
 	CHECK_CU(cuMemcpyHtoDAsync(va, src, gran, s));
 	CHECK_CU(cuMemUnmap(va, gran));
-	gate_open = 1;
+	gate_open(&g);
 	CHECK_CU(cuStreamSynchronize(s));
 	/* Map it again: the allocation never received the copy. */
 	CHECK_CU(cuMemMap(va, gran, 0, h, 0));
