@@ -354,6 +354,12 @@ static CUresult ctx_destroy(CUcontext ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	emu_streams_sync_all();
 	c->active = false; /* kept allocated: stale handles must fail, not crash */
+	/* ... and listed, so that what stays allocated stays reachable. */
+	static struct emu_ctx *destroyed;
+	pthread_mutex_lock(&emu.lock);
+	c->destroyed_next = destroyed;
+	destroyed = c;
+	pthread_mutex_unlock(&emu.lock);
 	if (emu_current == c)
 		emu_current = NULL;
 	return CUDA_SUCCESS;

@@ -57,6 +57,7 @@ struct emu_device {
 struct emu_ctx {
 	int device;
 	bool primary;
+	struct emu_ctx *destroyed_next; /* destroyed contexts stay allocated and listed (stale handles fail) */
 	atomic_bool active; /* primary: retained at least once since the last reset (read without emu.lock) */
 };
 
