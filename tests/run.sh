@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # Run every test executable of a build tree: tests/run.sh BUILD LABEL
+# (TESTS_ONLY, TESTS_SKIP: regular expressions over the names, e2e/test_nccl)
 # Exit 0 = pass, 77 = skip, anything else = fail. Each test's output goes to
 # BUILD/test-logs/NAME.log and is shown when it fails; each line gives the
 # program's time against its limit (TEST_TIMEOUT seconds, default 300), and one
@@ -75,6 +76,9 @@ drain_to() {
 
 for t in $(find "$build/tests" -path '*/tmp-*' -prune -o -type f -perm -u+x ! -name '*_helper' ! -name '*.so*' -print 2>/dev/null | sort); do
 	name=${t#"$build/tests/"}
+	# TESTS_ONLY / TESTS_SKIP: extended regular expressions over the names (e2e/test_nccl).
+	[ -n "${TESTS_ONLY:-}" ] && ! [[ $name =~ $TESTS_ONLY ]] && continue
+	[ -n "${TESTS_SKIP:-}" ] && [[ $name =~ $TESTS_SKIP ]] && continue
 	if [[ $name =~ $alone ]]; then
 		drain_to 1
 		run_one "$t" "$(log_of "$name")"

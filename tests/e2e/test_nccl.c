@@ -304,6 +304,10 @@ int main(void)
 		test_fail(__FILE__, __LINE__, "the NCCL build failed (exit %d): see build/nccl-build.log", built);
 		return test_done();
 	}
+	if (access(group_bin, X_OK) != 0 && built == 0) {
+		test_fail(__FILE__, __LINE__, "NCCL was built but %s was not (make nccl)", group_bin);
+		return test_done();
+	}
 	if (access(group_bin, X_OK) != 0)
 		SKIP("no %s: `make nccl` builds NCCL from its source (needs nvcc and the NCCL source)", group_bin);
 	/* The project's runtime and NVML first, cuemu as libcuda.so.1. */
