@@ -40,8 +40,8 @@ one() {
 	wait $pid || return 0
 	local init calls
 	init=$(sed -n 's/.*ncclCommInitRank \([0-9.]*\) ms/\1/p' "$log" | sort -g | tail -1)
-	# The call counters follow 8 other slots (include/cusnap/counters.h), 8 bytes each.
-	calls=$(od -An -t u8 -j 64 -N 1024 "$counts" | awk -v r=$ranks '{for (i = 1; i <= NF; i++) s += $i} END {printf "%.0f", s / r}')
+	# The call counters (256) follow 8 other slots (include/cusnap/counters.h), 8 bytes each.
+	calls=$(od -An -t u8 -j 64 -N 2048 "$counts" | awk -v r=$ranks '{for (i = 1; i <= NF; i++) s += $i} END {printf "%.0f", s / r}')
 	echo "$init $calls"
 }
 

@@ -19,7 +19,7 @@ enum count_slot {
 	COUNT_SHIM_CONNECTIONS, /* connections a shim opened to another shim */
 	COUNT_COORD_REQUESTS,   /* coordinator requests: one connection, request and reply each */
 	COUNT_CALLS,            /* + an entry point's index in emu/api.def */
-	COUNT_MAX_CALLS = 128,
+	COUNT_MAX_CALLS = 256,
 	COUNT_SLOTS = COUNT_CALLS + COUNT_MAX_CALLS,
 };
 
