@@ -6,6 +6,8 @@
 #   make SANITIZE=address,undefined BUILD=build-asan   a sanitizer build
 CUDA_HOME ?= /usr/local/cuda
 BUILD ?= build
+# Compile jobs for `make test`'s three builds (the machine's cores).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CC ?= gcc
 SANITIZE ?=
 
@@ -300,16 +302,16 @@ demo: deps
 # The whole suite, then the same suite built with ASan+UBSan (CRIU tests skip there).
 test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
-	$(MAKE) tests
+	$(MAKE) -j$(JOBS) tests
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
 	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
 	@# priority, while the rest of the suite runs; its test runs last.
 	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \
 		echo $$? > build/nccl-status) &
 	TESTS_SKIP='^e2e/test_nccl$$' tests/run.sh build normal || true
-	$(MAKE) tests BUILD=build-asan SANITIZE=address,undefined
+	$(MAKE) -j$(JOBS) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true
-	$(MAKE) tests BUILD=build-tsan SANITIZE=thread
+	$(MAKE) -j$(JOBS) tests BUILD=build-tsan SANITIZE=thread
 	CUSNAP_SANITIZER=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan tsan || true
 	@scripts/wait-nccl.sh build && $(MAKE) nccl || echo "NCCL not built (build/nccl-make.log): tests/e2e/test_nccl will say why"
 	TESTS_ONLY='^e2e/test_nccl$$' tests/run.sh build nccl || true

@@ -57,17 +57,22 @@ static inline bool sweep_selected(int index)
 }
 
 /* Within a selected combination, is the driver call at this index of
- * sweep_calls swept? All of them, but under TSan (some 15 times slower a case)
- * one in eight, and one in two where the sweep's program asks it
- * (CUSNAP_SWEEP_HALF: the CRIU sweep, whose cases run one at a time). `make
- * sweep` (CUSNAP_SWEEP_ALL) sweeps every call. */
+ * sweep_calls swept? The suite shares the calls out: the plain pass sweeps the
+ * even ones, the ASan pass (half the combinations) the odd ones, so that every
+ * call is swept once per suite; TSan (some 15 times slower a case) one in
+ * eight; a program that sets CUSNAP_SWEEP_STRIDE=N one in N (the CRIU sweep,
+ * whose cases run one at a time).
+ * `make sweep` (CUSNAP_SWEEP_ALL) sweeps every call in every combination. */
 static inline bool sweep_call_selected(size_t call)
 {
 	if (getenv("CUSNAP_SWEEP_ALL"))
 		return true;
 	if (getenv("TSAN_OPTIONS"))
 		return call % 8 == 0;
-	return !getenv("CUSNAP_SWEEP_HALF") || call % 2 == 0;
+	const char *stride = getenv("CUSNAP_SWEEP_STRIDE");
+	if (stride && atoi(stride) > 1)
+		return call % (size_t)atoi(stride) == 0;
+	return call % 2 == (getenv("CUSNAP_SANITIZER") ? 1u : 0u);
 }
 
 static inline int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out)

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -65,8 +66,12 @@ void test_run(const char *name, void (*fn)(void))
 		return;
 	test_current = name;
 	sub_failures = 0;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	fn();
-	printf("%s %s\n", sub_failures ? "FAIL" : "ok  ", name);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("%s %s (%.1f s)\n", sub_failures ? "FAIL" : "ok  ", name, secs);
 	fflush(stdout);
 	test_current = "main";
 }
