@@ -51,6 +51,7 @@ NCCL_STAMP := $(BUILD)/nccl/.stamp
 NCCL_GROUP := $(BUILD)/examples/nccl_group
 # The CRIU plugin: cusnap's tree, native and finish code without its commands.
 PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
+PLUGIN_SRC := $(wildcard src/criu/*.c)
 PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
 # src/common as a static library: each binary links only the objects it uses
 # (the shim carries none of the tools' JSON, state-file or manifest code).
@@ -159,7 +160,7 @@ $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_L
 
 # CRIU loads it; criu_get_image_dir comes from criu itself (-z defs is not used);
 # jansson dynamically (its static archive is not position-independent).
-$(PLUGIN): $(BUILD)/obj/src/criu/plugin.o $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+$(PLUGIN): $(PLUGIN_SRC:%.c=$(BUILD)/obj/%.o) $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,cusnap_plugin.so $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
 
@@ -183,6 +184,11 @@ $(BUILD)/emu/libcuda.so: $(EMU)
 	ln -sf libcuda.so.1 $@
 
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
+# The CRIU plugin's configuration file, parsed alone.
+$(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 

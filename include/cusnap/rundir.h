@@ -42,6 +42,9 @@ struct tree_lock {
 int tree_lock_take(struct tree_lock *l, const char *proc, const pid_t *pids, size_t n, const char *holder, char *err,
 		   size_t errlen);
 void tree_lock_release(struct tree_lock *l);
+/* The lock passes to a process forked while it was held (it shares the open
+ * files, and the flocks with them): closed here, the files left in place. */
+void tree_lock_hand_over(struct tree_lock *l);
 /* Does a command hold the lock of pid? Then true, and who into out. */
 bool tree_lock_holder(const char *proc, pid_t pid, char *out, size_t len);
 

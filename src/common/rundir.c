@@ -367,6 +367,14 @@ void tree_lock_release(struct tree_lock *l)
 	*l = (struct tree_lock){.dirfd = -1};
 }
 
+void tree_lock_hand_over(struct tree_lock *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		close(l->fds[i]);
+	l->n = 0;
+	tree_lock_release(l);
+}
+
 /* Is an flock held on the file open at fd? (/proc/locks, read only: asking
  * with a lock of our own could make a command starting that instant refuse.) */
 static bool flock_held(int fd)

@@ -3,7 +3,9 @@
  * (and so the container engines that run CRIU) of a tree whose CUDA processes
  * run under the interposer do what `cusnap checkpoint` and `restore` do, with
  * cusnap's own code: the coordinator library, the native steps, the finish
- * path. This file is only the glue to CRIU's hooks (criu_abi.h).
+ * path. This file is the glue to CRIU's hooks (criu_abi.h); its settings come
+ * from a file (plugin_conf.c), what it says goes into CRIU's log too
+ * (plugin_log.c), and CRIU's own CUDA plugin may sit beside it (plugin_peer.c).
  *
  * Dump. At the first PAUSE_DEVICES (the root, still running) the tree is found
  * and checked (a partial interposition fails the dump before anything
@@ -13,21 +15,23 @@
  * their threads stopped, so each process's restore thread runs alone
  * meanwhile, its signals blocked (as CRIU's CUDA plugin does). Then the
  * plugin's image (cusnap-plugin.json). When the dump fails, or the tree runs on
- * (--leave-running), exit leaves a helper that waits until CRIU has let the
- * tree go and then undoes (or completes) in place as cusnap would: native
- * restore and unlock, the sharing rebuilt.
+ * (-R), CRIU lets the tree go only after the plugin's exit: a helper forked
+ * there waits for that and undoes (or completes) in place as cusnap would,
+ * holding the tree's lock, while CRIU waits for it before it exits: when `criu
+ * dump` returns, the tree is whole (or the failure is in CRIU's log).
  *
- * Restore. RESUME_DEVICES_LATE names the restored root first. Once CRIU has let
- * the tree go (exit), native restore and unlock (the job file written back
- * first), the sharing rebuilt from the state file, then restore-complete. A
- * failure there kills the restored tree: it never runs half-restored.
- *
- * CRIU's own CUDA plugin checkpoints each task by itself, which breaks shared
- * VMM memory: with it loaded too, this plugin refuses the dump. */
+ * Restore. At init, before any process is made, the restore-complete a
+ * previous restore left is removed. RESUME_DEVICES_LATE names the restored
+ * root first (the tree still stopped): a helper forked there waits until CRIU
+ * lets the tree go, then native restore and unlock (the job file written back
+ * first), the sharing rebuilt from the state file, then restore-complete; or
+ * the tree killed, and `criu restore` exits 1. CRIU's exit waits for the
+ * helper; without -d CRIU waits for the tree meanwhile, which runs once
+ * restore-complete is written. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <link.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,40 +42,43 @@
 #include <unistd.h>
 
 #include "../cusnap/cusnap.h"
-#include "criu_abi.h"
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/json.h"
+#include "plugin.h"
 
 #define PLUGIN_IMAGE "cusnap-plugin.json"
 #define API __attribute__((visibility("default")))
 
+/* Who works on the tree CRIU was given. */
+enum owner {
+	OWNER_UNDECIDED,
+	OWNER_NONE, /* no CUDA (or not dumped by this plugin): CRIU, and any other plugin */
+	OWNER_MINE, /* this plugin */
+	OWNER_PEER, /* CRIU's CUDA plugin: CUDA processes, none under the interposer */
+};
+
+API struct criu_plugin_desc CR_PLUGIN_DESC;
+
 static struct {
-	int stage;         /* enum criu_stage */
-	bool seen;         /* the first hook of this stage came */
-	bool active;       /* a tree with CUDA processes: the plugin works on it */
+	int stage; /* enum criu_stage */
+	enum owner owner;
 	bool checkpointed; /* CHECKPOINT_DEVICES done */
 	struct tree t;
 	bool loaded; /* t holds the tree */
 	struct record rec;
 	char dir[PATH_MAX]; /* the images directory */
-	char control[4096]; /* the workload's control directory */
+	struct plugin_conf conf;
+	char conf_error[PATH_MAX + 600]; /* the configuration file is refused: why */
+	char control[4096];              /* the workload's control directory */
 	pid_t root;
 	int content;
 	int *restore_tid; /* each CUDA process's restore thread, asked while it runs */
+	struct helper helper;
+	bool criu_fails; /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
 } P;
 
 /* ---- what every hook needs ---- */
-
-static int find_cuda_plugin(struct dl_phdr_info *info, size_t size, void *found)
-{
-	(void)size;
-	const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-	if (!base || strcmp(base + 1, "cuda_plugin.so"))
-		return 0;
-	snprintf(found, PATH_MAX, "%s", info->dlpi_name);
-	return 1;
-}
 
 /* The images directory's path, from CRIU's descriptor of it. */
 static int images_dir(char *out, size_t len)
@@ -85,39 +92,62 @@ static int images_dir(char *out, size_t len)
 	return 0;
 }
 
-/* The tool-wide settings, from the environment CRIU runs in and the
- * workload's: CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR (else the workload's
- * SNAPSHOT_CONTROL_DIR), CUSNAP_CONTENT (host or native). */
+/* Where this plugin was loaded from (CRIU's libdir): path into out. */
+static void own_dir(char *out, size_t len)
+{
+	Dl_info info;
+	out[0] = '\0';
+	if (dladdr(&CR_PLUGIN_DESC, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
+		snprintf(out, len, "%s", info.dli_fname);
+		*strrchr(out, '/') = '\0';
+	}
+}
+
+/* CRIU unloads its plugins after their exit; the plugin stays while a helper
+ * it waits for at CRIU's exit works. */
+static void stay_loaded(void)
+{
+	Dl_info info;
+	if (dladdr(&CR_PLUGIN_DESC, &info) && info.dli_fname)
+		dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+/* The settings: the configuration file and the environment (plugin_conf.c),
+ * then the workload's own SNAPSHOT_CONTROL_DIR, then the defaults. */
 static void settings_for(pid_t root)
 {
-	const char *v = getenv("CUSNAP_TIMEOUT_MS");
-	if (v && atoi(v) > 0)
-		settings.timeout_ms = atoi(v);
-	if ((v = getenv("CUSNAP_CONTROL_DIR")) && *v)
-		snprintf(P.control, sizeof(P.control), "%s", v);
+	if (P.conf.timeout_ms)
+		settings.timeout_ms = P.conf.timeout_ms;
+	if (P.conf.control_dir[0])
+		snprintf(P.control, sizeof(P.control), "%s", P.conf.control_dir);
 	else if (!P.control[0] &&
 		 !(proc_environ_get(root, "SNAPSHOT_CONTROL_DIR", P.control, sizeof(P.control)) && P.control[0] == '/'))
 		snprintf(P.control, sizeof(P.control), "/snapshot-control");
 	settings.control_dir = P.control;
-	v = getenv("CUSNAP_CONTENT");
-	P.content = v && proto_content_parse(v) ? (int)proto_content_parse(v) : PROTO_CONTENT_HOST;
+	P.content = P.conf.content ? P.conf.content : PROTO_CONTENT_HOST;
 }
 
-/* ---- dump ---- */
-
-/* Does pid have the CUDA driver (or the interposer) mapped? */
-static bool maps_cuda(pid_t pid)
+/* Does pid map a library whose name holds name? */
+static bool maps_lib(pid_t pid, const char *name)
 {
 	char path[64], line[4400];
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	FILE *f = fopen(path, "re");
 	bool found = false;
 	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, "/libcuda.so") || strstr(line, "/libsnapshot_cuda_vmm.so");
+		found = strstr(line, name) != NULL;
 	if (f)
 		fclose(f);
 	return found;
 }
+
+/* How long CRIU waits for a helper: the release (60 s), then an undo. */
+static int helper_bound_ms(void)
+{
+	return 90000 + 2 * coord_undo_timeout_ms(settings.timeout_ms);
+}
+
+/* ---- dump ---- */
 
 /* Run the restore thread tid alone (run), or stop it again: CRIU holds every
  * thread of the tree stopped; the native checkpoint needs the driver's thread
@@ -143,41 +173,69 @@ static int restore_thread(pid_t tid, bool run, uint64_t *mask)
 	return 0;
 }
 
+/* Whose is the tree of root (still running)? Told from the libraries its
+ * processes map: no driver is needed to tell. */
+static enum owner dump_owner(pid_t root)
+{
+	struct proc *procs = NULL;
+	ssize_t n = proc_tree(root, &procs);
+	bool interposed = false, cuda = false;
+	for (ssize_t i = 0; i < n; i++) {
+		interposed |= maps_lib(procs[i].pid, "/libsnapshot_cuda_vmm.so");
+		cuda |= maps_lib(procs[i].pid, "/libcuda.so");
+	}
+	free(procs);
+	if (n < 0)
+		return OWNER_MINE; /* (tree_load says why) */
+	if (!cuda && !interposed)
+		return OWNER_NONE;
+	return !interposed && peer_present() ? OWNER_PEER : OWNER_MINE;
+}
+
+/* A tree of mine that cannot be dumped, whatever its state: true (said). */
+static bool dump_refused(pid_t root, int rc)
+{
+	if (P.conf_error[0])
+		fprintf(stderr, "cusnap-plugin: the tree of %d: %s: dump refused, nothing changed\n", (int)root,
+			P.conf_error);
+	else if (rc == EX_UNAVAILABLE)
+		fprintf(stderr,
+			"cusnap-plugin: the tree of %d uses CUDA but the driver cannot be loaded in CRIU (name it "
+			"with libcuda = PATH in %s, or CUSNAP_LIBCUDA): dump refused, nothing changed\n",
+			(int)root, P.conf.path[0] ? P.conf.path : PLUGIN_CONF_SYSTEM);
+	return P.conf_error[0] || rc != 0;
+}
+
 static int pause_devices(int pid)
 {
 	if (P.stage != CRIU_STAGE_DUMP)
-		return -ENOTSUP; /* a pre-dump copies memory only: the tree is left alone */
-	if (P.seen)              /* a child: the whole tree was done at the root */
-		return P.active ? 0 : -ENOTSUP;
-	P.seen = true;
-	char other[PATH_MAX];
-	if (dl_iterate_phdr(find_cuda_plugin, other)) {
-		fprintf(stderr,
-			"cusnap-plugin: CRIU's CUDA plugin %s is loaded too: it checkpoints every task by itself, "
-			"which breaks shared VMM memory; run criu with a --libdir (or CRIU_LIBS_DIR) holding "
-			"cusnap_plugin.so without it: dump refused, nothing changed\n",
-			other);
-		return -1;
-	}
+		return -ENOTSUP;        /* a pre-dump copies memory only: the tree is left alone */
+	if (P.owner != OWNER_UNDECIDED) /* a child: the whole tree was done at the root */
+		return P.owner == OWNER_MINE   ? 0
+		       : P.owner == OWNER_PEER ? peer_call(CRIU_HOOK_PAUSE_DEVICES, pid)
+					       : -ENOTSUP;
 	if (images_dir(P.dir, sizeof(P.dir)) < 0) {
 		fprintf(stderr, "cusnap-plugin: cannot tell CRIU's images directory: dump refused, nothing changed\n");
 		return -1;
 	}
 	settings_for(pid);
-	int rc = tree_load(pid, &P.t);
-	P.loaded = true; /* (what it loaded, freed at exit) */
-	for (size_t i = 0; rc == EX_UNAVAILABLE && i < P.t.nprocs; i++) {
-		if (maps_cuda(P.t.procs[i].pid)) {
-			fprintf(stderr,
-				"cusnap-plugin: process %d uses CUDA but the driver cannot be loaded here (name it in "
-				"CUSNAP_LIBCUDA): dump refused, nothing changed\n",
-				(int)P.t.procs[i].pid);
-			return -1;
-		}
+	peer_attach(CR_PLUGIN_DESC.hooks); /* (loaded after this plugin: it is there by now) */
+	P.owner = dump_owner(pid);
+	if (P.owner == OWNER_PEER) {
+		int r = peer_call(CRIU_HOOK_PAUSE_DEVICES, pid);
+		if (r != -ENOTSUP)
+			return r;
+		P.owner = OWNER_MINE; /* it is disabled here: the native steps alone, as without it */
 	}
-	if (rc == EX_UNAVAILABLE || (rc == 0 && P.t.ncuda == 0))
+	if (P.owner != OWNER_MINE)
 		return -ENOTSUP; /* no CUDA here: CRIU alone */
-	if (rc || (rc = tree_hold(&P.t, "criu dump")) || (rc = check_freezable(&P.t)) || (rc = check_interposer(&P.t)))
+	int rc = tree_load(pid, &P.t);
+	P.loaded = rc == 0; /* (what it loaded, freed at exit) */
+	if (rc == 0 && P.t.ncuda == 0) {
+		P.owner = OWNER_NONE; /* the driver mapped, never initialised: nothing on a GPU */
+		return -ENOTSUP;
+	}
+	if (dump_refused(pid, rc) || tree_hold(&P.t, "criu dump") || check_freezable(&P.t) || check_interposer(&P.t))
 		return -1; /* (said; nothing changed) */
 	/* The restore threads now: once the tree is frozen no process answers. */
 	P.restore_tid = calloc(P.t.ncuda + 1, sizeof(*P.restore_tid));
@@ -191,7 +249,6 @@ static int pause_devices(int pid)
 	}
 	if (!P.restore_tid)
 		return -1;
-	P.active = true;
 	P.root = pid;
 	P.rec = (struct record){.root = pid, .dir = P.dir};
 	struct coord_report r;
@@ -211,9 +268,12 @@ static int pause_devices(int pid)
 /* The plugin's image: what the restore needs besides the state file. */
 static int write_image(void)
 {
-	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:I}", "cusnap_plugin", 1, "content",
+	char here[PATH_MAX];
+	control_host_path(P.root, here, sizeof(here));
+	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:o, s:I}", "cusnap_plugin", 1, "content",
 			      proto_content_name((uint32_t)P.content), "vmm", P.t.nshim > 0, "control_dir",
-			      json_text(P.control), "cuda_processes", (json_int_t)P.t.ncuda);
+			      json_text(P.control), "control_dir_here", json_text(here), "cuda_processes",
+			      (json_int_t)P.t.ncuda);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *step = "encode";
@@ -227,8 +287,9 @@ static int write_image(void)
 
 static int checkpoint_devices(int pid)
 {
-	(void)pid;
-	if (!P.active)
+	if (P.owner == OWNER_PEER)
+		return peer_call(CRIU_HOOK_CHECKPOINT_DEVICES, pid);
+	if (P.owner != OWNER_MINE)
 		return -ENOTSUP;
 	if (P.checkpointed)
 		return 0;
@@ -261,7 +322,7 @@ static int checkpoint_devices(int pid)
 	if (rc == 0 && (coord_fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0))
 		rc = -1, snprintf(err, sizeof(err), "the plugin's checkpoint failed");
 	if (rc < 0) {
-		fprintf(stderr, "cusnap-plugin: %s: the dump fails; the tree is put back once CRIU lets it go\n", err);
+		fprintf(stderr, "cusnap-plugin: %s: the dump fails; the tree is put back before criu exits\n", err);
 		return -1;
 	}
 	coord_fault_point(FAULT_PLUGIN_CHECKPOINT);
@@ -269,104 +330,168 @@ static int checkpoint_devices(int pid)
 	return 0;
 }
 
-/* Every process of the tree let go by CRIU (no tracer) or gone, within timeout_ms:
- * how many are alive, or -1 on a timeout. */
-static int wait_released(int timeout_ms)
+/* In the helper: once CRIU has let the tree go, a failed dump undone, a tree
+ * that runs on completed, in place. Its exit code. */
+static int after_dump(int ret)
 {
-	for (int waited = 0; waited <= timeout_ms; waited += 20) {
-		int alive = 0, held = 0;
-		for (size_t i = 0; i < P.t.nprocs; i++) {
-			long tracer = proc_status_field("/proc", P.t.procs[i].pid, "TracerPid");
-			alive += tracer >= 0;
-			held += tracer > 0;
-		}
-		if (!held)
-			return alive;
-		usleep(20000);
-	}
-	return -1;
-}
-
-/* After the dump, in a helper (CRIU lets the tree go only after this hook):
- * a failed dump undone, a tree that runs on completed, in place. */
-static void after_dump(int ret)
-{
-	pid_t c = fork();
-	if (c != 0) {
-		if (c > 0)
-			waitpid(c, NULL, 0);
-		return;
-	}
 	setsid();
-	if (fork() != 0)
-		_exit(0);
-	char log[PATH_MAX + 32];
-	snprintf(log, sizeof(log), "%s/cusnap-plugin.log", P.dir);
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		dup2(fd, STDERR_FILENO);
-		close(fd);
-	}
-	int alive = wait_released(60000);
+	int alive = wait_released(&P.t, 60000);
 	if (alive > 0 && ret == 0)
-		usleep(300000), alive = wait_released(1000); /* (a dump that kills the tree kills it now) */
+		usleep(300000), alive = wait_released(&P.t, 1000); /* (a dump that kills the tree kills it now) */
 	if (alive < 0) {
 		fprintf(stderr,
 			"cusnap-plugin: CRIU did not let the tree of %d go within 60 s: `cusnap resume --pid "
 			"%d` finishes it\n",
 			(int)P.root, (int)P.root);
-		_exit(2);
+		return 2;
 	}
 	if (alive == 0)
-		_exit(0); /* dumped and ended: the checkpoint stands */
+		return 0; /* dumped and ended: the checkpoint stands */
 	if (ret != 0)
-		_exit(finish(&P.t, &P.rec, "the CRIU dump failed"));
+		return finish(&P.t, &P.rec, "the CRIU dump failed");
 	struct coord_report r;
 	bool nothing;
 	char err[1600], why[PATH_MAX + 256];
 	if (tree_recover(&P.t, P.dir, false, &r, &nothing, err, sizeof(err)) < 0)
-		_exit(finish(&P.t, &P.rec, "after the dump: %s", err));
+		return finish(&P.t, &P.rec, "after the dump: %s", err);
 	if (control_write(P.root, CONTROL_SNAPSHOT_DONE, why, sizeof(why)) < 0)
 		fprintf(stderr, "cusnap-plugin: warning: cannot write %s\n", why);
 	fprintf(stderr, "cusnap-plugin: the tree of %d runs on after the dump\n", (int)P.root);
-	_exit(0);
+	return 0;
+}
+
+/* At CRIU's exit (atexit): the helper's work done (or its bound passed), and
+ * CRIU's status 1 when the tree could not be put back. */
+static void criu_exit_waits(void)
+{
+	if (P.helper.pid) {
+		int code = helper_wait(&P.helper, helper_bound_ms());
+		if (code < 0)
+			fprintf(stderr,
+				"cusnap-plugin: the helper putting the tree of %d back did not finish within %d ms "
+				"(it goes on; `cusnap inspect --pid %d` shows where it is)\n",
+				(int)P.root, helper_bound_ms(), (int)P.root);
+		P.criu_fails |= code != 0;
+	}
+	plugin_log_stop();
+	if (P.criu_fails)
+		_exit(1);
+}
+
+/* The dump's tail: a failed dump or -R handed to a helper CRIU waits for. */
+static void dump_exit(int ret)
+{
+	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed))
+		return;
+	int h = helper_start(&P.helper);
+	if (h == 0)
+		helper_report(&P.helper, after_dump(ret)); /* (in the helper) */
+	if (h < 0) {
+		fprintf(stderr,
+			"cusnap-plugin: cannot start the helper that puts the tree back (%s): `cusnap "
+			"resume --pid %d` does it\n",
+			strerror(errno), (int)P.root);
+		P.criu_fails = true;
+	}
+	/* The helper holds the tree's lock now (the same open files): closed here
+	 * without removing them. */
+	tree_lock_hand_over(&P.t.lock);
 }
 
 /* ---- restore ---- */
 
-static int resume_devices_late(int pid)
+/* The plugin's image in the images directory: 1 (control directories into
+ * P.control and here), 0 when there is none (not dumped with this plugin), -1
+ * when it cannot be read (said). */
+static int read_image(char *here, size_t len)
 {
-	if (P.seen)
-		return P.active ? 0 : -ENOTSUP;
-	P.seen = true;
 	char image[PATH_MAX + 32];
 	if (images_dir(P.dir, sizeof(P.dir)) < 0)
-		return -ENOTSUP;
+		return 0;
 	snprintf(image, sizeof(image), "%s/" PLUGIN_IMAGE, P.dir);
+	if (access(image, F_OK) < 0)
+		return 0;
 	json_error_t je;
 	json_t *j = json_load_file(image, 0, &je);
-	if (!j)
-		return -ENOTSUP; /* not dumped with this plugin */
 	const char *control = json_string_value(json_object_get(j, "control_dir"));
-	snprintf(P.control, sizeof(P.control), "%s", control ? control : "");
+	const char *dir_here = json_string_value(json_object_get(j, "control_dir_here"));
+	if (!j || !control || control[0] != '/') {
+		fprintf(stderr, "cusnap-plugin: %s: %s: restore refused, nothing made\n", image,
+			j ? "no control_dir" : je.text);
+		json_decref(j);
+		return -1;
+	}
+	snprintf(P.control, sizeof(P.control), "%s", control);
+	snprintf(here, len, "%s", dir_here && dir_here[0] == '/' ? dir_here : "");
 	json_decref(j);
-	P.active = true;
-	P.root = pid;
-	return 0;
+	return 1;
 }
 
-/* Once CRIU has let the restored tree go: native restore, unlock, the sharing
- * (tree_recover, as `cusnap resume` brings a suspended tree back),
- * restore-complete; or the tree killed. */
-static void after_restore(void)
+/* The restore-complete a previous restore left in directory dfd removed: 0, or
+ * -1 (said). */
+static int remove_stale_done(int dfd, const char *where)
 {
-	settings_for(P.root);
+	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) == 0 || errno == ENOENT)
+		return 0;
+	fprintf(stderr, "cusnap-plugin: cannot remove the stale %s/%s: %s: restore refused\n", where,
+		CONTROL_RESTORE_DONE, strerror(errno));
+	return -1;
+}
+
+/* Before any process is made: ours to restore? The stale restore-complete goes
+ * (where the dumped tree's control directory still is). 0, or -1 (said). */
+static int restore_begin(void)
+{
+	char here[PATH_MAX], why[PATH_MAX + 128];
+	int got = read_image(here, sizeof(here));
+	if (got <= 0) {
+		P.owner = OWNER_NONE;
+		return got;
+	}
+	P.owner = OWNER_MINE;
+	if (P.conf_error[0]) {
+		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", P.conf_error);
+		return -1;
+	}
+	int dfd = here[0] ? control_dir_open_here(here, why, sizeof(why)) : -ENOENT;
+	if (dfd == -ENOENT)
+		return 0; /* (elsewhere now: removed inside the restored root) */
+	if (dfd < 0) {
+		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		return -1;
+	}
+	int rc = remove_stale_done(dfd, here);
+	close(dfd);
+	return rc;
+}
+
+/* In the helper: once CRIU has let the restored tree go, native restore,
+ * unlock, the sharing (tree_recover, as `cusnap resume` brings a suspended tree
+ * back), restore-complete; or the tree killed. Its exit code. */
+static int after_restore(void)
+{
+	setsid();
+	for (int waited = 0; proc_status_field("/proc", P.root, "TracerPid") > 0; waited += 20) {
+		if (waited > 60000) {
+			fprintf(stderr,
+				"cusnap-plugin: CRIU did not let the restored tree of %d go within 60 s: it is "
+				"killed\n",
+				(int)P.root);
+			proc_tree_kill(P.root, false);
+			return 2;
+		}
+		usleep(20000);
+	}
+	if (proc_status_field("/proc", P.root, "TracerPid") < 0)
+		return 2; /* gone: CRIU failed the restore and killed it (its log says why) */
 	struct tree t;
 	struct coord_report r;
 	bool nothing;
 	char err[4800], why[PATH_MAX + 256];
 	int rc = tree_load(P.root, &t);
-	if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
+	if (rc == 0 && wait_released(&t, 5000) < 0)
+		rc = -1, snprintf(err, sizeof(err), "CRIU still holds some of its processes");
+	else if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
 		snprintf(err, sizeof(err), "another command holds the tree");
 	else if (rc)
 		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
@@ -376,11 +501,53 @@ static void after_restore(void)
 		rc = -1, snprintf(err, sizeof(err), "cannot write %s", why);
 	if (rc == 0)
 		progress("restore complete", 0, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
-	tree_free(&t);
 	if (rc != 0) {
 		fprintf(stderr, "cusnap-plugin: restore of the tree of %d: %s: the restored tree is killed\n",
 			(int)P.root, err);
 		proc_tree_kill(P.root, false);
+	}
+	tree_free(&t);
+	return rc == 0 ? 0 : 2;
+}
+
+static int resume_devices_late(int pid)
+{
+	if (P.owner != OWNER_MINE || P.root)
+		return P.owner == OWNER_MINE ? 0 : -ENOTSUP;
+	P.root = pid; /* (the root comes first) */
+	settings_for(pid);
+	char why[PATH_MAX + 128];
+	int dfd = control_dir_open(pid, why, sizeof(why));
+	int rc = dfd >= 0 ? remove_stale_done(dfd, settings.control_dir) : dfd == -ENOENT ? 0 : -1;
+	if (dfd >= 0)
+		close(dfd);
+	else if (rc < 0)
+		fprintf(stderr, "cusnap-plugin: %s\n", why);
+	int h = rc == 0 ? helper_start(&P.helper) : -1;
+	if (h == 0)
+		helper_report(&P.helper, after_restore()); /* (in the helper) */
+	if (h < 0) {
+		/* CRIU goes on whatever this hook returns: the tree is killed here. */
+		fprintf(stderr, "cusnap-plugin: restore of the tree of %d cannot go on: the restored tree is killed\n",
+			pid);
+		proc_tree_kill(pid, false);
+		P.criu_fails = true;
+		stay_loaded();
+		return -1;
+	}
+	return 0;
+}
+
+static void restore_exit(int ret)
+{
+	if (!P.helper.pid)
+		return;
+	int code = helper_wait(&P.helper, helper_bound_ms());
+	if (code != 0 && ret == 0) {
+		if (code < 0)
+			fprintf(stderr, "cusnap-plugin: the restore of the tree of %d did not finish within %d ms\n",
+				(int)P.root, helper_bound_ms());
+		P.criu_fails = true; /* criu restore exits 1 */
 	}
 }
 
@@ -388,22 +555,42 @@ static void after_restore(void)
 
 static int plugin_init(int stage)
 {
+	struct helper keep = P.helper;
 	memset(&P, 0, sizeof(P));
+	P.helper = keep;
 	P.stage = stage;
-	return 0;
+	plugin_log_start();
+	char dir[PATH_MAX], why[PATH_MAX + 512];
+	own_dir(dir, sizeof(dir));
+	if (plugin_conf_load(&P.conf, dir[0] ? dir : NULL, why, sizeof(why)) < 0)
+		snprintf(P.conf_error, sizeof(P.conf_error), "the plugin's configuration is refused: %s", why);
+	if (P.conf.libcuda[0])
+		setenv("CUSNAP_LIBCUDA", P.conf.libcuda, 1); /* (native_load reads it) */
+	peer_attach(CR_PLUGIN_DESC.hooks);                   /* (loaded before this plugin: its hooks come first) */
+	return stage == CRIU_STAGE_RESTORE ? restore_begin() : 0;
 }
 
 static void plugin_exit(int stage, int ret)
 {
-	if (stage == CRIU_STAGE_DUMP && P.active && P.rec.changed && (ret != 0 || P.checkpointed))
-		after_dump(ret);
-	else if (stage == CRIU_STAGE_RESTORE && P.active && ret == 0)
-		after_restore();
+	if (stage == CRIU_STAGE_DUMP)
+		dump_exit(ret);
+	else if (stage == CRIU_STAGE_RESTORE)
+		restore_exit(ret);
 	if (P.loaded)
 		tree_free(&P.t);
 	P.loaded = false;
 	free(P.restore_tid);
 	P.restore_tid = NULL;
+	peer_detach();
+	if (P.helper.pid || P.criu_fails) {
+		static bool registered;
+		stay_loaded();
+		if (!registered)
+			atexit(criu_exit_waits);
+		registered = true;
+		return;
+	}
+	plugin_log_stop();
 }
 
 API struct criu_plugin_desc CR_PLUGIN_DESC = {

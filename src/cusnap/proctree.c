@@ -132,8 +132,11 @@ void proc_tree_kill(pid_t root, bool reap)
 		while (reap && waitpid(-1, NULL, WNOHANG) > 0)
 			;
 		bool left = false;
-		for (ssize_t i = 0; i < n && !left; i++)
-			left = kill(procs[i].pid, 0) == 0 || errno != ESRCH;
+		for (ssize_t i = 0; i < n && !left; i++) {
+			char st = proc_state(procs[i].pid,
+					     NULL); /* a zombie is dead: its parent may be waiting on us */
+			left = st && st != 'Z' && st != 'X';
+		}
 		if (!left)
 			break;
 		usleep(5000);

@@ -6,7 +6,12 @@
  * pair; a dump failing after the plugin prepared (the tree runs on and
  * verifies itself); --leave-running; a tree without the interposer (native
  * steps only) and a partly interposed one (refused, nothing changed); CRIU's
- * CUDA plugin beside ours (refused); Podman where it runs. */
+ * CUDA plugin (a stand-in that answers as it does) beside ours in either load
+ * order; the settings from a configuration file with nothing in CRIU's
+ * environment (as runc starts it), and a file that is refused; restores as
+ * CRIU users run them (a stale restore-complete, no -d, a restore the plugin
+ * must kill); what the plugin says in CRIU's own log. */
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "sweep.h"
@@ -35,16 +40,33 @@ static int dump(pid_t root, const char *dir, const char *content, const char *li
 		    NULL);
 }
 
-/* criu restore of dir/images (detached, its root in dir/restore.pid). */
-static int restore(const char *dir, bool shell, char **out)
+/* criu restore of dir/images with the plugins of libdir (detach: -d, its
+ * root in dir/restore.pid; extra: more environment, NULL-ended). */
+static int restore_with(const char *dir, const char *libdir, bool shell, bool detach, char *const *extra, char **out)
 {
 	char images[PATH_MAX + 16], pidfile[PATH_MAX + 32];
 	snprintf(images, sizeof(images), "%s/images", dir);
 	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
 	unlink(pidfile);
-	char *env[] = {libcuda, NULL};
-	return tool(out, env, criu, "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--libdir", plugins,
-		    "--pidfile", pidfile, shell ? "--shell-job" : NULL, NULL);
+	char *env[8] = {libcuda};
+	for (int i = 0, n = 1; extra && extra[i] && n < 7; i++)
+		env[n++] = extra[i];
+	/* (-v4 twice rather than a hole in the list when not detached) */
+	return tool(out, env, criu, "restore", detach ? "-d" : "-v4", "-D", images, "-o", "restore.log", "-v4",
+		    "--libdir", libdir, "--pidfile", pidfile, shell ? "--shell-job" : NULL, NULL);
+}
+
+static int restore(const char *dir, bool shell, char **out)
+{
+	return restore_with(dir, plugins, shell, true, NULL, out);
+}
+
+/* CRIU's log of the dump (or restore) into dir/images. */
+static char *criu_log(const char *dir, const char *name)
+{
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/images/%s", dir, name);
+	return test_read_file(path);
 }
 
 static bool exists(const char *dir, const char *name)
@@ -103,7 +125,8 @@ static void multicast_and_ipc(void)
 }
 
 /* A dump that fails after the plugin prepared (at PAUSE_DEVICES, or once the
- * tree was checkpointed): CRIU fails, the tree is put back and verifies itself. */
+ * tree was checkpointed): when `criu dump` returns (non-zero) the tree is put
+ * back already, and verifies itself; why is in CRIU's own log too. */
 static void dump_failing(void)
 {
 	static const char *const points[] = {"CUSNAP_FAULT=plugin-pause:fail", "CUSNAP_FAULT=plugin-checkpoint:fail"};
@@ -114,26 +137,24 @@ static void dump_failing(void)
 		char dir[PATH_MAX + 32], *out, *extra[] = {(char *)points[i], NULL};
 		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 		CHECK(dump(g.root, dir, "host", plugins, false, extra, &out) != 0);
-		CHECK_CONTAINS(out, "fails");
-		free(out);
-		/* Put back in place (at once, or by the helper once CRIU let the tree go). */
-		char *json = NULL;
-		for (int waited = 0; waited < 20000; waited += 100) {
-			free(json);
-			json = group_inspect(&g);
-			if (count_of(json, "\"state\":\"running\"") == 3 && count_of(json, "\"phase\":\"active\"") == 3)
-				break;
-			usleep(100000);
-		}
+		char *json = group_inspect(&g); /* at once: no waiting for a helper */
+		CHECK_EQ(count_of(json, "\"state\":\"running\""), 3);
 		CHECK_EQ(count_of(json, "\"phase\":\"active\""), 3);
 		free(json);
+		char *log = criu_log(dir, "dump.log");
+		CHECK_CONTAINS(out, "fail");
+		CHECK_CONTAINS(log, i ? "cusnap-plugin: the plugin's checkpoint failed: the dump fails"
+				      : "the plugin's pause failed");
+		CHECK_CONTAINS(log, "Dumping FAILED");
+		free(log);
+		free(out);
 		CHECK_EQ(group_finish(&g), 3);
 		group_kill(&g);
 	}
 }
 
-/* --leave-running: the tree runs on after the dump, completed in place
- * (snapshot-complete), and the images restore later. */
+/* -R: the tree runs on after the dump, completed in place (snapshot-complete)
+ * before `criu dump` returns. */
 static void leave_running(void)
 {
 	struct group g;
@@ -144,7 +165,7 @@ static void leave_running(void)
 	CHECK_EQ(dump(g.root, dir, "host", plugins, true, NULL, &out), 0);
 	free(out);
 	snprintf(done, sizeof(done), "%s/snapshot-complete", g.ctl);
-	CHECK(test_wait_file(done, 20000));
+	CHECK(access(done, F_OK) == 0); /* when criu dump -R returns, the tree is complete */
 	CHECK_EQ(group_finish(&g), 2);
 	group_kill(&g);
 }
@@ -155,8 +176,7 @@ static void without_interposer(void)
 	dump_restore("plug-plain", "host", 0, 1, false, true, NULL);
 }
 
-/* Refused before anything changed: a partly interposed tree, and CRIU's own
- * CUDA plugin beside ours. */
+/* Refused before anything changed: a partly interposed tree. */
 static void refusals(void)
 {
 	char dir[PATH_MAX], ctl[PATH_MAX + 16], ck[PATH_MAX + 16], *out, pid[16];
@@ -168,6 +188,9 @@ static void refusals(void)
 	CHECK(dump(sh, ck, "host", plugins, false, extra, &out) != 0);
 	CHECK_CONTAINS(out, "partial interposition");
 	free(out);
+	char *log = criu_log(ck, "dump.log");
+	CHECK_CONTAINS(log, "partial interposition"); /* in CRIU's log too */
+	free(log);
 	snprintf(pid, sizeof(pid), "%d", sh);
 	char cusnap[PATH_MAX];
 	cusnap_path(cusnap, sizeof(cusnap));
@@ -176,26 +199,269 @@ static void refusals(void)
 	free(out);
 	tree_kill(sh);
 	reap_all();
+}
 
-	char both[PATH_MAX + 32], link[PATH_MAX + 64], target[PATH_MAX + 64];
-	snprintf(both, sizeof(both), "%s/both-plugins", e2e_root);
-	mkdir(both, 0700);
-	snprintf(link, sizeof(link), "%s/cusnap_plugin.so", both);
+/* A plugin directory e2e_root/name holding cusnap's plugin as mine (a link)
+ * and the stand-in for CRIU's CUDA plugin (with standin), into out. Whether
+ * CRIU, reading the directory in its order, loads the stand-in first. */
+static bool libdir_make(char *out, size_t len, const char *name, const char *mine, bool standin)
+{
+	char link[PATH_MAX + 64], target[PATH_MAX + 64];
+	snprintf(out, len, "%s/%s", e2e_root, name);
+	mkdir(out, 0700);
+	snprintf(link, sizeof(link), "%s/%s", out, mine);
 	snprintf(target, sizeof(target), "%s/cusnap_plugin.so", plugins);
 	CHECK(symlink(target, link) == 0 || errno == EEXIST);
-	snprintf(link, sizeof(link), "%s/cuda_plugin.so", both);
-	snprintf(target, sizeof(target), "%s/criu/cuda_plugin.so", tests_dir);
-	CHECK(symlink(target, link) == 0 || errno == EEXIST);
+	if (standin) {
+		snprintf(link, sizeof(link), "%s/cuda_plugin.so", out);
+		snprintf(target, sizeof(target), "%s/criu/cuda_plugin.so", tests_dir);
+		CHECK(symlink(target, link) == 0 || errno == EEXIST);
+	}
+	DIR *d = opendir(out);
+	struct dirent *e;
+	bool first = false;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, "cuda_plugin.so") || !strcmp(e->d_name, mine)) {
+			first = !strcmp(e->d_name, "cuda_plugin.so");
+			break;
+		}
+	}
+	if (d)
+		closedir(d);
+	return first;
+}
+
+/* Does the stand-in's log name pid for hook? */
+static bool standin_saw(const char *log, const char *hook, pid_t pid)
+{
+	char *text = test_read_file(log), line[64];
+	snprintf(line, sizeof(line), "%s %d\n", hook, (int)pid);
+	bool saw = text && strstr(text, line);
+	free(text);
+	return saw;
+}
+
+/* One load order: each tree has one owner, and each of the stand-in's hooks
+ * runs once per process it owns. */
+static void coexist_in(const char *libdir, bool standin_first)
+{
+	char standin_log[PATH_MAX + 32], env_log[PATH_MAX + 64], dir[PATH_MAX + 32], *out;
+	snprintf(standin_log, sizeof(standin_log), "%s/standin-%d.log", e2e_root, standin_first);
+	snprintf(env_log, sizeof(env_log), "CUDA_STANDIN_LOG=%s", standin_log);
+	char *with_log[] = {env_log, NULL}, *disabled[] = {env_log, "CUDA_STANDIN_DISABLED=1", NULL};
+	unlink(standin_log);
+	printf("     the stand-in for CRIU's CUDA plugin loaded %s\n", standin_first ? "first" : "second");
+
+	/* An interposed tree is cusnap's, dump and restore: never the stand-in's. */
 	struct group g;
-	if (group_start(&g, "plug-both", 1, 1, false, NULL, NULL, NULL) < 0)
+	if (group_start(&g, "plug-both", 1, 2, false, NULL, NULL, NULL) < 0)
 		return;
-	snprintf(ck, sizeof(ck), "%s/ckpt", g.ctl);
-	CHECK(dump(g.root, ck, "host", both, false, NULL, &out) != 0);
-	CHECK_CONTAINS(out, "CUDA plugin");
-	CHECK_CONTAINS(out, "nothing changed");
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(dump(g.root, dir, "host", libdir, false, with_log, &out), 0);
+	CHECK_CONTAINS(out, "native checkpoint");
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	char *log = criu_log(dir, "dump.log");
+	const char *a = log ? strstr(log, "Plugin \"cuda_plugin\"") : NULL,
+		   *b = log ? strstr(log, "Plugin \"cusnap\"") : NULL;
+	CHECK(a && b && (a < b) == standin_first); /* CRIU loaded them in the order expected */
+	free(log);
+	group_dumped(&g);
+	CHECK_EQ(restore_with(dir, libdir, getsid(g.root) != g.root, true, with_log, &out), 0);
+	CHECK_CONTAINS(out, "restore-complete written");
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0 && restored_passes(&g, root) == 2);
+	CHECK(access(standin_log, F_OK) < 0);
+
+	/* CUDA without the interposer: the stand-in's, each hook once. */
+	if (group_start(&g, "plug-theirs", 0, 1, true, NULL, NULL, NULL) < 0)
+		return;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(dump(g.root, dir, "host", libdir, false, with_log, &out), 0);
+	CHECK(!strstr(out, "native checkpoint"));
+	free(out);
+	CHECK(standin_saw(standin_log, "pause", g.root) && standin_saw(standin_log, "checkpoint", g.root));
+	char *text = test_read_file(standin_log);
+	CHECK_EQ(count_of(text, "pause"), 1);
+	free(text);
+	CHECK(access(dir, F_OK) == 0 && !exists(dir, "cusnap-plugin.json"));
+	group_dumped(&g);
+
+	/* The same with the stand-in disabled (no GPU): the native steps, by cusnap. */
+	if (group_start(&g, "plug-off", 0, 1, true, NULL, NULL, NULL) < 0)
+		return;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(dump(g.root, dir, "host", libdir, false, disabled, &out), 0);
+	CHECK_CONTAINS(out, "native checkpoint");
+	free(out);
+	CHECK(exists(dir, "cusnap-plugin.json"));
+	group_dumped(&g);
+
+	/* No CUDA at all: left to CRIU and the stand-in. */
+	pid_t sleeper = fork();
+	if (sleeper == 0) {
+		setsid();
+		execl("/bin/sleep", "sleep", "60", (char *)NULL);
+		_exit(127);
+	}
+	usleep(100000);
+	snprintf(dir, sizeof(dir), "%s/sleep-%d", e2e_root, standin_first);
+	CHECK_EQ(dump(sleeper, dir, "host", libdir, false, with_log, &out), 0);
+	free(out);
+	CHECK(standin_saw(standin_log, "pause", sleeper));
+	CHECK(!exists(dir, "cusnap-plugin.json"));
+	test_wait_child(sleeper, 10000);
+}
+
+/* CRIU's CUDA plugin beside cusnap's in one plugin directory, in either load
+ * order (CRIU loads them in the directory's order: names are tried until the
+ * directory gives each order). */
+static void beside_cuda_plugin(void)
+{
+	static const char *const names[] = {"cusnap_plugin.so", "cusnap.so",      "libcusnap.so",   "zz_cusnap.so",
+					    "a_cusnap.so",      "cusnap-criu.so", "criu_cusnap.so", "x.so"};
+	bool done[2] = {false, false};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !(done[0] && done[1]); i++) {
+		char libdir[PATH_MAX + 32], name[32];
+		snprintf(name, sizeof(name), "both-%zu", i);
+		bool first = libdir_make(libdir, sizeof(libdir), name, names[i], true);
+		if (done[first])
+			continue;
+		done[first] = true;
+		coexist_in(libdir, first);
+	}
+	if (!done[0] || !done[1])
+		printf("     only one load order could be made in this file system's directories\n");
+	CHECK(done[0] || done[1]);
+}
+
+/* Write text into path, mode mode. */
+static void write_conf(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	if (fd >= 0)
+		close(fd);
+	CHECK(chmod(path, mode) == 0);
+}
+
+/* criu as runc starts it: PATH alone in its environment. */
+static int bare_criu(char **out, const char *verb, pid_t root, const char *dir, const char *libdir, bool shell)
+{
+	char images[PATH_MAX + 16], pid[16], pidfile[PATH_MAX + 32];
+	snprintf(images, sizeof(images), "%s/images", dir);
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	mkdir(dir, 0700);
+	mkdir(images, 0700);
+	snprintf(pid, sizeof(pid), "%d", root);
+	if (!strcmp(verb, "dump"))
+		return tool(out, NULL, "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", criu, "dump", "-t",
+			    pid, "-D", images, "-o", "dump.log", "-v4", "--libdir", libdir,
+			    shell ? "--shell-job" : NULL, NULL);
+	unlink(pidfile);
+	return tool(out, NULL, "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", criu, "restore", "-d", "-D",
+		    images, "-o", "restore.log", "-v4", "--libdir", libdir, "--pidfile", pidfile,
+		    shell ? "--shell-job" : NULL, NULL);
+}
+
+/* The settings from cusnap.conf beside the plugin, nothing in CRIU's
+ * environment: native content and the driver's path from the file. A file
+ * others may write, or one with a line not understood, refuses the dump with
+ * the reason in CRIU's log, nothing changed. */
+static void settings_from_file(void)
+{
+	char libdir[PATH_MAX + 32], conf[PATH_MAX + 64], text[PATH_MAX + 128], dir[PATH_MAX + 32], *out;
+	libdir_make(libdir, sizeof(libdir), "conf", "cusnap_plugin.so", false);
+	snprintf(conf, sizeof(conf), "%s/cusnap.conf", libdir);
+	snprintf(text, sizeof(text), "# as a user writes it\ncontent = native\nlibcuda = %s/libcuda.so.1  # cuemu\n",
+		 emu_dir);
+	write_conf(conf, text, 0644);
+	struct group g;
+	if (group_start(&g, "plug-conf", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	bool shell = getsid(g.root) != g.root;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(bare_criu(&out, "dump", g.root, dir, libdir, shell), 0);
+	free(out);
+	char image[PATH_MAX + 64];
+	snprintf(image, sizeof(image), "%s/images/cusnap-plugin.json", dir);
+	char *json = test_read_file(image);
+	CHECK_CONTAINS(json, "\"content\":\"native\"");
+	free(json);
+	group_dumped(&g);
+	CHECK_EQ(bare_criu(&out, "restore", 0, dir, libdir, shell), 0);
+	CHECK_CONTAINS(out, "restore-complete written");
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0 && restored_passes(&g, root) == 2);
+
+	static const struct {
+		const char *text;
+		mode_t mode;
+		const char *says;
+	} bad[] = {{"content = host\n", 0666, "writable by no one else"},
+		   {"content = host\ncontents = native\n", 0644, "line 2: unknown setting \"contents\""},
+		   {"timeout_ms = soon\n", 0644, "timeout_ms = soon"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_conf(conf, bad[i].text, bad[i].mode);
+		if (group_start(&g, "plug-badconf", 1, 1, false, NULL, NULL, NULL) < 0)
+			return;
+		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+		CHECK(bare_criu(&out, "dump", g.root, dir, libdir, getsid(g.root) != g.root) != 0);
+		CHECK_CONTAINS(out, bad[i].says);
+		CHECK_CONTAINS(out, "nothing changed");
+		free(out);
+		char *log = criu_log(dir, "dump.log");
+		CHECK_CONTAINS(log, bad[i].says);
+		free(log);
+		CHECK_EQ(group_finish(&g), 2);
+		group_kill(&g);
+	}
+}
+
+/* Restores as CRIU's users run them: a restore-complete a previous restore left
+ * is removed before the workload runs; without -d, `criu restore` returns once
+ * the workload (released after its rebuild) has ended, no deadlock; a restore
+ * the plugin must kill fails `criu restore`. */
+static void restore_as_users_do(void)
+{
+	struct group g;
+	if (group_start(&g, "plug-nod", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	bool shell = getsid(g.root) != g.root;
+	char dir[PATH_MAX + 32], stale[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(dump(g.root, dir, "native", plugins, false, NULL, &out), 0);
+	free(out);
+	group_dumped(&g);
+	snprintf(stale, sizeof(stale), "%s/restore-complete", g.ctl);
+	write_conf(stale, "", 0644);
+	CHECK_EQ(restore_with(dir, plugins, shell, false, NULL, &out), 0); /* no -d: returns when the tree ends */
+	CHECK_CONTAINS(out, "restore-complete written");
+	free(out);
+	char *log = test_read_file(g.log);
+	CHECK_EQ(count_of(log, "PASS vmm_group"), 2);
+	free(log);
+
+	if (group_start(&g, "plug-kill", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(dump(g.root, dir, "native", plugins, false, NULL, &out), 0);
+	free(out);
+	group_dumped(&g);
+	char *fault[] = {"CUEMU_FAULT=cuCheckpointProcessRestore", NULL};
+	CHECK(restore_with(dir, plugins, getsid(g.root) != g.root, true, fault, &out) != 0);
+	CHECK_CONTAINS(out, "the restored tree is killed");
+	free(out);
+	pid_t root = restored_root(dir);
+	for (int waited = 0; root > 0 && kill(root, 0) == 0 && waited < 5000; waited += 50) {
+		reap_all(); /* (it is ours once CRIU has exited: we are a subreaper) */
+		usleep(50000);
+	}
+	CHECK(root <= 0 || kill(root, 0) < 0);
+	log = criu_log(dir, "restore.log");
+	CHECK_CONTAINS(log, "the restored tree is killed");
+	free(log);
 }
 
 /* Podman (its checkpoint runs CRIU with the plugin directory): said, not
@@ -221,7 +487,12 @@ int main(void)
 	test_run("a dump failing after the plugin prepared: the tree runs on and verifies itself", dump_failing);
 	test_run("criu dump -R with the plugin: the tree runs on, snapshot-complete", leave_running);
 	test_run("no interposer: native steps only, restored", without_interposer);
-	test_run("refused, nothing changed: partial interposition; CRIU's CUDA plugin beside ours", refusals);
+	test_run("refused, nothing changed: partial interposition", refusals);
+	test_run("CRIU's CUDA plugin beside ours, either load order: each tree one owner", beside_cuda_plugin);
+	test_run("settings from cusnap.conf beside the plugin with nothing in CRIU's environment; bad files refused",
+		 settings_from_file);
+	test_run("restores as CRIU users run them: stale restore-complete, no -d, a killed restore fails",
+		 restore_as_users_do);
 	podman_note();
 	e2e_done();
 	return test_done();

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* The CRIU plugin's parts (plugin.c is the glue to CRIU's hooks):
+ *   plugin_conf.c: its settings, from a file where CRIU runs without our
+ *     environment;
+ *   plugin_log.c: what it says, into CRIU's own log as well as stderr;
+ *   plugin_peer.c: CRIU's own CUDA plugin in the same plugin directory;
+ *   plugin_helper.c: work CRIU must not return before, in a helper process. */
+#ifndef CUSNAP_CRIU_PLUGIN_H
+#define CUSNAP_CRIU_PLUGIN_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "criu_abi.h"
+
+/* ---- plugin_conf.c ---- */
+
+/* The system-wide file, when none is named and none lies beside the plugin. */
+#define PLUGIN_CONF_SYSTEM "/etc/cusnap/criu-plugin.conf"
+/* Its name beside the plugin, in the libdir CRIU's own configuration names. */
+#define PLUGIN_CONF_BESIDE "cusnap.conf"
+
+struct plugin_conf {
+	char path[PATH_MAX];    /* the file read; "" when there was none */
+	int content;            /* enum proto_content; 0: not set */
+	int timeout_ms;         /* 0: not set */
+	char control_dir[4096]; /* "": not set */
+	char libcuda[PATH_MAX]; /* "": not set */
+};
+
+/* The first of $CUSNAP_PLUGIN_CONFIG, own_dir/cusnap.conf, PLUGIN_CONF_SYSTEM
+ * that exists, read into c, then the environment over it (CUSNAP_CONTENT,
+ * CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA). 0, or -1 with why
+ * (an untrusted or malformed file: nothing of it is used). */
+int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size_t len);
+/* The same, from one file's text (name: for messages). */
+int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text, char *why, size_t len);
+
+/* ---- plugin_log.c ---- */
+
+/* From here on, every line written to stderr also goes into CRIU's log
+ * (print_on_level, which CRIU exports to plugins): errors and refusals at
+ * CRIU's error level, progress at info. A no-op outside CRIU. */
+void plugin_log_start(void);
+/* stderr as it was (before the plugin is unloaded). */
+void plugin_log_stop(void);
+
+/* ---- plugin_peer.c ---- */
+
+/* CRIU's CUDA plugin (cuda_plugin.so) loaded in this CRIU, whichever order:
+ * its device hooks are routed through mine, which claims the interposed trees
+ * and hands it the rest (each of its hooks called once per process).
+ * mine[h]: my hook h, or NULL. */
+void peer_attach(void *const mine[CRIU_HOOKS_4_1]);
+/* Is it loaded? (peer_attach ran and found it) */
+bool peer_present(void);
+/* Call its hook h for pid: what it returns, -ENOTSUP without it. */
+int peer_call(enum criu_hook h, int pid);
+/* Its table as it was. */
+void peer_detach(void);
+
+/* ---- plugin_helper.c ---- */
+
+/* A helper process and the pipe it reports its exit code on. */
+struct helper {
+	pid_t pid; /* non-zero: one was started */
+	int fd;    /* CRIU's end (the helper's, in the helper) */
+};
+/* Start one: 0 in the helper, 1 in CRIU, -1 (errno) when it cannot be made. */
+int helper_start(struct helper *h);
+/* In the helper: its exit code to CRIU; the helper ends. */
+__attribute__((noreturn)) void helper_report(struct helper *h, int code);
+/* In CRIU: the helper's exit code, waiting up to timeout_ms; -1 when it did
+ * not say (0 when none was started). */
+int helper_wait(struct helper *h, int timeout_ms);
+
+struct tree;
+/* Is pid gone, a zombie, or on its way out (killed by the dump)? */
+bool proc_ending(pid_t pid);
+/* Every process of t let go by CRIU (no tracer) or ending, within timeout_ms:
+ * how many live on, or -1 on a timeout. */
+int wait_released(const struct tree *t, int timeout_ms);
+
+#endif

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* The CRIU plugin's configuration file (src/criu/plugin_conf.c): what each
+ * line sets, comments and blanks, and the lines refused (naming the line);
+ * the file refused when others may write it or it is not a regular file; the
+ * environment over the file. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../src/criu/plugin.h"
+#include "../harness/test.h"
+#include "cusnap/request.h"
+
+#define CHECK_CONTAINS(text, needle)                                                            \
+	do {                                                                                    \
+		if (!strstr((text), (needle)))                                                  \
+			test_fail(__FILE__, __LINE__, "\"%s\" lacks \"%s\"", (text), (needle)); \
+	} while (0)
+
+static void lines(void)
+{
+	struct plugin_conf c = {0};
+	char why[1024] = "";
+	CHECK_EQ(plugin_conf_parse(&c, "f",
+				   "# cusnap\n\n  content = native  # saved by the driver\ntimeout_ms=2500\n"
+				   "control_dir = /snapshot-control\r\nlibcuda = /usr/lib/libcuda.so.1\n",
+				   why, sizeof(why)),
+		 0);
+	CHECK_EQ(c.content, PROTO_CONTENT_NATIVE);
+	CHECK_EQ(c.timeout_ms, 2500);
+	CHECK_STR(c.control_dir, "/snapshot-control");
+	CHECK_STR(c.libcuda, "/usr/lib/libcuda.so.1");
+
+	static const struct {
+		const char *text, *says;
+	} bad[] = {
+		{"content = gpu\n", "f: line 1: content = gpu: use host or native"},
+		{"\n# x\ntimeout_ms = 0\n", "f: line 3: timeout_ms = 0"},
+		{"timeout_ms = 12s\n", "f: line 1: timeout_ms = 12s"},
+		{"control_dir = relative/dir\n", "f: line 1: control_dir = relative/dir: use an absolute path"},
+		{"content host\n", "f: line 1: \"content host\" is not key = value"},
+		{"device_map = auto\n", "f: line 1: unknown setting \"device_map\""},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct plugin_conf b = {0};
+		CHECK_EQ(plugin_conf_parse(&b, "f", bad[i].text, why, sizeof(why)), -1);
+		CHECK_CONTAINS(why, bad[i].says);
+	}
+}
+
+static void files(void)
+{
+	char dir[] = "/tmp/cusnap-conf-XXXXXX", path[64], why[1024];
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/cusnap.conf", dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	CHECK(fd >= 0 && write(fd, "content = native\n", 17) == 17);
+	close(fd);
+	unsetenv("CUSNAP_PLUGIN_CONFIG");
+	unsetenv("CUSNAP_TIMEOUT_MS");
+	unsetenv("CUSNAP_CONTROL_DIR");
+	unsetenv("CUSNAP_LIBCUDA");
+	setenv("CUSNAP_CONTENT", "host", 1);
+	struct plugin_conf c;
+	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), 0);
+	CHECK_STR(c.path, path);
+	CHECK_EQ(c.content, PROTO_CONTENT_HOST); /* the environment over the file */
+	unsetenv("CUSNAP_CONTENT");
+	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), 0);
+	CHECK_EQ(c.content, PROTO_CONTENT_NATIVE);
+
+	CHECK_EQ(chmod(path, 0664), 0);
+	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), -1);
+	CHECK_CONTAINS(why, "writable by no one else");
+	CHECK_EQ(c.content, 0); /* nothing of it is used */
+	CHECK_EQ(chmod(path, 0644), 0);
+
+	char link[80];
+	snprintf(link, sizeof(link), "%s/link.conf", dir);
+	CHECK_EQ(symlink(path, link), 0);
+	setenv("CUSNAP_PLUGIN_CONFIG", link, 1);
+	CHECK_EQ(plugin_conf_load(&c, NULL, why, sizeof(why)), -1); /* never through a symlink */
+	setenv("CUSNAP_PLUGIN_CONFIG", "/nonexistent/cusnap.conf", 1);
+	CHECK_EQ(plugin_conf_load(&c, NULL, why, sizeof(why)), -1); /* one named must be there */
+	CHECK_CONTAINS(why, "no such file");
+	unsetenv("CUSNAP_PLUGIN_CONFIG");
+	setenv("CUSNAP_TIMEOUT_MS", "-4", 1);
+	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), -1);
+	CHECK_CONTAINS(why, "CUSNAP_TIMEOUT_MS");
+	unsetenv("CUSNAP_TIMEOUT_MS");
+	unlink(link);
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	test_run("plugin configuration: each setting, comments, lines refused by number", lines);
+	test_run("plugin configuration file: trusted files only, the environment over it", files);
+	return test_done();
+}
