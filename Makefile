@@ -63,12 +63,12 @@ SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/shim/%,$(wildcard tests/s
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/*.c))
 CUDART_TESTS := $(patsubst tests/cudart/%.c,$(BUILD)/tests/cudart/%,$(wildcard tests/cudart/*.c)) \
 	$(patsubst tests/cudart/%.cu,$(BUILD)/tests/cudart/test_%,$(wildcard tests/cudart/*.cu))
-SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
+SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/criu/check_zdtm $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
 HARNESS := $(BUILD)/obj/tests/harness/harness.o
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep nccl
+.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -235,6 +235,10 @@ $(BUILD)/tests/shim/check_%: tests/shim/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
 
+$(BUILD)/tests/criu/check_%: tests/criu/check_%.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+
 # libFuzzer targets (clang only, in the plain build: they carry their own ASan).
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CC ?= clang
@@ -263,6 +267,11 @@ fuzz: tests
 # Every countdown fault sweep in full (tests/e2e/sweep.h): each command x content
 # mode x role, multicast groups too, CRIU included. `make test` runs most of it in
 # the plain pass and a sample under the sanitizers.
+# CRIU's own static tests (zdtm, from the source of the CRIU in use) with
+# cusnap's plugin loaded (scripts/zdtm.sh; make test runs it too).
+zdtm: deps all
+	@scripts/zdtm.sh $(BUILD)
+
 sweep: deps
 	$(MAKE) tests
 	@scripts/setup-criu.sh $(BUILD) > $(BUILD)/criu-path 2> $(BUILD)/criu-setup.log || echo "CRIU unavailable: the checkpoint and restore sweeps will skip"

@@ -37,32 +37,8 @@ suite=${CRIU_DEBIAN_SUITE:-trixie}
 
 say() { echo "setup-criu: $*" >&2; }
 
-# The Debian archive this machine's apt already uses: the URI that serves the
-# system's own release (VERSION_CODENAME of /etc/os-release) with component
-# main, from the one-line (sources.list, *.list) or deb822 (*.sources) files.
-# The same archive serves $suite. CRIU_DEBIAN_MIRROR overrides it.
-apt_debian_mirror() {
-	local codename
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	[ -n "$codename" ] || return 1
-	{
-		cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-			sed -e 's/#.*//' -e 's/\[[^]]*\]//' |
-			awk -v c="$codename" '$1 == "deb" && $3 == c { for (i = 4; i <= NF; i++) if ($i == "main") { print $2; exit } }'
-		for f in /etc/apt/sources.list.d/*.sources; do
-			[ -r "$f" ] || continue
-			# deb822 stanzas, separated by blank lines
-			awk -v c="$codename" '
-				function flush() { if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " c " ") && (" " comps " ") ~ / main /) { split(uris, u, " "); print u[1]; found = 1 } types = suites = comps = uris = "" }
-				/^[ \t]*#/ { next }
-				/^[ \t]*$/ { flush(); if (found) exit; next }
-				{ key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^ +/, "")
-				  if (key == "types") types = $0; else if (key == "suites") suites = $0
-				  else if (key == "components") comps = $0; else if (key == "uris") uris = $0 }
-				END { if (!found) flush() }' "$f"
-		done
-	} | head -n1 | grep .
-}
+# apt_debian_mirror: the Debian archive this machine's apt already uses.
+. "$(dirname "$0")/apt-mirror.sh"
 
 # works CRIU: version >= 4 and `criu check` passes (needs root).
 works() {
