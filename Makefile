@@ -187,6 +187,11 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# Device maps, parsed alone (devmap.c asks the driver through native.c).
+$(BUILD)/tests/unit/test_devmap: $(BUILD)/obj/tests/unit/test_devmap.o $(BUILD)/obj/src/cusnap/devmap.o $(BUILD)/obj/src/cusnap/native.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
+
 # The CRIU plugin's configuration file, parsed alone.
 $(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)

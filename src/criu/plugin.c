@@ -73,7 +73,8 @@ static struct {
 	char control[4096];              /* the workload's control directory */
 	pid_t root;
 	int content;
-	int *restore_tid; /* each CUDA process's restore thread, asked while it runs */
+	int *restore_tid;  /* each CUDA process's restore thread, asked while it runs */
+	struct devmap map; /* restore: the GPUs the checkpoint's are restored onto */
 	struct helper helper;
 	bool criu_fails; /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
 } P;
@@ -270,10 +271,10 @@ static int write_image(void)
 {
 	char here[PATH_MAX];
 	control_host_path(P.root, here, sizeof(here));
-	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:o, s:I}", "cusnap_plugin", 1, "content",
+	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:o, s:I, s:o}", "cusnap_plugin", 1, "content",
 			      proto_content_name((uint32_t)P.content), "vmm", P.t.nshim > 0, "control_dir",
 			      json_text(P.control), "control_dir_here", json_text(here), "cuda_processes",
-			      (json_int_t)P.t.ncuda);
+			      (json_int_t)P.t.ncuda, "gpus", devmap_gpus_json(&P.t.nat));
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *step = "encode";
@@ -352,7 +353,7 @@ static int after_dump(int ret)
 	struct coord_report r;
 	bool nothing;
 	char err[1600], why[PATH_MAX + 256];
-	if (tree_recover(&P.t, P.dir, false, &r, &nothing, err, sizeof(err)) < 0)
+	if (tree_recover(&P.t, P.dir, false, NULL, &r, &nothing, err, sizeof(err)) < 0)
 		return finish(&P.t, &P.rec, "after the dump: %s", err);
 	if (control_write(P.root, CONTROL_SNAPSHOT_DONE, why, sizeof(why)) < 0)
 		fprintf(stderr, "cusnap-plugin: warning: cannot write %s\n", why);
@@ -400,6 +401,27 @@ static void dump_exit(int ret)
 
 /* ---- restore ---- */
 
+/* The configuration's device_map against the checkpoint's GPUs (the image's
+ * list) and this machine's, into P.map: 0, or -1 (said). */
+static int restore_map(const json_t *gpus)
+{
+	if (!P.conf.device_map[0])
+		return 0;
+	CUuuid had[PROTO_MAX_DEVICES], here[PROTO_MAX_DEVICES];
+	int nhad = devmap_uuids(gpus, had, PROTO_MAX_DEVICES), nhere = 0;
+	struct native nat = {0};
+	char why[1200] = "the image's GPU list is not a list of GPU UUIDs";
+	if (nhad >= 0 && native_load(&nat, why, sizeof(why)) == 0) {
+		nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES);
+		if (devmap_parse(P.conf.device_map, had, (size_t)nhad, here, (size_t)nhere, &P.map, why, sizeof(why)) ==
+		    0)
+			return 0;
+	}
+	fprintf(stderr, "cusnap-plugin: device_map = %s (%s): %s: restore refused, nothing made\n", P.conf.device_map,
+		P.conf.path[0] ? P.conf.path : "CUSNAP_DEVICE_MAP", why);
+	return -1;
+}
+
 /* The plugin's image in the images directory: 1 (control directories into
  * P.control and here), 0 when there is none (not dumped with this plugin), -1
  * when it cannot be read (said). */
@@ -423,8 +445,9 @@ static int read_image(char *here, size_t len)
 	}
 	snprintf(P.control, sizeof(P.control), "%s", control);
 	snprintf(here, len, "%s", dir_here && dir_here[0] == '/' ? dir_here : "");
+	int rc = restore_map(json_object_get(j, "gpus")) < 0 ? -1 : 1;
 	json_decref(j);
-	return 1;
+	return rc;
 }
 
 /* The restore-complete a previous restore left in directory dfd removed: 0, or
@@ -495,7 +518,7 @@ static int after_restore(void)
 		snprintf(err, sizeof(err), "another command holds the tree");
 	else if (rc)
 		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
-	if (rc == 0 && tree_recover(&t, P.dir, false, &r, &nothing, err, sizeof(err)) < 0)
+	if (rc == 0 && tree_recover(&t, P.dir, false, &P.map, &r, &nothing, err, sizeof(err)) < 0)
 		rc = -1;
 	if (rc == 0 && control_write(P.root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
 		rc = -1, snprintf(err, sizeof(err), "cannot write %s", why);

@@ -10,9 +10,11 @@
  *   timeout_ms = 30000          per participant and step
  *   control_dir = /snapshot-control   in the workload's root
  *   libcuda = /usr/lib/x86_64-linux-gnu/libcuda.so.1
+ *   device_map = auto | 0=1,1=0 | GPU-...=GPU-...   at restore (devmap.c);
+ *                also spelt cuda.device-map, as CRIU's plugin option will be
  *
- * CUSNAP_CONTENT, CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR and CUSNAP_LIBCUDA
- * override it where they reach. CRIU runs as root and the file steers it, so it
+ * CUSNAP_CONTENT, CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA and
+ * CUSNAP_DEVICE_MAP override it where they reach. CRIU runs as root and the file steers it, so it
  * is hostile input: a regular file owned by root (or by CRIU's user), writable
  * by no one else, on a path only they can change, opened without following a
  * symlink, 64 KiB at most; a line that is not understood refuses the whole. */
@@ -59,8 +61,16 @@ static int conf_set(struct plugin_conf *c, const char *key, const char *value, c
 		if (value[0] != '/' || strlen(value) >= cap)
 			return snprintf(why, len, "%s = %s: use an absolute path", key, value), -1;
 		snprintf(dir ? c->control_dir : c->libcuda, cap, "%s", value);
+	} else if (!strcmp(key, "device_map") || !strcmp(key, "cuda.device-map")) {
+		bool pairs = strspn(value, "GPUgpu0123456789abcdefABCDEF-=,") == strlen(value) && strchr(value, '=');
+		if (strlen(value) >= sizeof(c->device_map) || (strcmp(value, "auto") && !pairs))
+			return snprintf(why, len, "%s = %s: use auto, or OLD=NEW pairs of GPU ordinals or UUIDs", key,
+					value),
+			       -1;
+		snprintf(c->device_map, sizeof(c->device_map), "%s", value);
 	} else {
-		return snprintf(why, len, "unknown setting \"%s\" (known: content, timeout_ms, control_dir, libcuda)",
+		return snprintf(why, len,
+				"unknown setting \"%s\" (known: content, timeout_ms, control_dir, libcuda, device_map)",
 				key),
 		       -1;
 	}
@@ -145,7 +155,8 @@ static int conf_environment(struct plugin_conf *c, char *why, size_t len)
 	static const char *const vars[][2] = {{"CUSNAP_CONTENT", "content"},
 					      {"CUSNAP_TIMEOUT_MS", "timeout_ms"},
 					      {"CUSNAP_CONTROL_DIR", "control_dir"},
-					      {"CUSNAP_LIBCUDA", "libcuda"}};
+					      {"CUSNAP_LIBCUDA", "libcuda"},
+					      {"CUSNAP_DEVICE_MAP", "device_map"}};
 	char err[512];
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *v = getenv(vars[i][0]);

@@ -214,7 +214,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		t0 = now_ms();
 		struct coord_report rr;
 		bool nothing;
-		if (tree_recover(&t, dir, false, &rr, &nothing, err, sizeof(err)) < 0) {
+		if (tree_recover(&t, dir, false, NULL, &rr, &nothing, err, sizeof(err)) < 0) {
 			rc = finish(&t, &rec, "after the dump: %s", err);
 			goto out;
 		}
@@ -258,30 +258,6 @@ out:
 }
 
 /* ---- restore ---- */
-
-static int parse_uuid(const char *s, size_t len, CUuuid *out)
-{
-	return id_parse_uuid(s, len, (uint8_t *)out->bytes);
-}
-
-/* "OLD=NEW,OLD=NEW" into pairs. Returns the count or -1. */
-static int parse_device_map(const char *spec, CUcheckpointGpuPair *pairs, int max)
-{
-	int n = 0;
-	const char *p = spec;
-	while (*p) {
-		size_t len = strcspn(p, ",");
-		const char *eq = memchr(p, '=', len);
-		if (!eq || n == max || parse_uuid(p, (size_t)(eq - p), &pairs[n].oldUuid) < 0 ||
-		    parse_uuid(eq + 1, len - (size_t)(eq - p) - 1, &pairs[n].newUuid) < 0)
-			return -1;
-		n++;
-		p += len;
-		if (*p == ',')
-			p++;
-	}
-	return n;
-}
 
 /* A signal during a restore: the half-restored tree is killed (it never ran). */
 static int restore_interrupted(const char *dir, const char *after)
@@ -331,40 +307,25 @@ static int clear_control_dir(const struct manifest *m)
 	return rc;
 }
 
-/* A device map names every GPU of the checkpoint once (the native restore
- * takes no partial map), and no other: checked before CRIU creates anything.
- * 0, or -1 with why. */
-static int check_device_map(const struct manifest *m, const CUcheckpointGpuPair *pairs, int npairs, char *why,
-			    size_t len)
+/* --device-map against the checkpoint's GPUs and this machine's (the driver
+ * loaded for the question alone), before CRIU creates anything: 0, or the exit
+ * code (reported). */
+static int device_map_for(const struct manifest *m, const char *spec, struct devmap *map)
 {
-	const json_t *gpus = json_object_get(m->root, "gpus");
-	CUuuid had[PROTO_MAX_DEVICES];
-	const char *name[PROTO_MAX_DEVICES];
-	size_t n = 0;
-	for (size_t g = 0; g < json_array_size(gpus) && n < PROTO_MAX_DEVICES; g++) {
-		const json_t *uuid = json_array_get(gpus, g);
-		if (json_is_string(uuid) && parse_uuid(json_string_value(uuid), json_string_length(uuid), &had[n]) == 0)
-			name[n++] = json_string_value(uuid);
-	}
-	for (size_t g = 0; g < n; g++) {
-		int found = 0;
-		for (int k = 0; k < npairs; k++)
-			found += !memcmp(pairs[k].oldUuid.bytes, had[g].bytes, 16);
-		if (found != 1) {
-			snprintf(why, len, "%s of the checkpoint is %s", name[g],
-				 found ? "mapped more than once" : "not mapped (a map must name every GPU)");
-			return -1;
-		}
-	}
-	for (int k = 0; k < npairs; k++) {
-		bool known = false;
-		for (size_t g = 0; g < n && !known; g++)
-			known = !memcmp(pairs[k].oldUuid.bytes, had[g].bytes, 16);
-		if (!known) {
-			snprintf(why, len, "pair %d names a GPU the checkpoint does not have", k + 1);
-			return -1;
-		}
-	}
+	*map = (struct devmap){0};
+	if (!spec)
+		return 0;
+	CUuuid had[PROTO_MAX_DEVICES], here[PROTO_MAX_DEVICES];
+	int nhad = devmap_uuids(json_object_get(m->root, "gpus"), had, PROTO_MAX_DEVICES);
+	if (nhad < 0)
+		return fail(EX_USAGE, "the manifest's GPU list is not a list of GPU UUIDs; nothing done");
+	struct native nat = {0};
+	char why[1024];
+	if (native_load(&nat, why, sizeof(why)) < 0)
+		return fail(EX_UNAVAILABLE, "--device-map: %s", why);
+	int nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES); /* (the driver stays loaded: the restore needs it) */
+	if (devmap_parse(spec, had, (size_t)nhad, here, (size_t)nhere, map, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "--device-map %s: %s; nothing done", spec, why);
 	return 0;
 }
 
@@ -440,15 +401,11 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	struct manifest m;
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
-	CUcheckpointGpuPair pairs[PROTO_MAX_DEVICES];
-	int npairs = device_map ? parse_device_map(device_map, pairs, PROTO_MAX_DEVICES) : 0;
-	if (npairs < 0) {
+	struct devmap map;
+	int mapped = device_map_for(&m, device_map, &map);
+	if (mapped) {
 		manifest_free(&m);
-		return fail(EX_USAGE, "--device-map %s: use OLD=NEW[,OLD=NEW...] with GPU UUIDs", device_map);
-	}
-	if (npairs > 0 && check_device_map(&m, pairs, npairs, err, sizeof(err)) < 0) {
-		manifest_free(&m);
-		return fail(EX_USAGE, "--device-map: %s; nothing done", err);
+		return mapped;
 	}
 	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0) {
 		manifest_free(&m);
@@ -552,7 +509,7 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	if ((rc = restore_interrupted(dir, "the CRIU restore")))
 		goto kill;
 	t0 = now_ms();
-	if (native_thaw(&t, dir, pairs, (unsigned)npairs, err, sizeof(err)) < 0) {
+	if (native_thaw(&t, dir, map.pairs, map.npairs, err, sizeof(err)) < 0) {
 		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
 		goto kill;
 	}
@@ -560,43 +517,15 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	if ((rc = restore_interrupted(dir, "the native restore")))
 		goto kill;
 	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda,
-		 npairs ? ", devices remapped" : "");
-	/* Device ordinals then (the manifest's GPU list) and now, for the shims. */
-	int ordinal_map[PROTO_MAX_DEVICES];
-	size_t nmap = 0;
-	if (npairs) {
-		const json_t *gpus = json_object_get(m.root, "gpus");
-		int ndev = 0;
-		if (native_devices(&t.nat))
-			t.nat.device_count(&ndev);
-		for (; nmap < json_array_size(gpus) && nmap < PROTO_MAX_DEVICES; nmap++) {
-			const json_t *g = json_array_get(gpus, nmap);
-			ordinal_map[nmap] = -1;
-			CUuuid old;
-			if (!json_is_string(g) || parse_uuid(json_string_value(g), json_string_length(g), &old) < 0)
-				continue;
-			for (int k = 0; k < npairs; k++) {
-				if (memcmp(pairs[k].oldUuid.bytes, old.bytes, 16) != 0)
-					continue;
-				for (int d = 0; d < ndev; d++) {
-					CUdevice dev;
-					CUuuid u;
-					if (t.nat.device_get(&dev, d) == CUDA_SUCCESS &&
-					    t.nat.device_uuid(&u, dev) == CUDA_SUCCESS &&
-					    !memcmp(u.bytes, pairs[k].newUuid.bytes, 16))
-						ordinal_map[nmap] = d;
-				}
-			}
-		}
-	}
+		 map.npairs ? ", devices remapped" : "");
 	t0 = now_ms();
 	if (m.prepared) {
 		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
 					  .on_stage = progress_stage,
 					  .require_state = true,
-					  .device_map = nmap ? ordinal_map : NULL,
-					  .device_map_len = nmap};
+					  .device_map = map.nordinals ? map.ordinals : NULL,
+					  .device_map_len = map.nordinals};
 		struct coord_report cr;
 		if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
 			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)",

@@ -195,6 +195,27 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
  * answer. */
 int tree_states(struct tree *t, char *err, size_t errlen);
 
+/* ---- devmap.c: which GPU each GPU of a checkpoint is restored onto ---- */
+struct devmap {
+	CUcheckpointGpuPair pairs[PROTO_MAX_DEVICES]; /* for the native restore */
+	unsigned npairs;                              /* 0: every GPU as it was */
+	int ordinals[PROTO_MAX_DEVICES];              /* the checkpoint's device d is ordinals[d] here (the shims) */
+	size_t nordinals;
+};
+/* The GPUs the driver lists, by ordinal, into out: how many. */
+int devmap_gpus(const struct native *n, CUuuid *out, size_t max);
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+void devmap_uuid_text(const CUuuid *u, char out[48]);
+/* The driver's GPUs as a JSON array of such texts (a checkpoint's GPU list). */
+json_t *devmap_gpus_json(const struct native *n);
+/* A JSON array of UUID strings (a checkpoint's GPU list) into out: how many,
+ * or -1 when one is not a UUID. */
+int devmap_uuids(const json_t *list, CUuuid *out, size_t max);
+/* spec ("auto", or OLD=NEW pairs of ordinals or UUIDs; NULL or "": none) for a
+ * checkpoint made on the GPUs had, restored onto here: 0, or -1 with why. */
+int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid *here, size_t nhere, struct devmap *m,
+		 char *why, size_t len);
+
 /* ---- finish.c: how far a command got, and the one way it ends ---- */
 struct record {
 	pid_t root;
@@ -213,9 +234,10 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone);
 /* Bring the tree back from whatever state a command left it in: thaw what is
  * LOCKED or CHECKPOINTED, then rebuild the shims (from the state file in dir
  * when there is one and not discard, else in place from each process's own
- * records). *nothing: it was running already. 0, or -1 with err. */
-int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_report *r, bool *nothing, char *err,
-		 size_t errlen);
+ * records). map (NULL: none): the GPUs a checkpoint is restored onto.
+ * *nothing: it was running already. 0, or -1 with err. */
+int tree_recover(struct tree *t, const char *dir, bool discard, const struct devmap *map, struct coord_report *r,
+		 bool *nothing, char *err, size_t errlen);
 /* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
  * next phase boundary). */
 void signals_arm(void);

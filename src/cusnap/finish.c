@@ -160,8 +160,8 @@ static int participants_unsettled(struct tree *t, int timeout_ms, size_t *unsett
 	return 0;
 }
 
-int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_report *r, bool *nothing, char *err,
-		 size_t errlen)
+int tree_recover(struct tree *t, const char *dir, bool discard, const struct devmap *map, struct coord_report *r,
+		 bool *nothing, char *err, size_t errlen)
 {
 	char state[PATH_MAX + 32];
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
@@ -181,9 +181,10 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 	}
 	double t0 = now_ms();
 	if (frozen) {
-		if (native_thaw(t, dir, NULL, 0, err, errlen) < 0)
+		if (native_thaw(t, dir, map ? map->pairs : NULL, map ? map->npairs : 0, err, errlen) < 0)
 			return -1;
-		progress("native restore+unlock", now_ms() - t0, "%zu processes", frozen);
+		progress("native restore+unlock", now_ms() - t0, "%zu processes%s", frozen,
+			 map && map->npairs ? ", devices remapped" : "");
 	}
 	/* The participants know their phase (a locked or checkpointed process
 	 * answers only once thawed): whatever the state directory holds, the tree
@@ -195,7 +196,11 @@ int tree_recover(struct tree *t, const char *dir, bool discard, struct coord_rep
 		*nothing = !frozen;
 		return 0;
 	}
-	struct coord_options o = {.timeout_ms = timeout_ms, .dir = dir, .on_stage = progress_stage};
+	struct coord_options o = {.timeout_ms = timeout_ms,
+				  .dir = dir,
+				  .on_stage = progress_stage,
+				  .device_map = map && map->nordinals ? map->ordinals : NULL,
+				  .device_map_len = map ? map->nordinals : 0};
 	if (!discard && access(state, F_OK) == 0) {
 		/* The state file was written: the prepare completed; rebuild from it. */
 		o.require_state = true;
@@ -240,7 +245,7 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	if (rec->changed) {
 		struct coord_report r;
 		bool nothing;
-		undone = tree_recover(t, rec->dir, false, &r, &nothing, err, sizeof(err)) == 0;
+		undone = tree_recover(t, rec->dir, false, NULL, &r, &nothing, err, sizeof(err)) == 0;
 	}
 	char why[1400] = "";
 	size_t gone = 0;

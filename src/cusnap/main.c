@@ -39,10 +39,11 @@ static const struct command commands[] = {
 	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
 	 "writable by no one else)"},
 	{"restore", cmd_restore, "dir device-map criu json timeout job-file criu-config ",
-	 "--dir DIR [--device-map OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
+	 "--dir DIR [--device-map auto|OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
 	 "            [--json]",
-	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs by UUID) and the\n"
-	 "shared memory, then write restore-complete for the workload"},
+	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs: OLD and NEW GPU UUIDs or\n"
+	 "ordinals, every GPU of the checkpoint named once; auto: those here keep theirs, the others\n"
+	 "go in order onto the GPUs left) and the shared memory, then write restore-complete"},
 	{"suspend", cmd_suspend, "pid dir content require-interposer json timeout control-dir job-file ",
 	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
 	 "            [--json]",

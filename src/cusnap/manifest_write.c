@@ -14,27 +14,6 @@
 #include "cusnap/control.h"
 #include "cusnap/manifest.h"
 
-/* The UUIDs of the GPUs this process sees, "GPU-xxxxxxxx-xxxx-...". */
-static json_t *gpus_json(const struct tree *t)
-{
-	json_t *gpus = json_array();
-	int ndev = 0;
-	if (native_devices(&t->nat))
-		t->nat.device_count(&ndev);
-	for (int d = 0; d < ndev; d++) {
-		CUuuid u;
-		CUdevice dev;
-		if (t->nat.device_get(&dev, d) != CUDA_SUCCESS || t->nat.device_uuid(&u, dev) != CUDA_SUCCESS)
-			continue;
-		char text[48] = "GPU-", *o = text + 4;
-		for (int b = 0; b < 16; b++)
-			o += sprintf(o, "%02x%s", (unsigned char)u.bytes[b],
-				     b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
-		json_array_append_new(gpus, json_string(text));
-	}
-	return gpus;
-}
-
 static json_t *processes_json(const struct tree *t)
 {
 	json_t *procs = json_array();
@@ -74,11 +53,11 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 			      "control_dir_here", json_text(here), "content", proto_content_name((uint32_t)content),
 			      "prepared", prepared, "leave_running", leave_running, "criu", "path", json_text(criu),
 			      "version", json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",
-			      "none: an empty --libdir; cusnap does the native steps", "gpus", gpus_json(t),
-			      "processes", processes_json(t), "timings_ms", "prepare", r->ms_prepare, "lock",
-			      r->ms_lock, "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump, "restore_in_place",
-			      r->ms_restore_in_place, "bytes", "host_copies", (json_int_t)r->bytes_copied, "images",
-			      (json_int_t)r->image_bytes);
+			      "none: an empty --libdir; cusnap does the native steps", "gpus",
+			      devmap_gpus_json(&t->nat), "processes", processes_json(t), "timings_ms", "prepare",
+			      r->ms_prepare, "lock", r->ms_lock, "checkpoint", r->ms_checkpoint, "criu_dump",
+			      r->ms_dump, "restore_in_place", r->ms_restore_in_place, "bytes", "host_copies",
+			      (json_int_t)r->bytes_copied, "images", (json_int_t)r->image_bytes);
 	if (!m)
 		return -ENOMEM;
 	if (images)

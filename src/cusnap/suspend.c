@@ -71,7 +71,7 @@ int cmd_resume(const struct args *a)
 	signals_arm();
 	struct coord_report r;
 	bool nothing;
-	if (tree_recover(&t, dir, a->discard_state, &r, &nothing, err, sizeof(err)) < 0) {
+	if (tree_recover(&t, dir, a->discard_state, NULL, &r, &nothing, err, sizeof(err)) < 0) {
 		char why[1400];
 		size_t gone;
 		if (tree_verify(&t, why, sizeof(why), &gone) < 0)

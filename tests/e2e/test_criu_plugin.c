@@ -464,6 +464,44 @@ static void restore_as_users_do(void)
 	free(log);
 }
 
+/* device_map at restore (here from CUSNAP_DEVICE_MAP; the file's device_map
+ * takes the same text): two helpers on GPUs 0 and 1, swapped by ordinals, the
+ * sharing rebuilt on the new ones; a map naming a GPU this machine lacks is
+ * refused before CRIU makes any process. */
+static void device_map(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], ck[PATH_MAX + 16], *out;
+	e2e_scratch("plug-devmap", dir, ctl);
+	snprintf(script, sizeof(script),
+		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
+		 "$L $H %s b --import a --dev 1 & wait",
+		 bin_dir, tests_dir, dir, dir);
+	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+	pid_t sh = helpers_start(dir, ctl, script);
+	char env_ctl[PATH_MAX + 32], *extra[] = {env_ctl, NULL};
+	snprintf(env_ctl, sizeof(env_ctl), "CUSNAP_CONTROL_DIR=%s", ctl);
+	CHECK_EQ(dump(sh, ck, "host", plugins, false, extra, &out), 0);
+	free(out);
+	test_wait_child(sh, 10000);
+	reap_all();
+	char *bad[] = {"CUSNAP_DEVICE_MAP=0=1,1=5", NULL}, *swap[] = {"CUSNAP_DEVICE_MAP=0=1,1=0", NULL};
+	CHECK(restore_with(ck, plugins, true, true, bad, &out) != 0);
+	CHECK_CONTAINS(out, "pair 2 names a GPU this machine does not have");
+	CHECK_CONTAINS(out, "nothing made");
+	free(out);
+	CHECK(restored_root(ck) <= 0); /* no process was made */
+	CHECK_EQ(restore_with(ck, plugins, true, true, swap, &out), 0);
+	CHECK_CONTAINS(out, "devices remapped");
+	free(out);
+	/* The creator's allocation now lives on the other GPU, still shared. */
+	TARGET_EXPECT_DIR(dir, "a", "device", "1");
+	TARGET_EXPECT_DIR(dir, "b", "check 1", "PASS");
+	TARGET_EXPECT_DIR(dir, "b", "fill 5", "OK");
+	TARGET_EXPECT_DIR(dir, "a", "check 5", "PASS");
+	tree_kill(restored_root(ck));
+	reap_all();
+}
+
 /* Podman (its checkpoint runs CRIU with the plugin directory): said, not
  * run, where it is missing; where it is installed, this suite has no container
  * image of the example group yet. (SKIP would end the whole program.) */
@@ -493,6 +531,7 @@ int main(void)
 		 settings_from_file);
 	test_run("restores as CRIU users run them: stale restore-complete, no -d, a killed restore fails",
 		 restore_as_users_do);
+	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
 	podman_note();
 	e2e_done();
 	return test_done();

@@ -26,13 +26,17 @@ static void lines(void)
 	char why[1024] = "";
 	CHECK_EQ(plugin_conf_parse(&c, "f",
 				   "# cusnap\n\n  content = native  # saved by the driver\ntimeout_ms=2500\n"
-				   "control_dir = /snapshot-control\r\nlibcuda = /usr/lib/libcuda.so.1\n",
+				   "control_dir = /snapshot-control\r\nlibcuda = /usr/lib/libcuda.so.1\n"
+				   "cuda.device-map = 0=1,1=0\n",
 				   why, sizeof(why)),
 		 0);
 	CHECK_EQ(c.content, PROTO_CONTENT_NATIVE);
 	CHECK_EQ(c.timeout_ms, 2500);
 	CHECK_STR(c.control_dir, "/snapshot-control");
 	CHECK_STR(c.libcuda, "/usr/lib/libcuda.so.1");
+	CHECK_STR(c.device_map, "0=1,1=0"); /* (CRIU's plugin option spelling) */
+	CHECK_EQ(plugin_conf_parse(&c, "f", "device_map=auto", why, sizeof(why)), 0);
+	CHECK_STR(c.device_map, "auto");
 
 	static const struct {
 		const char *text, *says;
@@ -42,7 +46,8 @@ static void lines(void)
 		{"timeout_ms = 12s\n", "f: line 1: timeout_ms = 12s"},
 		{"control_dir = relative/dir\n", "f: line 1: control_dir = relative/dir: use an absolute path"},
 		{"content host\n", "f: line 1: \"content host\" is not key = value"},
-		{"device_map = auto\n", "f: line 1: unknown setting \"device_map\""},
+		{"device_map = everything\n", "f: line 1: device_map = everything: use auto, or OLD=NEW pairs"},
+		{"devices = auto\n", "f: line 1: unknown setting \"devices\""},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct plugin_conf b = {0};
