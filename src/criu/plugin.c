@@ -104,8 +104,7 @@ static void own_dir(char *out, size_t len)
 	}
 }
 
-/* CRIU unloads its plugins after their exit; the plugin stays while a helper
- * it waits for at CRIU's exit works. */
+/* CRIU unloads its plugins after their exit: this one stays (RTLD_NODELETE). */
 static void stay_loaded(void)
 {
 	Dl_info info;
@@ -385,8 +384,11 @@ static void dump_exit(int ret)
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed))
 		return;
 	int h = helper_start(&P.helper);
-	if (h == 0)
-		helper_report(&P.helper, after_dump(ret)); /* (in the helper) */
+	if (h == 0) { /* (in the helper) */
+		int code = after_dump(ret);
+		tree_free(&P.t); /* the lock released before CRIU hears it is done */
+		helper_report(&P.helper, code);
+	}
 	if (h < 0) {
 		fprintf(stderr,
 			"cusnap-plugin: cannot start the helper that puts the tree back (%s): `cusnap "
@@ -555,7 +557,6 @@ static int resume_devices_late(int pid)
 			pid);
 		proc_tree_kill(pid, false);
 		P.criu_fails = true;
-		stay_loaded();
 		return -1;
 	}
 	return 0;
@@ -582,6 +583,11 @@ static int plugin_init(int stage)
 	memset(&P, 0, sizeof(P));
 	P.helper = keep;
 	P.stage = stage;
+	/* CRIU unloads a plugin right after its exit; the native steps' worker
+	 * threads (detached: a call stuck in the driver is left behind) may still
+	 * be on their way out of its code then, which was a SIGSEGV in about one
+	 * refused dump in twenty. The plugin stays until CRIU exits. */
+	stay_loaded();
 	plugin_log_start();
 	char dir[PATH_MAX], why[PATH_MAX + 512];
 	own_dir(dir, sizeof(dir));
@@ -607,7 +613,6 @@ static void plugin_exit(int stage, int ret)
 	peer_detach();
 	if (P.helper.pid || P.criu_fails) {
 		static bool registered;
-		stay_loaded();
 		if (!registered)
 			atexit(criu_exit_waits);
 		registered = true;

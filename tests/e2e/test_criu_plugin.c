@@ -464,6 +464,56 @@ static void restore_as_users_do(void)
 	free(log);
 }
 
+/* Two `criu dump -R` of one tree at once, again and again (CUSNAP_PLUGIN_RACES
+ * rounds, default 8; 200 found no crash): neither CRIU dies of a signal, and
+ * when both have returned the tree is whole, runs on and is held by no one. */
+static void concurrent_dumps(void)
+{
+	const char *env_rounds = getenv("CUSNAP_PLUGIN_RACES");
+	int rounds = env_rounds && atoi(env_rounds) > 0 ? atoi(env_rounds) : 8, wins = 0;
+	struct group g = {0};
+	for (int round = 0; round < rounds && !test_failures; round++) {
+		if (round % 40 == 0) { /* a fresh group now and then: it waits 60 s at most */
+			if (round) {
+				CHECK_EQ(group_finish(&g), 2);
+				group_kill(&g);
+			}
+			if (group_start(&g, "plug-race", 1, 2, false, NULL, NULL, NULL) < 0)
+				return;
+		}
+		char pid[16];
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		const char *shell = getsid(g.root) != g.root ? "--shell-job" : NULL;
+		pid_t racer[2];
+		char images[2][PATH_MAX + 64], log[2][PATH_MAX + 64];
+		for (int k = 0; k < 2; k++) {
+			snprintf(images[k], sizeof(images[k]), "%s/race-%d-%d", g.ctl, round, k);
+			snprintf(log[k], sizeof(log[k]), "%s.out", images[k]);
+			mkdir(images[k], 0700);
+			char *argv[] = {criu,       "dump", "-t",       pid,     "-D", images[k],     "-o",
+					"dump.log", "-v4",  "--libdir", plugins, "-R", (char *)shell, NULL};
+			char *env[] = {libcuda, NULL};
+			racer[k] = test_spawn(argv, env, log[k]);
+		}
+		for (int k = 0; k < 2; k++) {
+			int status = test_wait_child(racer[k], 120000);
+			CHECK(status >= 0 && WIFEXITED(status));
+			if (status >= 0 && WIFSIGNALED(status))
+				printf("     round %d: criu %d died of signal %d (%s)\n", round, k, WTERMSIG(status),
+				       log[k]);
+			wins += status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		}
+		char *json = group_inspect(&g);
+		CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
+		CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
+		CHECK(!strstr(json, "held_by"));
+		free(json);
+	}
+	printf("     %d rounds of two concurrent dumps: %d won\n", rounds, wins);
+	CHECK_EQ(group_finish(&g), 2);
+	group_kill(&g);
+}
+
 /* device_map at restore (here from CUSNAP_DEVICE_MAP; the file's device_map
  * takes the same text): two helpers on GPUs 0 and 1, swapped by ordinals, the
  * sharing rebuilt on the new ones; a map naming a GPU this machine lacks is
@@ -532,6 +582,7 @@ int main(void)
 	test_run("restores as CRIU users run them: stale restore-complete, no -d, a killed restore fails",
 		 restore_as_users_do);
 	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
+	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
 	podman_note();
 	e2e_done();
 	return test_done();
