@@ -241,6 +241,14 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 		rc = (CUresult)wire_get_u32(reply + 4);
 		if (value)
 			*value = (int)wire_get_u32(reply + 8);
+		/* The call returns once the target's thread is done with the request
+		 * (its end closed): a checkpointer stops that thread again as soon as
+		 * the call returns, and must not find it holding a connection CRIU
+		 * has not seen (it refuses to dump an unknown socket). */
+		uint8_t more;
+		if (io_full(fd, &more, 1, false, 5000) != -EPIPE)
+			LOG_AT(LOG_WARN, "process %d: its checkpoint endpoint kept request %d's connection open", pid,
+			       (int)op);
 	} else {
 		LOG_AT(LOG_WARN, "process %d: its checkpoint endpoint did not answer request %d", pid, (int)op);
 	}

@@ -552,17 +552,6 @@ static void device_map(void)
 	reap_all();
 }
 
-/* Podman (its checkpoint runs CRIU with the plugin directory): said, not
- * run, where it is missing; where it is installed, this suite has no container
- * image of the example group yet. (SKIP would end the whole program.) */
-static void podman_note(void)
-{
-	bool installed = system("command -v podman >/dev/null 2>&1") == 0;
-	printf("skip podman container checkpoint --export / restore --import with the plugin: %s\n",
-	       installed ? "podman is installed, but this suite builds no container image of the example group yet"
-			 : "podman is not installed here (the CI machine has neither podman nor nested containers)");
-}
-
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -583,7 +572,6 @@ int main(void)
 		 restore_as_users_do);
 	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
 	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
-	podman_note();
 	e2e_done();
 	return test_done();
 }

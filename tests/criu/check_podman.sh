@@ -1,0 +1,152 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Podman through runc with cusnap's CRIU plugin, as users deploy containers:
+# a container running an interposed group (the example, 2 processes sharing 2
+# allocations) checkpointed with `podman container checkpoint` and restored
+# with `podman container restore`, host and native content (native through the
+# plugin's configuration file, since runc gives CRIU only PATH); then one
+# exported with --export and restored with --import into a new container. Each
+# restored group verifies its bytes and sharing itself and exits 0.
+#
+# Installs Debian's podman and runc when missing. What it has to set, and why:
+# - runtime runc (Debian's crun 1.8.1 fails: "cgroups in hybrid mode not
+#   supported"), cgroup_manager cgroupfs, and default_ulimits = [] (machines
+#   like this one refuse raising RLIMIT_NOFILE/NPROC): a containers.conf of its
+#   own (CONTAINERS_CONF), storage of its own (--root, --runroot);
+# - no image registry: an image imported from a directory of mount points,
+#   with /usr, /lib, /lib64 and /bin bound read-only and the build bound at
+#   its own path; all of podman's own (storage, run root) outside the build, in
+#   /dev/shm (see below);
+# - the project's CRIU first on PATH (runc runs `criu swrk` from there);
+# - CRIU options in a file named by the OCI annotation org.criu.config: libdir
+#   for the plugin; at restore also mntns-compat-mode (CRIU's mount-v2 cannot
+#   move these bind mounts; the dump refuses the option);
+# - the plugin's settings in cusnap.conf beside it (the driver's path: CRIU runs
+#   through its own loader; the content mode).
+# Skips (77), with the reason, where containers cannot run.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$here/../.." && pwd)
+repo=$(cd "$build/.." && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+[ -n "${CUSNAP_SANITIZER:-}" ] && skip "CRIU loads the plugin of the plain build only"
+[ "$(id -u)" = 0 ] || skip "podman checkpoint needs root"
+criu=$("$repo/scripts/setup-criu.sh" "$build" 2>/dev/null | tail -n1)
+[ -x "$criu" ] || skip "no working CRIU (scripts/setup-criu.sh)"
+plugin=$build/lib/criu/cusnap_plugin.so
+[ -f "$plugin" ] || fail "$plugin is not built"
+
+need=()
+for pkg in podman runc; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing ${need[*]}"
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${need[@]}"; } >"$build/podman-apt.log" 2>&1 || skip "cannot install ${need[*]} (see $build/podman-apt.log)"
+fi
+
+# Everything podman makes (storage, run root, the rootfs, the control
+# directories) lies outside the build that is bound into the container: CRIU
+# records the mounts a container sees, and one holding the container's own
+# rootfs (its /etc/hosts and /etc/hostname file binds seen twice) makes its
+# compat mount engine fail at restore ("Not a directory").
+w=$(mktemp -d /dev/shm/cusnap-podman-XXXXXX) || fail "mktemp in /dev/shm"
+chmod 0711 "$w"
+P=(podman --root "$w/storage" --runroot "$w/run")
+cleanup() {
+	[ -n "${KEEP:-}" ] && { echo "kept: $w"; return; } # (KEEP=1: for a look at CRIU's logs)
+	"${P[@]}" rm -a -f >/dev/null 2>&1
+	"${P[@]}" system reset -f >/dev/null 2>&1 # (the storage's mounts)
+	rm -rf "$w"
+}
+trap cleanup EXIT
+mkdir -p "$w/rootfs"/{usr,lib,lib64,bin,proc,sys,dev,etc,tmp} "$w/plugins" "$w/bin"
+# The files podman binds over: there at the restore too (else CRIU's compat
+# mount engine cannot bind a file onto them).
+touch "$w/rootfs/etc"/{hostname,hosts,resolv.conf}
+cat >"$w/containers.conf" <<'EOF'
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+EOF
+export CONTAINERS_CONF=$w/containers.conf
+ln -s "$criu" "$w/bin/criu"
+export PATH=$w/bin:$PATH
+ln -s "$plugin" "$w/plugins/cusnap_plugin.so"
+say_conf() { printf 'libcuda = %s\ncontent = %s\n' "$build/emu/libcuda.so.1" "$1" >"$w/plugins/cusnap.conf"; }
+criu_conf() { # dump | restore
+	echo "libdir $w/plugins" >"$w/criu.conf"
+	[ "$1" = restore ] && echo "mntns-compat-mode" >>"$w/criu.conf"
+	return 0
+}
+criu_conf dump
+binds=(-v /usr:/usr:ro -v /lib:/lib:ro -v /bin:/bin:ro -v "$build:$build:ro")
+[ -d /lib64 ] && binds+=(-v /lib64:/lib64:ro)
+
+# The image: the rootfs of mount points, imported (no registry needed; a
+# container made with --rootfs instead cannot be restored with --import).
+out=$(tar -C "$w/rootfs" -c . | "${P[@]}" import - localhost/cusnap-rootfs 2>&1) ||
+	skip "podman cannot import an image here: $(echo "$out" | tail -n1)"
+out=$("${P[@]}" run --rm --network none "${binds[@]}" localhost/cusnap-rootfs /bin/true 2>&1) ||
+	skip "containers cannot run here: $(echo "$out" | tail -n1)"
+
+# start NAME CTL: a container running the interposed group, parked until restore-complete.
+start() {
+	local name=$1 ctl=$2
+	mkdir -p "$ctl"
+	"${P[@]}" run -d --name "$name" --network none --annotation "org.criu.config=$w/criu.conf" \
+		-e LD_LIBRARY_PATH="$build/emu" -e SNAPSHOT_CONTROL_DIR="$ctl" "${binds[@]}" -v "$ctl:$ctl" \
+		--tmpfs /tmp localhost/cusnap-rootfs /bin/sh -c \
+		"exec $build/bin/cusnap run -- $build/examples/vmm_group --workers 1 --allocs 2 --timeout 120 >$ctl/group.log 2>&1" \
+		>/dev/null || return 1
+	for _ in $(seq 300); do
+		[ -e "$ctl/ready-for-snapshot" ] && return 0
+		sleep 0.1
+	done
+	echo "the group in $name did not get ready:"
+	cat "$ctl/group.log"
+	return 1
+}
+
+# passed NAME CTL: the restored container's group verified itself and exited 0.
+passed() {
+	local name=$1 ctl=$2 rc
+	rc=$(timeout 120 "${P[@]}" wait "$name" 2>&1 | tail -n1)
+	[ "$rc" = 0 ] && [ "$(grep -c '^PASS vmm_group' "$ctl/group.log")" = 2 ] && return 0
+	echo "container $name exited ${rc:-?}; its group's log:"
+	cat "$ctl/group.log"
+	return 1
+}
+
+for content in host native; do
+	name=grp-$content ctl=$w/ctl-$content
+	say_conf "$content"
+	criu_conf dump
+	start "$name" "$ctl" || fail "cannot start $name"
+	out=$("${P[@]}" container checkpoint "$name" 2>&1) || fail "podman container checkpoint $name: $out"
+	image=$(ls "$w"/storage/overlay-containers/*/userdata/checkpoint/cusnap-plugin.json 2>/dev/null | head -n1)
+	grep -q "\"content\":\"$content\"" "$image" 2>/dev/null ||
+		fail "$name: the checkpoint has no cusnap-plugin.json of $content content (the plugin did not run)"
+	criu_conf restore
+	out=$("${P[@]}" container restore "$name" 2>&1) || fail "podman container restore $name: $out"
+	passed "$name" "$ctl" || fail "$name did not pass after its restore"
+	echo "ok   podman checkpoint/restore of an interposed group, $content content"
+	"${P[@]}" rm -f "$name" >/dev/null
+done
+
+name=grp-export ctl=$w/ctl-export
+say_conf host
+criu_conf dump
+start "$name" "$ctl" || fail "cannot start $name"
+out=$("${P[@]}" container checkpoint --export "$w/export.tar.gz" "$name" 2>&1) ||
+	fail "podman container checkpoint --export: $out"
+"${P[@]}" rm -f "$name" >/dev/null
+criu_conf restore
+out=$("${P[@]}" container restore --import "$w/export.tar.gz" --name grp-imported 2>&1) ||
+	fail "podman container restore --import: $out"
+passed grp-imported "$ctl" || fail "the imported container did not pass"
+echo "ok   podman checkpoint --export, then restore --import into a new container"
