@@ -22,3 +22,16 @@ if compiles FAULT_KILL_AFTER_QUIESCED; then
 fi
 grep -q "FAULT_KILL_AFTER_QUIESCED" "$tmp/err" || { echo "FAIL: the compiler did not name the misspelt point:"; cat "$tmp/err"; exit 1; }
 echo "ok   a real fault point compiles, a misspelt one is refused by the compiler"
+
+# At run time: CUSNAP_FAULT naming no point, or no action, is refused (64)
+# before anything is done, by the tool (the plugin refuses its dumps likewise).
+build=$(cd "$here/.." && pwd)
+for spec in kill-after-quiesced:self kill-after-quiesce:later; do
+	out=$(CUSNAP_FAULT=$spec "$build/bin/cusnap" inspect --pid 1 2>&1)
+	rc=$?
+	[ $rc = 64 ] && echo "$out" | grep -q "CUSNAP_FAULT=$spec" ||
+		{ echo "FAIL: CUSNAP_FAULT=$spec: exit $rc, said: $out"; exit 1; }
+done
+out=$(CUSNAP_FAULT=kill-after-quiesce:self "$build/bin/cusnap" --help 2>&1)
+[ $? = 0 ] || { echo "FAIL: CUSNAP_FAULT naming a real point was refused: $out"; exit 1; }
+echo "ok   CUSNAP_FAULT naming no fault point, or no action, is refused (64)"

@@ -36,7 +36,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
  * protocol 1.2 and later send it with every lifecycle reply), or 0. */
 uint32_t coord_reply_phase(const uint8_t *payload, size_t len);
 
-/* HELLO then INSPECT one participant into *out. Returns 0 or a proto_status with err. */
+/* INSPECT one participant into *out. Returns 0 or a proto_status with err. */
 int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_participant *out, char *err, size_t errlen);
 
 /* The participants as JSON: {"participants":[...]} (NULL when out of memory). */

@@ -97,7 +97,6 @@ enum proto_status {
 	PROTO_E_INTERNAL = -1012,
 	PROTO_E_TIMEOUT = -1013,
 	PROTO_E_IO = -1014,     /* the peer went away */
-	PROTO_E_DENIED = -1015, /* peer credentials refused */
 };
 
 /* Top-level record types. */

@@ -63,7 +63,6 @@ const char *proto_status_name(int status)
 	case PROTO_E_INTERNAL: return "internal error";
 	case PROTO_E_TIMEOUT: return "deadline passed";
 	case PROTO_E_IO: return "connection failed";
-	case PROTO_E_DENIED: return "peer not allowed";
 	default: return "unknown status";
 	}
 }

@@ -124,6 +124,29 @@ bool coord_fault_fails(enum coord_fault point)
 	return fails;
 }
 
+int coord_fault_check(char *why, size_t len)
+{
+	const char *spec = getenv("CUSNAP_FAULT");
+	if (!spec || !*spec)
+		return 0;
+	const char *colon = strchr(spec, ':');
+	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+	bool known = false;
+	for (size_t i = 1; i < sizeof(fault_names) / sizeof(fault_names[0]) && !known; i++)
+		known = strlen(fault_names[i]) == n && !strncmp(spec, fault_names[i], n);
+	if (!known)
+		return snprintf(why, len, "CUSNAP_FAULT=%s: no fault point \"%.*s\" (include/cusnap/faults.def lists them)",
+				spec, (int)n, spec),
+		       -1;
+	const char *act = colon ? colon + 1 : "";
+	if (strcmp(act, "fail") && strcmp(act, "stop") && strcmp(act, "term") && strcmp(act, "self") &&
+	    !(*act && strspn(act, "0123456789") == strlen(act)))
+		return snprintf(why, len, "CUSNAP_FAULT=%s: the action after ':' is fail, stop, term, self or a PID",
+				spec),
+		       -1;
+	return 0;
+}
+
 void coord_fault_point(enum coord_fault point)
 {
 	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];

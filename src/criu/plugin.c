@@ -593,6 +593,8 @@ static int plugin_init(int stage)
 	own_dir(dir, sizeof(dir));
 	if (plugin_conf_load(&P.conf, dir[0] ? dir : NULL, why, sizeof(why)) < 0)
 		snprintf(P.conf_error, sizeof(P.conf_error), "the plugin's configuration is refused: %s", why);
+	else if (coord_fault_check(why, sizeof(why)) < 0)
+		snprintf(P.conf_error, sizeof(P.conf_error), "%s", why);
 	if (P.conf.libcuda[0])
 		setenv("CUSNAP_LIBCUDA", P.conf.libcuda, 1); /* (native_load reads it) */
 	peer_attach(CR_PLUGIN_DESC.hooks);                   /* (loaded before this plugin: its hooks come first) */

@@ -249,6 +249,11 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	char why[512];
+	if (coord_fault_check(why, sizeof(why)) < 0) {
+		fprintf(stderr, "cusnap: %s\n", why);
+		return EX_USAGE;
+	}
 	fd_check_start();
 	return fd_check_end("cusnap", run(argc, argv));
 }

@@ -221,10 +221,6 @@ struct shim_mapping *tbl_mapping_at(uint64_t va);
 /* Link m into (or out of) the list of its allocation's mappings. */
 void tbl_mapping_link(struct shim_mapping *m);
 void tbl_mapping_unlink(struct shim_mapping *m);
-/* Free an allocation record once nothing refers to it. */
-void tbl_alloc_maybe_free(struct shim_alloc *a);
-/* Counts for tests and INSPECT. */
-size_t tbl_live_allocs(void);
 
 /* ---- contexts on the shim's own threads (context.c) ---- */
 /* Make the primary context of dev current on this thread (retained until

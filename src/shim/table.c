@@ -33,12 +33,6 @@ void tbl_alloc_free(struct shim_alloc *a)
 	free(a);
 }
 
-void tbl_alloc_maybe_free(struct shim_alloc *a)
-{
-	if (!a->handles && !a->mappings)
-		tbl_alloc_free(a);
-}
-
 struct shim_handle *tbl_handle_new(struct shim_alloc *a)
 {
 	/* One value per allocation, as the driver's: a retain or a second reference
@@ -96,11 +90,6 @@ void tbl_handle_drop(struct shim_handle *h)
 struct shim_mapping *tbl_mapping_at(uint64_t va)
 {
 	return (struct shim_mapping *)itree_find(&tbl.mappings, va);
-}
-
-size_t tbl_live_allocs(void)
-{
-	return tbl.allocs.len;
 }
 
 void tbl_mapping_link(struct shim_mapping *m)
