@@ -135,8 +135,9 @@ int coord_fault_check(char *why, size_t len)
 	for (size_t i = 1; i < sizeof(fault_names) / sizeof(fault_names[0]) && !known; i++)
 		known = strlen(fault_names[i]) == n && !strncmp(spec, fault_names[i], n);
 	if (!known)
-		return snprintf(why, len, "CUSNAP_FAULT=%s: no fault point \"%.*s\" (include/cusnap/faults.def lists them)",
-				spec, (int)n, spec),
+		return snprintf(why, len,
+				"CUSNAP_FAULT=%s: no fault point \"%.*s\" (include/cusnap/faults.def lists them)", spec,
+				(int)n, spec),
 		       -1;
 	const char *act = colon ? colon + 1 : "";
 	if (strcmp(act, "fail") && strcmp(act, "stop") && strcmp(act, "term") && strcmp(act, "self") &&
