@@ -96,7 +96,7 @@ enum proto_status {
 	PROTO_E_DRIVER = -1011, /* a driver call failed; the message says which */
 	PROTO_E_INTERNAL = -1012,
 	PROTO_E_TIMEOUT = -1013,
-	PROTO_E_IO = -1014,     /* the peer went away */
+	PROTO_E_IO = -1014, /* the peer went away */
 };
 
 /* Top-level record types. */
