@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,207 +122,250 @@ static int inspect_state(const char *dir, int json)
 	return 0;
 }
 
-static int run(int argc, char **argv)
+enum mode {
+	MODE_INSPECT = 1,
+	MODE_PREPARE,
+	MODE_RESTORE,
+	MODE_ABORT,
+	MODE_INSPECT_STATE,
+	OPT_PROC_ROOT,
+	OPT_CONTROL_DIR,
+	OPT_JSON,
+	OPT_PROCESS,
+	OPT_TIMEOUT,
+	OPT_HELP,
+	OPT_DIR,
+	OPT_CONTENT,
+	OPT_REQUIRE_STATE
+};
+
+/* The command line. */
+struct cli {
+	enum mode mode;
+	bool json, require_state, help;
+	int timeout_ms, content;
+	const char *proc_root, *control_dir, *dir;
+	struct coord_target *targets;
+	size_t ntargets;
+};
+
+/* --process OBS NS (the second PID is the next argument). 0 or an exit code. */
+static int add_process(struct cli *c, int argc, char **argv)
 {
-	enum {
-		OPT_INSPECT = 1,
-		OPT_PROC_ROOT,
-		OPT_CONTROL_DIR,
-		OPT_JSON,
-		OPT_PROCESS,
-		OPT_TIMEOUT,
-		OPT_HELP,
-		OPT_PREPARE,
-		OPT_RESTORE,
-		OPT_ABORT,
-		OPT_INSPECT_STATE,
-		OPT_DIR,
-		OPT_CONTENT,
-		OPT_REQUIRE_STATE
-	};
+	struct coord_target t = {0};
+	if (optind >= argc || parse_int(optarg, &t.obs) < 0 || parse_int(argv[optind], &t.ns) < 0) {
+		fprintf(stderr, "snapshot-cuda-vmm: --process needs two PIDs: OBS NS\n");
+		return EX_USAGE;
+	}
+	optind++;
+	struct coord_target *grown = realloc(c->targets, (c->ntargets + 1) * sizeof(*grown));
+	if (!grown) {
+		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
+		return EX_LEFT_RUNNING;
+	}
+	c->targets = grown;
+	c->targets[c->ntargets++] = t;
+	return 0;
+}
+
+/* argv into c: 0, or an exit code (said). */
+static int parse(int argc, char **argv, struct cli *c)
+{
 	static const struct option opts[] = {
-		{"inspect", no_argument, NULL, OPT_INSPECT},
+		{"inspect", no_argument, NULL, MODE_INSPECT},
+		{"prepare", no_argument, NULL, MODE_PREPARE},
+		{"restore", no_argument, NULL, MODE_RESTORE},
+		{"abort", no_argument, NULL, MODE_ABORT},
+		{"inspect-state", required_argument, NULL, MODE_INSPECT_STATE},
 		{"proc-root", required_argument, NULL, OPT_PROC_ROOT},
 		{"control-dir", required_argument, NULL, OPT_CONTROL_DIR},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"process", required_argument, NULL, OPT_PROCESS},
 		{"timeout", required_argument, NULL, OPT_TIMEOUT},
 		{"help", no_argument, NULL, OPT_HELP},
-		{"prepare", no_argument, NULL, OPT_PREPARE},
-		{"restore", no_argument, NULL, OPT_RESTORE},
-		{"abort", no_argument, NULL, OPT_ABORT},
-		{"inspect-state", required_argument, NULL, OPT_INSPECT_STATE},
 		{"checkpoint-dir", required_argument, NULL, OPT_DIR},
 		{"content", required_argument, NULL, OPT_CONTENT},
 		{"require-state", no_argument, NULL, OPT_REQUIRE_STATE},
 		{0, 0, 0, 0},
 	};
-	const char *proc_root = "/proc", *control_dir = control_dir_from_env();
-	int mode = 0, json = 0, timeout_ms = 10000, content = PROTO_CONTENT_HOST, require_state = 0;
-	const char *dir = NULL;
-	struct coord_target *targets = NULL;
-	size_t ntargets = 0;
-	int c;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_INSPECT:
-		case OPT_PREPARE:
-		case OPT_RESTORE:
-		case OPT_ABORT: mode = c; break;
-		case OPT_INSPECT_STATE:
-			mode = c;
-			dir = optarg;
+	*c = (struct cli){.timeout_ms = 10000,
+			  .content = PROTO_CONTENT_HOST,
+			  .proc_root = "/proc",
+			  .control_dir = control_dir_from_env()};
+	int o, rc = 0;
+	while (rc == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case MODE_INSPECT:
+		case MODE_PREPARE:
+		case MODE_RESTORE:
+		case MODE_ABORT: c->mode = (enum mode)o; break;
+		case MODE_INSPECT_STATE:
+			c->mode = MODE_INSPECT_STATE;
+			c->dir = optarg;
 			break;
-		case OPT_DIR: dir = optarg; break;
-		case OPT_REQUIRE_STATE: require_state = 1; break;
+		case OPT_DIR: c->dir = optarg; break;
+		case OPT_REQUIRE_STATE: c->require_state = true; break;
 		case OPT_CONTENT:
-			content = proto_content_parse(optarg);
-			if (!content) {
+			c->content = (int)proto_content_parse(optarg);
+			if (!c->content)
+				rc = EX_USAGE,
 				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host or native\n", optarg);
-				return EX_USAGE;
-			}
 			break;
-		case OPT_PROC_ROOT: proc_root = optarg; break;
-		case OPT_CONTROL_DIR: control_dir = optarg; break;
-		case OPT_JSON: json = 1; break;
+		case OPT_PROC_ROOT: c->proc_root = optarg; break;
+		case OPT_CONTROL_DIR: c->control_dir = optarg; break;
+		case OPT_JSON: c->json = true; break;
 		case OPT_TIMEOUT:
-			if (parse_int(optarg, &timeout_ms) < 0) {
-				fprintf(stderr,
-					"snapshot-cuda-vmm: --timeout %s: not a positive number of milliseconds\n",
-					optarg);
-				return EX_USAGE;
-			}
+			if (parse_int(optarg, &c->timeout_ms) < 0)
+				rc = EX_USAGE, fprintf(stderr,
+						       "snapshot-cuda-vmm: --timeout %s: not a positive number of "
+						       "milliseconds\n",
+						       optarg);
 			break;
-		case OPT_PROCESS: {
-			struct coord_target t = {0};
-			if (optind >= argc || parse_int(optarg, &t.obs) < 0 || parse_int(argv[optind], &t.ns) < 0) {
-				fprintf(stderr, "snapshot-cuda-vmm: --process needs two PIDs: OBS NS\n");
-				return EX_USAGE;
-			}
-			optind++;
-			struct coord_target *grown = realloc(targets, (ntargets + 1) * sizeof(*grown));
-			if (!grown) {
-				fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
-				return EX_LEFT_RUNNING;
-			}
-			targets = grown;
-			targets[ntargets++] = t;
-			break;
-		}
-		case OPT_HELP: usage(stdout); return 0;
-		default: usage(stderr); return EX_USAGE;
+		case OPT_PROCESS: rc = add_process(c, argc, argv); break;
+		case OPT_HELP: c->help = true; break;
+		default: usage(stderr); rc = EX_USAGE;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "snapshot-cuda-vmm: unexpected argument '%s'\n", argv[optind]);
-		return EX_USAGE;
+	if (rc == 0 && optind < argc)
+		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: unexpected argument '%s'\n", argv[optind]);
+	if (rc == 0 && !c->mode && !c->help)
+		rc = EX_USAGE, usage(stderr);
+	return rc;
+}
+
+/* --prepare, --restore, --abort: the coordinator library's lifecycle on the
+ * participants, holding their lock. */
+static int cmd_lifecycle(struct cli *c)
+{
+	struct coord_options o = {.timeout_ms = c->timeout_ms,
+				  .content = c->content,
+				  .dir = c->dir,
+				  .require_state = c->require_state,
+				  .on_stage = print_stage};
+	/* One command per tree (SYSTEM.md §9); a run directory that cannot be had
+	 * (a read-only /run in a container) only costs the protection. */
+	pid_t *pids = calloc(c->ntargets, sizeof(*pids));
+	for (size_t i = 0; pids && i < c->ntargets; i++)
+		pids[i] = *c->proc_root ? c->targets[i].obs : c->targets[i].ns;
+	char holder[64], err[PATH_MAX + 256];
+	snprintf(holder, sizeof(holder), "snapshot-cuda-vmm --%s",
+		 c->mode == MODE_PREPARE   ? "prepare"
+		 : c->mode == MODE_RESTORE ? "restore"
+					   : "abort");
+	struct tree_lock lock = {.dirfd = -1};
+	int lrc = pids ? tree_lock_take(&lock, *c->proc_root ? c->proc_root : "/proc", pids, c->ntargets, holder, err,
+					sizeof(err))
+		       : -ENOMEM;
+	free(pids);
+	if (lrc == -EBUSY) {
+		fprintf(stderr, "snapshot-cuda-vmm: %s; nothing done\n", err);
+		return EX_BUSY;
 	}
-	if (!mode) {
-		usage(stderr);
-		return EX_USAGE;
-	}
-	if (mode == OPT_INSPECT_STATE)
-		return inspect_state(dir, json);
-	if (!ntargets) {
-		fprintf(stderr, "snapshot-cuda-vmm: at least one --process OBS NS is needed\n");
-		return EX_USAGE;
-	}
-	if ((mode == OPT_PREPARE || mode == OPT_RESTORE) && !dir) {
-		fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n",
-			mode == OPT_PREPARE ? "prepare" : "restore");
-		return EX_USAGE;
-	}
-	for (size_t i = 0; i < ntargets; i++) {
-		if (coord_endpoint_path(proc_root, control_dir, targets[i].obs, targets[i].ns, targets[i].endpoint,
-					sizeof(targets[i].endpoint)) < 0) {
-			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n",
-				targets[i].obs, targets[i].ns);
-			free(targets);
-			return EX_USAGE;
-		}
-	}
-	if (mode != OPT_INSPECT) {
-		struct coord_options o = {.timeout_ms = timeout_ms,
-					  .content = content,
-					  .dir = dir,
-					  .require_state = require_state,
-					  .on_stage = print_stage};
-		/* One command per tree (SYSTEM.md §9); a run directory that cannot be
-		 * had (a read-only /run in a container) only costs the protection. */
-		pid_t *pids = calloc(ntargets ? ntargets : 1, sizeof(*pids));
-		for (size_t i = 0; pids && i < ntargets; i++)
-			pids[i] = *proc_root ? targets[i].obs : targets[i].ns;
-		char holder[64], err[PATH_MAX + 256];
-		snprintf(holder, sizeof(holder), "snapshot-cuda-vmm --%s", mode == OPT_PREPARE ? "prepare" : "restore");
-		struct tree_lock lock = {.dirfd = -1};
-		int lrc = pids ? tree_lock_take(&lock, *proc_root ? proc_root : "/proc", pids, ntargets, holder, err,
-						sizeof(err))
-			       : -ENOMEM;
-		free(pids);
-		if (lrc == -EBUSY) {
-			fprintf(stderr, "snapshot-cuda-vmm: %s; nothing done\n", err);
-			free(targets);
-			return EX_BUSY;
-		}
-		if (lrc < 0)
-			fprintf(stderr,
-				"snapshot-cuda-vmm: warning: the participants are not locked against another "
-				"command: %s\n",
-				lrc == -ENOMEM ? "out of memory" : err);
-		struct coord_report r;
-		if (mode == OPT_PREPARE)
-			catch_signals();
-		int rc = mode == OPT_PREPARE   ? coord_prepare(targets, ntargets, &o, &r)
-			 : mode == OPT_RESTORE ? coord_restore(targets, ntargets, &o, &r)
-					       : coord_abort(targets, ntargets, &o, &r);
-		if (mode == OPT_PREPARE && rc == 0 && caught) {
-			/* Interrupted: abort what was prepared, as if the prepare had failed. */
-			fprintf(stderr, "snapshot-cuda-vmm: %s during prepare: rebuilding every participant\n",
-				strsignal(caught));
-			struct coord_report ar;
-			int arc = coord_abort(targets, ntargets, &o, &ar);
-			if (json)
-				json_emit(stdout, coord_report_json(&ar));
-			if (arc < 0)
-				fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
-			tree_lock_release(&lock);
-			free(targets);
-			return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
-		}
-		if (json)
-			json_emit(stdout, coord_report_json(&r));
-		if (rc < 0)
-			fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
+	if (lrc < 0)
+		fprintf(stderr,
+			"snapshot-cuda-vmm: warning: the participants are not locked against another command: %s\n",
+			lrc == -ENOMEM ? "out of memory" : err);
+	struct coord_report r;
+	if (c->mode == MODE_PREPARE)
+		catch_signals();
+	int rc = c->mode == MODE_PREPARE   ? coord_prepare(c->targets, c->ntargets, &o, &r)
+		 : c->mode == MODE_RESTORE ? coord_restore(c->targets, c->ntargets, &o, &r)
+					   : coord_abort(c->targets, c->ntargets, &o, &r);
+	if (c->mode == MODE_PREPARE && rc == 0 && caught) {
+		/* Interrupted: abort what was prepared, as if the prepare had failed. */
+		fprintf(stderr, "snapshot-cuda-vmm: %s during prepare: rebuilding every participant\n",
+			strsignal(caught));
+		struct coord_report ar;
+		int arc = coord_abort(c->targets, c->ntargets, &o, &ar);
+		if (c->json)
+			json_emit(stdout, coord_report_json(&ar));
+		if (arc < 0)
+			fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
 		tree_lock_release(&lock);
-		free(targets);
-		if (rc == 0)
-			return 0;
-		return mode == OPT_PREPARE && (r.aborted || r.unchanged) ? EX_LEFT_RUNNING : EX_TERMINATED;
+		return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
 	}
-	struct topo_participant *parts = calloc(ntargets, sizeof(*parts));
+	if (c->json)
+		json_emit(stdout, coord_report_json(&r));
+	if (rc < 0)
+		fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
+	tree_lock_release(&lock);
+	if (rc == 0)
+		return 0;
+	return c->mode == MODE_PREPARE && (r.aborted || r.unchanged) ? EX_LEFT_RUNNING : EX_TERMINATED;
+}
+
+/* --inspect: every participant's live records. */
+static int cmd_inspect(struct cli *c)
+{
+	struct topo_participant *parts = calloc(c->ntargets, sizeof(*parts));
 	if (!parts) {
 		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
 		return EX_LEFT_RUNNING;
 	}
 	int status = 0;
-	for (size_t i = 0; i < ntargets; i++) {
+	for (size_t i = 0; i < c->ntargets; i++) {
 		char err[1200];
-		if (coord_inspect(&targets[i], timeout_ms, &parts[i], err, sizeof(err)) != PROTO_OK) {
+		if (coord_inspect(&c->targets[i], c->timeout_ms, &parts[i], err, sizeof(err)) != PROTO_OK) {
 			fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
 			status = EX_LEFT_RUNNING;
 		}
 	}
-	if (status == 0) {
-		if (json)
-			json_emit(stdout, coord_topology_json(targets, parts, ntargets));
-		else
-			coord_print_text(stdout, targets, parts, ntargets);
-	}
-	for (size_t i = 0; i < ntargets; i++)
+	if (status == 0 && c->json)
+		json_emit(stdout, coord_topology_json(c->targets, parts, c->ntargets));
+	else if (status == 0)
+		coord_print_text(stdout, c->targets, parts, c->ntargets);
+	for (size_t i = 0; i < c->ntargets; i++)
 		topo_free(&parts[i]);
 	free(parts);
-	free(targets);
 	return status;
+}
+
+/* --inspect-state DIR: a state file's records. */
+static int cmd_inspect_state(struct cli *c)
+{
+	return inspect_state(c->dir, c->json);
+}
+
+/* The commands: what each needs, and who runs it. */
+static const struct command {
+	enum mode mode;
+	const char *name;
+	bool participants, dir; /* needs --process, --checkpoint-dir */
+	int (*run)(struct cli *c);
+} commands[] = {
+	{MODE_INSPECT, "inspect", true, false, cmd_inspect},
+	{MODE_PREPARE, "prepare", true, true, cmd_lifecycle},
+	{MODE_RESTORE, "restore", true, true, cmd_lifecycle},
+	{MODE_ABORT, "abort", true, false, cmd_lifecycle},
+	{MODE_INSPECT_STATE, "inspect-state", false, false, cmd_inspect_state},
+};
+
+static int run(int argc, char **argv)
+{
+	struct cli c;
+	int rc = parse(argc, argv, &c);
+	if (rc == 0 && c.help)
+		usage(stdout);
+	const struct command *cmd = NULL;
+	for (size_t i = 0; rc == 0 && !c.help && i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (commands[i].mode == c.mode)
+			cmd = &commands[i];
+	if (cmd && cmd->participants && !c.ntargets)
+		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: at least one --process OBS NS is needed\n");
+	else if (cmd && cmd->dir && !c.dir)
+		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n", cmd->name);
+	for (size_t i = 0; rc == 0 && cmd && cmd->participants && i < c.ntargets; i++) {
+		struct coord_target *t = &c.targets[i];
+		if (coord_endpoint_path(c.proc_root, c.control_dir, t->obs, t->ns, t->endpoint, sizeof(t->endpoint)) <
+		    0)
+			rc = EX_USAGE,
+			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n", t->obs,
+				t->ns);
+	}
+	if (rc == 0 && cmd)
+		rc = cmd->run(&c);
+	free(c.targets);
+	return rc;
 }
 
 int main(int argc, char **argv)
