@@ -133,9 +133,11 @@ void proc_tree_kill(pid_t root, bool reap)
 			;
 		bool left = false;
 		for (ssize_t i = 0; i < n && !left; i++) {
-			char st = proc_state(procs[i].pid,
-					     NULL); /* a zombie is dead: its parent may be waiting on us */
-			left = st && st != 'Z' && st != 'X';
+			/* A zombie is dead, unless it is ours to reap (the next turn
+			 * does): its parent may be waiting on us. */
+			pid_t parent = 0;
+			char st = proc_state(procs[i].pid, &parent);
+			left = st && ((st != 'Z' && st != 'X') || (reap && parent == getpid()));
 		}
 		if (!left)
 			break;
