@@ -394,56 +394,57 @@ static int images_whole(const struct manifest *m, const char *images)
 	return 0;
 }
 
-static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
-			bool summary, const char *config)
+/* Before CRIU creates anything: the manifest, the device map, a CRIU, whole
+ * images, a clean control directory, free PIDs. 0, or the exit code (reported;
+ * m freed). */
+static int restore_ready(const char *dir, const char *device_map, const char *criu_arg, struct manifest *m,
+			 struct devmap *map, char criu[PATH_MAX])
 {
-	char criu[PATH_MAX], err[PATH_MAX + 1200], images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32];
-	struct manifest m;
-	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+	char err[PATH_MAX + 1200], images[PATH_MAX + 16];
+	if (manifest_load(dir, m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
-	struct devmap map;
-	int mapped = device_map_for(&m, device_map, &map);
-	if (mapped) {
-		manifest_free(&m);
-		return mapped;
+	int rc = device_map_for(m, device_map, map);
+	if (!rc && criu_find(criu_arg, criu, PATH_MAX, err, sizeof(err)) < 0)
+		rc = fail(EX_UNAVAILABLE, "%s", err);
+	if (!rc) {
+		settings.control_dir = strdup(m->control_dir);
+		snprintf(images, sizeof(images), "%s/images", dir);
+		rc = images_whole(m, images);
 	}
-	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0) {
-		manifest_free(&m);
-		return fail(EX_UNAVAILABLE, "%s", err);
-	}
-	settings.control_dir = strdup(m.control_dir);
-	double start = now_ms(), t0;
+	if (!rc)
+		rc = clear_control_dir(m);
+	if (!rc)
+		rc = pids_free(m);
+	if (rc)
+		manifest_free(m);
+	return rc;
+}
+
+/* criu restore -d of dir/images, watched: 0 with the restored root in *root,
+ * or the exit code (reported) with whatever CRIU made killed. */
+static int restore_criu(const char *dir, const struct manifest *m, const char *criu, const char *config,
+			struct checkpoint_result *r, pid_t *root)
+{
+	char images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32], plugins[PATH_MAX + 32];
 	snprintf(images, sizeof(images), "%s/images", dir);
-	int cleared = images_whole(&m, images);
-	if (!cleared)
-		cleared = clear_control_dir(&m);
-	if (!cleared)
-		cleared = pids_free(&m);
-	if (cleared) {
-		manifest_free(&m);
-		return cleared;
-	}
 	snprintf(log, sizeof(log), "%s/restore.log", images);
 	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
 	unlink(pidfile);
-	char plugins[PATH_MAX + 32];
-	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
-		manifest_free(&m);
+	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0)
 		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
-	}
 	char *argv[24] = {"criu",        "restore", "-d",        "-D",    images,     "-o",
 			  "restore.log", "-v4",     "--pidfile", pidfile, "--libdir", plugins};
 	int n = 12;
-	if (manifest_dump_arg(&m, "--shell-job"))
+	if (manifest_dump_arg(m, "--shell-job"))
 		argv[n++] = "--shell-job";
-	if (manifest_dump_arg(&m, "--tcp-established"))
+	if (manifest_dump_arg(m, "--tcp-established"))
 		argv[n++] = "--tcp-established"; /* the connections dumped come back */
 	if (config) {
 		argv[n++] = "--config";
 		argv[n++] = (char *)config;
 	}
 	argv[n] = NULL;
-	t0 = now_ms();
+	double t0 = now_ms();
 	signals_arm();
 	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -452,112 +453,131 @@ static int restore_from(const char *dir, const char *device_map, const char *cri
 	int crc = criu_run(criu, argv, log, &restore_bounds);
 	r->ms_criu_restore = now_ms() - t0;
 	FILE *pf = fopen(pidfile, "re");
-	pid_t root = 0;
+	int v = 0;
 	if (pf) {
-		int v;
-		if (fscanf(pf, "%d", &v) == 1)
-			root = v;
+		if (fscanf(pf, "%d", &v) != 1)
+			v = 0;
 		fclose(pf);
 	}
-	if (crc != 0 || root <= 0) {
-		if (root > 0)
-			proc_tree_kill(root, true);
-		proc_children_kill(); /* what a killed CRIU had made */
-		manifest_free(&m);
-		if (crc == -EINTR)
-			return restore_interrupted(dir, "CRIU had begun");
-		if (crc < 0)
-			return fail(EX_TERMINATED,
-				    "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
-				    crc == -EFBIG ? "log" : "time", log);
-		return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
+	*root = v;
+	if (crc == 0 && *root > 0) {
+		progress("criu restore", r->ms_criu_restore, "root process %d", (int)*root);
+		return 0;
 	}
-	progress("criu restore", r->ms_criu_restore, "root process %d", (int)root);
-	r->restored_root = root;
-	struct tree t;
-	int rc = tree_load(root, &t);
-	if (rc) {
-		proc_tree_kill(root, true);
-		manifest_free(&m);
-		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
-	}
-	/* Every CUDA process of the manifest, found again by its namespace PID. */
+	if (*root > 0)
+		proc_tree_kill(*root, true);
+	proc_children_kill(); /* what a killed CRIU had made */
+	if (crc == -EINTR)
+		return restore_interrupted(dir, "CRIU had begun");
+	if (crc < 0)
+		return fail(EX_TERMINATED, "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
+			    crc == -EFBIG ? "log" : "time", log);
+	return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
+}
+
+/* Every CUDA process of the manifest, found again by its namespace PID, and
+ * no other: 0, or the exit code (reported). */
+static int restore_matches(const struct manifest *m, const struct tree *t)
+{
 	size_t want = 0;
-	for (size_t j = 0; j < json_array_size(m.procs); j++) {
-		const json_t *p = json_array_get(m.procs, j);
+	for (size_t j = 0; j < json_array_size(m->procs); j++) {
+		const json_t *p = json_array_get(m->procs, j);
 		if (!json_member_bool(p, "cuda", false))
 			continue;
 		want++;
 		int ns = (int)json_member_number(p, "nspid", -1);
 		bool found = false;
-		for (size_t i = 0; i < t.ncuda && !found; i++)
-			found = t.targets[i].ns == ns;
-		if (!found) {
-			rc = fail(EX_TERMINATED,
-				  "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)",
-				  ns);
-			goto kill;
-		}
+		for (size_t i = 0; i < t->ncuda && !found; i++)
+			found = t->targets[i].ns == ns;
+		if (!found)
+			return fail(EX_TERMINATED,
+				    "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)",
+				    ns);
 	}
-	if (want != t.ncuda) {
-		rc = fail(EX_TERMINATED, "the manifest records %zu CUDA processes, the restored tree has %zu (killed)",
-			  want, t.ncuda);
-		goto kill;
-	}
-	r->processes = t.nprocs;
-	r->cuda = t.ncuda;
-	if ((rc = restore_interrupted(dir, "the CRIU restore")))
-		goto kill;
-	t0 = now_ms();
-	if (native_thaw(&t, dir, map.pairs, map.npairs, err, sizeof(err)) < 0) {
+	if (want != t->ncuda)
+		return fail(EX_TERMINATED,
+			    "the manifest records %zu CUDA processes, the restored tree has %zu (killed)", want,
+			    t->ncuda);
+	return 0;
+}
+
+/* The restored tree's GPU state: native restore and unlock (onto map's GPUs),
+ * the sharing rebuilt, then restore-complete. 0, or the exit code (reported). */
+static int restore_gpu(const char *dir, const struct manifest *m, const struct devmap *map, struct tree *t, pid_t root,
+		       struct checkpoint_result *r)
+{
+	char err[PATH_MAX + 1200];
+	int rc = restore_interrupted(dir, "the CRIU restore");
+	double t0 = now_ms();
+	if (!rc && native_thaw(t, dir, map->pairs, map->npairs, err, sizeof(err)) < 0)
 		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
-		goto kill;
-	}
 	r->ms_native_restore = now_ms() - t0;
-	if ((rc = restore_interrupted(dir, "the native restore")))
-		goto kill;
-	progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t.ncuda,
-		 map.npairs ? ", devices remapped" : "");
+	if (!rc && !(rc = restore_interrupted(dir, "the native restore")))
+		progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t->ncuda,
+			 map->npairs ? ", devices remapped" : "");
 	t0 = now_ms();
-	if (m.prepared) {
+	if (!rc && m->prepared) {
 		struct coord_options o = {.timeout_ms = settings.timeout_ms,
 					  .dir = dir,
 					  .on_stage = progress_stage,
 					  .require_state = true,
-					  .device_map = map.nordinals ? map.ordinals : NULL,
-					  .device_map_len = map.nordinals};
+					  .device_map = map->nordinals ? map->ordinals : NULL,
+					  .device_map_len = map->nordinals};
 		struct coord_report cr;
-		if (coord_restore(t.targets, t.ncuda, &o, &cr) < 0) {
+		if (coord_restore(t->targets, t->ncuda, &o, &cr) < 0)
 			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)",
 				  cr.error);
-			goto kill;
-		}
 		r->bytes_copied = cr.bytes;
 	}
 	r->ms_vmm_restore = now_ms() - t0;
-	if ((rc = restore_interrupted(dir, "rebuilding shared memory")))
-		goto kill;
+	if (!rc)
+		rc = restore_interrupted(dir, "rebuilding shared memory");
 	/* Only now may the workload run: the sharing is back. */
 	char why[PATH_MAX + 256];
-	if (control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0) {
+	if (!rc && control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
 		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", why);
-		goto kill;
+	return rc;
+}
+
+static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
+			bool summary, const char *config)
+{
+	char criu[PATH_MAX];
+	struct manifest m;
+	struct devmap map;
+	double start = now_ms();
+	int rc = restore_ready(dir, device_map, criu_arg, &m, &map, criu);
+	if (rc)
+		return rc;
+	pid_t root = 0;
+	if ((rc = restore_criu(dir, &m, criu, config, r, &root))) {
+		manifest_free(&m);
+		return rc;
 	}
+	r->restored_root = root;
+	struct tree t;
+	if ((rc = tree_load(root, &t))) {
+		proc_tree_kill(root, true);
+		manifest_free(&m);
+		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
+	}
+	r->processes = t.nprocs;
+	r->cuda = t.ncuda;
+	rc = restore_matches(&m, &t);
+	if (!rc)
+		rc = restore_gpu(dir, &m, &map, &t, root, r);
+	if (rc)
+		proc_tree_kill(root, true); /* a half-restored workload must never run */
 	r->ms_total = now_ms() - start;
-	progress("restore complete", r->ms_total, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
-	if (settings.json && summary)
+	if (!rc)
+		progress("restore complete", r->ms_total, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
+	if (!rc && settings.json && summary)
 		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
 					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,
 					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
 					    "bytes_copied", (json_int_t)r->bytes_copied, "timings_ms", "criu_restore",
 					    r->ms_criu_restore, "native_restore", r->ms_native_restore, "vmm_restore",
 					    r->ms_vmm_restore, "total", r->ms_total));
-	tree_free(&t);
-	manifest_free(&m);
-	return EX_OK;
-kill:
-	/* A half-restored workload must never run. */
-	proc_tree_kill(root, true);
 	tree_free(&t);
 	manifest_free(&m);
 	return rc;
