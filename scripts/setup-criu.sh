@@ -38,7 +38,7 @@ suite=${CRIU_DEBIAN_SUITE:-trixie}
 say() { echo "setup-criu: $*" >&2; }
 
 # apt_debian_mirror: the Debian archive this machine's apt already uses.
-. "$(dirname "$0")/apt-mirror.sh"
+. "$(dirname "$0")/apt-lib.sh"
 
 # works CRIU: version >= 4 and `criu check` passes (needs root).
 works() {

@@ -44,22 +44,15 @@ version=$("$criu" --version | sed -n 's/^Version: *//p' | head -n1)
 [ -n "$version" ] || skip "cannot tell the version of $criu"
 
 # Debian packages zdtm.py needs.
-need=()
-for pkg in protobuf-compiler python3-protobuf python3-yaml python3 make gcc; do
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-	say "installing ${need[*]}"
-	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		"${need[@]}"; } >"$build/zdtm-apt.log" 2>&1 || skip "cannot install ${need[*]} (see $build/zdtm-apt.log)"
-fi
+. "$here/scripts/apt-lib.sh"
+apt_install_missing "$build/zdtm-apt.log" protobuf-compiler python3-protobuf python3-yaml python3 make gcc ||
+	skip "cannot install zdtm's packages (see $build/zdtm-apt.log)"
 python=/usr/bin/python3 # Debian's, with its protobuf and yaml
 
 # CRIU's source, once.
 dest=$build/zdtm
 src=$dest/criu-$version
 if [ ! -f "$src/.cusnap-ready" ]; then
-	. "$here/scripts/apt-mirror.sh"
 	mirror=${CRIU_DEBIAN_MIRROR:-$(apt_debian_mirror || true)}
 	[ -n "$mirror" ] || skip "no Debian archive in apt's sources; set CRIU_DEBIAN_MIRROR"
 	apt=$dest/apt

@@ -37,15 +37,8 @@ criu=$("$repo/scripts/setup-criu.sh" "$build" 2>/dev/null | tail -n1)
 plugin=$build/lib/criu/cusnap_plugin.so
 [ -f "$plugin" ] || fail "$plugin is not built"
 
-need=()
-for pkg in podman runc; do
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-	echo "installing ${need[*]}"
-	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		"${need[@]}"; } >"$build/podman-apt.log" 2>&1 || skip "cannot install ${need[*]} (see $build/podman-apt.log)"
-fi
+. "$repo/scripts/apt-lib.sh"
+apt_install_missing "$build/podman-apt.log" podman runc || skip "cannot install podman and runc (see $build/podman-apt.log)"
 
 # Everything podman makes (storage, run root, the rootfs, the control
 # directories) lies outside the build that is bound into the container: CRIU

@@ -340,6 +340,19 @@ static inline void e2e_scratch(const char *name, char dir[PATH_MAX], char ctl[PA
 	mkdir(dir, 0700);
 }
 
+/* A tree of two interposed target_helpers in dir: "a" serves an allocation on
+ * GPU 0, "b" imports it and holds its own on GPU 1 (for device maps). Returns
+ * the shell's PID, its root. */
+static inline pid_t gpu_pair_start(const char *dir, const char *ctl)
+{
+	char script[4 * PATH_MAX];
+	snprintf(script, sizeof(script),
+		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
+		 "$L $H %s b --import a --dev 1 & wait",
+		 bin_dir, tests_dir, dir, dir);
+	return helpers_start(dir, ctl, script);
+}
+
 /* A tree of two target_helpers in dir, "a" under the interposer and "b"
  * without it (partial interposition). Returns the shell's PID, its root. */
 static inline pid_t partial_tree_start(const char *dir, const char *ctl)

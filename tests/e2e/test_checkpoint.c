@@ -602,15 +602,11 @@ static void partial_interposition(void)
 
 static void device_map(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], *out;
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
 	e2e_scratch("devmap", dir, ctl);
-	snprintf(script, sizeof(script),
-		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
-		 "$L $H %s b --import a --dev 1 & wait",
-		 bin_dir, tests_dir, dir, dir);
 	char ck[PATH_MAX + 16];
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	pid_t sh = helpers_start(dir, ctl, script);
+	pid_t sh = gpu_pair_start(dir, ctl);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
 	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,

@@ -520,14 +520,10 @@ static void concurrent_dumps(void)
  * refused before CRIU makes any process. */
 static void device_map(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], script[4 * PATH_MAX], ck[PATH_MAX + 16], *out;
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], ck[PATH_MAX + 16], *out;
 	e2e_scratch("plug-devmap", dir, ctl);
-	snprintf(script, sizeof(script),
-		 "L=%s/snapshot-cuda-vmm-launch H=%s/emu/target_helper; $L $H %s a --serve --dev 0 & sleep 0.3; "
-		 "$L $H %s b --import a --dev 1 & wait",
-		 bin_dir, tests_dir, dir, dir);
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	pid_t sh = helpers_start(dir, ctl, script);
+	pid_t sh = gpu_pair_start(dir, ctl);
 	char env_ctl[PATH_MAX + 32], *extra[] = {env_ctl, NULL};
 	snprintf(env_ctl, sizeof(env_ctl), "CUSNAP_CONTROL_DIR=%s", ctl);
 	CHECK_EQ(dump(sh, ck, "host", plugins, false, extra, &out), 0);

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# Sourced by scripts/setup-criu.sh and scripts/zdtm.sh.
+# apt helpers, sourced by scripts/setup-criu.sh, scripts/zdtm.sh and
+# tests/criu/check_podman.sh.
 #
 # The Debian archive this machine's apt already uses: the URI that serves the
 # system's own release (VERSION_CODENAME of /etc/os-release) with component
@@ -27,4 +28,18 @@ apt_debian_mirror() {
 				END { if (!found) flush() }' "$f"
 		done
 	} | head -n1 | grep .
+}
+
+# Install those of the Debian packages named that are missing (as root; apt's
+# output into LOG): 0, or 1 when they cannot be installed.
+apt_install_missing() {
+	local log=$1 pkg need=()
+	shift
+	for pkg in "$@"; do
+		dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+	done
+	[ ${#need[@]} -eq 0 ] && return 0
+	echo "installing ${need[*]}" >&2
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${need[@]}"; } >"$log" 2>&1
 }
