@@ -29,7 +29,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)
 repo=$(cd "$build/.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
+fail() {
+	echo "FAIL: $*"
+	# CRIU's own account (podman removes its logs with the container).
+	for log in "${w:-/nonexistent}"/storage/overlay-containers/*/userdata/{dump,restore}.log; do
+		[ -f "$log" ] && { echo "--- $log:"; grep -E 'Error|cusnap' "$log" | tail -n 15; }
+	done
+	exit 1
+}
 [ -n "${CUSNAP_SANITIZER:-}" ] && skip "CRIU loads the plugin of the plain build only"
 [ "$(id -u)" = 0 ] || skip "podman checkpoint needs root"
 criu=$("$repo/scripts/setup-criu.sh" "$build" 2>/dev/null | tail -n1)
