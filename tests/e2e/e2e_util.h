@@ -545,4 +545,17 @@ static inline int restored_passes(struct group *g, pid_t root)
 	return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? pass : -1;
 }
 
+/* After a restore that swapped GPUs 0 and 1 of gpu_pair_start's tree (the
+ * checkpoint in ck): the creator's allocation lives on GPU 1, still shared
+ * both ways; then the restored tree is killed. */
+static inline void gpu_pair_swapped(const char *dir, const char *ck)
+{
+	TARGET_EXPECT_DIR(dir, "a", "device", "1");
+	TARGET_EXPECT_DIR(dir, "b", "check 1", "PASS");
+	TARGET_EXPECT_DIR(dir, "b", "fill 5", "OK");
+	TARGET_EXPECT_DIR(dir, "a", "check 5", "PASS");
+	tree_kill(restored_root(ck));
+	reap_all();
+}
+
 #endif
