@@ -407,18 +407,9 @@ static void dump_exit(int ret)
  * list) and this machine's, into P.map: 0, or -1 (said). */
 static int restore_map(const json_t *gpus)
 {
-	if (!P.conf.device_map[0])
+	char why[1200];
+	if (devmap_for(P.conf.device_map, gpus, &P.map, why, sizeof(why)) == 0)
 		return 0;
-	CUuuid had[PROTO_MAX_DEVICES], here[PROTO_MAX_DEVICES];
-	int nhad = devmap_uuids(gpus, had, PROTO_MAX_DEVICES), nhere = 0;
-	struct native nat = {0};
-	char why[1200] = "the image's GPU list is not a list of GPU UUIDs";
-	if (nhad >= 0 && native_load(&nat, why, sizeof(why)) == 0) {
-		nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES);
-		if (devmap_parse(P.conf.device_map, had, (size_t)nhad, here, (size_t)nhere, &P.map, why, sizeof(why)) ==
-		    0)
-			return 0;
-	}
 	fprintf(stderr, "cusnap-plugin: device_map = %s (%s): %s: restore refused, nothing made\n", P.conf.device_map,
 		P.conf.path[0] ? P.conf.path : "CUSNAP_DEVICE_MAP", why);
 	return -1;

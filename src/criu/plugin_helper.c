@@ -77,21 +77,9 @@ int helper_wait(struct helper *h, int timeout_ms)
 /* Is pid gone, a zombie, or on its way out (PF_EXITING: killed by the dump)? */
 bool proc_ending(pid_t pid)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
-	const char *p = strrchr(buf, ')');
-	char state = 0;
 	unsigned long flags = 0;
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-		return true;
-	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
+	char state = proc_stat(pid, NULL, &flags);
+	return !state || state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
 }
 
 /* Every process of the tree let go by CRIU (no tracer) or ending, within

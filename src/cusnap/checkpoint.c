@@ -312,19 +312,11 @@ static int clear_control_dir(const struct manifest *m)
  * code (reported). */
 static int device_map_for(const struct manifest *m, const char *spec, struct devmap *map)
 {
-	*map = (struct devmap){0};
-	if (!spec)
-		return 0;
-	CUuuid had[PROTO_MAX_DEVICES], here[PROTO_MAX_DEVICES];
-	int nhad = devmap_uuids(json_object_get(m->root, "gpus"), had, PROTO_MAX_DEVICES);
-	if (nhad < 0)
-		return fail(EX_USAGE, "the manifest's GPU list is not a list of GPU UUIDs; nothing done");
-	struct native nat = {0};
 	char why[1024];
-	if (native_load(&nat, why, sizeof(why)) < 0)
+	int rc = devmap_for(spec, json_object_get(m->root, "gpus"), map, why, sizeof(why));
+	if (rc == -ENODEV)
 		return fail(EX_UNAVAILABLE, "--device-map: %s", why);
-	int nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES); /* (the driver stays loaded: the restore needs it) */
-	if (devmap_parse(spec, had, (size_t)nhad, here, (size_t)nhere, map, why, sizeof(why)) < 0)
+	if (rc < 0)
 		return fail(EX_USAGE, "--device-map %s: %s; nothing done", spec, why);
 	return 0;
 }

@@ -40,6 +40,8 @@ void proc_children_kill(void);
 /* The state letter of pid (/proc/PID/stat: 'R', 'S', 'Z'...) and its parent
  * into *parent (when not NULL), or 0 when there is no such process. */
 char proc_state(pid_t pid, pid_t *parent);
+/* The same, and the kernel's flags of the process (PF_*) into *flags. */
+char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {
@@ -202,19 +204,18 @@ struct devmap {
 	int ordinals[PROTO_MAX_DEVICES];              /* the checkpoint's device d is ordinals[d] here (the shims) */
 	size_t nordinals;
 };
-/* The GPUs the driver lists, by ordinal, into out: how many. */
-int devmap_gpus(const struct native *n, CUuuid *out, size_t max);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
 void devmap_uuid_text(const CUuuid *u, char out[48]);
 /* The driver's GPUs as a JSON array of such texts (a checkpoint's GPU list). */
 json_t *devmap_gpus_json(const struct native *n);
-/* A JSON array of UUID strings (a checkpoint's GPU list) into out: how many,
- * or -1 when one is not a UUID. */
-int devmap_uuids(const json_t *list, CUuuid *out, size_t max);
 /* spec ("auto", or OLD=NEW pairs of ordinals or UUIDs; NULL or "": none) for a
  * checkpoint made on the GPUs had, restored onto here: 0, or -1 with why. */
 int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid *here, size_t nhere, struct devmap *m,
 		 char *why, size_t len);
+/* spec against a checkpoint's GPU list (gpus, as devmap_gpus_json wrote it)
+ * and this machine's GPUs (the driver loaded to ask): 0, -EINVAL (the map or
+ * the list, why says), -ENODEV (no driver, why says). */
+int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len);
 
 /* ---- finish.c: how far a command got, and the one way it ends ---- */
 struct record {

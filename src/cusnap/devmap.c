@@ -10,6 +10,7 @@
  *                        order the driver listed them), NEW this machine's
  * The native restore takes no partial map: every GPU of the checkpoint is named
  * once, and every target must be here. A map that changes nothing is no map. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,8 @@
 #include "cusnap.h"
 #include "cusnap/ids.h"
 
-int devmap_gpus(const struct native *n, CUuuid *out, size_t max)
+/* The GPUs the driver lists, by ordinal, into out: how many. */
+static int devmap_gpus(const struct native *n, CUuuid *out, size_t max)
 {
 	int ndev = 0;
 	if (!native_devices(n) || n->device_count(&ndev) != CUDA_SUCCESS)
@@ -155,7 +157,8 @@ int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid 
 	return 0;
 }
 
-int devmap_uuids(const json_t *list, CUuuid *out, size_t max)
+/* A JSON array of UUID strings into out: how many, or -1 when one is not a UUID. */
+static int devmap_uuids(const json_t *list, CUuuid *out, size_t max)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < json_array_size(list) && n < max; i++) {
@@ -166,4 +169,21 @@ int devmap_uuids(const json_t *list, CUuuid *out, size_t max)
 		n++;
 	}
 	return (int)n;
+}
+
+int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len)
+{
+	*m = (struct devmap){0};
+	if (!spec || !*spec)
+		return 0;
+	CUuuid had[PROTO_MAX_DEVICES], here[PROTO_MAX_DEVICES];
+	int nhad = devmap_uuids(gpus, had, PROTO_MAX_DEVICES);
+	if (nhad < 0)
+		return snprintf(why, len, "the checkpoint's GPU list is not a list of GPU UUIDs"), -EINVAL;
+	struct native nat = {0};
+	if (native_load(&nat, why, len) < 0)
+		return -ENODEV;
+	/* (the driver stays loaded: the restore needs it next) */
+	int nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES);
+	return devmap_parse(spec, had, (size_t)nhad, here, (size_t)nhere, m, why, len) < 0 ? -EINVAL : 0;
 }

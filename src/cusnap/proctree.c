@@ -168,7 +168,7 @@ void proc_children_kill(void)
 		;
 }
 
-char proc_state(pid_t pid, pid_t *parent)
+char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -181,9 +181,17 @@ char proc_state(pid_t pid, pid_t *parent)
 	const char *p = strrchr(buf, ')');
 	char state = 0;
 	int pp = 0;
-	if (!p || sscanf(p + 1, " %c %d", &state, &pp) != 2)
+	unsigned long fl = 0;
+	if (!p || sscanf(p + 1, " %c %d %*d %*d %*d %*d %lu", &state, &pp, &fl) != 3)
 		return 0;
 	if (parent)
 		*parent = pp;
+	if (flags)
+		*flags = fl;
 	return state;
+}
+
+char proc_state(pid_t pid, pid_t *parent)
+{
+	return proc_stat(pid, parent, NULL);
 }
