@@ -49,10 +49,13 @@ TOPO := $(BUILD)/bin/cuemu-topo
 # once, kept while its stamp holds), and the NCCL workload of the e2e tests.
 NCCL_STAMP := $(BUILD)/nccl/.stamp
 NCCL_GROUP := $(BUILD)/examples/nccl_group
-# The CRIU plugin: cusnap's tree, native and finish code without its commands.
+# The node library (src/node/node.h): a tree on this node, the native steps,
+# freeze and recovery, jobs, control files, CRIU. Linked by cusnap and the plugin.
+NODE_SRC := $(wildcard src/node/*.c)
+NODE_LIB = $(BUILD)/lib/libcusnap-node.a
+# The CRIU plugin: the node library under CRIU's hooks.
 PLUGIN := $(BUILD)/lib/criu/cusnap_plugin.so
 PLUGIN_SRC := $(wildcard src/criu/*.c)
-PLUGIN_CUSNAP_SRC := $(filter-out $(addprefix src/cusnap/,main.c checkpoint.c demo.c inspect.c run.c suspend.c manifest_write.c),$(wildcard src/cusnap/*.c))
 # src/common as a static library: each binary links only the objects it uses
 # (the shim carries none of the tools' JSON, state-file or manifest code).
 COMMON_LIB = $(BUILD)/lib/libcusnap-common.a
@@ -132,6 +135,10 @@ $(COMMON_LIB): $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(NODE_LIB): $(NODE_SRC:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
 $(EMU): $(EMU_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-Bsymbolic-functions $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -154,15 +161,16 @@ $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
-$(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+$(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
-# CRIU loads it; criu_get_image_dir comes from criu itself (-z defs is not used);
-# jansson dynamically (its static archive is not position-independent).
-$(PLUGIN): $(PLUGIN_SRC:%.c=$(BUILD)/obj/%.o) $(PLUGIN_CUSNAP_SRC:%.c=$(BUILD)/obj/%.o) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
+# CRIU loads it: every symbol resolved at link time (-z defs) but CRIU's own
+# (criu_get_image_dir, print_on_level), which the plugin declares weak; jansson
+# dynamically (its static archive is not position-independent).
+$(PLUGIN): $(PLUGIN_SRC:%.c=$(BUILD)/obj/%.o) $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,cusnap_plugin.so $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
+	$(CC) -shared -Wl,-soname,cusnap_plugin.so -Wl,-z,defs $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS) -ldl
 
 # A libcudart that is not the project's: cuemu refuses cuInit beside it (test_client_api).
 $(BUILD)/tests/emu/fake_runtime/libcudart.so.13: $(BUILD)/obj/tests/emu/fake_runtime.o
@@ -188,7 +196,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(HARNESS) $(COORD_LIB_SRC:%.
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 # Device maps, parsed alone (devmap.c asks the driver through native.c).
-$(BUILD)/tests/unit/test_devmap: $(BUILD)/obj/tests/unit/test_devmap.o $(BUILD)/obj/src/cusnap/devmap.o $(BUILD)/obj/src/cusnap/native.o $(HARNESS) $(COMMON_LIB)
+$(BUILD)/tests/unit/test_devmap: $(BUILD)/obj/tests/unit/test_devmap.o $(BUILD)/obj/src/node/devmap.o $(BUILD)/obj/src/node/native.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 

@@ -25,6 +25,9 @@ int path_ancestors_trusted(const char *path, char *why, size_t len);
 /* cusnap's run directory: /run/cusnap for root, else $XDG_RUNTIME_DIR/cusnap or
  * /tmp/cusnap-UID; CUSNAP_RUN_DIR names another (tests). */
 void run_dir_path(char *out, size_t len);
+/* The private default state directory of the tree of pid, in the run
+ * directory (removed by its sweep once pid is gone). */
+void run_dir_state_path(pid_t pid, char *out, size_t len);
 
 /* The locks one command holds on the processes of a tree. */
 struct tree_lock {

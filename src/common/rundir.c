@@ -123,6 +123,16 @@ int path_ancestors_trusted(const char *path, char *why, size_t len)
 	return components_trusted(real, why, len);
 }
 
+/* The default state directories in the run directory: made and parsed here only. */
+#define STATE_DIR_PREFIX "suspend-"
+
+void run_dir_state_path(pid_t pid, char *out, size_t len)
+{
+	char run[PATH_MAX - 32];
+	run_dir_path(run, sizeof(run));
+	snprintf(out, len, "%s/" STATE_DIR_PREFIX "%d", run, (int)pid);
+}
+
 void run_dir_path(char *out, size_t len)
 {
 	const char *env = getenv("CUSNAP_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
@@ -211,7 +221,8 @@ static void sweep_stale(int dirfd, const char *proc)
 		int pid;
 		unsigned long long start;
 		char now[64], tail;
-		if (sscanf(e->d_name, "suspend-%d%c", &pid, &tail) == 1 && pid > 0 && !process_exists(proc, pid)) {
+		if (sscanf(e->d_name, STATE_DIR_PREFIX "%d%c", &pid, &tail) == 1 && pid > 0 &&
+		    !process_exists(proc, pid)) {
 			remove_flat_dir(dirfd, e->d_name);
 			continue;
 		}

@@ -31,7 +31,8 @@ struct criu_plugin_desc {
 	void *hooks[CRIU_HOOKS_4_1];
 };
 
-/* CRIU's own: a descriptor of the images directory. */
-int criu_get_image_dir(void);
+/* CRIU's own: a descriptor of the images directory (weak: NULL where the
+ * plugin is loaded by something else than CRIU). */
+int criu_get_image_dir(void) __attribute__((weak));
 
 #endif

@@ -41,7 +41,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../cusnap/cusnap.h"
+#include "../node/node.h"
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/json.h"
@@ -71,8 +71,9 @@ static struct {
 	struct plugin_conf conf;
 	char conf_error[PATH_MAX + 600]; /* the configuration file is refused: why */
 	char control[4096];              /* the workload's control directory */
+	struct settings s;               /* what the node library is given (settings_for) */
 	pid_t root;
-	int content;
+	enum proto_content content;
 	int *restore_tid;  /* each CUDA process's restore thread, asked while it runs */
 	struct devmap map; /* restore: the GPUs the checkpoint's are restored onto */
 	struct helper helper;
@@ -85,6 +86,8 @@ static struct {
 static int images_dir(char *out, size_t len)
 {
 	char link[64];
+	if (!criu_get_image_dir)
+		return -1;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", criu_get_image_dir());
 	ssize_t n = readlink(link, out, len - 1);
 	if (n <= 0)
@@ -116,14 +119,15 @@ static void stay_loaded(void)
  * then the workload's own SNAPSHOT_CONTROL_DIR, then the defaults. */
 static void settings_for(pid_t root)
 {
+	P.s = settings_default();
 	if (P.conf.timeout_ms)
-		settings.timeout_ms = P.conf.timeout_ms;
+		P.s.timeout_ms = P.conf.timeout_ms;
 	if (P.conf.control_dir[0])
 		snprintf(P.control, sizeof(P.control), "%s", P.conf.control_dir);
 	else if (!P.control[0] &&
 		 !(proc_environ_get(root, "SNAPSHOT_CONTROL_DIR", P.control, sizeof(P.control)) && P.control[0] == '/'))
-		snprintf(P.control, sizeof(P.control), "/snapshot-control");
-	settings.control_dir = P.control;
+		snprintf(P.control, sizeof(P.control), "%s", CONTROL_DIR_DEFAULT);
+	P.s.control_dir = P.control;
 	P.content = P.conf.content ? P.conf.content : PROTO_CONTENT_HOST;
 }
 
@@ -144,7 +148,7 @@ static bool maps_lib(pid_t pid, const char *name)
 /* How long CRIU waits for a helper: the release (60 s), then an undo. */
 static int helper_bound_ms(void)
 {
-	return 90000 + 2 * coord_undo_timeout_ms(settings.timeout_ms);
+	return 90000 + 2 * coord_undo_timeout_ms(P.s.timeout_ms ? P.s.timeout_ms : settings_default().timeout_ms);
 }
 
 /* ---- dump ---- */
@@ -229,7 +233,7 @@ static int pause_devices(int pid)
 	}
 	if (P.owner != OWNER_MINE)
 		return -ENOTSUP; /* no CUDA here: CRIU alone */
-	int rc = tree_load(pid, &P.t);
+	int rc = tree_load(pid, &P.s, &P.t);
 	P.loaded = rc == 0; /* (what it loaded, freed at exit) */
 	if (rc == 0 && P.t.ncuda == 0) {
 		P.owner = OWNER_NONE; /* the driver mapped, never initialised: nothing on a GPU */
@@ -243,7 +247,7 @@ static int pause_devices(int pid)
 		CUresult q = P.t.nat.restore_tid(P.t.targets[i].obs, &P.restore_tid[i]);
 		if (q != CUDA_SUCCESS) {
 			fprintf(stderr, "cusnap-plugin: process %d: %s: %s: dump refused, nothing changed\n",
-				P.t.targets[i].obs, native_step_name(NATIVE_QUERY), native_error(&P.t.nat, q));
+				P.t.targets[i].obs, "cuCheckpointProcessGetRestoreThreadId", native_error(&P.t.nat, q));
 			return -1;
 		}
 	}
@@ -269,7 +273,7 @@ static int pause_devices(int pid)
 static int write_image(void)
 {
 	char here[PATH_MAX];
-	control_host_path(P.root, here, sizeof(here));
+	control_host_path(P.root, P.control, here, sizeof(here));
 	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:o, s:I, s:o}", "cusnap_plugin", 1, "content",
 			      proto_content_name((uint32_t)P.content), "vmm", P.t.nshim > 0, "control_dir",
 			      json_text(P.control), "control_dir_here", json_text(here), "cuda_processes",
@@ -349,13 +353,10 @@ static int after_dump(int ret)
 		return 0; /* dumped and ended: the checkpoint stands */
 	if (ret != 0)
 		return finish(&P.t, &P.rec, "the CRIU dump failed");
-	struct coord_report r;
-	bool nothing;
-	char err[1600], why[PATH_MAX + 256];
-	if (tree_recover(&P.t, P.dir, false, NULL, &r, &nothing, err, sizeof(err)) < 0)
+	struct recovery r;
+	char err[1600];
+	if (tree_release(&P.t, P.dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &r, err, sizeof(err)) < 0)
 		return finish(&P.t, &P.rec, "after the dump: %s", err);
-	if (control_write(P.root, CONTROL_SNAPSHOT_DONE, why, sizeof(why)) < 0)
-		fprintf(stderr, "cusnap-plugin: warning: cannot write %s\n", why);
 	fprintf(stderr, "cusnap-plugin: the tree of %d runs on after the dump\n", (int)P.root);
 	return 0;
 }
@@ -501,27 +502,22 @@ static int after_restore(void)
 	if (proc_status_field("/proc", P.root, "TracerPid") < 0)
 		return 2; /* gone: CRIU failed the restore and killed it (its log says why) */
 	struct tree t;
-	struct coord_report r;
-	bool nothing;
-	char err[4800], why[PATH_MAX + 256];
-	int rc = tree_load(P.root, &t);
+	struct recovery r;
+	char err[4800];
+	int rc = tree_load(P.root, &P.s, &t);
 	if (rc == 0 && wait_released(&t, 5000) < 0)
 		rc = -1, snprintf(err, sizeof(err), "CRIU still holds some of its processes");
 	else if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
 		snprintf(err, sizeof(err), "another command holds the tree");
 	else if (rc)
 		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
-	if (rc == 0 && tree_recover(&t, P.dir, false, &P.map, &r, &nothing, err, sizeof(err)) < 0)
-		rc = -1;
-	if (rc == 0 && control_write(P.root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
-		rc = -1, snprintf(err, sizeof(err), "cannot write %s", why);
-	if (rc == 0)
-		progress("restore complete", 0, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
-	if (rc != 0) {
+	if (rc == 0 && tree_release(&t, P.dir, RECOVER_ANY, &P.map, RELEASE_RESTORED, &r, err, sizeof(err)) < 0)
+		rc = -1; /* (the tree killed) */
+	else if (rc != 0)
+		proc_tree_kill(P.root, false);
+	if (rc != 0)
 		fprintf(stderr, "cusnap-plugin: restore of the tree of %d: %s: the restored tree is killed\n",
 			(int)P.root, err);
-		proc_tree_kill(P.root, false);
-	}
 	tree_free(&t);
 	return rc == 0 ? 0 : 2;
 }
@@ -533,8 +529,8 @@ static int resume_devices_late(int pid)
 	P.root = pid; /* (the root comes first) */
 	settings_for(pid);
 	char why[PATH_MAX + 128];
-	int dfd = control_dir_open(pid, why, sizeof(why));
-	int rc = dfd >= 0 ? remove_stale_done(dfd, settings.control_dir) : dfd == -ENOENT ? 0 : -1;
+	int dfd = control_dir_open(pid, P.control, why, sizeof(why));
+	int rc = dfd >= 0 ? remove_stale_done(dfd, P.control) : dfd == -ENOENT ? 0 : -1;
 	if (dfd >= 0)
 		close(dfd);
 	else if (rc < 0)

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "criu_abi.h"
+#include "cusnap/proto.h"
 
 /* ---- plugin_conf.c ---- */
 
@@ -23,12 +24,12 @@
 #define PLUGIN_CONF_BESIDE "cusnap.conf"
 
 struct plugin_conf {
-	char path[PATH_MAX];    /* the file read; "" when there was none */
-	int content;            /* enum proto_content; 0: not set */
-	int timeout_ms;         /* 0: not set */
-	char control_dir[4096]; /* "": not set */
-	char libcuda[PATH_MAX]; /* "": not set */
-	char device_map[2048];  /* "": GPUs as they were (checked at restore: devmap.c) */
+	char path[PATH_MAX];        /* the file read; "" when there was none */
+	enum proto_content content; /* 0: not set */
+	int timeout_ms;             /* 0: not set */
+	char control_dir[4096];     /* "": not set */
+	char libcuda[PATH_MAX];     /* "": not set */
+	char device_map[2048];      /* "": GPUs as they were (checked at restore: devmap.c) */
 };
 
 /* The first of $CUSNAP_PLUGIN_CONFIG, own_dir/cusnap.conf, PLUGIN_CONF_SYSTEM

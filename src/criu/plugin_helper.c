@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../cusnap/cusnap.h"
+#include "../node/node.h"
 #include "plugin.h"
 
 /* Start a helper: 0 in the helper (report with helper_report), 1 in CRIU, -1

@@ -21,11 +21,11 @@
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
 
-/* Wait until the workload wrote control file name: 0, or -1 after timeout_ms. */
-static int wait_for(pid_t pid, const char *name, int timeout_ms)
+/* Wait until the workload wrote control file name: 0, or -1 after --timeout. */
+static int wait_for(pid_t pid, const struct settings *set, const char *name)
 {
-	for (int waited = 0; waited <= timeout_ms; waited += 20) {
-		if (control_exists(pid, name))
+	for (int waited = 0; waited <= set->timeout_ms; waited += 20) {
+		if (control_exists(pid, set->control_dir, name))
 			return 0;
 		usleep(20000);
 	}
@@ -108,26 +108,28 @@ static int criu_config_trusted(const char *path)
 	return 0;
 }
 
-static int checkpoint_into(pid_t pid, const char *dir, int content, const char *criu_arg, bool leave_running,
-			   bool wait_ready, struct checkpoint_result *r, bool summary, bool tcp, const char *config)
+static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 {
+	pid_t pid = a->pid;
+	const char *dir = a->dir;
+	bool leave_running = a->leave_running;
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
-	if (criu_find(criu_arg, criu, sizeof(criu), err, sizeof(err)) < 0)
+	if (criu_find(a->criu, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	snprintf(images, sizeof(images), "%s/images", dir);
 	if (mkdir(images, 0700) < 0 && errno != EEXIST)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
 	double start = now_ms(), t0;
-	if (wait_ready) {
+	if (a->wait_ready) {
 		t0 = now_ms();
-		if (wait_for(pid, CONTROL_READY, settings.timeout_ms) < 0)
+		if (wait_for(pid, a->s, CONTROL_READY) < 0)
 			return fail(EX_LEFT_RUNNING, "%s/%s of process %d did not appear within %d ms: nothing done",
-				    settings.control_dir, CONTROL_READY, (int)pid, settings.timeout_ms);
-		progress("wait ready", now_ms() - t0, "%s/%s", settings.control_dir, CONTROL_READY);
+				    a->s->control_dir, CONTROL_READY, (int)pid, a->s->timeout_ms);
+		progress("wait ready", now_ms() - t0, "%s/%s", a->s->control_dir, CONTROL_READY);
 	}
 	struct tree t;
 	json_t *digests = NULL;
-	int rc = tree_load(pid, &t);
+	int rc = tree_load(pid, a->s, &t);
 	if (rc)
 		return rc;
 	r->processes = t.nprocs;
@@ -142,7 +144,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = dir};
 	struct coord_report cr;
-	if ((rc = tree_suspend(&t, &rec, content, &cr)))
+	if ((rc = tree_suspend(&t, &rec, a->content, &cr)))
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
@@ -162,11 +164,11 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		argv[n++] = "--leave-running";
 	if (!session_leader_inside(pid))
 		argv[n++] = "--shell-job";
-	if (tcp)
+	if (a->tcp_established)
 		argv[n++] = "--tcp-established";
-	if (config) {
+	if (a->criu_config) {
 		argv[n++] = "--config";
-		argv[n++] = (char *)config;
+		argv[n++] = (char *)a->criu_config;
 	}
 	argv[n] = NULL;
 	snprintf(log, sizeof(log), "%s/dump.log", images);
@@ -174,14 +176,14 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
-	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r, NULL) < 0) {
+	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
 	t0 = now_ms();
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
-	struct criu_bounds dump_bounds = criu_bounds_default(true, false);
+	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s->timeout_ms);
 	int crc = criu_run(criu, argv, log, &dump_bounds);
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
@@ -212,21 +214,14 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 			goto out;
 		}
 		t0 = now_ms();
-		struct coord_report rr;
-		bool nothing;
-		if (tree_recover(&t, dir, false, NULL, &rr, &nothing, err, sizeof(err)) < 0) {
+		struct recovery rr;
+		if (tree_release(&t, dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0) {
 			rc = finish(&t, &rec, "after the dump: %s", err);
 			goto out;
 		}
 		r->ms_restore_in_place = now_ms() - t0;
-		char why[PATH_MAX + 256];
-		bool written = control_write(pid, CONTROL_SNAPSHOT_DONE, why, sizeof(why)) == 0;
-		if (!written)
-			fprintf(stderr, "cusnap: warning: cannot write %s\n", why);
-		progress("resumed in place", r->ms_restore_in_place, "%s",
-			 written ? CONTROL_SNAPSHOT_DONE " written" : "no " CONTROL_SNAPSHOT_DONE);
 	}
-	if (manifest_write(dir, &t, pid, content, vmm, leave_running, criu, argv, r, digests) < 0)
+	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
@@ -241,7 +236,7 @@ static int checkpoint_into(pid_t pid, const char *dir, int content, const char *
 		goto out;
 	}
 	r->ms_total = now_ms() - start;
-	if (settings.json && summary)
+	if (a->json && !a->result)
 		json_emit(stdout,
 			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}}",
 				    "ok", 1, "operation", "checkpoint", "pid", (int)pid, "dir", json_text(dir),
@@ -389,17 +384,16 @@ static int images_whole(const struct manifest *m, const char *images)
 /* Before CRIU creates anything: the manifest, the device map, a CRIU, whole
  * images, a clean control directory, free PIDs. 0, or the exit code (reported;
  * m freed). */
-static int restore_ready(const char *dir, const char *device_map, const char *criu_arg, struct manifest *m,
-			 struct devmap *map, char criu[PATH_MAX])
+static int restore_ready(const struct args *a, struct manifest *m, struct devmap *map, char criu[PATH_MAX])
 {
+	const char *dir = a->dir;
 	char err[PATH_MAX + 1200], images[PATH_MAX + 16];
 	if (manifest_load(dir, m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
-	int rc = device_map_for(m, device_map, map);
-	if (!rc && criu_find(criu_arg, criu, PATH_MAX, err, sizeof(err)) < 0)
+	int rc = device_map_for(m, a->device_map, map);
+	if (!rc && criu_find(a->criu, criu, PATH_MAX, err, sizeof(err)) < 0)
 		rc = fail(EX_UNAVAILABLE, "%s", err);
 	if (!rc) {
-		settings.control_dir = strdup(m->control_dir);
 		snprintf(images, sizeof(images), "%s/images", dir);
 		rc = images_whole(m, images);
 	}
@@ -414,9 +408,10 @@ static int restore_ready(const char *dir, const char *device_map, const char *cr
 
 /* criu restore -d of dir/images, watched: 0 with the restored root in *root,
  * or the exit code (reported) with whatever CRIU made killed. */
-static int restore_criu(const char *dir, const struct manifest *m, const char *criu, const char *config,
-			struct checkpoint_result *r, pid_t *root)
+static int restore_criu(const struct args *a, const struct manifest *m, const char *criu, struct checkpoint_result *r,
+			pid_t *root)
 {
+	const char *dir = a->dir;
 	char images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32], plugins[PATH_MAX + 32];
 	snprintf(images, sizeof(images), "%s/images", dir);
 	snprintf(log, sizeof(log), "%s/restore.log", images);
@@ -431,9 +426,9 @@ static int restore_criu(const char *dir, const struct manifest *m, const char *c
 		argv[n++] = "--shell-job";
 	if (manifest_dump_arg(m, "--tcp-established"))
 		argv[n++] = "--tcp-established"; /* the connections dumped come back */
-	if (config) {
+	if (a->criu_config) {
 		argv[n++] = "--config";
-		argv[n++] = (char *)config;
+		argv[n++] = (char *)a->criu_config;
 	}
 	argv[n] = NULL;
 	double t0 = now_ms();
@@ -441,7 +436,7 @@ static int restore_criu(const char *dir, const struct manifest *m, const char *c
 	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
-	struct criu_bounds restore_bounds = criu_bounds_default(false, true);
+	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s->timeout_ms);
 	int crc = criu_run(criu, argv, log, &restore_bounds);
 	r->ms_criu_restore = now_ms() - t0;
 	FILE *pf = fopen(pidfile, "re");
@@ -493,79 +488,52 @@ static int restore_matches(const struct manifest *m, const struct tree *t)
 	return 0;
 }
 
-/* The restored tree's GPU state: native restore and unlock (onto map's GPUs),
- * the sharing rebuilt, then restore-complete. 0, or the exit code (reported). */
-static int restore_gpu(const char *dir, const struct manifest *m, const struct devmap *map, struct tree *t, pid_t root,
-		       struct checkpoint_result *r)
+/* The checkpoint of a->dir restored: the manifest and everything checked
+ * before CRIU makes a process, CRIU, the tree found again, then its GPU state
+ * (native restore onto the device map's GPUs, the sharing rebuilt) and
+ * restore-complete (tree_release); on a failure the restored tree is killed. */
+static int restore_from(const struct args *a, struct checkpoint_result *r)
 {
-	char err[PATH_MAX + 1200];
-	int rc = restore_interrupted(dir, "the CRIU restore");
-	double t0 = now_ms();
-	if (!rc && native_thaw(t, dir, map->pairs, map->npairs, err, sizeof(err)) < 0)
-		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
-	r->ms_native_restore = now_ms() - t0;
-	if (!rc && !(rc = restore_interrupted(dir, "the native restore")))
-		progress("native restore+unlock", r->ms_native_restore, "%zu processes%s", t->ncuda,
-			 map->npairs ? ", devices remapped" : "");
-	t0 = now_ms();
-	if (!rc && m->prepared) {
-		struct coord_options o = {.timeout_ms = settings.timeout_ms,
-					  .dir = dir,
-					  .on_stage = progress_stage,
-					  .require_state = true,
-					  .device_map = map->nordinals ? map->ordinals : NULL,
-					  .device_map_len = map->nordinals};
-		struct coord_report cr;
-		if (coord_restore(t->targets, t->ncuda, &o, &cr) < 0)
-			rc = fail(EX_TERMINATED, "rebuilding shared memory failed: %s (restored tree killed)",
-				  cr.error);
-		r->bytes_copied = cr.bytes;
-	}
-	r->ms_vmm_restore = now_ms() - t0;
-	if (!rc)
-		rc = restore_interrupted(dir, "rebuilding shared memory");
-	/* Only now may the workload run: the sharing is back. */
-	char why[PATH_MAX + 256];
-	if (!rc && control_write(root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
-		rc = fail(EX_TERMINATED, "cannot write %s (restored tree killed)", why);
-	return rc;
-}
-
-static int restore_from(const char *dir, const char *device_map, const char *criu_arg, struct checkpoint_result *r,
-			bool summary, const char *config)
-{
-	char criu[PATH_MAX];
+	char criu[PATH_MAX], err[PATH_MAX + 1200];
 	struct manifest m;
 	struct devmap map;
 	double start = now_ms();
-	int rc = restore_ready(dir, device_map, criu_arg, &m, &map, criu);
+	int rc = restore_ready(a, &m, &map, criu);
 	if (rc)
 		return rc;
 	pid_t root = 0;
-	if ((rc = restore_criu(dir, &m, criu, config, r, &root))) {
+	if ((rc = restore_criu(a, &m, criu, r, &root))) {
 		manifest_free(&m);
 		return rc;
 	}
 	r->restored_root = root;
+	/* The restored processes see the control directory the checkpoint recorded. */
+	struct settings s = *a->s;
+	s.control_dir = m.control_dir;
 	struct tree t;
-	if ((rc = tree_load(root, &t))) {
+	if ((rc = tree_load(root, &s, &t))) {
 		proc_tree_kill(root, true);
 		manifest_free(&m);
 		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
 	}
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
+	struct recovery rec;
+	memset(&rec, 0, sizeof(rec));
 	rc = restore_matches(&m, &t);
-	if (!rc)
-		rc = restore_gpu(dir, &m, &map, &t, root, r);
+	if (!rc && !(rc = restore_interrupted(a->dir, "the CRIU restore")) &&
+	    tree_release(&t, a->dir, m.prepared ? RECOVER_STATE : RECOVER_ANY, &map, RELEASE_RESTORED, &rec, err,
+			 sizeof(err)) < 0)
+		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
 	if (rc)
 		proc_tree_kill(root, true); /* a half-restored workload must never run */
+	r->ms_native_restore = rec.ms_thaw;
+	r->ms_vmm_restore = rec.ms_rebuild;
+	r->bytes_copied = rec.report.bytes;
 	r->ms_total = now_ms() - start;
-	if (!rc)
-		progress("restore complete", r->ms_total, "%s/%s written", settings.control_dir, CONTROL_RESTORE_DONE);
-	if (!rc && settings.json && summary)
+	if (!rc && a->json && !a->result)
 		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
-					    "operation", "restore", "dir", json_text(dir), "root_pid", (int)root,
+					    "operation", "restore", "dir", json_text(a->dir), "root_pid", (int)root,
 					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
 					    "bytes_copied", (json_int_t)r->bytes_copied, "timings_ms", "criu_restore",
 					    r->ms_criu_restore, "native_restore", r->ms_native_restore, "vmm_restore",
@@ -613,8 +581,7 @@ int cmd_checkpoint(const struct args *a)
 	if (rc || (rc = criu_privileged("checkpoint")) ||
 	    (a->criu_config && (rc = criu_config_trusted(a->criu_config))) || (rc = use_dir(a->dir, true, &held)))
 		return rc;
-	rc = checkpoint_into(a->pid, a->dir, a->content, a->criu, a->leave_running, a->wait_ready, r, !a->result,
-			     a->tcp_established, a->criu_config);
+	rc = checkpoint_into(a, r);
 	close(held);
 	return rc;
 }
@@ -633,7 +600,7 @@ int cmd_restore(const struct args *a)
 		rc = use_dir(a->dir, false, &held);
 	if (rc)
 		return rc;
-	rc = restore_from(a->dir, a->device_map, a->criu, r, !a->result, a->criu_config);
+	rc = restore_from(a, r);
 	close(held);
 	return rc;
 }

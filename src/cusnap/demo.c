@@ -67,6 +67,7 @@ static int wait_exit(pid_t pid, int timeout_ms)
 /* One demo run: what it was asked, where it works, what it measured. */
 struct demo {
 	const struct args *a;
+	struct settings s; /* the caller's, with the demo's control directory */
 	int allocs;
 	unsigned long long per; /* bytes per allocation */
 	bool gpu_driver;
@@ -124,7 +125,8 @@ static int demo_start(struct demo *d)
 	snprintf(d->log, sizeof(d->log), "%s/workload.log", d->work);
 	path_mkdirs(d->ctl);
 	setenv("SNAPSHOT_CONTROL_DIR", d->ctl, 1);
-	settings.control_dir = strdup(d->ctl);
+	d->s = *d->a->s;
+	d->s.control_dir = d->ctl;
 	/* Restored trees are reparented to us: we wait for them to verify. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n",
@@ -168,19 +170,21 @@ static int demo_cycle(struct demo *d)
 	double t0 = now_ms();
 	int rc;
 	if (d->a->in_place) {
-		rc = cmd_suspend(&(struct args){.pid = d->root, .dir = d->ckpt, .content = PROTO_CONTENT_HOST});
+		rc = cmd_suspend(
+			&(struct args){.s = &d->s, .pid = d->root, .dir = d->ckpt, .content = PROTO_CONTENT_HOST});
 		d->ms_suspend = now_ms() - t0;
 		if (rc != EX_OK)
 			return rc;
 		t0 = now_ms();
-		rc = cmd_resume(&(struct args){.pid = d->root, .dir = d->ckpt});
+		rc = cmd_resume(&(struct args){.s = &d->s, .pid = d->root, .dir = d->ckpt});
 		d->ms_resume = now_ms() - t0;
 		char why[PATH_MAX + 256];
-		if (rc == EX_OK && control_write(d->root, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
+		if (rc == EX_OK && control_write(d->root, d->ctl, CONTROL_RESTORE_DONE, why, sizeof(why)) < 0)
 			rc = fail(EX_TERMINATED, "cannot write %s", why);
 		return rc;
 	}
-	rc = cmd_checkpoint(&(struct args){.pid = d->root,
+	rc = cmd_checkpoint(&(struct args){.s = &d->s,
+					   .pid = d->root,
 					   .dir = d->ckpt,
 					   .content = PROTO_CONTENT_HOST,
 					   .criu = d->a->criu,
@@ -194,7 +198,7 @@ static int demo_cycle(struct demo *d)
 	while (waitpid(-1, NULL, 0) > 0)
 		;
 	d->ms_kill = now_ms() - t0;
-	rc = cmd_restore(&(struct args){.dir = d->ckpt, .criu = d->a->criu, .result = &d->r});
+	rc = cmd_restore(&(struct args){.s = &d->s, .dir = d->ckpt, .criu = d->a->criu, .result = &d->r});
 	d->root = d->r.restored_root;
 	return rc;
 }

@@ -18,7 +18,7 @@ int cmd_inspect(const struct args *a)
 	if (!pid == !dir)
 		return fail(EX_USAGE, "inspect needs --pid PID or --dir DIR");
 	if (dir) {
-		if (!settings.json && manifest_print(dir) == -2)
+		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
 		char path[PATH_MAX + 32], err[1200];
 		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
@@ -31,7 +31,7 @@ int cmd_inspect(const struct args *a)
 			state_free(&st);
 			return fail(EX_LEFT_RUNNING, "out of memory");
 		}
-		if (settings.json) {
+		if (a->json) {
 			json_emit(stdout, coord_topology_json(t, p, st.n));
 		} else {
 			printf("state %s: content %s, %zu participant(s)\n", path,
@@ -44,17 +44,17 @@ int cmd_inspect(const struct args *a)
 		return EX_OK;
 	}
 	struct tree t;
-	int rc = tree_view(pid, &t);
+	int rc = tree_view(pid, a->s, &t);
 	if (rc)
 		return rc;
 	if (t.job_error[0])
 		fprintf(stderr, "cusnap: warning: %s (no command will act on this tree until it is)\n", t.job_error);
-	json_t *out = settings.json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
-	if (!settings.json)
+	json_t *out = a->json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
+	if (!a->json)
 		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
 	for (size_t i = 0; i < t.nprocs; i++) {
 		const struct proc *p = &t.procs[i];
-		if (settings.json)
+		if (a->json)
 			json_array_append_new(json_object_get(out, "processes"),
 					      json_pack("{s:i, s:i, s:b, s:s, s:b}", "pid", (int)p->pid, "nspid",
 							(int)p->nspid, "cuda", p->cuda, "state", state_name(p->state),
@@ -71,12 +71,12 @@ int cmd_inspect(const struct args *a)
 			char err[1200];
 			if (!t.procs[t.cuda_index[i]].shim)
 				continue;
-			if (coord_inspect(&t.targets[i], settings.timeout_ms, &parts[ok], err, sizeof(err)) == 0)
+			if (coord_inspect(&t.targets[i], a->s->timeout_ms, &parts[ok], err, sizeof(err)) == 0)
 				t.targets[ok++] = t.targets[i], ok_shims++;
 			else
 				fprintf(stderr, "cusnap: %s\n", err);
 		}
-		if (settings.json)
+		if (a->json)
 			json_object_set_new(out, "topology", coord_topology_json(t.targets, parts, ok));
 		else
 			coord_print_text(stdout, t.targets, parts, ok);
@@ -101,7 +101,7 @@ int cmd_inspect(const struct args *a)
 	 * its memory and its CUDA calls block: a command stopped half-way. */
 	bool half = !held && (locked || (unsettled && !(frozen == t.ncuda && unsettled == ok_shims)) ||
 			      (frozen && frozen < t.ncuda));
-	if (settings.json) {
+	if (a->json) {
 		if (held)
 			json_object_set_new(out, "held_by", json_string(holder));
 		if (t.job_error[0])

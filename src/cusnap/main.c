@@ -10,6 +10,7 @@
 #include "cusnap.h"
 #include "cusnap/control.h"
 #include "cusnap/fdcheck.h"
+#include "cusnap/json.h"
 #include "cusnap/request.h"
 
 struct command {
@@ -152,8 +153,8 @@ static long number(const char *s, long lo, long hi)
 	return end != s && !*end && v >= lo && v <= hi ? v : -1;
 }
 
-/* The option c with its argument into a (and settings); 0 or an exit code. */
-static int take(int c, const char *arg, struct args *a)
+/* The option c with its argument into a and s; 0 or an exit code. */
+static int take(int c, const char *arg, struct args *a, struct settings *s)
 {
 	long v;
 	switch (c) {
@@ -167,15 +168,15 @@ static int take(int c, const char *arg, struct args *a)
 		if (!(a->content = proto_content_parse(arg)))
 			return fail(EX_USAGE, "--content %s: use host or native", arg);
 		break;
-	case 'j': settings.json = true; break;
+	case 'j': a->json = true; break;
 	case 't':
 		if ((v = number(arg, 1, 86400000)) < 0)
 			return fail(EX_USAGE, "--timeout %s: not a number of milliseconds (1 to 86400000)", arg);
-		settings.timeout_ms = (int)v;
+		s->timeout_ms = (int)v;
 		break;
 	case 'C':
-		settings.control_dir = arg;
-		setenv("CUSNAP_CONTROL_DIR_SET", "1", 1);
+		s->control_dir = arg;
+		a->control_dir_given = true;
 		break;
 	case 'L': a->leave_running = true; break;
 	case 'R': a->criu = arg; break;
@@ -187,8 +188,8 @@ static int take(int c, const char *arg, struct args *a)
 		a->processes = (int)v;
 		break;
 	case 'D': a->discard_state = true; break;
-	case 'N': settings.require_interposer = true; break;
-	case 'J': settings.job_file = arg; break;
+	case 'N': s->require_interposer = true; break;
+	case 'J': s->job_file = arg; break;
 	case 'G': a->launch_job = true; break;
 	case 'T': a->tcp_established = true; break;
 	case 'F': a->criu_config = arg; break;
@@ -210,7 +211,9 @@ static int take(int c, const char *arg, struct args *a)
 	return 0;
 }
 
-static int run(int argc, char **argv)
+/* The command line's command, run; with --json, its error too as a JSON
+ * object on stdout (*json). */
+static int run(int argc, char **argv, bool *json)
 {
 	if (argc < 2) {
 		usage(stderr);
@@ -226,8 +229,8 @@ static int run(int argc, char **argv)
 			cmd = &commands[i];
 	if (!cmd)
 		return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", argv[1]);
-	settings.control_dir = control_dir_from_env();
-	struct args a = {.content = PROTO_CONTENT_HOST, .processes = 3, .size = 64ull << 20};
+	struct settings s = settings_default();
+	struct args a = {.s = &s, .content = PROTO_CONTENT_HOST, .processes = 3, .size = 64ull << 20};
 	int c, index, rc;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+", options, &index)) != -1) {
@@ -237,9 +240,10 @@ static int run(int argc, char **argv)
 		}
 		if (c != '?' && !takes(cmd, options[index].name))
 			return fail(EX_USAGE, "%s does not take --%s (cusnap --help)", cmd->name, options[index].name);
-		if ((rc = take(c, optarg, &a)))
+		if ((rc = take(c, optarg, &a, &s)))
 			return rc;
 	}
+	*json = a.json;
 	a.argc = argc - optind;
 	a.argv = argv + optind;
 	if (cmd->run != cmd_run && a.argc)
@@ -255,5 +259,10 @@ int main(int argc, char **argv)
 		return EX_USAGE;
 	}
 	fd_check_start();
-	return fd_check_end("cusnap", run(argc, argv));
+	bool json = false;
+	int rc = run(argc, argv, &json);
+	if (rc && json)
+		json_emit(stdout, json_pack("{s:b, s:i, s:o}", "ok", 0, "exit", rc, "error",
+					    json_text(*report_error() ? report_error() : "failed")));
+	return fd_check_end("cusnap", rc);
 }

@@ -21,7 +21,7 @@ static json_t *processes_json(const struct tree *t)
 		const struct proc *p = &t->procs[i];
 		char ep[PATH_MAX + 32] = "";
 		if (p->shim)
-			snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, settings.control_dir, (int)p->nspid);
+			snprintf(ep, sizeof(ep), "%s/" CONTROL_ENDPOINT_FMT, t->s->control_dir, (int)p->nspid);
 		json_array_append_new(procs,
 				      json_pack("{s:i, s:i, s:b, s:b, s:o}", "pid", (int)p->pid, "nspid", (int)p->nspid,
 						"cuda", p->cuda, "interposed", p->shim, "endpoint", json_text(ep)));
@@ -29,8 +29,9 @@ static json_t *processes_json(const struct tree *t)
 	return procs;
 }
 
-int manifest_write(const char *dir, const struct tree *t, pid_t root, int content, bool prepared, bool leave_running,
-		   const char *criu, char *const dump_argv[], const struct checkpoint_result *r, const json_t *images)
+int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
+		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
+		   const json_t *images)
 {
 	char version[64], hostname[256] = "";
 	criu_version(criu, version, sizeof(version));
@@ -43,13 +44,13 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, int conten
 	/* CRIU's own CUDA plugin would restore and unlock every task itself (no
 	 * --device-map, the workload running before its sharing is rebuilt). */
 	char here[PATH_MAX];
-	control_host_path(root, here, sizeof(here));
+	control_host_path(root, t->s->control_dir, here, sizeof(here));
 	json_t *m = json_pack("{s:s, s:i, s:o, s:I, s:o, s:i, s:i, s:o, s:o, s:s, s:b, s:b,"
 			      " s:{s:o, s:o, s:o, s:b, s:s}, s:o, s:o,"
 			      " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:I, s:I}}",
 			      "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "checkpoint_id", json_id(&id),
 			      "created", (json_int_t)time(NULL), "hostname", json_text(hostname), "root_pid", (int)root,
-			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(settings.control_dir),
+			      "root_nspid", (int)proc_nspid(root), "control_dir", json_text(t->s->control_dir),
 			      "control_dir_here", json_text(here), "content", proto_content_name((uint32_t)content),
 			      "prepared", prepared, "leave_running", leave_running, "criu", "path", json_text(criu),
 			      "version", json_text(version), "dump_args", args, "cuda_plugin", 0, "plugins",

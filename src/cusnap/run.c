@@ -40,8 +40,8 @@ int cmd_run(const struct args *a)
 	snprintf(launcher, sizeof(launcher), "%s/snapshot-cuda-vmm-launch", self);
 	if (access(launcher, X_OK) != 0)
 		snprintf(launcher, sizeof(launcher), "/usr/local/bin/snapshot-cuda-vmm-launch");
-	if (getenv("CUSNAP_CONTROL_DIR_SET"))
-		setenv("SNAPSHOT_CONTROL_DIR", settings.control_dir, 1);
+	if (a->control_dir_given)
+		setenv("SNAPSHOT_CONTROL_DIR", a->s->control_dir, 1);
 	char **args = calloc((size_t)argc + 4, sizeof(*args));
 	if (!args)
 		return fail(EX_LEFT_RUNNING, "out of memory");

@@ -14,7 +14,7 @@ int cmd_suspend(const struct args *a)
 	pid_t pid = a->pid;
 	const char *dir_arg = a->dir;
 	struct tree t;
-	int rc = tree_take(pid, "suspend", &t);
+	int rc = tree_take(pid, a->s, "suspend", &t);
 	if (rc)
 		return rc;
 	char dir[PATH_MAX];
@@ -28,7 +28,7 @@ int cmd_suspend(const struct args *a)
 	if (dir_arg)
 		snprintf(dir, sizeof(dir), "%s", dir_arg);
 	else
-		state_dir_default(t.procs[0].pid, dir, sizeof(dir));
+		run_dir_state_path(t.procs[0].pid, dir, sizeof(dir));
 	if ((rc = use_dir(dir, true, NULL)))
 		goto out;
 	if (!dir_arg)
@@ -40,7 +40,7 @@ int cmd_suspend(const struct args *a)
 	struct coord_report r;
 	if ((rc = tree_suspend(&t, &rec, a->content, &r)))
 		goto out;
-	if (settings.json)
+	if (a->json)
 		json_emit(stdout, json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:f}", "ok", 1, "operation",
 					    "suspend", "pid", (int)pid, "dir", json_text(dir), "processes",
 					    (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda, "vmm", vmm,
@@ -57,7 +57,7 @@ int cmd_resume(const struct args *a)
 	pid_t pid = a->pid;
 	const char *dir_arg = a->dir;
 	struct tree t;
-	int rc = tree_take(pid, "resume", &t);
+	int rc = tree_take(pid, a->s, "resume", &t);
 	if (rc)
 		return rc;
 	char dir[PATH_MAX], err[1200];
@@ -69,9 +69,8 @@ int cmd_resume(const struct args *a)
 		goto out;
 	/* A resume is itself the undo: a signal now is noted, and the resume completes. */
 	signals_arm();
-	struct coord_report r;
-	bool nothing;
-	if (tree_recover(&t, dir, a->discard_state, NULL, &r, &nothing, err, sizeof(err)) < 0) {
+	struct recovery r;
+	if (tree_recover(&t, dir, a->discard_state ? RECOVER_RECORDS : RECOVER_ANY, NULL, &r, err, sizeof(err)) < 0) {
 		char why[1400];
 		size_t gone;
 		if (tree_verify(&t, why, sizeof(why), &gone) < 0)
@@ -93,20 +92,20 @@ int cmd_resume(const struct args *a)
 	}
 	bool vmm = t.nshim > 0;
 	state_dir_end(t.procs[0].pid, dir);
-	if (nothing) {
+	if (r.nothing) {
 		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
 			(int)pid, vmm ? ", every participant active" : "");
-		if (settings.json)
+		if (a->json)
 			json_emit(stdout, json_pack("{s:b, s:s, s:i, s:b}", "ok", 1, "operation", "resume", "pid",
 						    (int)pid, "nothing_to_do", 1));
 		rc = EX_OK;
 		goto out;
 	}
-	if (settings.json)
+	if (a->json)
 		json_emit(stdout,
 			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:f}", "ok", 1, "operation", "resume", "pid",
 				    (int)pid, "dir", json_text(dir), "cuda_processes", (json_int_t)t.ncuda, "vmm", vmm,
-				    "bytes_copied", (json_int_t)r.bytes, "total_ms", now_ms() - start));
+				    "bytes_copied", (json_int_t)r.report.bytes, "total_ms", now_ms() - start));
 	rc = EX_OK;
 out:
 	tree_free(&t);

@@ -5,7 +5,7 @@
  * malformed text refused, each with its reason. */
 #include <string.h>
 
-#include "../../src/cusnap/cusnap.h"
+#include "../../src/node/node.h"
 #include "../harness/test.h"
 
 static CUuuid gpu(int n)

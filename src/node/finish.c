@@ -14,89 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/atomicfile.h"
-
-/* ---- where a tree's state directory is ---- */
-
-void state_dir_default(pid_t pid, char *out, size_t len)
-{
-	char run[PATH_MAX - 32];
-	run_dir_path(run, sizeof(run));
-	snprintf(out, len, "%s/suspend-%d", run, (int)pid);
-}
-
-/* The default directory holds "state-dir", naming the directory a command was
- * given, so that `cusnap resume --pid ROOT` alone finds the state file. */
-#define NOTE "state-dir"
-
-void state_dir_of(pid_t pid, const char *given, char *out, size_t len)
-{
-	if (given) {
-		snprintf(out, len, "%s", given);
-		return;
-	}
-	char def[PATH_MAX], why[PATH_MAX + 128];
-	state_dir_default(pid, def, sizeof(def));
-	snprintf(out, len, "%s", def);
-	/* Read only from a directory nobody else can write. */
-	int dfd = dir_open_trusted(def, false, why, sizeof(why));
-	int fd = dfd < 0 ? -1 : openat(dfd, NOTE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd >= 0)
-		close(dfd);
-	if (fd < 0)
-		return;
-	/* The whole file less its final newline: a directory name may hold newlines. */
-	char text[PATH_MAX + 2];
-	ssize_t n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	if (n > 1 && text[0] == '/' && text[n - 1] == '\n') {
-		text[n - 1] = '\0';
-		snprintf(out, len, "%s", text);
-	}
-}
-
-int state_dir_begin(pid_t pid, const char *dir)
-{
-	char def[PATH_MAX], state[PATH_MAX + 32], why[PATH_MAX + 128];
-	state_dir_default(pid, def, sizeof(def));
-	/* An old state file would be taken for this command's if it is cut short. */
-	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
-	if (unlink(state) < 0 && errno != ENOENT)
-		return -errno;
-	int dfd = dir_open_trusted(def, true, why, sizeof(why));
-	if (dfd < 0)
-		return -EACCES;
-	int rc = 0;
-	if (!strcmp(def, dir)) {
-		unlinkat(dfd, NOTE, 0);
-	} else {
-		char abs[PATH_MAX], text[PATH_MAX + 2];
-		const char *step;
-		if (!realpath(dir, abs)) {
-			rc = -errno;
-		} else {
-			int n = snprintf(text, sizeof(text), "%s\n", abs);
-			rc = atomic_write_at(dfd, NOTE, text, (size_t)n, 0600, &step);
-		}
-	}
-	close(dfd);
-	return rc;
-}
-
-void state_dir_end(pid_t pid, const char *dir)
-{
-	char def[PATH_MAX], why[PATH_MAX + 128];
-	state_dir_default(pid, def, sizeof(def));
-	int dfd = dir_open_trusted(def, false, why, sizeof(why));
-	if (dfd < 0)
-		return;
-	unlinkat(dfd, NOTE, 0);
-	if (dir && !strcmp(def, dir))
-		unlinkat(dfd, STATE_FILE, 0); /* the tree runs again: nothing to resume from */
-	close(dfd);
-	rmdir(def); /* when empty: nothing piles up */
-}
+#include "cusnap/control.h"
+#include "cusnap/state.h"
 
 /* ---- the check ---- */
 
@@ -122,7 +43,7 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 			continue;
 		struct topo_participant p;
 		char err[1200];
-		if (coord_inspect(c, coord_undo_timeout_ms(settings.timeout_ms), &p, err, sizeof(err)) != 0) {
+		if (coord_inspect(c, coord_undo_timeout_ms(t->s->timeout_ms), &p, err, sizeof(err)) != 0) {
 			snprintf(why, len, "participant %d does not answer: %s", c->obs, err);
 			return -1;
 		}
@@ -160,16 +81,16 @@ static int participants_unsettled(struct tree *t, int timeout_ms, size_t *unsett
 	return 0;
 }
 
-int tree_recover(struct tree *t, const char *dir, bool discard, const struct devmap *map, struct coord_report *r,
-		 bool *nothing, char *err, size_t errlen)
+int tree_recover(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+		 struct recovery *out, char *err, size_t errlen)
 {
 	char state[PATH_MAX + 32];
 	snprintf(state, sizeof(state), "%s/" STATE_FILE, dir);
-	memset(r, 0, sizeof(*r));
-	*nothing = false;
+	memset(out, 0, sizeof(*out));
+	struct coord_report *r = &out->report;
 	/* This is the undo: it gets a longer deadline than the step it undoes, so
 	 * that a participant merely starved of CPU is waited for. */
-	int timeout_ms = coord_undo_timeout_ms(settings.timeout_ms);
+	int timeout_ms = coord_undo_timeout_ms(t->s->timeout_ms);
 	/* From whatever state an interrupted (even SIGKILLed) command left: native
 	 * LOCKED or CHECKPOINTED, shims part way through a prepare or a rebuild. */
 	size_t frozen = 0;
@@ -183,7 +104,8 @@ int tree_recover(struct tree *t, const char *dir, bool discard, const struct dev
 	if (frozen) {
 		if (native_thaw(t, dir, map ? map->pairs : NULL, map ? map->npairs : 0, err, errlen) < 0)
 			return -1;
-		progress("native restore+unlock", now_ms() - t0, "%zu processes%s", frozen,
+		out->ms_thaw = now_ms() - t0;
+		progress("native restore+unlock", out->ms_thaw, "%zu processes%s", frozen,
 			 map && map->npairs ? ", devices remapped" : "");
 	}
 	/* The participants know their phase (a locked or checkpointed process
@@ -193,37 +115,72 @@ int tree_recover(struct tree *t, const char *dir, bool discard, const struct dev
 	if (t->nshim && participants_unsettled(t, timeout_ms, &unsettled, err, errlen) < 0)
 		return -1;
 	if (!unsettled) {
-		*nothing = !frozen;
+		out->nothing = !frozen;
 		return 0;
 	}
 	struct coord_options o = {.timeout_ms = timeout_ms,
 				  .dir = dir,
 				  .on_stage = progress_stage,
+				  .on_warning = progress_warning,
 				  .device_map = map && map->nordinals ? map->ordinals : NULL,
 				  .device_map_len = map ? map->nordinals : 0};
-	if (!discard && access(state, F_OK) == 0) {
+	t0 = now_ms();
+	bool have_state = from != RECOVER_RECORDS && access(state, F_OK) == 0;
+	if (from == RECOVER_STATE && !have_state) {
+		snprintf(err, errlen, "%s is missing: the checkpoint is not whole", state);
+		return -1;
+	}
+	if (have_state) {
 		/* The state file was written: the prepare completed; rebuild from it. */
 		o.require_state = true;
-		if (coord_restore(t->targets, t->ncuda, &o, r) < 0) {
+		int rc = coord_restore(t->targets, t->ncuda, &o, r);
+		out->ms_rebuild = now_ms() - t0;
+		if (rc < 0)
 			snprintf(err, errlen, "rebuilding shared memory failed: %s%s", r->error,
 				 r->state_unreadable ? "; while the processes still hold their own records, `cusnap "
 						       "resume --discard-state` rebuilds them in place without it"
 						     : "");
-			return -1;
-		}
-		return 0;
+		return rc < 0 ? -1 : 0;
 	}
 	/* No state file (a prepare cut short, a directory that is not this tree's,
 	 * or told to do without it): each participant rebuilds in place from its
 	 * own records. */
 	fprintf(stderr, "cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
 		unsettled,
-		discard ? "--discard-state (the state file is not read)" : "no state file in the state directory");
-	if (coord_abort(t->targets, t->ncuda, &o, r) < 0) {
+		from == RECOVER_RECORDS ? "--discard-state (the state file is not read)"
+					: "no state file in the state directory");
+	int rc = coord_abort(t->targets, t->ncuda, &o, r);
+	out->ms_rebuild = now_ms() - t0;
+	if (rc < 0)
 		snprintf(err, errlen, "rebuilding shared memory in place failed: %s", r->error);
-		return -1;
+	return rc < 0 ? -1 : 0;
+}
+
+int tree_release(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+		 enum release_kind kind, struct recovery *out, char *err, size_t errlen)
+{
+	pid_t root = t->procs[0].pid;
+	const char *done = kind == RELEASE_RESTORED ? CONTROL_RESTORE_DONE : CONTROL_SNAPSHOT_DONE;
+	char why[PATH_MAX + 256];
+	int rc = tree_recover(t, dir, from, map, out, err, errlen);
+	/* Only now may the workload run: its sharing is back. */
+	if (rc == 0 && control_write(root, t->s->control_dir, done, why, sizeof(why)) < 0) {
+		if (kind == RELEASE_IN_PLACE)
+			fprintf(stderr, "cusnap: warning: cannot write %s\n", why);
+		else
+			rc = -1, snprintf(err, errlen, "cannot write %s", why);
 	}
-	return 0;
+	if (rc == 0) {
+		progress(kind == RELEASE_RESTORED ? "restore complete" : "resumed in place",
+			 out->ms_thaw + out->ms_rebuild, "%s/%s written", t->s->control_dir, done);
+		return 0;
+	}
+	/* A half-restored workload must never run (reaped when it is our child:
+	 * its PIDs free for the next restore). */
+	pid_t parent = 0;
+	if (kind == RELEASE_RESTORED)
+		proc_tree_kill(root, proc_state(root, &parent) && parent == getpid());
+	return -1;
 }
 
 /* ---- the finish ---- */
@@ -243,9 +200,8 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	char err[1400] = "";
 	bool undone = true;
 	if (rec->changed) {
-		struct coord_report r;
-		bool nothing;
-		undone = tree_recover(t, rec->dir, false, NULL, &r, &nothing, err, sizeof(err)) == 0;
+		struct recovery r;
+		undone = tree_recover(t, rec->dir, RECOVER_ANY, NULL, &r, err, sizeof(err)) == 0;
 	}
 	char why[1400] = "";
 	size_t gone = 0;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/fdcheck.h"
 
 static const char *const step_names[] = {
@@ -26,17 +26,17 @@ const char *native_step_name(enum native_step s)
 	return step_names[s];
 }
 
-int native_watchdog_ms(enum native_step s)
+int native_watchdog_ms(enum native_step s, int timeout_ms)
 {
 	/* A query does no work: a process that does not answer is stopped or stuck
 	 * (or starved on a busy machine: never under 2 s). */
 	if (s == NATIVE_QUERY)
-		return settings.timeout_ms < 2000 ? 2000 : settings.timeout_ms;
+		return timeout_ms < 2000 ? 2000 : timeout_ms;
 	const char *e = getenv("CUSNAP_NATIVE_TIMEOUT_MS");
 	int ms = e && atoi(e) > 0 ? atoi(e) : 300000;
 	/* A lock waits up to its own timeout for the process's work: never less. */
-	if (s == NATIVE_LOCK && ms < settings.timeout_ms + 5000)
-		ms = settings.timeout_ms + 5000;
+	if (s == NATIVE_LOCK && ms < timeout_ms + 5000)
+		ms = timeout_ms + 5000;
 	return ms;
 }
 
@@ -127,8 +127,8 @@ static void *worker(void *arg)
  * (CUDA_ERROR_TIMEOUT for a call still in the driver), and for NATIVE_QUERY
  * cuda_out[i] and state_out[i]. 0, -ETIMEDOUT (*stuck: the first index still
  * in the driver) or -ENOMEM. */
-static int run_calls(const struct native *nat, enum native_step step, bool query_tid, const int *pids, size_t n,
-		     const CUcheckpointGpuPair *pairs, unsigned npairs, CUresult *rc_out, bool *cuda_out,
+static int run_calls(const struct native *nat, enum native_step step, int timeout_ms, bool query_tid, const int *pids,
+		     size_t n, const CUcheckpointGpuPair *pairs, unsigned npairs, CUresult *rc_out, bool *cuda_out,
 		     int *state_out, size_t *stuck)
 {
 	struct run *r = calloc(1, sizeof(*r));
@@ -141,7 +141,7 @@ static int run_calls(const struct native *nat, enum native_step step, bool query
 	r->query_tid = query_tid;
 	r->restore_args.gpuPairs = (CUcheckpointGpuPair *)pairs;
 	r->restore_args.gpuPairsCount = npairs;
-	r->lock_timeout_ms = (unsigned)settings.timeout_ms;
+	r->lock_timeout_ms = (unsigned)timeout_ms;
 	r->n = n;
 	r->pids = calloc(n + 1, sizeof(*r->pids));
 	r->rc = calloc(n + 1, sizeof(*r->rc));
@@ -183,7 +183,7 @@ static int run_calls(const struct native *nat, enum native_step step, bool query
 	}
 	struct timespec deadline;
 	clock_gettime(CLOCK_REALTIME, &deadline);
-	long ms = native_watchdog_ms(step);
+	long ms = native_watchdog_ms(step, timeout_ms);
 	deadline.tv_sec += ms / 1000;
 	deadline.tv_nsec += (ms % 1000) * 1000000L;
 	if (deadline.tv_nsec >= 1000000000L) {
@@ -233,7 +233,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 			}
 		}
 		size_t at = 0;
-		ret = run_calls(&t->nat, step, false, pids, n, pairs, npairs, rc, NULL, NULL, &at);
+		ret = run_calls(&t->nat, step, t->s->timeout_ms, false, pids, n, pairs, npairs, rc, NULL, NULL, &at);
 		if (ret == -ETIMEDOUT)
 			*stuck = index[at];
 		for (size_t i = 0; ret != -ENOMEM && i < n; i++)
@@ -245,7 +245,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 	return ret;
 }
 
-int native_classify(const struct native *n, struct proc *p, size_t count, size_t *stuck)
+int native_classify(const struct native *n, struct proc *p, size_t count, int timeout_ms, size_t *stuck)
 {
 	int *pids = calloc(count + 1, sizeof(*pids));
 	bool *cuda = calloc(count + 1, sizeof(*cuda));
@@ -256,7 +256,7 @@ int native_classify(const struct native *n, struct proc *p, size_t count, size_t
 		for (size_t i = 0; i < count; i++)
 			pids[i] = p[i].pid;
 		/* Succeeds only for processes that hold a CUDA context. */
-		ret = run_calls(n, NATIVE_QUERY, true, pids, count, NULL, 0, rc, cuda, state, stuck);
+		ret = run_calls(n, NATIVE_QUERY, timeout_ms, true, pids, count, NULL, 0, rc, cuda, state, stuck);
 		for (size_t i = 0; ret != -ENOMEM && i < count; i++) {
 			p[i].cuda = cuda[i];
 			p[i].state = state[i];
@@ -279,13 +279,15 @@ int tree_states(struct tree *t, char *err, size_t errlen)
 	if (pids && state && rc) {
 		for (size_t i = 0; i < t->ncuda; i++)
 			pids[i] = t->targets[i].obs;
-		ret = run_calls(&t->nat, NATIVE_QUERY, false, pids, t->ncuda, NULL, 0, rc, NULL, state, &stuck);
+		ret = run_calls(&t->nat, NATIVE_QUERY, t->s->timeout_ms, false, pids, t->ncuda, NULL, 0, rc, NULL,
+				state, &stuck);
 		for (size_t i = 0; ret != -ENOMEM && i < t->ncuda; i++)
 			t->procs[t->cuda_index[i]].state = state[i];
 	}
 	if (ret == -ETIMEDOUT)
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (stopped, or starved of CPU?)",
-			 pids[stuck], native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY));
+			 pids[stuck], native_step_name(NATIVE_QUERY),
+			 native_watchdog_ms(NATIVE_QUERY, t->s->timeout_ms));
 	else if (ret < 0)
 		snprintf(err, errlen, "out of memory");
 	free(pids);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/ids.h"
 
 /* The GPUs the driver lists, by ordinal, into out: how many. */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cusnap.h"
+#include "internal.h"
 
 /* Step over the processes i with want[i], one at a time, from the end of the
  * tree's list (root first, every child after its parent) back to the root:
@@ -65,7 +65,7 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 	if (run == -ETIMEDOUT) {
 		rec->stuck = true;
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
-			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step, t->s->timeout_ms));
 		ret = -1;
 	} else if (run < 0) {
 		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
@@ -152,7 +152,7 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 	int ran = ordered_run(t, step, want, pairs, npairs, rc, &stuck);
 	if (ran == -ETIMEDOUT) {
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
-			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step));
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step, t->s->timeout_ms));
 		ret = -1;
 		goto out;
 	}
@@ -196,37 +196,4 @@ int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pair
 	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
 		return -1;
 	return thaw_step(t, NATIVE_UNLOCK, CU_PROCESS_STATE_LOCKED, NULL, 0, err, errlen);
-}
-
-int tree_prepare(struct tree *t, struct record *rec, int content, struct coord_report *r)
-{
-	memset(r, 0, sizeof(*r));
-	int rc = state_dir_begin(rec->root, rec->dir);
-	if (rc < 0)
-		return fail(EX_LEFT_RUNNING, "cannot record the state directory %s: %s: nothing done", rec->dir,
-			    strerror(-rc));
-	if (t->nshim == 0)
-		return 0;
-	struct coord_options o = {.timeout_ms = settings.timeout_ms,
-				  .content = content,
-				  .dir = rec->dir,
-				  .on_stage = progress_stage};
-	rec->changed = true;
-	if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
-		rec->changed = !r->unchanged;
-		return finish(t, rec, "prepare failed: %s", r->error);
-	}
-	return 0;
-}
-
-int tree_suspend(struct tree *t, struct record *rec, int content, struct coord_report *r)
-{
-	signals_arm();
-	int rc = tree_prepare(t, rec, content, r);
-	if (rc || (rc = interrupted(t, rec, "prepare")))
-		return rc;
-	char err[1600];
-	if (native_freeze(t, rec, err, sizeof(err)) < 0)
-		return finish(t, rec, "%s", err);
-	return interrupted(t, rec, "the native checkpoint");
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* What every cusnap command shares: reporting, the process tree and the checks
- * made before anything changes. */
+/* A process tree on this node: its processes, which hold CUDA and which run
+ * under the interposer, its lock, and the checks made before anything changes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,50 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/control.h"
 #include "cusnap/json.h"
-
-struct settings settings = {.timeout_ms = 30000};
-
-void progress(const char *step, double ms, const char *fmt, ...)
-{
-	char extra[512] = "";
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(extra, sizeof(extra), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
-}
-
-void progress_stage(const char *stage, double ms, const char *note)
-{
-	progress(stage, ms, "%s", note);
-}
-
-int fail(int code, const char *fmt, ...)
-{
-	char msg[2600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cusnap: %s\n", msg);
-	if (settings.json)
-		json_emit(stdout, json_pack("{s:b, s:i, s:o}", "ok", 0, "exit", code, "error", json_text(msg)));
-	return code;
-}
-
-const char *state_name(int s)
-{
-	switch (s) {
-	case CU_PROCESS_STATE_RUNNING: return "running";
-	case CU_PROCESS_STATE_LOCKED: return "locked";
-	case CU_PROCESS_STATE_CHECKPOINTED: return "checkpointed";
-	case CU_PROCESS_STATE_FAILED: return "failed";
-	default: return "-";
-	}
-}
 
 void tree_free(struct tree *t)
 {
@@ -67,9 +26,10 @@ void tree_free(struct tree *t)
 	memset(&t->procs, 0, sizeof(*t) - offsetof(struct tree, procs));
 }
 
-static int tree_fill(pid_t pid, struct tree *t, bool view)
+static int tree_fill(pid_t pid, const struct settings *s, struct tree *t, bool view)
 {
 	memset(t, 0, sizeof(*t));
+	t->s = s;
 	t->lock.dirfd = -1;
 	char err[1024];
 	pid_t tgid = proc_tgid(pid);
@@ -92,7 +52,7 @@ static int tree_fill(pid_t pid, struct tree *t, bool view)
 				    (int)t->procs[i].pid, (int)pid, proc_status_field("/proc", t->procs[i].pid, "Uid"),
 				    (unsigned)geteuid());
 	/* A checkpoint job is joined before the driver is loaded. */
-	if (job_find(&t->job, t->procs, t->nprocs, settings.job_file, err, sizeof(err)) < 0) {
+	if (job_find(&t->job, t->procs, t->nprocs, t->s->job_file, err, sizeof(err)) < 0) {
 		if (!view)
 			return fail(EX_USAGE, "%s: nothing done", err);
 		snprintf(t->job_error, sizeof(t->job_error), "%s", err);
@@ -100,13 +60,13 @@ static int tree_fill(pid_t pid, struct tree *t, bool view)
 	if (native_load(&t->nat, err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	size_t stuck = 0;
-	int q = native_classify(&t->nat, t->procs, t->nprocs, &stuck);
+	int q = native_classify(&t->nat, t->procs, t->nprocs, s->timeout_ms, &stuck);
 	if (q == -ETIMEDOUT)
 		return fail(EX_LEFT_RUNNING,
 			    "process %d did not answer %s within %d ms (stopped, or starved of CPU on a busy machine? "
 			    "a stopped one: `kill -CONT %d`): nothing done",
-			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY), native_watchdog_ms(NATIVE_QUERY),
-			    (int)t->procs[stuck].pid);
+			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY),
+			    native_watchdog_ms(NATIVE_QUERY, t->s->timeout_ms), (int)t->procs[stuck].pid);
 	if (q < 0)
 		return fail(EX_LEFT_RUNNING, "out of memory");
 	t->targets = calloc(t->nprocs, sizeof(*t->targets));
@@ -120,7 +80,7 @@ static int tree_fill(pid_t pid, struct tree *t, bool view)
 		struct coord_target *c = &t->targets[t->ncuda];
 		c->obs = p->pid;
 		c->ns = p->nspid;
-		coord_endpoint_path("/proc", settings.control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
+		coord_endpoint_path("/proc", t->s->control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
 		struct stat st;
 		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
 		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
@@ -134,65 +94,34 @@ static int tree_fill(pid_t pid, struct tree *t, bool view)
 }
 
 /* A tree that could not be loaded holds nothing: the caller frees nothing. */
-static int tree_load_as(pid_t pid, struct tree *t, bool view)
+static int tree_load_as(pid_t pid, const struct settings *s, struct tree *t, bool view)
 {
-	int rc = tree_fill(pid, t, view);
+	int rc = tree_fill(pid, s, t, view);
 	if (rc)
 		tree_free(t);
 	return rc;
 }
 
-int tree_load(pid_t pid, struct tree *t)
+int tree_load(pid_t pid, const struct settings *s, struct tree *t)
 {
-	return tree_load_as(pid, t, false);
+	return tree_load_as(pid, s, t, false);
 }
 
-int tree_view(pid_t pid, struct tree *t)
+int tree_view(pid_t pid, const struct settings *s, struct tree *t)
 {
-	return tree_load_as(pid, t, true);
+	return tree_load_as(pid, s, t, true);
 }
 
-int tree_take(pid_t pid, const char *what, struct tree *t)
+int tree_take(pid_t pid, const struct settings *s, const char *what, struct tree *t)
 {
 	if (!pid)
 		return fail(EX_USAGE, "%s needs --pid PID", what);
 	int rc = check_pid_guard(pid);
-	if (rc || (rc = tree_load(pid, t)))
+	if (rc || (rc = tree_load(pid, s, t)))
 		return rc;
 	if ((rc = tree_hold(t, what)))
 		tree_free(t);
 	return rc;
-}
-
-int use_dir(const char *dir, bool create, int *held)
-{
-	char why[PATH_MAX + 160];
-	if (path_ancestors_trusted(dir, why, sizeof(why)) < 0)
-		return fail(EX_USAGE,
-			    "%s (as ssh's StrictModes: every directory on the way owned by you or root); "
-			    "nothing done",
-			    why);
-	int rc = create ? path_mkdirs(dir) : 0;
-	if (rc < 0)
-		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", dir, strerror(-rc));
-	int fd = dir_open_trusted(dir, false, why, sizeof(why));
-	if (fd < 0)
-		return fail(EX_USAGE,
-			    "%s (as ssh's StrictModes: owned by you or root, writable by no one else); nothing done",
-			    why);
-	if (!held) {
-		close(fd);
-		return 0;
-	}
-	/* One command writing or reading a checkpoint directory at a time. */
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int e = errno;
-		close(fd);
-		return e == EWOULDBLOCK ? fail(EX_BUSY, "%s is in use by another command; nothing done", dir)
-					: fail(EX_LEFT_RUNNING, "cannot lock %s: %s; nothing done", dir, strerror(e));
-	}
-	*held = fd;
-	return 0;
 }
 
 int tree_hold(struct tree *t, const char *what)
@@ -284,7 +213,7 @@ int check_interposer(const struct tree *t)
 {
 	if (!t->ncuda || t->nshim)
 		return 0;
-	if (settings.require_interposer)
+	if (t->s->require_interposer)
 		return fail(EX_LEFT_RUNNING,
 			    "the tree of %d does not run under the interposer (--require-interposer): refusing; "
 			    "nothing done",
@@ -310,4 +239,9 @@ int check_freezable(const struct tree *t)
 				    state_name(p->state));
 	}
 	return check_interposition(t);
+}
+
+struct settings settings_default(void)
+{
+	return (struct settings){.timeout_ms = 30000, .control_dir = control_dir_from_env()};
 }

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 
 /* How much of a CRIU log is read for its errors. */
 #define CRIU_LOG_TAIL (1 << 20)
@@ -132,9 +132,9 @@ static long long env_ll(const char *name, long long def)
 	return e && *e && !*end && v > 0 ? v : def;
 }
 
-struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal)
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, int timeout_ms)
 {
-	long long t = 10LL * settings.timeout_ms;
+	long long t = 10LL * timeout_ms;
 	return (struct criu_bounds){
 		.own_group = own_group,
 		.stop_on_signal = stop_on_signal,

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 
 pid_t proc_nspid(pid_t pid)
 {

@@ -17,7 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 
@@ -28,7 +28,7 @@ static int open_dir_at(int at, const char *path, unsigned long long resolve)
 	return fd < 0 ? -errno : fd;
 }
 
-int control_dir_open(pid_t pid, char *why, size_t len)
+int control_dir_open(pid_t pid, const char *dir, char *why, size_t len)
 {
 	char root[64];
 	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
@@ -38,11 +38,10 @@ int control_dir_open(pid_t pid, char *why, size_t len)
 		snprintf(why, len, "%s: %s", root, strerror(e));
 		return -e;
 	}
-	int fd = open_dir_at(rfd, settings.control_dir, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+	int fd = open_dir_at(rfd, dir, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
 	close(rfd);
 	if (fd < 0)
-		snprintf(why, len, "the control directory %s of process %d: %s", settings.control_dir, (int)pid,
-			 strerror(-fd));
+		snprintf(why, len, "the control directory %s of process %d: %s", dir, (int)pid, strerror(-fd));
 	return fd;
 }
 
@@ -55,10 +54,10 @@ int control_dir_open_here(const char *path, char *why, size_t len)
 	return fd;
 }
 
-bool control_exists(pid_t pid, const char *name)
+bool control_exists(pid_t pid, const char *dir, const char *name)
 {
 	char why[PATH_MAX + 128];
-	int dfd = control_dir_open(pid, why, sizeof(why));
+	int dfd = control_dir_open(pid, dir, why, sizeof(why));
 	if (dfd < 0)
 		return false;
 	bool there = faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
@@ -66,25 +65,24 @@ bool control_exists(pid_t pid, const char *name)
 	return there;
 }
 
-int control_write(pid_t pid, const char *name, char *why, size_t len)
+int control_write(pid_t pid, const char *dir, const char *name, char *why, size_t len)
 {
-	int dfd = control_dir_open(pid, why, len);
+	int dfd = control_dir_open(pid, dir, why, len);
 	if (dfd < 0)
 		return -1;
 	const char *step;
 	int rc = atomic_write_at(dfd, name, "", 0, 0644, &step);
 	close(dfd);
 	if (rc < 0)
-		snprintf(why, len, "%s/%s of process %d: %s failed: %s", settings.control_dir, name, (int)pid, step,
-			 strerror(-rc));
+		snprintf(why, len, "%s/%s of process %d: %s failed: %s", dir, name, (int)pid, step, strerror(-rc));
 	return rc < 0 ? -1 : 0;
 }
 
-void control_host_path(pid_t pid, char *out, size_t len)
+void control_host_path(pid_t pid, const char *dir, char *out, size_t len)
 {
 	char why[PATH_MAX + 128], link[64];
-	snprintf(out, len, "%s", settings.control_dir);
-	int dfd = control_dir_open(pid, why, sizeof(why));
+	snprintf(out, len, "%s", dir);
+	int dfd = control_dir_open(pid, dir, why, sizeof(why));
 	if (dfd < 0)
 		return;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", dfd);

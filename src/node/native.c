@@ -4,7 +4,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/fdcheck.h"
 
 int native_load(struct native *n, char *err, size_t errlen)

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cusnap.h"
+#include "internal.h"
 #include "cusnap/atomicfile.h"
 
 #define JOB_ENV "CUDA_CHECKPOINT_JOB_FILE"

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* suspend's steps, which checkpoint and the CRIU plugin share: record the
+ * state directory, prepare the interposed processes, freeze natively; a
+ * failure or a signal finishes (finish.c). */
+#include <string.h>
+
+#include "internal.h"
+
+int tree_prepare(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
+{
+	memset(r, 0, sizeof(*r));
+	int rc = state_dir_begin(rec->root, rec->dir);
+	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "cannot record the state directory %s: %s: nothing done", rec->dir,
+			    strerror(-rc));
+	if (t->nshim == 0)
+		return 0;
+	struct coord_options o = {.timeout_ms = t->s->timeout_ms,
+				  .content = content,
+				  .dir = rec->dir,
+				  .on_stage = progress_stage,
+				  .on_warning = progress_warning};
+	rec->changed = true;
+	if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
+		rec->changed = !r->unchanged;
+		return finish(t, rec, "prepare failed: %s", r->error);
+	}
+	return 0;
+}
+
+int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
+{
+	signals_arm();
+	int rc = tree_prepare(t, rec, content, r);
+	if (rc || (rc = interrupted(t, rec, "prepare")))
+		return rc;
+	char err[1600];
+	if (native_freeze(t, rec, err, sizeof(err)) < 0)
+		return finish(t, rec, "%s", err);
+	return interrupted(t, rec, "the native checkpoint");
+}

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/* The node library: a process tree on this node, the driver's checkpoint API
+ * run over it, freeze and recovery, checkpoint jobs, control files and CRIU.
+ * Linked by the cusnap tool (src/cusnap) and the CRIU plugin (src/criu). */
+#ifndef CUSNAP_NODE_NODE_H
+#define CUSNAP_NODE_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <cuda.h>
+
+#include "cusnap/exitcodes.h"
+
+/* ---- proctree.c ---- */
+struct proc {
+	pid_t pid;   /* as seen here */
+	pid_t nspid; /* in its innermost PID namespace */
+	bool cuda;   /* holds a CUDA context (the native API answers for it) */
+	bool shim;   /* its endpoint exists */
+	bool marked; /* its environment carries the launcher's INTERPOSE_MARKER */
+	int state;   /* CUprocessState, or -1 */
+};
+
+/* PID and all its descendants, root first. Returns the count or -errno. */
+ssize_t proc_tree(pid_t root, struct proc **out);
+/* The innermost-namespace PID of pid (the last NSpid field), or -1. */
+pid_t proc_nspid(pid_t pid);
+/* Kill the tree of root, leaves first, and wait (at most 10 s) until none of
+ * its processes exists any more; reap: reap our children meanwhile (cusnap is
+ * the subreaper of the trees it restores, so that an immediate restore finds
+ * their PIDs free). */
+void proc_tree_kill(pid_t root, bool reap);
+/* Kill (and reap) the trees of every child of this process: what a CRIU
+ * restore killed part way had made (they come to cusnap, its subreaper). */
+void proc_children_kill(void);
+/* The state letter of pid (/proc/PID/stat: 'R', 'S', 'Z'...) and its parent
+ * into *parent (when not NULL), or 0 when there is no such process. */
+char proc_state(pid_t pid, pid_t *parent);
+/* The same, and the kernel's flags of the process (PF_*) into *flags. */
+char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
+
+/* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
+struct native {
+	void *lib;
+	CUresult (*init)(unsigned);
+	CUresult (*get_error_name)(CUresult, const char **);
+	CUresult (*restore_tid)(int, int *);
+	CUresult (*get_state)(int, CUprocessState *);
+	CUresult (*lock)(int, CUcheckpointLockArgs *);
+	CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
+	CUresult (*restore)(int, CUcheckpointRestoreArgs *);
+	CUresult (*unlock)(int, CUcheckpointUnlockArgs *);
+	CUresult (*device_count)(int *);
+	CUresult (*device_get)(CUdevice *, int);
+	CUresult (*device_uuid)(CUuuid *, CUdevice);
+	CUresult (*device_name)(char *, int, CUdevice);
+};
+
+/* Load libcuda.so.1 (no cuInit: the checkpoint API needs none). Returns 0, or
+ * -1 with err naming the fix. */
+int native_load(struct native *n, char *err, size_t errlen);
+const char *native_error(const struct native *n, CUresult r);
+
+/* ---- what the caller decides: built once (the tool from its command line,
+ * the plugin from its settings file) and passed down; a tree keeps a pointer ---- */
+#include <stdio.h>
+
+#include "cusnap/coord.h"
+#include "cusnap/paths.h"
+#include "cusnap/rundir.h"
+
+struct settings {
+	bool require_interposer; /* refuse CUDA processes without the interposer */
+	int timeout_ms;          /* per participant and step, and per native state query */
+	const char *control_dir; /* the workloads' control directory, as they see it */
+	const char *job_file;    /* the checkpoint job (NULL: the workload's environment says) */
+};
+/* The defaults: 30 s, the control directory the environment names (control_dir_from_env). */
+struct settings settings_default(void);
+
+/* ---- report.c: what a step tells its user ---- */
+/* One progress line on stderr: step, duration, details. */
+void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Print the error on stderr and keep it as this command's (report_error);
+ * returns code. */
+int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last error fail() printed ("" when none): what the tool repeats as JSON. */
+const char *report_error(void);
+const char *state_name(int s);
+
+/* ---- job.c: checkpoint jobs (driver 590 and later; SYSTEM.md §9) ---- */
+struct job {
+	char path[4200]; /* the job file as cusnap opens it; "" when the tree is in no job */
+	pid_t owner;     /* the process whose environment named it (0: --job-file) */
+	long uid;        /* --job-file: the workload's user, who may own it besides the caller */
+};
+/* The copy of the job file in a checkpoint or state directory. */
+#define JOB_COPY "cuda-checkpoint-job"
+/* cusnap run --launch-job: a new job file for the program about to be
+ * executed, named in this process's environment. 0, or -1 with why. */
+int job_launch(char *why, size_t len);
+
+struct tree {
+	const struct settings *s; /* the caller's, for the tree's life */
+	struct native nat;
+	struct job job;        /* its checkpoint job, if any */
+	char job_error[1024];  /* tree_view: why its job file is unacceptable ("" when it is not) */
+	struct tree_lock lock; /* held from tree_hold to tree_free */
+	struct proc *procs;
+	size_t nprocs;
+	struct coord_target *targets; /* the CUDA processes, as coordinator participants */
+	size_t ncuda, nshim;
+	size_t *cuda_index; /* targets[i] is procs[cuda_index[i]] */
+};
+
+/* Load the driver (exit 69 on failure), the tree of pid, its CUDA processes and
+ * which of them run under the interposer. Returns 0 or an exit code (reported). */
+int tree_load(pid_t pid, const struct settings *s, struct tree *t);
+/* The same for a command that only looks (inspect): an unacceptable job file
+ * is noted in t->job_error instead of refused. */
+int tree_view(pid_t pid, const struct settings *s, struct tree *t);
+/* The tree of pid (0: none given, a usage error), loaded and held for command
+ * what: the guard rails first (before the tree's processes are even asked
+ * anything). 0, or an exit code (reported) with t freed. */
+int tree_take(pid_t pid, const struct settings *s, const char *what, struct tree *t);
+/* One command per tree: take the lock of every process of t for command what
+ * (SYSTEM.md §9). 0, or an exit code (reported; EX_BUSY when another command
+ * holds it) with nothing changed. tree_free releases it. */
+int tree_hold(struct tree *t, const char *what);
+/* Who holds the tree (a command working on it): true, and who into out. */
+bool tree_held(const struct tree *t, char *out, size_t len);
+void tree_free(struct tree *t);
+/* CUDA processes without the interposer: refused with --require-interposer
+ * (exit 1, reported), else a warning that what they share comes back as
+ * private copies. 0 or the exit code. */
+int check_interposer(const struct tree *t);
+/* Partial interposition: refused (exit 1, reported). */
+int check_interposition(const struct tree *t);
+/* Every CUDA process running, and the interposition complete or absent:
+ * 0, or an exit code (reported) before anything changed. */
+int check_freezable(const struct tree *t);
+/* The same for the tree of pid, before anything else is looked up (no driver,
+ * no CRIU needed to refuse); a pid that does not exist is refused too (64). */
+int check_pid_guard(pid_t pid);
+/* ---- control_files.c: the workload's control directory, safely ---- */
+/* Control directory dir (as the workload sees it) inside process pid's root,
+ * resolved within that root: a descriptor, or -errno with why. */
+int control_dir_open(pid_t pid, const char *dir, char *why, size_t len);
+/* A control directory given as a path here (no symlink on the way): a
+ * descriptor, or -errno with why. */
+int control_dir_open_here(const char *path, char *why, size_t len);
+/* Does control file name of pid exist (never through a symlink)? */
+bool control_exists(pid_t pid, const char *dir, const char *name);
+/* Create (or replace) the empty control file name of pid, never through a
+ * symlink: 0, or -1 with why. */
+int control_write(pid_t pid, const char *dir, const char *name, char *why, size_t len);
+/* The path here of pid's control directory dir (dir itself when it cannot be
+ * told), for the manifest. */
+void control_host_path(pid_t pid, const char *dir, char *out, size_t len);
+/* Remove endpoint socket name of directory dfd if nothing listens on it: 1
+ * removed, 0 none there, -EBUSY one that answers, -EEXIST not a socket, or
+ * another -errno. */
+int control_endpoint_stale(int dfd, const char *name);
+
+/* ---- devmap.c: which GPU each GPU of a checkpoint is restored onto ---- */
+struct devmap {
+	CUcheckpointGpuPair pairs[PROTO_MAX_DEVICES]; /* for the native restore */
+	unsigned npairs;                              /* 0: every GPU as it was */
+	int ordinals[PROTO_MAX_DEVICES];              /* the checkpoint's device d is ordinals[d] here (the shims) */
+	size_t nordinals;
+};
+/* The driver's GPUs as a JSON array of such texts (a checkpoint's GPU list). */
+json_t *devmap_gpus_json(const struct native *n);
+/* spec ("auto", or OLD=NEW pairs of ordinals or UUIDs; NULL or "": none) for a
+ * checkpoint made on the GPUs had, restored onto here: 0, or -1 with why. */
+int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid *here, size_t nhere, struct devmap *m,
+		 char *why, size_t len);
+/* spec against a checkpoint's GPU list (gpus, as devmap_gpus_json wrote it)
+ * and this machine's GPUs (the driver loaded to ask): 0, -EINVAL (the map or
+ * the list, why says), -ENODEV (no driver, why says). */
+int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len);
+
+/* ---- finish.c: how far a command got, and the one way it ends ---- */
+struct record {
+	pid_t root;
+	const char *dir; /* the state directory */
+	bool changed;    /* prepare or a native step began: there may be something to undo */
+	bool stuck;      /* a native call did not return: nothing can be undone until it does */
+};
+/* The command failed (fmt says what): undo what rec records (tree_recover),
+ * check every process, and report. Exit 1 only when every CUDA process is
+ * running and every participant active (or gone, not by us); else 2, with the
+ * state named and the repair command. */
+int finish(struct tree *t, const struct record *rec, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Every live CUDA process running and every live participant active: 0, or -1
+ * with the first that is not in why. *gone: processes that no longer exist. */
+int tree_verify(struct tree *t, char *why, size_t len, size_t *gone);
+/* Where a tree's shared memory is rebuilt from. */
+enum recover_from {
+	RECOVER_ANY,     /* the state file in the state directory when there, else each process's own records */
+	RECOVER_RECORDS, /* each process's own records (the state file is not read: resume --discard-state) */
+	RECOVER_STATE,   /* the state file, which must be there (a restore of a prepared checkpoint) */
+};
+/* What a recovery did. */
+struct recovery {
+	struct coord_report report; /* the rebuild's */
+	double ms_thaw, ms_rebuild; /* native restore and unlock; the rebuild */
+	bool nothing;               /* it was running already */
+};
+/* Bring the tree back from whatever state a command left it in: thaw what is
+ * LOCKED or CHECKPOINTED (onto map's GPUs; NULL: as they were), then rebuild
+ * the shims as from says. 0, or -1 with err. */
+int tree_recover(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+		 struct recovery *out, char *err, size_t errlen);
+/* How a checkpointed tree runs again. */
+enum release_kind {
+	RELEASE_RESTORED, /* restored by CRIU: restore-complete once whole; on a failure the tree is killed */
+	RELEASE_IN_PLACE, /* left running by the dump: snapshot-complete (a warning when it cannot be
+			     written); a failure is the caller's to finish */
+};
+/* The one end of a checkpoint or restore that lets the workload run:
+ * tree_recover, then the control file of kind written in the root's control
+ * directory. 0, or -1 with err (RELEASE_RESTORED: the tree killed). */
+int tree_release(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+		 enum release_kind kind, struct recovery *out, char *err, size_t errlen);
+/* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
+ * next phase boundary). */
+void signals_arm(void);
+/* The signal caught since signals_arm, or 0. */
+int signal_caught(void);
+/* At a phase boundary: when a signal was caught, finish (exit 1 or 2,
+ * reported); else 0. */
+int interrupted(struct tree *t, const struct record *rec, const char *after);
+/* The state directory of the tree of pid: given, or the one the last command
+ * on it recorded, or the private default (derived from pid). */
+void state_dir_of(pid_t pid, const char *given, char *out, size_t len);
+/* The tree of pid has no state directory to find any more: the note goes, and
+ * the default directory (its state file too when dir is it) when empty. */
+void state_dir_end(pid_t pid, const char *dir);
+/* A directory cusnap writes into or restores from as root (--dir, the state
+ * directory): made 0700 (with its parents) when create and missing, then it
+ * must follow ssh's StrictModes (owned by the caller or root, not writable by
+ * group or others). With held, it is also locked for this command (another
+ * command holding it: 75) and *held is the descriptor to close when done. 0,
+ * or an exit code (reported: 64 for an untrusted one). */
+int use_dir(const char *dir, bool create, int *held);
+
+/* ---- freeze.c, native_steps.c ---- */
+/* suspend's steps, shared with checkpoint: record dir, prepare (when
+ * interposed), lock, checkpoint; a failure or a signal finishes. 0 or the exit
+ * code (reported). */
+int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r);
+/* Its first part (the CRIU plugin's at PAUSE_DEVICES): record dir, prepare
+ * when interposed. 0 or the exit code (reported; a failed prepare undone). */
+int tree_prepare(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r);
+int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen);
+int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen);
+const char *state_name(int s);
+
+/* ---- criu.c ---- */
+/* The criu to run: --criu, $CRIU, PATH, or the project's provisioned one.
+ * Returns 0, or -1 with err naming the fix (exit 69). */
+int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
+/* Its version string ("4.1.1"), or "". */
+void criu_version(const char *criu, char *out, size_t len);
+/* What bounds a CRIU run. */
+struct criu_bounds {
+	bool own_group;      /* in a process group of its own (terminal signals reach cusnap only) */
+	bool stop_on_signal; /* a signal caught (signals_arm) kills CRIU at once */
+	long long time_ms;   /* killed past this (CUSNAP_CRIU_TIMEOUT_MS; default 10 x --timeout, >= 120 s) */
+	long long log_max;   /* killed when its log grows past this (CUSNAP_CRIU_LOG_MAX; default 1 GiB) */
+};
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, int timeout_ms);
+/* Run criu with argv (argv[0] is ignored and replaced by criu), its log at
+ * log_path, within bounds b. Returns its exit status; -ETIMEDOUT, -EFBIG or
+ * -EINTR when it was killed at a bound or on a signal (said on stderr); -1
+ * when it could not run. On failure the last error lines of the log's tail
+ * are printed. */
+int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b);
+/* DIR/criu-plugins, made (empty) if absent: CRIU runs with it as --libdir so
+ * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
+int criu_plugin_dir(const char *dir, char *out, size_t len);
+
+#endif
