@@ -39,13 +39,16 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 			    size_t nmap, char *err, size_t errlen);
 
 struct coord_options {
-	int timeout_ms;     /* per participant and stage */
-	int content;        /* enum proto_content */
+	int timeout_ms; /* per participant and stage */
+	enum proto_content content;
 	const char *dir;    /* where cuda-vmm.state goes */
 	bool require_state; /* restore: a missing state file is an error */
 	/* Each stage as it completes: its label, its time and what it adds (""
 	 * when nothing); the caller prints it in its own voice. NULL: silent. */
 	void (*on_stage)(const char *stage, double ms, const char *note);
+	/* What the caller should know although the step goes on (a participant
+	 * gone, not rebuilt), in a sentence; the caller prints it. NULL: silent. */
+	void (*on_warning)(const char *what);
 	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
 	size_t device_map_len;
 };
@@ -72,6 +75,7 @@ struct coord_report {
 	bool state_unreadable; /* restore: a state file there that cannot be read (corrupt, foreign) */
 	bool aborted;          /* prepare failed and every touched participant was rebuilt */
 	bool unchanged;        /* prepare failed before it changed anything */
+	int status; /* the failed call's proto_status (PROTO_E_UNRESTORABLE: QUIESCE refused what it holds) */
 	char error[2048];
 };
 

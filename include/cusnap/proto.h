@@ -96,7 +96,8 @@ enum proto_status {
 	PROTO_E_DRIVER = -1011, /* a driver call failed; the message says which */
 	PROTO_E_INTERNAL = -1012,
 	PROTO_E_TIMEOUT = -1013,
-	PROTO_E_IO = -1014, /* the peer went away */
+	PROTO_E_IO = -1014,           /* the peer went away */
+	PROTO_E_UNRESTORABLE = -1015, /* QUIESCE: the process holds what cannot be taken down and rebuilt */
 };
 
 /* Top-level record types. */
@@ -244,6 +245,10 @@ int prec_str(const struct proto_rec *r, char *out, size_t outlen);
 double now_ms(void);
 /* Absolute deadline (CLOCK_MONOTONIC ms) timeout_ms from now; -1 = none. */
 int64_t proto_deadline(int timeout_ms);
+/* Close a client's connection once the peer has closed its end (its EOF, or
+ * deadline): the peer's socket is gone when this returns, so that CRIU never
+ * finds half a connection in a tree it dumps right after. */
+void proto_close(int sock, int64_t deadline);
 /* The most descriptors one message carries (the kernel's SCM_MAX_FD). */
 #define PROTO_MAX_FDS 253
 /* Send header + payload, with pass_fd (>= 0) attached by SCM_RIGHTS. Returns 0 or a proto_status. */

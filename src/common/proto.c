@@ -63,6 +63,7 @@ const char *proto_status_name(int status)
 	case PROTO_E_INTERNAL: return "internal error";
 	case PROTO_E_TIMEOUT: return "deadline passed";
 	case PROTO_E_IO: return "connection failed";
+	case PROTO_E_UNRESTORABLE: return "holds what cannot be checkpointed";
 	default: return "unknown status";
 	}
 }
@@ -314,6 +315,18 @@ static int wait_for(int sock, short events, int64_t deadline)
 		if (errno != EINTR)
 			return PROTO_E_IO;
 	}
+}
+
+void proto_close(int sock, int64_t deadline)
+{
+	char drain[256];
+	bool half = shutdown(sock, SHUT_WR) == 0;
+	while (half && wait_for(sock, POLLIN, deadline) == 0) {
+		ssize_t n = recv(sock, drain, sizeof(drain), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+	}
+	close(sock);
 }
 
 int proto_send(int sock, const struct proto_header *h, const void *payload, int pass_fd, int64_t deadline)

@@ -70,7 +70,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 	int rc = proto_send(sock, &h, payload, -1, deadline);
 	if (rc == PROTO_OK)
 		rc = proto_recv(sock, reply, reply_payload, NULL, deadline);
-	close(sock);
+	proto_close(sock, deadline);
 	if (rc == PROTO_E_VERSION) {
 		snprintf(err, errlen, "endpoint %s speaks protocol %u.%u; this tool speaks %u.%u", endpoint,
 			 reply->major, reply->minor, PROTO_MAJOR, PROTO_MINOR);

@@ -93,6 +93,7 @@ uint64_t bytes_of(const struct call *calls, size_t n)
 void stage_error(struct coord_report *r, const struct call *c, const char *stage)
 {
 	snprintf(r->error, sizeof(r->error), "%s: participant %d (ns %d): %s", stage, c->t->obs, c->t->ns, c->err);
+	r->status = c->status;
 }
 
 long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bool *sel, const struct coord_options *o,

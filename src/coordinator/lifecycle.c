@@ -63,6 +63,18 @@ static void note(struct run *x, const char *fmt, ...)
 	va_end(ap);
 }
 
+static void warn(struct run *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(struct run *x, const char *fmt, ...)
+{
+	char what[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (x->o->on_warning)
+		x->o->on_warning(what);
+}
+
 static int run_stages(struct run *x, const struct stage *stages, size_t count)
 {
 	for (size_t i = 0; i < count; i++) {
@@ -288,8 +300,7 @@ static int restore_creators(struct run *x)
 		    coord_reply_phase(c->reply_payload, c->reply.payload_len) == PROTO_PHASE_ACTIVE)
 			x->sel[i] = false, c->status = PROTO_OK;
 		if (x->sel[i] && c->status == PROTO_E_IO && coord_process_gone(x->t[i].obs)) {
-			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d) is gone: not rebuilt\n", x->t[i].obs,
-				x->t[i].ns);
+			warn(x, "participant %d (ns %d) is gone: not rebuilt", x->t[i].obs, x->t[i].ns);
 			x->sel[i] = false, c->status = PROTO_OK;
 		}
 	}

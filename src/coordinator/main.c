@@ -45,6 +45,11 @@ static void print_stage(const char *stage, double ms, const char *note)
 	fprintf(stderr, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, *note ? "  " : "", note);
 }
 
+static void print_warning(const char *what)
+{
+	fprintf(stderr, "snapshot-cuda-vmm: %s\n", what);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
@@ -241,7 +246,8 @@ static int cmd_lifecycle(struct cli *c)
 				  .content = c->content,
 				  .dir = c->dir,
 				  .require_state = c->require_state,
-				  .on_stage = print_stage};
+				  .on_stage = print_stage,
+				  .on_warning = print_warning};
 	/* One command per tree (SYSTEM.md §9); a run directory that cannot be had
 	 * (a read-only /run in a container) only costs the protection. */
 	pid_t *pids = calloc(c->ntargets, sizeof(*pids));

@@ -72,10 +72,8 @@ static int pick_holders(const struct coord_target *t, const struct topo_particip
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	for (size_t k = 0; k < holders->cap; k++) {
-		const struct creator_ref *h = holders->keys[k] ? holders->vals[k] : NULL;
-		if (!h)
-			continue;
+	const struct creator_ref *h;
+	hmap_for_each(holders, h) {
 		const struct topo_participant *hp = &p[h->part];
 		const struct topo_participant *cp = hmap_get(ids, id_hash(&h->alloc->creator));
 		size_t ci = (size_t)(cp - p);
@@ -104,6 +102,80 @@ static int pick_holders(const struct coord_target *t, const struct topo_particip
 							     .endpoint_len = strlen(hp->endpoint)};
 	}
 	return 0;
+}
+
+/* One participant's own records: shared only by file descriptor, importers
+ * agreeing with their creator (or holder), every mapping inside an
+ * allocation or multicast object of its own. 0, or -1 with err. */
+static int check_participant(const struct coord_target *ti, const struct topo_participant *pi,
+			     const struct hmap *creators, const struct hmap *holders, char *err, size_t errlen)
+{
+	char hex[ID_HEX_LEN + 1];
+	int rc = -1;
+	struct hmap keys = {0}, mckeys = {0};
+	for (size_t j = 0; j < pi->nallocs; j++) {
+		const struct topo_alloc *a = &pi->allocs[j];
+		id_hex(&a->id, hex);
+		if (a->shared && (a->shared_types & ~(uint32_t)PROTO_HANDLE_POSIX_FD)) {
+			snprintf(err, errlen,
+				 "participant %d (ns %d): allocation %s was shared as handle type %#x: only "
+				 "POSIX file "
+				 "descriptor sharing can be checkpointed (FABRIC and others are not)",
+				 ti->obs, ti->ns, hex, a->shared_types);
+			goto done;
+		}
+		if (a->role == PROTO_ROLE_IMPORTER) {
+			const struct creator_ref *c = ref_of(creators, a);
+			c = c ? c : ref_of(holders, a);
+			if (c && (c->alloc->size != a->size || c->alloc->device != a->device ||
+				  c->alloc->handle_types != a->handle_types)) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): allocation %s: importer and %s disagree "
+					 "(size %" PRIu64 "/%" PRIu64 ", device %d/%d)",
+					 ti->obs, ti->ns, hex, ref_of(creators, a) ? "creator" : "holder", a->size,
+					 c->alloc->size, a->device, c->alloc->device);
+				goto done;
+			}
+		}
+		if (a->key && hmap_put(&keys, a->key, (void *)a) < 0)
+			goto oom;
+	}
+	for (size_t j = 0; j < pi->nmcs; j++)
+		if (hmap_put(&mckeys, pi->mcs[j].key, (void *)&pi->mcs[j]) < 0)
+			goto oom;
+	for (size_t j = 0; j < pi->nmaps; j++) {
+		const struct topo_mapping *m = &pi->maps[j];
+		const struct topo_alloc *a = hmap_get(&keys, m->key);
+		const struct topo_mc *mc = a ? NULL : hmap_get(&mckeys, m->key);
+		id_hex(&m->alloc_id, hex);
+		if (!a && !mc) {
+			snprintf(err, errlen,
+				 "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own", ti->obs,
+				 ti->ns, m->address);
+			goto done;
+		}
+		/* A multicast object's capacity: what was asked, or what was used of a rounded one. */
+		uint64_t size = a ? a->size : mc->used > mc->size ? mc->used : mc->size;
+		uint64_t g = a ? a->granularity : mc->granularity;
+		g = g ? g : 1;
+		if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g || m->offset > size ||
+		    m->size > size - m->offset) {
+			snprintf(err, errlen,
+				 "participant %d (ns %d): %s %s: mapping %#" PRIx64 "+%" PRIu64 " at offset %" PRIu64
+				 " is not inside its %" PRIu64 " bytes or not aligned to %" PRIu64 " bytes",
+				 ti->obs, ti->ns, a ? "allocation" : "multicast object", hex, m->address, m->size,
+				 m->offset, size, g);
+			goto done;
+		}
+	}
+	rc = 0;
+	goto done;
+oom:
+	snprintf(err, errlen, "out of memory");
+done:
+	hmap_free(&keys);
+	hmap_free(&mckeys);
+	return rc;
 }
 
 int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, struct coord_holds *holds,
@@ -181,80 +253,9 @@ int coord_validate(const struct coord_target *t, const struct topo_participant *
 	/* The others: an importer carries each (or the group is partial). */
 	if (pick_holders(t, p, n, &ids, &creators, &holders, refs, &nrefs, holds, err, errlen) < 0)
 		goto out;
-	for (size_t i = 0; i < n; i++) {
-		struct hmap keys = {0};
-		for (size_t j = 0; j < p[i].nallocs; j++) {
-			const struct topo_alloc *a = &p[i].allocs[j];
-			id_hex(&a->id, hex);
-			if (a->shared && (a->shared_types & ~(uint32_t)PROTO_HANDLE_POSIX_FD)) {
-				snprintf(err, errlen,
-					 "participant %d (ns %d): allocation %s was shared as handle type %#x: only "
-					 "POSIX file "
-					 "descriptor sharing can be checkpointed (FABRIC and others are not)",
-					 t[i].obs, t[i].ns, hex, a->shared_types);
-				hmap_free(&keys);
-				goto out;
-			}
-			if (a->role == PROTO_ROLE_IMPORTER) {
-				const struct creator_ref *c = ref_of(&creators, a);
-				c = c ? c : ref_of(&holders, a);
-				if (c && (c->alloc->size != a->size || c->alloc->device != a->device ||
-					  c->alloc->handle_types != a->handle_types)) {
-					snprintf(err, errlen,
-						 "participant %d (ns %d): allocation %s: importer and %s disagree "
-						 "(size %" PRIu64 "/%" PRIu64 ", device %d/%d)",
-						 t[i].obs, t[i].ns, hex, ref_of(&creators, a) ? "creator" : "holder",
-						 a->size, c->alloc->size, a->device, c->alloc->device);
-					hmap_free(&keys);
-					goto out;
-				}
-			}
-			if (a->key && hmap_put(&keys, a->key, (void *)a) < 0) {
-				hmap_free(&keys);
-				goto oom;
-			}
-		}
-		struct hmap mckeys = {0};
-		for (size_t j = 0; j < p[i].nmcs; j++) {
-			if (hmap_put(&mckeys, p[i].mcs[j].key, (void *)&p[i].mcs[j]) < 0) {
-				hmap_free(&keys);
-				hmap_free(&mckeys);
-				goto oom;
-			}
-		}
-		for (size_t j = 0; j < p[i].nmaps; j++) {
-			const struct topo_mapping *m = &p[i].maps[j];
-			const struct topo_alloc *a = hmap_get(&keys, m->key);
-			const struct topo_mc *mc = a ? NULL : hmap_get(&mckeys, m->key);
-			id_hex(&m->alloc_id, hex);
-			if (!a && !mc) {
-				snprintf(err, errlen,
-					 "participant %d (ns %d): mapping %#" PRIx64 " names no allocation of its own",
-					 t[i].obs, t[i].ns, m->address);
-				hmap_free(&keys);
-				hmap_free(&mckeys);
-				goto out;
-			}
-			/* A multicast object's capacity: what was asked, or what was used of a rounded one. */
-			uint64_t size = a ? a->size : mc->used > mc->size ? mc->used : mc->size;
-			uint64_t g = a ? a->granularity : mc->granularity;
-			g = g ? g : 1;
-			if (!m->address || !m->size || m->address % g || m->size % g || m->offset % g ||
-			    m->offset > size || m->size > size - m->offset) {
-				snprintf(err, errlen,
-					 "participant %d (ns %d): %s %s: mapping %#" PRIx64 "+%" PRIu64
-					 " at offset %" PRIu64 " is not inside its %" PRIu64
-					 " bytes or not aligned to %" PRIu64 " bytes",
-					 t[i].obs, t[i].ns, a ? "allocation" : "multicast object", hex, m->address,
-					 m->size, m->offset, size, g);
-				hmap_free(&keys);
-				hmap_free(&mckeys);
-				goto out;
-			}
-		}
-		hmap_free(&keys);
-		hmap_free(&mckeys);
-	}
+	for (size_t i = 0; i < n; i++)
+		if (check_participant(&t[i], &p[i], &creators, &holders, err, errlen) < 0)
+			goto out;
 	rc = coord_validate_multicast(t, p, n, err, errlen);
 	goto out;
 oom:

@@ -21,77 +21,78 @@ static int first_bit(uint64_t v)
 	return v ? __builtin_ctzll(v) : -1;
 }
 
-int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
-			     size_t errlen)
+/* What the checks share: the group's participants, its multicast objects
+ * gathered by id, the first failure in err. */
+struct mc_check {
+	const struct coord_target *t;
+	const struct topo_participant *p;
+	size_t n;
+	struct hmap groups, parts; /* mc_group by object id; participants by id */
+	struct mc_group *g;
+	size_t ng;
+	char *err;
+	size_t errlen;
+};
+
+static int oom(struct mc_check *c)
 {
-	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
-	size_t total = 0;
-	for (size_t i = 0; i < n; i++)
-		total += p[i].nmcs;
-	if (!total) {
-		for (size_t i = 0; i < n; i++) {
-			if (p[i].nbinds) {
-				snprintf(err, errlen,
-					 "participant %d (ns %d): multicast binds without a multicast object", t[i].obs,
-					 t[i].ns);
-				return -1;
-			}
-		}
-		return 0;
-	}
-	int rc = -1;
-	struct hmap groups = {0}, parts = {0};
-	struct mc_group *g = calloc(total, sizeof(*g));
-	size_t ng = 0;
-	if (!g)
-		goto oom;
-	for (size_t i = 0; i < n; i++)
-		if (hmap_put(&parts, id_hash(&p[i].id), (void *)&p[i]) < 0)
-			goto oom;
-	for (size_t i = 0; i < n; i++) {
-		for (size_t j = 0; j < p[i].nmcs; j++) {
-			const struct topo_mc *m = &p[i].mcs[j];
+	snprintf(c->err, c->errlen, "out of memory");
+	return -1;
+}
+
+/* Every object gathered from its holders, who agree on it; one creator, the
+ * devices each added. 0, or -1 with c->err. */
+static int mc_gather(struct mc_check *c)
+{
+	char hex[ID_HEX_LEN + 1];
+	for (size_t i = 0; i < c->n; i++)
+		if (hmap_put(&c->parts, id_hash(&c->p[i].id), (void *)&c->p[i]) < 0)
+			return oom(c);
+	for (size_t i = 0; i < c->n; i++) {
+		for (size_t j = 0; j < c->p[i].nmcs; j++) {
+			const struct topo_mc *m = &c->p[i].mcs[j];
 			id_hex(&m->id, hex);
-			struct mc_group *x = hmap_get(&groups, id_hash(&m->id));
+			struct mc_group *x = hmap_get(&c->groups, id_hash(&m->id));
 			if (x && !id_equal(&x->first->id, &m->id))
 				x = NULL; /* a hash collision: the ids differ */
 			if (!x) {
-				x = &g[ng++];
+				x = &c->g[c->ng++];
 				x->first = m;
 				x->first_part = i;
-				if (hmap_put(&groups, id_hash(&m->id), x) < 0)
-					goto oom;
+				if (hmap_put(&c->groups, id_hash(&m->id), x) < 0)
+					return oom(c);
 			} else if (x->first->num_devices != m->num_devices || x->first->size != m->size) {
-				snprintf(err, errlen,
+				snprintf(c->err, c->errlen,
 					 "multicast object %s: participants %d (ns %d) and %d (ns %d) disagree on it "
 					 "(%u/%u devices, "
 					 "%" PRIu64 "/%" PRIu64 " bytes)",
-					 hex, t[x->first_part].obs, t[x->first_part].ns, t[i].obs, t[i].ns,
+					 hex, c->t[x->first_part].obs, c->t[x->first_part].ns, c->t[i].obs, c->t[i].ns,
 					 x->first->num_devices, m->num_devices, x->first->size, m->size);
-				goto out;
+				return -1;
 			}
 			if (m->shared_types & ~(uint32_t)PROTO_HANDLE_POSIX_FD) {
-				snprintf(err, errlen,
+				snprintf(c->err, c->errlen,
 					 "participant %d (ns %d): multicast object %s was shared as handle type %#x: "
 					 "only POSIX file "
 					 "descriptor sharing can be checkpointed",
-					 t[i].obs, t[i].ns, hex, m->shared_types);
-				goto out;
+					 c->t[i].obs, c->t[i].ns, hex, m->shared_types);
+				return -1;
 			}
 			if (m->role == PROTO_ROLE_CREATOR) {
 				if (x->creator) {
-					snprintf(err, errlen,
+					snprintf(c->err, c->errlen,
 						 "multicast object %s has two creators: participant %d (ns %d) and %d "
 						 "(ns %d)",
-						 hex, t[x->creator_part].obs, t[x->creator_part].ns, t[i].obs, t[i].ns);
-					goto out;
+						 hex, c->t[x->creator_part].obs, c->t[x->creator_part].ns, c->t[i].obs,
+						 c->t[i].ns);
+					return -1;
 				}
-				if (!id_equal(&m->creator, &p[i].id)) {
-					snprintf(err, errlen,
+				if (!id_equal(&m->creator, &c->p[i].id)) {
+					snprintf(c->err, c->errlen,
 						 "participant %d (ns %d): multicast object %s: creator record names "
 						 "another participant",
-						 t[i].obs, t[i].ns, hex);
-					goto out;
+						 c->t[i].obs, c->t[i].ns, hex);
+					return -1;
 				}
 				x->creator = m;
 				x->creator_part = i;
@@ -99,36 +100,42 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 			for (size_t d = 0; d < m->nadded; d++) {
 				int dev = m->added[d];
 				if (dev < 0 || dev >= PROTO_MAX_DEVICES) {
-					snprintf(err, errlen,
+					snprintf(c->err, c->errlen,
 						 "participant %d (ns %d): multicast object %s: device %d is out of "
 						 "range",
-						 t[i].obs, t[i].ns, hex, dev);
-					goto out;
+						 c->t[i].obs, c->t[i].ns, hex, dev);
+					return -1;
 				}
 				if (x->added & (1ull << dev)) {
-					snprintf(err, errlen,
+					snprintf(c->err, c->errlen,
 						 "participant %d (ns %d): multicast object %s: device %d was added "
 						 "twice in the group",
-						 t[i].obs, t[i].ns, hex, dev);
-					goto out;
+						 c->t[i].obs, c->t[i].ns, hex, dev);
+					return -1;
 				}
 				x->added |= 1ull << dev;
 			}
 		}
 	}
-	/* Binds: of tracked memory this participant holds, in bounds, aligned. */
-	for (size_t i = 0; i < n; i++) {
+	return 0;
+}
+
+/* Binds: of tracked memory their participant holds, in bounds, aligned. */
+static int mc_check_binds(struct mc_check *c)
+{
+	char hex[ID_HEX_LEN + 1];
+	for (size_t i = 0; i < c->n; i++) {
 		struct hmap mine = {0};
-		for (size_t j = 0; j < p[i].nallocs; j++)
-			if (hmap_put(&mine, id_hash(&p[i].allocs[j].id), (void *)&p[i].allocs[j]) < 0) {
+		for (size_t j = 0; j < c->p[i].nallocs; j++)
+			if (hmap_put(&mine, id_hash(&c->p[i].allocs[j].id), (void *)&c->p[i].allocs[j]) < 0) {
 				hmap_free(&mine);
-				goto oom;
+				return oom(c);
 			}
 		const char *bad = NULL;
 		const struct topo_mc_bind *b = NULL;
-		for (size_t j = 0; j < p[i].nbinds && !bad; j++) {
-			b = &p[i].binds[j];
-			struct mc_group *x = hmap_get(&groups, id_hash(&b->mc_id));
+		for (size_t j = 0; j < c->p[i].nbinds && !bad; j++) {
+			b = &c->p[i].binds[j];
+			struct mc_group *x = hmap_get(&c->groups, id_hash(&b->mc_id));
 			const struct topo_alloc *member = hmap_get(&mine, id_hash(&b->member));
 			uint64_t gran = x && x->first->granularity ? x->first->granularity : 1;
 			if (!x || !id_equal(&x->first->id, &b->mc_id))
@@ -152,30 +159,36 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 		hmap_free(&mine);
 		if (bad) {
 			id_hex(&b->mc_id, hex);
-			snprintf(err, errlen,
+			snprintf(c->err, c->errlen,
 				 "participant %d (ns %d): multicast object %s: the bind at offset %" PRIu64 " (%" PRIu64
 				 " bytes, device %d) %s",
-				 t[i].obs, t[i].ns, hex, b->mc_offset, b->size, b->device, bad);
-			goto out;
+				 c->t[i].obs, c->t[i].ns, hex, b->mc_offset, b->size, b->device, bad);
+			return -1;
 		}
 	}
-	/* Each object: one creator in the group, its team complete and bound. */
-	for (size_t k = 0; k < ng; k++) {
-		struct mc_group *x = &g[k];
+	return 0;
+}
+
+/* Each object: one creator in the group, its team complete and bound. */
+static int mc_check_groups(struct mc_check *c)
+{
+	char hex[ID_HEX_LEN + 1], hex2[ID_HEX_LEN + 1];
+	for (size_t k = 0; k < c->ng; k++) {
+		struct mc_group *x = &c->g[k];
 		id_hex(&x->first->id, hex);
 		if (!x->creator) {
 			id_hex(&x->first->creator, hex2);
-			snprintf(err, errlen,
+			snprintf(c->err, c->errlen,
 				 "participant %d (ns %d): multicast object %s is imported from participant %s, which "
 				 "is not in "
 				 "the group (partial group)",
-				 t[x->first_part].obs, t[x->first_part].ns, hex, hex2);
-			goto out;
+				 c->t[x->first_part].obs, c->t[x->first_part].ns, hex, hex2);
+			return -1;
 		}
 		/* Every participant that imported it (the creator's list) must be here and hold it. */
 		for (size_t q = 0; q < x->creator->nimporters; q++) {
 			const struct cusnap_id *who = &x->creator->importers[q];
-			const struct topo_participant *holder = hmap_get(&parts, id_hash(who));
+			const struct topo_participant *holder = hmap_get(&c->parts, id_hash(who));
 			if (holder && !id_equal(&holder->id, who))
 				holder = NULL;
 			bool holds = false;
@@ -183,40 +196,64 @@ int coord_validate_multicast(const struct coord_target *t, const struct topo_par
 				holds = id_equal(&holder->mcs[j].id, &x->first->id);
 			if (!holds) {
 				id_hex(who, hex2);
-				snprintf(err, errlen,
+				snprintf(c->err, c->errlen,
 					 "multicast object %s was imported by participant %s, which %s (partial group)",
 					 hex, hex2, holder ? "no longer holds it" : "is not in the group");
-				goto out;
+				return -1;
 			}
 		}
 		unsigned added = (unsigned)__builtin_popcountll(x->added);
 		if (added != x->first->num_devices) {
-			snprintf(err, errlen,
+			snprintf(c->err, c->errlen,
 				 "multicast object %s: the participants added %u of its %u devices (a device is "
 				 "missing, or "
 				 "was added by a process outside the group: partial group)",
 				 hex, added, x->first->num_devices);
-			goto out;
+			return -1;
 		}
 		if (x->added & ~x->bound) {
-			snprintf(err, errlen, "multicast object %s: device %d was added but nothing is bound on it",
-				 hex, first_bit(x->added & ~x->bound));
-			goto out;
+			snprintf(c->err, c->errlen,
+				 "multicast object %s: device %d was added but nothing is bound on it", hex,
+				 first_bit(x->added & ~x->bound));
+			return -1;
 		}
 		if (x->bound & ~x->added) {
-			snprintf(err, errlen, "multicast object %s: device %d has binds but no participant added it",
-				 hex, first_bit(x->bound & ~x->added));
-			goto out;
+			snprintf(c->err, c->errlen,
+				 "multicast object %s: device %d has binds but no participant added it", hex,
+				 first_bit(x->bound & ~x->added));
+			return -1;
 		}
 	}
-	rc = 0;
-	goto out;
-oom:
-	snprintf(err, errlen, "out of memory");
-out:
-	hmap_free(&groups);
-	hmap_free(&parts);
-	free(g);
+	return 0;
+}
+
+int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
+			     size_t errlen)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += p[i].nmcs;
+	if (!total) {
+		for (size_t i = 0; i < n; i++) {
+			if (p[i].nbinds) {
+				snprintf(err, errlen,
+					 "participant %d (ns %d): multicast binds without a multicast object", t[i].obs,
+					 t[i].ns);
+				return -1;
+			}
+		}
+		return 0;
+	}
+	struct mc_check c =
+		{.t = t, .p = p, .n = n, .g = calloc(total, sizeof(struct mc_group)), .err = err, .errlen = errlen};
+	int rc = !c.g ? oom(&c) : mc_gather(&c);
+	if (!rc)
+		rc = mc_check_binds(&c);
+	if (!rc)
+		rc = mc_check_groups(&c);
+	hmap_free(&c.groups);
+	hmap_free(&c.parts);
+	free(c.g);
 	return rc;
 }
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The protocol codec: golden byte vectors, round trips, and every refusal. */
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
@@ -8,7 +10,9 @@
 #include <unistd.h>
 
 #include "../harness/test.h"
+#include "cusnap/coord_client.h"
 #include "cusnap/proto.h"
+#include "cusnap/usock.h"
 #include "cusnap/topo.h"
 
 static void header_golden(void)
@@ -270,9 +274,60 @@ static void descriptors_in_flight(void)
 	close(sv[1]);
 }
 
+/* A peer that answers one request, then, once the client has hung up, takes
+ * a while to close its end. */
+struct slow_closer {
+	int listen_fd;
+	atomic_bool closed;
+};
+
+static void *slow_close(void *arg)
+{
+	struct slow_closer *c = arg;
+	int s = accept(c->listen_fd, NULL, NULL);
+	struct proto_header h;
+	uint8_t *payload = NULL, byte;
+	if (s >= 0 && proto_recv(s, &h, &payload, NULL, proto_deadline(5000)) == PROTO_OK) {
+		h.payload_len = 0;
+		proto_send(s, &h, NULL, -1, proto_deadline(5000));
+		while (read(s, &byte, 1) > 0) /* until the client's end is shut */
+			;
+		usleep(200000);
+		atomic_store(&c->closed, true);
+	}
+	free(payload);
+	if (s >= 0)
+		close(s);
+	return NULL;
+}
+
+/* coord_request returns only once the endpoint has closed its end of the
+ * connection: CRIU, dumping the tree right after, never finds half of one. */
+static void request_waits_for_close(void)
+{
+	char dir[] = "/tmp/cusnap-close-XXXXXX", path[64];
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/ep", dir);
+	struct slow_closer c = {.listen_fd = usock_listen(path, 1)};
+	CHECK(c.listen_fd >= 0);
+	pthread_t th;
+	pthread_create(&th, NULL, slow_close, &c);
+	struct proto_header reply;
+	uint8_t *payload = NULL;
+	char err[256];
+	CHECK_EQ(coord_request(path, PROTO_OP_HELLO, NULL, 0, 5000, &reply, &payload, err, sizeof(err)), PROTO_OK);
+	CHECK(atomic_load(&c.closed));
+	free(payload);
+	pthread_join(th, NULL);
+	close(c.listen_fd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_run("header golden vector", header_golden);
+	test_run("a request returns once the endpoint closed its end", request_waits_for_close);
 	test_run("header refusals: magic, version, length", header_refusals);
 	test_run("records golden vector and truncation", records_golden);
 	test_run("topology round trip, unknown records and fields skipped", topology_round_trip);
