@@ -88,9 +88,9 @@ static CUresult do_checkpoint(void)
 		emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 	checkpointed_devices = 0;
-	for (size_t i = 0; i < emu.allocs.cap; i++) {
-		struct emu_alloc *a = emu.allocs.vals[i];
-		if (!emu.allocs.keys[i] || !is_mem(a))
+	struct emu_alloc *a;
+	hmap_for_each(&emu.allocs, a) {
+		if (!is_mem(a))
 			continue;
 		if (a->fd < 0) {
 			/* Never backed: no bytes, but its device memory is released too. */
@@ -169,20 +169,18 @@ static CUresult resolve_pairs(const uint8_t *pairs, unsigned npairs, int *map)
 static CUresult do_restore(const int *map)
 {
 	size_t need[EMU_MAX_DEVICES] = {0};
-	for (size_t i = 0; i < emu.allocs.cap; i++) {
-		struct emu_alloc *a = emu.allocs.vals[i];
-		if (emu.allocs.keys[i] && is_mem(a) && (a->saved || a->ckpt_unbacked) && !emu_on_host(&a->prop))
+	struct emu_alloc *a;
+	hmap_for_each(&emu.allocs, a)
+		if (is_mem(a) && (a->saved || a->ckpt_unbacked) && !emu_on_host(&a->prop))
 			need[map[a->prop.location.id]] += a->size;
-	}
 	for (int d = 0; d < emu.ndev; d++) {
 		if (need[d] > emu.dev[d].capacity - emu.dev[d].used) {
 			LOG_AT(LOG_WARN, "restore: device %d lacks memory (%zu bytes needed)", d, need[d]);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
-	for (size_t i = 0; i < emu.allocs.cap; i++) {
-		struct emu_alloc *a = emu.allocs.vals[i];
-		if (emu.allocs.keys[i] && is_mem(a) && a->ckpt_unbacked) {
+	hmap_for_each(&emu.allocs, a) {
+		if (is_mem(a) && a->ckpt_unbacked) {
 			int dev = map[a->prop.location.id];
 			a->prop.location.id = dev;
 			a->ckpt_unbacked = false;
@@ -191,7 +189,7 @@ static CUresult do_restore(const int *map)
 			emu.dev[dev].used += a->size;
 			continue;
 		}
-		if (!emu.allocs.keys[i] || !is_mem(a) || !a->saved)
+		if (!is_mem(a) || !a->saved)
 			continue;
 		bool host = emu_on_host(&a->prop); /* host memory stays where it is: no GPU to remap */
 		int dev = host ? a->prop.location.id : map[a->prop.location.id];

@@ -218,9 +218,12 @@ void emu_streams_sync_all(void)
 	pthread_mutex_lock(&registry_mu);
 	size_t n = 0;
 	struct emu_stream **list = malloc((streams.len + 1) * sizeof(*list));
-	for (size_t i = 0; list && i < streams.cap; i++)
-		if (streams.keys[i])
-			list[n++] = streams.vals[i];
+	struct emu_stream *s;
+	hmap_for_each(&streams, s) {
+		if (!list)
+			break;
+		list[n++] = s;
+	}
 	pthread_mutex_unlock(&registry_mu);
 	/* Streams are only freed by cuStreamDestroy, which the application must
 	 * not race with a synchronisation of the same stream. */

@@ -53,8 +53,9 @@ int emu_live_memory(void)
 {
 	int n = 0;
 	pthread_mutex_lock(&emu.lock);
-	for (size_t i = 0; i < emu.allocs.cap; i++)
-		n += emu.allocs.keys[i] && ((struct emu_alloc *)emu.allocs.vals[i])->kind == EMU_OBJ_MEMORY;
+	const struct emu_alloc *a;
+	hmap_for_each(&emu.allocs, a)
+		n += a->kind == EMU_OBJ_MEMORY;
 	pthread_mutex_unlock(&emu.lock);
 	return n;
 }

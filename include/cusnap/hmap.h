@@ -25,7 +25,14 @@ void *hmap_del(struct hmap *m, uint64_t key);
 /* Free the table (not the values). */
 void hmap_free(struct hmap *m);
 
-/* Iterate: for (size_t i = 0; i < m->cap; i++) if (m->keys[i]) ... m->vals[i].
- * Do not insert or delete while iterating. */
+/* The body once for each value of m, in v (a pointer the caller declared):
+ *     struct thing *t;
+ *     hmap_for_each(&map, t) use(t);
+ * break and continue work as in any loop. Do not insert or delete meanwhile. */
+#define hmap_for_each(m, v)                                                 \
+	for (size_t hmap_at_ = 0; hmap_at_ < (m)->cap; hmap_at_++)          \
+		if (!(m)->keys[hmap_at_] || ((v) = (m)->vals[hmap_at_], 0)) \
+			continue;                                           \
+		else
 
 #endif

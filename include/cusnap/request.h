@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The parameters of the lifecycle requests (SYSTEM.md §5), each encoder beside
- * its decoder: PREPARE's content mode, RESTORE_CREATORS' device map, and the
- * multicast objects a RESTORE_MULTICAST* step rebuilds.
+ * its decoder: PREPARE's content mode, RESTORE_CREATORS' device map, the
+ * multicast objects a RESTORE_MULTICAST* step rebuilds, and what EXPORT and
+ * EXPORT_MANY ask for and answer (one REC_EXPORT per allocation).
  *
  * From protocol 1.4 they travel as fields of a REC_REQUEST record. A 1.3 or
  * older peer reads them from a REC_RESULT record, so a coordinator addresses
@@ -53,5 +54,29 @@ int req_device_map_decode(const void *payload, size_t len, int *map, size_t *pai
 void req_mc_rebuild_encode(struct proto_buf *b, uint16_t rec, const struct cusnap_id *ids, size_t n);
 /* *ids is malloc'ed (NULL when *n is 0). */
 int req_mc_rebuild_decode(const void *payload, size_t len, struct cusnap_id **ids, size_t *n, char *err, size_t errlen);
+
+/* One allocation an EXPORT or EXPORT_MANY asks for. */
+struct req_export {
+	struct cusnap_id alloc, token;
+	struct cusnap_id who; /* the redeemer, sent with its endpoint (zero: not said) */
+	const char *endpoint; /* the redeemer's endpoint (NULL: not said; decoded: an absolute path only) */
+	uint32_t hops;        /* forwarded by a creator that let go: served there or refused */
+};
+void req_export_encode(struct proto_buf *b, const struct req_export *q);
+/* The next REC_EXPORT of a request (it: over its payload) into q, its endpoint
+ * copied into endpoint[len] (q->endpoint points there): 1, 0 when none is
+ * left, or a proto_status with err (no allocation id or token: MALFORMED). */
+int req_export_next(struct proto_iter *it, struct req_export *q, char *endpoint, size_t len, char *err, size_t errlen);
+
+/* What the reply says of one allocation (its FD travels beside it). */
+struct rep_export {
+	struct cusnap_id alloc;
+	uint64_t size;
+	uint32_t mc_devices; /* a multicast object's device count (0: memory) */
+};
+void rep_export_encode(struct proto_buf *b, const struct rep_export *r);
+/* The next REC_EXPORT of a reply into r: PROTO_OK, or PROTO_E_MALFORMED (none
+ * left, a field unreadable, no size). */
+int rep_export_next(struct proto_iter *it, struct rep_export *r);
 
 #endif

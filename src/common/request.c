@@ -211,3 +211,84 @@ int req_mc_rebuild_decode(const void *payload, size_t len, struct cusnap_id **id
 	}
 	return rc;
 }
+
+/* ---- EXPORT and EXPORT_MANY ---- */
+
+void req_export_encode(struct proto_buf *b, const struct req_export *q)
+{
+	size_t at = pbuf_begin(b, REC_EXPORT);
+	pbuf_put_id(b, F_ALLOC_ID, &q->alloc);
+	pbuf_put_id(b, F_TOKEN, &q->token);
+	if (q->endpoint) {
+		pbuf_put_id(b, F_ID, &q->who);
+		pbuf_put_str(b, F_ENDPOINT, q->endpoint);
+	}
+	if (q->hops)
+		pbuf_put_u32(b, F_HOPS, q->hops);
+	pbuf_end(b, at);
+}
+
+int req_export_next(struct proto_iter *it, struct req_export *q, char *endpoint, size_t len, char *err, size_t errlen)
+{
+	struct proto_rec rec, f;
+	memset(q, 0, sizeof(*q));
+	if (!piter_next_of(it, REC_EXPORT, &rec)) {
+		if (it->error)
+			snprintf(err, errlen, "malformed EXPORT request");
+		return it->error;
+	}
+	bool have_id = false, have_token = false;
+	struct proto_iter fields;
+	endpoint[0] = '\0';
+	piter_init(&fields, rec.value, rec.len);
+	while (piter_next(&fields, &f)) {
+		if (f.type == F_ALLOC_ID)
+			have_id = prec_id(&f, &q->alloc) == 0;
+		else if (f.type == F_TOKEN)
+			have_token = prec_id(&f, &q->token) == 0;
+		else if (f.type == F_ID && prec_id(&f, &q->who) != 0)
+			memset(&q->who, 0, sizeof(q->who));
+		else if (f.type == F_ENDPOINT && prec_str(&f, endpoint, len) != 0)
+			endpoint[0] = '\0';
+		else if (f.type == F_HOPS && prec_u32(&f, &q->hops) != 0)
+			q->hops = 1; /* unreadable: never forwarded again */
+	}
+	if (fields.error)
+		return refuse(fields.error, err, errlen, "malformed EXPORT record", rec.len);
+	if (!have_id || !have_token) {
+		snprintf(err, errlen, "EXPORT needs an allocation id and a token");
+		return PROTO_E_MALFORMED;
+	}
+	/* Only an absolute path is an endpoint a creator may list or forward to. */
+	q->endpoint = endpoint[0] == '/' ? endpoint : NULL;
+	return 1;
+}
+
+void rep_export_encode(struct proto_buf *b, const struct rep_export *r)
+{
+	size_t at = pbuf_begin(b, REC_EXPORT);
+	pbuf_put_id(b, F_ALLOC_ID, &r->alloc);
+	pbuf_put_u64(b, F_SIZE, r->size);
+	if (r->mc_devices)
+		pbuf_put_u32(b, F_MC_DEVICES, r->mc_devices);
+	pbuf_end(b, at);
+}
+
+int rep_export_next(struct proto_iter *it, struct rep_export *r)
+{
+	struct proto_rec rec, f;
+	memset(r, 0, sizeof(*r));
+	if (!piter_next_of(it, REC_EXPORT, &rec))
+		return it->error ? it->error : PROTO_E_MALFORMED;
+	struct proto_iter fields;
+	piter_init(&fields, rec.value, rec.len);
+	while (piter_next(&fields, &f)) {
+		if (f.type == F_ALLOC_ID && prec_id(&f, &r->alloc) != 0)
+			return PROTO_E_MALFORMED;
+		if (f.type == F_SIZE && prec_u64(&f, &r->size) != 0)
+			return PROTO_E_MALFORMED;
+		if (f.type == F_MC_DEVICES && prec_u32(&f, &r->mc_devices) != 0)
+			return PROTO_E_MALFORMED;
+	}
+	return fields.error ? fields.error : r->size ? PROTO_OK : PROTO_E_MALFORMED;
+}

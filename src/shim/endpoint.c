@@ -20,6 +20,7 @@
 #include "cusnap/paths.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
+#include "cusnap/request.h"
 #include "shim.h"
 
 #define MAX_THREADS 64 /* connections served at once; more wait in the listen backlog */
@@ -49,38 +50,26 @@ void endpoint_after_fork_child(void)
 	pthread_mutex_init(&pool.lock, NULL);
 }
 
-/* One REC_EXPORT's fields into q (the redeemer's endpoint into who_endpoint,
- * which q points to when it is a path). Missing id or token: a message in out. */
-static int read_export(const struct proto_rec *rec, struct export_request *q, char *who_endpoint, size_t len,
-		       struct proto_buf *out)
+/* The next REC_EXPORT of c's request into q (the redeemer's endpoint into
+ * who_endpoint[len]): 1, 0 when none is left, or a proto_status (said in the
+ * reply). */
+static int next_export(struct op_call *c, struct proto_iter *it, struct export_request *q, char *who_endpoint,
+		       size_t len)
 {
-	bool have_id = false, have_token = false;
-	uint32_t hops = 0;
-	struct proto_iter it;
-	struct proto_rec f;
-	piter_init(&it, rec->value, rec->len);
-	while (piter_next(&it, &f)) {
-		if (f.type == F_ALLOC_ID)
-			have_id = prec_id(&f, &q->alloc_id) == 0;
-		else if (f.type == F_TOKEN)
-			have_token = prec_id(&f, &q->token) == 0;
-		else if (f.type == F_ID && prec_id(&f, &q->who) != 0)
-			memset(&q->who, 0, sizeof(q->who));
-		else if (f.type == F_ENDPOINT && prec_str(&f, who_endpoint, len) != 0)
-			who_endpoint[0] = '\0';
-		else if (f.type == F_HOPS && prec_u32(&f, &hops) != 0)
-			hops = 1; /* unreadable: never forwarded again */
-	}
-	if (it.error)
-		return it.error;
-	if (!have_id || !have_token) {
-		shim_error_reply(out, "EXPORT needs an allocation id and a token");
-		return PROTO_E_MALFORMED;
-	}
-	q->hops = hops;
-	q->who_endpoint = who_endpoint[0] == '/' ? who_endpoint : NULL;
-	q->keep_context = true;
-	return PROTO_OK;
+	struct req_export r;
+	char err[256];
+	int rc = req_export_next(it, &r, who_endpoint, len, err, sizeof(err));
+	if (rc < 0)
+		shim_error_reply(c->out, "%s", err);
+	if (rc != 1)
+		return rc;
+	*q = (struct export_request){.alloc_id = r.alloc,
+				     .token = r.token,
+				     .who = r.who,
+				     .who_endpoint = r.endpoint,
+				     .hops = r.hops,
+				     .keep_context = true};
+	return 1;
 }
 
 /* One allocation exported: its FD appended to c->fds, its record to the reply. */
@@ -95,32 +84,22 @@ static int export_one(struct op_call *c, const struct export_request *q)
 		return rc;
 	}
 	c->fds->fd[c->fds->n++] = fd;
-	size_t at = pbuf_begin(c->out, REC_EXPORT);
-	pbuf_put_id(c->out, F_ALLOC_ID, &q->alloc_id);
-	pbuf_put_u64(c->out, F_SIZE, info.size);
-	if (info.mc_devices)
-		pbuf_put_u32(c->out, F_MC_DEVICES, info.mc_devices);
-	pbuf_end(c->out, at);
+	rep_export_encode(c->out,
+			  &(struct rep_export){.alloc = q->alloc_id, .size = info.size, .mc_devices = info.mc_devices});
 	return PROTO_OK;
 }
 
 /* EXPORT: a fresh driver FD for (alloc id, token), attached to the reply. */
 int serve_EXPORT(struct op_call *c)
 {
-	struct export_request q = {0};
-	char who_endpoint[4200] = "";
-	struct proto_rec rec = {.value = NULL, .len = 0};
+	struct export_request q;
+	char who_endpoint[4200];
 	struct proto_iter it;
 	piter_init(&it, c->payload, c->len);
-	bool found = piter_next_of(&it, REC_EXPORT, &rec);
-	if (it.error)
-		return it.error;
-	int rc = found ? read_export(&rec, &q, who_endpoint, sizeof(who_endpoint), c->out) : PROTO_OK;
-	if (!found)
+	int rc = next_export(c, &it, &q, who_endpoint, sizeof(who_endpoint));
+	if (rc == 0)
 		shim_error_reply(c->out, "EXPORT needs an allocation id and a token");
-	if (!found || rc != PROTO_OK)
-		return found ? rc : PROTO_E_MALFORMED;
-	return export_one(c, &q);
+	return rc == 1 ? export_one(c, &q) : rc == 0 ? PROTO_E_MALFORMED : rc;
 }
 
 /* EXPORT_MANY: one REC_EXPORT per allocation (the redeemer named in any of
@@ -135,30 +114,34 @@ int serve_EXPORT_MANY(struct op_call *c)
 		return PROTO_E_OP;
 	}
 	struct cusnap_id who = {{0}};
-	char who_endpoint[4200] = "";
+	const char *who_at = NULL;
+	char who_endpoint[4200], next_endpoint[4200];
 	struct proto_iter it;
-	struct proto_rec rec;
-	int rc = PROTO_OK;
+	struct export_request q;
+	int rc;
 	piter_init(&it, c->payload, c->len);
-	while (rc == PROTO_OK && piter_next_of(&it, REC_EXPORT, &rec)) {
+	while ((rc = next_export(c, &it, &q, next_endpoint, sizeof(next_endpoint))) == 1) {
 		if (c->fds->n == PROTO_MAX_FDS) {
 			shim_error_reply(c->out, "EXPORT_MANY takes at most %d allocations", PROTO_MAX_FDS);
 			rc = PROTO_E_LENGTH;
 			break;
 		}
-		struct export_request q = {.who = who};
-		rc = read_export(&rec, &q, who_endpoint, sizeof(who_endpoint), c->out);
-		if (rc == PROTO_OK && q.hops) {
+		if (q.hops) {
 			shim_error_reply(c->out, "EXPORT_MANY is never forwarded");
 			rc = PROTO_E_MALFORMED;
+			break;
 		}
-		if (rc == PROTO_OK) {
+		/* The redeemer, named in any of them, for all. */
+		if (q.who_endpoint) {
 			who = q.who;
-			rc = export_one(c, &q);
+			snprintf(who_endpoint, sizeof(who_endpoint), "%s", q.who_endpoint);
+			who_at = who_endpoint;
 		}
+		q.who = who;
+		q.who_endpoint = who_at;
+		if ((rc = export_one(c, &q)) != PROTO_OK)
+			break;
 	}
-	if (rc == PROTO_OK)
-		rc = it.error;
 	if (rc == PROTO_OK && !c->fds->n) {
 		shim_error_reply(c->out, "EXPORT_MANY names no allocation");
 		rc = PROTO_E_MALFORMED;

@@ -196,10 +196,12 @@ int exports_set_forwards(const struct req_hold *holds, size_t n, const struct cu
 			rc = hmap_put(&held, id_hash(&holds[i].alloc), (void *)&holds[i]);
 	size_t nold = 0;
 	struct export_entry **old = rc ? NULL : malloc((exports.len ? exports.len : 1) * sizeof(*old));
-	for (size_t i = 0; old && i < exports.cap; i++) {
-		struct export_entry *e = exports.keys[i] ? exports.vals[i] : NULL;
-		const struct req_hold *h = e && !e->owner ? hmap_get(&held, exports.keys[i]) : NULL;
-		if (e && !e->owner && !(h && id_equal(&h->alloc, &e->alloc_id)))
+	struct export_entry *e;
+	hmap_for_each(&exports, e) {
+		if (!old)
+			break;
+		const struct req_hold *h = e->owner ? NULL : hmap_get(&held, id_hash(&e->alloc_id));
+		if (!e->owner && !(h && id_equal(&h->alloc, &e->alloc_id)))
 			old[nold++] = e;
 	}
 	for (size_t i = 0; i < nold; i++)
@@ -212,7 +214,7 @@ int exports_set_forwards(const struct req_hold *holds, size_t n, const struct cu
 		if (!id_equal(&h->creator, me) || id_equal(&h->holder, me) ||
 		    (h->endpoint_len == strlen(self) && !memcmp(h->endpoint, self, h->endpoint_len)))
 			continue;
-		struct export_entry *e = hmap_get(&exports, id_hash(&h->alloc));
+		e = hmap_get(&exports, id_hash(&h->alloc));
 		if (e && (!id_equal(&e->alloc_id, &h->alloc) || e->owner))
 			continue; /* a record of this process serves it (or another id has its hash) */
 		if (!e) {         /* (its tombstone was never made: it had no peers, or too many tombstones) */

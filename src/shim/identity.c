@@ -94,10 +94,12 @@ static void before_fork(void)
 	pthread_mutex_lock(&identity_lock);
 	pthread_mutex_lock(&tbl.lock);
 	exports_lock_for_fork(true);
+	unrestorable_lock_for_fork(true);
 }
 
 static void after_fork_parent(void)
 {
+	unrestorable_lock_for_fork(false);
 	exports_lock_for_fork(false);
 	pthread_mutex_unlock(&tbl.lock);
 	pthread_mutex_unlock(&identity_lock);
@@ -113,6 +115,7 @@ static void after_fork_child(void)
 		shim_forked_child = true;
 	have_identity = false;
 	published = false;
+	unrestorable_lock_for_fork(false);
 	exports_lock_for_fork(false);
 	endpoint_after_fork_child();
 	cap_forget_all(); /* its kept capabilities are the parent's */

@@ -11,7 +11,6 @@
  * restore. What cannot be rebuilt is remembered for QUIESCE to refuse: a raw
  * driver handle opened (SNAPSHOT_CUDA_VMM_IPC=0, or one from a process without
  * the adapter) and event IPC. Under legacy_lock. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,10 +142,6 @@ struct opened {
 
 static struct itree opens;
 static struct opened_chunk *chunks_open;
-static size_t nraw;            /* raw driver handles open: QUIESCE refuses */
-static CUdeviceptr *raw_opens; /* their addresses, as far as memory allowed */
-static size_t nlisted, raw_cap;
-static const char *_Atomic other_ipc; /* the first event or memory-pool IPC call made */
 
 static struct opened_chunk *chunk_open(const struct ipc_handle *h, const struct shim_identity *me, CUresult *rc)
 {
@@ -247,23 +242,6 @@ static CUresult open_ours(CUdeviceptr *out, const struct ipc_handle *h)
 	return CUDA_SUCCESS;
 }
 
-static void raw_opened(CUdeviceptr p)
-{
-	pthread_mutex_lock(&legacy_lock);
-	nraw++;
-	if (nlisted == raw_cap) {
-		size_t cap = raw_cap ? 2 * raw_cap : 8;
-		CUdeviceptr *more = realloc(raw_opens, cap * sizeof(*more));
-		if (more) {
-			raw_opens = more;
-			raw_cap = cap;
-		}
-	}
-	if (nlisted < raw_cap)
-		raw_opens[nlisted++] = p; /* (unlisted, it stays counted: refused) */
-	pthread_mutex_unlock(&legacy_lock);
-}
-
 SHIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
 	if (!shim_resolve_driver())
@@ -273,7 +251,7 @@ SHIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handl
 		/* A handle the driver made: it works, but nothing can rebuild it. */
 		CUresult rc = real.cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
 		if (rc == CUDA_SUCCESS)
-			raw_opened(*pdptr);
+			unrestorable_add(UNRESTORABLE_LEGACY_IPC, *pdptr);
 		return rc;
 	}
 	if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
@@ -293,15 +271,8 @@ SHIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	if (!o) {
 		pthread_mutex_unlock(&legacy_lock);
 		CUresult rc = real.cuIpcCloseMemHandle(dptr);
-		pthread_mutex_lock(&legacy_lock);
-		for (size_t i = 0; rc == CUDA_SUCCESS && i < nlisted; i++) {
-			if (raw_opens[i] == dptr) {
-				raw_opens[i] = raw_opens[--nlisted];
-				nraw--;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&legacy_lock);
+		if (rc == CUDA_SUCCESS)
+			unrestorable_del(UNRESTORABLE_LEGACY_IPC, dptr);
 		return rc;
 	}
 	CUresult rc = CUDA_SUCCESS;
@@ -329,9 +300,8 @@ bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out)
 
 static CUresult note_other(CUresult rc, const char *call)
 {
-	const char *none = NULL;
 	if (rc == CUDA_SUCCESS)
-		atomic_compare_exchange_strong(&other_ipc, &none, call);
+		unrestorable_ipc_call(call);
 	return rc;
 }
 
@@ -388,29 +358,4 @@ SHIM_API CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool
 	if (!real.cuMemPoolImportPointer)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return note_other(real.cuMemPoolImportPointer(ptr_out, pool, shareData), "cuMemPoolImportPointer");
-}
-
-bool ipc_refusal(char *msg, size_t len)
-{
-	pthread_mutex_lock(&legacy_lock);
-	size_t raw = nraw;
-	pthread_mutex_unlock(&legacy_lock);
-	const char *other = other_ipc;
-	/* In a checkpoint job (driver 610) the native checkpoint carries raw
-	 * legacy IPC itself: the driver, not the shim, decides. */
-	const char *job = getenv("CUDA_CHECKPOINT_JOB_FILE");
-	if (job && *job)
-		raw = 0;
-	if (raw)
-		snprintf(msg, len,
-			 "%zu legacy IPC handle(s) were opened with cuIpcOpenMemHandle from driver handles, not "
-			 "through the shim's adapter (SNAPSHOT_CUDA_VMM_IPC=0, or an exporter without it): they "
-			 "cannot be taken down and rebuilt (a driver of 610 or later checkpoints them inside a "
-			 "checkpoint job: cusnap run --launch-job)",
-			 raw);
-	else if (other)
-		snprintf(msg, len,
-			 "this process used %s: event and memory-pool IPC between processes cannot be checkpointed",
-			 other);
-	return raw || other;
 }

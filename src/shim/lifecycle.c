@@ -6,7 +6,7 @@
  * PREPARE detaches every *shared* allocation from the driver while keeping its
  * records: mappings are unmapped (their reservations stay), importers drop their
  * imports, and a creator either keeps one driver reference (native: the
- * "carrier" the native checkpoint saves) or copies its bytes into memory of this
+ * reference the native checkpoint saves, native_ref) or copies its bytes into memory of this
  * process and releases the allocation (host). RESTORE_* re-attaches at the
  * recorded addresses with the recorded access, and the application's logical
  * handles follow their records to the new driver handles. Each allocation and
@@ -23,9 +23,6 @@
 #include "cusnap/request.h"
 #include "cusnap/usock.h"
 #include "shim.h"
-
-static enum proto_content content = PROTO_CONTENT_HOST;
-size_t shim_mc_objects;
 
 void life_fail(struct life_result *r, const struct shim_alloc *a, const char *fmt, ...)
 {
@@ -103,13 +100,13 @@ static CUresult anchor(struct shim_alloc *a, struct life_result *r)
 
 /* Unmap a creator's mappings; then keep its one reference (native) or, its
  * bytes saved, release it (host). */
-static CUresult take_down_creator(struct shim_alloc *a, struct life_result *r)
+static CUresult take_down_creator(struct shim_alloc *a, enum proto_content mode, struct life_result *r)
 {
 	CUresult rc = life_detach_mappings(a, r);
 	if (rc)
 		return rc;
-	if (content == PROTO_CONTENT_NATIVE) {
-		a->carrier = true; /* the one driver reference the native checkpoint saves */
+	if (mode == PROTO_CONTENT_NATIVE) {
+		a->native_ref = true; /* the one driver reference the native checkpoint saves */
 		return CUDA_SUCCESS;
 	}
 	rc = life_release_ref(a, r);
@@ -119,31 +116,33 @@ static CUresult take_down_creator(struct shim_alloc *a, struct life_result *r)
 	return CUDA_SUCCESS;
 }
 
-/* A creator, or an importer carrying the allocation in its creator's place:
- * prepared and rebuilt as the creator is. */
-static bool carries(const struct shim_alloc *a)
+/* A creator, or an importer holding the allocation in its creator's place
+ * (holder): prepared and rebuilt as the creator is. */
+static bool acts_as_creator(const struct shim_alloc *a)
 {
 	return a->role == SHIM_ROLE_CREATOR || a->holder;
 }
 
 static bool untouched(const struct shim_alloc *a)
 {
-	bool touched = a->detached || a->carrier;
+	bool touched = a->detached || a->native_ref;
 	for (struct shim_mapping *m = a->maps; !touched && m; m = m->sibling)
 		touched = m->detached;
 	return !touched;
 }
 
-/* The allocations (not multicast objects) that carry their memory (or the
+/* The allocations (not multicast objects) that act as their creator (or the
  * other importers), shared only when asked, in device order; NULL (out of
  * memory, said in r). */
-static struct shim_alloc **collect(bool carriers, bool shared_only, size_t *n, struct life_result *r)
+static struct shim_alloc **collect(bool creators, bool shared_only, size_t *n, struct life_result *r)
 {
 	struct shim_alloc **list = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(*list));
 	*n = 0;
-	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && !a->mc && carries(a) == carriers && (a->shared || !shared_only))
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		if (!list)
+			break;
+		if (!a->mc && acts_as_creator(a) == creators && (a->shared || !shared_only))
 			list[(*n)++] = a;
 	}
 	if (list)
@@ -157,7 +156,7 @@ static struct shim_alloc **collect(bool carriers, bool shared_only, size_t *n, s
  * together (host), then taken down. On a failure, what was taken down stays so
  * for the abort; an allocation left untouched gives back the reference taken for it
  * and its copy. */
-static CUresult prepare_creators(struct life_result *r)
+static CUresult prepare_creators(enum proto_content mode, struct life_result *r)
 {
 	size_t n;
 	struct shim_alloc **list = collect(true, true, &n, r);
@@ -166,10 +165,10 @@ static CUresult prepare_creators(struct life_result *r)
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = anchor(list[i], r);
-	if (!rc && content == PROTO_CONTENT_HOST)
+	if (!rc && mode == PROTO_CONTENT_HOST)
 		rc = hostcopy_save(list, n, r);
 	for (size_t i = 0; !rc && i < n; i++) {
-		rc = take_down_creator(list[i], r);
+		rc = take_down_creator(list[i], mode, r);
 		r->count += !rc;
 	}
 	for (size_t i = 0; rc && i < n; i++) {
@@ -226,9 +225,9 @@ static int apply_holds(const struct req_hold *holds, size_t n, struct life_resul
 			return PROTO_E_INTERNAL;
 		}
 	}
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || a->role != SHIM_ROLE_IMPORTER)
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		if (a->mc || a->role != SHIM_ROLE_IMPORTER)
 			continue;
 		const struct req_hold *h = hmap_get(&mine, id_hash(&a->id));
 		bool wanted = h && id_equal(&h->alloc, &a->id);
@@ -237,14 +236,14 @@ static int apply_holds(const struct req_hold *holds, size_t n, struct life_resul
 		a->holder = wanted;
 	}
 	int rc = PROTO_OK;
-	for (size_t i = 0; rc == PROTO_OK && i < mine.cap; i++) {
-		const struct req_hold *h = mine.keys[i] ? mine.vals[i] : NULL;
-		if (h) {
-			char hex[ID_HEX_LEN + 1];
-			id_hex(&h->alloc, hex);
-			life_fail(r, NULL, "named the holder of allocation %s, which it does not hold", hex);
-			rc = PROTO_E_NOT_FOUND;
-		}
+	const struct req_hold *h;
+	hmap_for_each(&mine, h) {
+		/* (what is left: named, but not an import of this process) */
+		char hex[ID_HEX_LEN + 1];
+		id_hex(&h->alloc, hex);
+		life_fail(r, NULL, "named the holder of allocation %s, which it does not hold", hex);
+		rc = PROTO_E_NOT_FOUND;
+		break;
 	}
 	hmap_free(&mine);
 	if (rc == PROTO_OK && me && exports_set_forwards(holds, n, &me->id, me->endpoint) < 0) {
@@ -265,12 +264,11 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 	free(holds);
 	if (st != PROTO_OK)
 		return st;
-	content = mode;
 	if (shim_phase() == PROTO_PHASE_QUIESCED) {
 		/* Only a coordinator that skips PREPARE_MULTICAST gets here. */
-		for (size_t i = 0; i < tbl.allocs.cap; i++) {
-			struct shim_alloc *a = tbl.allocs.vals[i];
-			if (tbl.allocs.keys[i] && a->mc) {
+		struct shim_alloc *a;
+		hmap_for_each(&tbl.allocs, a) {
+			if (a->mc) {
 				life_fail(r, a,
 					  "PREPARE before PREPARE_MULTICAST: multicast objects must be taken down "
 					  "first");
@@ -281,7 +279,7 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 	/* Importers first: a creator's (or holder's) allocation then has no importer left. */
 	CUresult rc = for_each_shared_import(prepare_importer, r);
 	if (!rc)
-		rc = prepare_creators(r);
+		rc = prepare_creators(mode, r);
 	if (rc)
 		return shim_step_failed(r, PROTO_E_DRIVER);
 	return PROTO_OK;
@@ -311,10 +309,10 @@ static CUresult recreate(struct shim_alloc *a, struct life_result *r)
 }
 
 /* A creator's allocation, holding its bytes again, mapped where it was (its
- * access granted): the carrier no more, its export entry current. */
+ * access granted): its native reference dropped, its export entry current. */
 static CUresult creator_attached(struct shim_alloc *a, struct life_result *r)
 {
-	a->carrier = false;
+	a->native_ref = false;
 	hostcopy_forget(a);
 	life_drop_spare_ref(a);
 	/* Its device may have changed (a device map): the entry follows. */
@@ -452,9 +450,9 @@ static int op_restore_importers(struct life_result *r)
 	/* An import a failed prepare left in place may name an allocation its
 	 * creator has since made anew (host content): every import is taken down
 	 * and redeemed again, so that all of them name what the creators hold now. */
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || carries(a) || a->detached)
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		if (a->mc || acts_as_creator(a) || a->detached)
 			continue;
 		CUresult rc = prepare_importer(a, r);
 		if (rc) {
@@ -462,15 +460,14 @@ static int op_restore_importers(struct life_result *r)
 			return PROTO_E_DRIVER;
 		}
 	}
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		n += tbl.allocs.keys[i] && !a->mc && !carries(a) && a->detached;
-	}
+	hmap_for_each(&tbl.allocs, a)
+		n += !a->mc && !acts_as_creator(a) && a->detached;
 	struct redeem *list = calloc(n ? n : 1, sizeof(*list));
 	size_t k = 0;
-	for (size_t i = 0; list && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || a->mc || carries(a) || !a->detached)
+	hmap_for_each(&tbl.allocs, a) {
+		if (!list)
+			break;
+		if (a->mc || acts_as_creator(a) || !a->detached)
 			continue;
 		list[k].key = a->key;
 		list[k].dev = ctx_device_of(a);
@@ -495,7 +492,7 @@ static int op_restore_importers(struct life_result *r)
 	if (!run.rc)
 		run.rc = life_grant(&run.g, r);
 	for (size_t i = 0; !run.rc && i < n; i++) {
-		struct shim_alloc *a = hmap_get(&tbl.allocs, list[i].key);
+		a = hmap_get(&tbl.allocs, list[i].key);
 		if (a)
 			life_drop_spare_ref(a);
 	}
@@ -507,10 +504,8 @@ static int op_restore_importers(struct life_result *r)
 
 static bool all_attached(struct life_result *r)
 {
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i])
-			continue;
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
 		if (a->detached) {
 			life_fail(r, a, "still detached");
 			return false;
@@ -542,10 +537,8 @@ static int apply_device_map(const uint8_t *payload, size_t len, struct life_resu
 	int st = req_device_map_decode(payload, len, map, &pairs, r->msg, sizeof(r->msg));
 	if (st != PROTO_OK || !pairs)
 		return st;
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i])
-			continue;
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
 		if (a->mc)
 			mc_apply_device_map(a, map);
 		else if (a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && a->prop.location.id >= 0 &&
@@ -575,9 +568,9 @@ int serve_QUIESCE(struct op_call *c)
 	 * (without the table lock: it waits for the GPU). */
 	bool used[PROTO_MAX_DEVICES] = {false};
 	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		int dev = tbl.allocs.keys[i] ? ctx_device_of(a) : -1;
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		int dev = ctx_device_of(a);
 		if (dev >= 0 && dev < PROTO_MAX_DEVICES)
 			used[dev] = true;
 	}
@@ -590,27 +583,11 @@ int serve_QUIESCE(struct op_call *c)
 		return PROTO_E_DRIVER;
 	}
 	int rc = PROTO_OK;
-	char why[300];
-	bool ipc_refused = ipc_refusal(why, sizeof(why)); /* (its lock comes before the table's) */
+	char why[600];
 	pthread_mutex_lock(&tbl.lock);
-	if (shim_mc_objects > 0) {
-		/* Never let the native checkpoint hang on a multicast object it cannot take down. */
-		life_fail(&c->r, NULL,
-			  "%zu multicast handle(s) were imported from raw file descriptors, not through "
-			  "the shim's capabilities: they cannot be taken down and rebuilt",
-			  shim_mc_objects);
-		rc = PROTO_E_NOT_FOUND;
-	} else if (tbl.foreign.len > 0) {
-		/* A native restore would bring these back as private copies. */
-		life_fail(&c->r, NULL,
-			  "%zu allocation(s) imported from raw file descriptors (cuMemImportFromShareableHandle of "
-			  "an FD the shim did not broker, e.g. from a process without the interposer): they would "
-			  "come back as private copies; release them first",
-			  tbl.foreign.len);
-		rc = PROTO_E_NOT_FOUND;
-	} else if (ipc_refused) {
+	if (unrestorable_refusal(why, sizeof(why))) {
 		life_fail(&c->r, NULL, "%s", why);
-		rc = PROTO_E_NOT_FOUND;
+		rc = PROTO_E_UNRESTORABLE;
 	} else {
 		shim_step_set_phase(PROTO_PHASE_QUIESCED); /* with the table locked: no mutation slips in */
 	}

@@ -104,9 +104,11 @@ static int selection(const uint8_t *payload, size_t len, uint64_t **keys, size_t
 		return st;
 	pthread_mutex_lock(&tbl.lock);
 	*keys = malloc((tbl.allocs.len ? tbl.allocs.len : 1) * sizeof(**keys));
-	for (size_t i = 0; *keys && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (tbl.allocs.keys[i] && a->mc && selected(ids, nids, a))
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		if (!*keys)
+			break;
+		if (a->mc && selected(ids, nids, a))
 			(*keys)[(*n)++] = a->key;
 	}
 	pthread_mutex_unlock(&tbl.lock);
@@ -122,9 +124,11 @@ int mc_prepare(struct life_result *r)
 {
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; !rc && i < tbl.allocs.cap; i++) {
-		struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i] || !a->mc)
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		if (rc)
+			break;
+		if (!a->mc)
 			continue;
 		rc = teardown(a, r);
 		r->count += !rc;

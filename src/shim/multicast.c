@@ -41,12 +41,12 @@ static struct shim_alloc *mc_of(CUmemGenericAllocationHandle handle)
 	return h && h->alloc->mc ? h->alloc : NULL;
 }
 
-/* A raw multicast handle the driver accepted: remembered so that QUIESCE refuses. */
+/* A raw multicast handle the driver accepted: noted (once) so that QUIESCE refuses. */
 static void note_untracked(CUmemGenericAllocationHandle handle)
 {
 	pthread_mutex_lock(&tbl.lock);
-	if (!hmap_get(&tbl.multicast, handle) && hmap_put(&tbl.multicast, handle, (void *)1) == 0)
-		shim_mc_objects++;
+	if (!unrestorable_has(UNRESTORABLE_MULTICAST, handle))
+		unrestorable_add(UNRESTORABLE_MULTICAST, handle);
 	pthread_mutex_unlock(&tbl.lock);
 }
 

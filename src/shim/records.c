@@ -146,10 +146,8 @@ int serve_INSPECT(struct op_call *c)
 	struct proto_buf *out = c->out;
 	put_identity(out, REC_PARTICIPANT);
 	pthread_mutex_lock(&tbl.lock);
-	for (size_t i = 0; i < tbl.allocs.cap; i++) {
-		const struct shim_alloc *a = tbl.allocs.vals[i];
-		if (!tbl.allocs.keys[i])
-			continue;
+	const struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
 		if (a->mc)
 			put_multicast(out, a);
 		else

@@ -14,6 +14,7 @@
 #include "cusnap/counters.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
+#include "cusnap/request.h"
 #include "shim.h"
 
 int shim_connect(const char *endpoint)
@@ -26,17 +27,13 @@ int shim_connect(const char *endpoint)
  * its multicast importers and its peers). */
 static void put_export(struct proto_buf *req, const struct shim_cap *cap, bool who, unsigned hops)
 {
-	size_t at = pbuf_begin(req, REC_EXPORT);
-	pbuf_put_id(req, F_ALLOC_ID, &cap->alloc_id);
-	pbuf_put_id(req, F_TOKEN, &cap->token);
 	const struct shim_identity *me = shim_self();
+	struct req_export q = {.alloc = cap->alloc_id, .token = cap->token, .hops = hops};
 	if (who && me) {
-		pbuf_put_id(req, F_ID, &me->id);
-		pbuf_put_str(req, F_ENDPOINT, me->endpoint);
+		q.who = me->id;
+		q.endpoint = me->endpoint;
 	}
-	if (hops)
-		pbuf_put_u32(req, F_HOPS, hops);
-	pbuf_end(req, at);
+	req_export_encode(req, &q);
 }
 
 static int send_request(int sock, int op, struct proto_buf *req)
@@ -79,25 +76,16 @@ static void reply_error(const uint8_t *payload, size_t len, int rc, const char *
 	snprintf(err, errlen, "EXPORT from %s: %s%s%s", endpoint, proto_status_name(rc), msg[0] ? ": " : "", msg);
 }
 
-/* What one reply REC_EXPORT says: its allocation, size and multicast devices. */
-static int read_reply(const struct proto_rec *rec, struct cusnap_id *id, struct shim_export_info *info)
+/* The next REC_EXPORT of a reply: the allocation it names must be want. */
+static int read_reply(struct proto_iter *it, const struct cusnap_id *want, struct shim_export_info *info)
 {
-	uint64_t bytes = 0;
-	uint32_t mc_devices = 0;
-	struct proto_iter it;
-	struct proto_rec f;
-	piter_init(&it, rec->value, rec->len);
-	while (piter_next(&it, &f)) {
-		if (f.type == F_ALLOC_ID && prec_id(&f, id) != 0)
-			return PROTO_E_MALFORMED;
-		if (f.type == F_SIZE)
-			prec_u64(&f, &bytes);
-		else if (f.type == F_MC_DEVICES)
-			prec_u32(&f, &mc_devices);
-	}
-	info->size = (size_t)bytes;
-	info->mc_devices = mc_devices;
-	return it.error ? it.error : bytes ? PROTO_OK : PROTO_E_MALFORMED;
+	struct rep_export r;
+	int rc = rep_export_next(it, &r);
+	if (rc == PROTO_OK && !id_equal(&r.alloc, want))
+		rc = PROTO_E_MALFORMED;
+	info->size = (size_t)r.size;
+	info->mc_devices = r.mc_devices;
+	return rc;
 }
 
 int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
@@ -112,10 +100,8 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 		rc = PROTO_E_FD;
 	if (rc == PROTO_OK) {
 		struct proto_iter it;
-		struct proto_rec rec;
-		struct cusnap_id id = cap->alloc_id;
 		piter_init(&it, payload, h.payload_len);
-		rc = piter_next_of(&it, REC_EXPORT, &rec) ? read_reply(&rec, &id, info) : PROTO_E_MALFORMED;
+		rc = read_reply(&it, &cap->alloc_id, info);
 	}
 	if (rc != PROTO_OK) {
 		reply_error(payload, h.payload_len, rc, cap->endpoint, err, errlen);
@@ -203,15 +189,10 @@ static int recv_many(int sock, struct redeem *it, size_t n)
 	if (rc == PROTO_OK && nfds != n)
 		rc = PROTO_E_FD;
 	struct proto_iter recs;
-	struct proto_rec rec;
 	piter_init(&recs, payload, rc == PROTO_OK ? h.payload_len : 0);
-	for (size_t i = 0; rc == PROTO_OK && i < n; i++) {
-		/* The replies come in the request's order, each naming its allocation. */
-		struct cusnap_id id = {{0}};
-		rc = piter_next_of(&recs, REC_EXPORT, &rec) ? read_reply(&rec, &id, &it[i].info) : PROTO_E_MALFORMED;
-		if (rc == PROTO_OK && !id_equal(&id, &it[i].cap.alloc_id))
-			rc = PROTO_E_MALFORMED;
-	}
+	/* The replies come in the request's order, each naming its allocation. */
+	for (size_t i = 0; rc == PROTO_OK && i < n; i++)
+		rc = read_reply(&recs, &it[i].cap.alloc_id, &it[i].info);
 	if (rc == PROTO_OK) {
 		for (size_t i = 0; i < n; i++)
 			it[i].fd = fds[i];

@@ -142,10 +142,10 @@ struct shim_alloc {
 	size_t mc_binds;                     /* multicast binds of this memory (the shim keeps a reference meanwhile) */
 	struct shim_mc *mc;                  /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
-	bool holder;   /* an importer that carries the allocation for the group: its creator let go (§6.2) */
-	bool detached; /* prepare released the driver's allocation */
-	bool carrier;  /* native mode: the shim took a reference to keep it */
-	void *saved;   /* host mode: the bytes while detached */
+	bool holder;     /* an importer that holds the allocation for the group: its creator let go (§6.2) */
+	bool detached;   /* prepare released the driver's allocation */
+	bool native_ref; /* native mode: the shim kept one driver reference for the native checkpoint */
+	void *saved;     /* host mode: the bytes while detached */
 };
 
 /* One bind this process made into a multicast object. */
@@ -192,9 +192,6 @@ struct shim_tables {
 	struct hmap handles; /* logical value -> struct shim_handle */
 	struct hmap allocs;  /* key -> struct shim_alloc */
 	struct itree mappings;
-	struct hmap multicast; /* raw multicast handles the shim does not track (imported from raw FDs) */
-	struct hmap foreign;   /* memory imported from raw FDs (not through a capability): its exporter fd's
-				* origin pid (or -1) as the value; QUIESCE refuses while any is held */
 	uint64_t next_value;
 	uint64_t next_key;
 };
@@ -279,8 +276,23 @@ void shim_error_reply(struct proto_buf *out, const char *fmt, ...) __attribute__
 #define OP(name, value, kind, admitted, done, next) int serve_##name(struct op_call *c);
 #include "cusnap/ops.def"
 #undef OP
-/* Untracked multicast handles seen in use (a native checkpoint would hang on them). */
-extern size_t shim_mc_objects;
+/* ---- unrestorable.c: what QUIESCE refuses while it is held ---- */
+enum unrestorable {
+	UNRESTORABLE_MULTICAST,  /* a multicast handle from a raw FD (a native checkpoint would hang on it) */
+	UNRESTORABLE_FOREIGN,    /* memory imported from a raw FD (it would come back a private copy) */
+	UNRESTORABLE_LEGACY_IPC, /* a legacy IPC handle opened from the driver's handle */
+	UNRESTORABLE_KINDS
+};
+/* The object key (its handle or address) of kind is held: once more. */
+void unrestorable_add(enum unrestorable kind, uint64_t key);
+/* It is released once: was it noted? */
+bool unrestorable_del(enum unrestorable kind, uint64_t key);
+bool unrestorable_has(enum unrestorable kind, uint64_t key);
+/* Event or memory-pool IPC was used (call): never checkpointable. */
+void unrestorable_ipc_call(const char *call);
+/* Why QUIESCE must refuse (the first kind held, in why), or false. */
+bool unrestorable_refusal(char *why, size_t len);
+void unrestorable_lock_for_fork(bool take);
 
 /* ---- lifecycle internals shared by lifecycle.c and mc_lifecycle.c ---- */
 /* Record the failure: participant, object (a may be NULL) and what failed. */
@@ -378,8 +390,6 @@ bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out);
 CUresult legacy_map_new(CUmemGenericAllocationHandle h, size_t size, int dev, const CUmemAccessDesc *d, size_t n,
 			CUdeviceptr *va);
 CUresult legacy_unmap(CUdeviceptr va, size_t size);
-/* Why QUIESCE must refuse this process's IPC (message in msg), or false. */
-bool ipc_refusal(char *msg, size_t len);
 void legacy_lock_for_fork(bool lock);
 
 /* ---- capabilities (capability.c) ---- */

@@ -153,10 +153,11 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		CUresult rc = tbl_refuse_tagged("cuMemRelease", handle);
 		if (!rc)
 			rc = real.cuMemRelease(handle);
-		if (rc == CUDA_SUCCESS && hmap_del(&tbl.multicast, handle))
-			shim_mc_objects--;
-		if (rc == CUDA_SUCCESS)
-			hmap_del(&tbl.foreign, handle);
+		if (rc == CUDA_SUCCESS) {
+			/* (a raw import can be both: memory, then used as a multicast object) */
+			unrestorable_del(UNRESTORABLE_MULTICAST, handle);
+			unrestorable_del(UNRESTORABLE_FOREIGN, handle);
+		}
 		pthread_mutex_unlock(&tbl.lock);
 		return rc;
 	}
@@ -532,11 +533,8 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	 * driver's import, untracked, and remembered so that QUIESCE refuses while
 	 * it is held (a native restore would bring it back as a private copy). */
 	CUresult rc = real.cuMemImportFromShareableHandle(handle, os_handle, type);
-	if (rc == CUDA_SUCCESS && handle) {
-		pthread_mutex_lock(&tbl.lock);
-		hmap_put(&tbl.foreign, *handle, (void *)1);
-		pthread_mutex_unlock(&tbl.lock);
-	}
+	if (rc == CUDA_SUCCESS && handle)
+		unrestorable_add(UNRESTORABLE_FOREIGN, *handle);
 	return rc;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "cusnap/proto.h"
+#include "cusnap/request.h"
 #include "cusnap/usock.h"
 #include "shim_util.h"
 
@@ -210,12 +211,8 @@ static int export_many_request(const struct cusnap_id *id, const struct cusnap_i
 			       size_t max, size_t *nfds)
 {
 	struct proto_buf b = {0};
-	for (size_t i = 0; i < n; i++) {
-		size_t at = pbuf_begin(&b, REC_EXPORT);
-		pbuf_put_id(&b, F_ALLOC_ID, &id[i]);
-		pbuf_put_id(&b, F_TOKEN, &token[i]);
-		pbuf_end(&b, at);
-	}
+	for (size_t i = 0; i < n; i++)
+		req_export_encode(&b, &(struct req_export){.alloc = id[i], .token = token[i]});
 	int s = connect_self();
 	struct proto_header h = {.magic = PROTO_MAGIC,
 				 .major = PROTO_MAJOR,
@@ -308,11 +305,7 @@ static void bad_input(void)
 	/* EXPORT: malformed, unknown allocation, wrong token. */
 	CHECK_EQ(request(PROTO_OP_EXPORT, PROTO_MAJOR, 6, "\x06\x00\x00\x00\x00\x00", 6), PROTO_E_MALFORMED);
 	struct proto_buf b = {0};
-	struct cusnap_id id = {{1}}, token = {{2}};
-	size_t at = pbuf_begin(&b, REC_EXPORT);
-	pbuf_put_id(&b, F_ALLOC_ID, &id);
-	pbuf_put_id(&b, F_TOKEN, &token);
-	pbuf_end(&b, at);
+	req_export_encode(&b, &(struct req_export){.alloc = {{1}}, .token = {{2}}});
 	CHECK_EQ(request(PROTO_OP_EXPORT, PROTO_MAJOR, (uint32_t)b.len, b.data, b.len), PROTO_E_NOT_FOUND);
 	struct topo_participant t;
 	if (shim_inspect(0, &t) == 0) {

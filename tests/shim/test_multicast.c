@@ -157,6 +157,7 @@ static void raw_fd_multicast_refused(void)
 	struct coord_report r;
 	CHECK_EQ(prepare(&r), -1);
 	CHECK(strstr(r.error, "imported from raw file descriptors") != NULL);
+	CHECK_EQ(r.status, PROTO_E_UNRESTORABLE);
 	CHECK(strstr(r.error, "every participant was rebuilt") == NULL || r.aborted);
 	/* Nothing changed: still ACTIVE; once released, prepare goes ahead. */
 	struct topo_participant t;

@@ -244,6 +244,75 @@ static void mc_rebuild_request(void)
 	pbuf_free(&b);
 }
 
+/* EXPORT and EXPORT_MANY: the request's and the reply's golden bytes, round
+ * trips, several records in one payload, refusals. */
+static void export_request(void)
+{
+	static const uint8_t golden[] = {
+		0x06, 0x00, 0x54, 0x00, 0x00, 0x00, /* REC_EXPORT, 84 bytes */
+		0x0a, 0x00, 0x10, 0x00, 0x00, 0x00, /* F_ALLOC_ID */
+		0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x00, 0x00, 0x00, 0x00, 0x1a, 0x00, 0x10, 0x00, 0x00, 0x00, /* F_TOKEN */
+		0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x10, 0x00, 0x00, 0x00, /* F_ID: the redeemer */
+		0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x02, 0x00, 0x00, 0x00, '/',  'e', /* F_ENDPOINT */
+		0x2f, 0x00, 0x04, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,            /* F_HOPS */
+	};
+	struct req_export q = {.alloc = {{1}}, .token = {{2}}, .who = {{3}}, .endpoint = "/e", .hops = 1}, back;
+	struct proto_buf b = {0};
+	req_export_encode(&b, &q);
+	CHECK(same_bytes(&b, golden, sizeof(golden)));
+	/* A second record, without the redeemer: EXPORT_MANY names it once. */
+	req_export_encode(&b, &(struct req_export){.alloc = {{4}}, .token = {{5}}});
+	char ep[64], err[256] = "";
+	struct proto_iter it;
+	piter_init(&it, b.data, b.len);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), 1);
+	CHECK(id_equal(&back.alloc, &q.alloc) && id_equal(&back.token, &q.token) && id_equal(&back.who, &q.who));
+	CHECK(back.endpoint && !strcmp(back.endpoint, "/e"));
+	CHECK_EQ(back.hops, 1);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), 1);
+	CHECK(back.alloc.b[0] == 4 && back.token.b[0] == 5 && id_is_zero(&back.who) && !back.endpoint && !back.hops);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), 0);
+	pbuf_free(&b);
+	/* Refusals: no token; a relative endpoint is no endpoint; truncated. */
+	size_t at = pbuf_begin(&b, REC_EXPORT);
+	pbuf_put_id(&b, F_ALLOC_ID, &q.alloc);
+	pbuf_end(&b, at);
+	piter_init(&it, b.data, b.len);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), PROTO_E_MALFORMED);
+	CHECK(strstr(err, "token") != NULL);
+	pbuf_free(&b);
+	req_export_encode(&b, &(struct req_export){.alloc = {{1}}, .token = {{2}}, .endpoint = "e"});
+	piter_init(&it, b.data, b.len);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), 1);
+	CHECK(back.endpoint == NULL);
+	pbuf_free(&b);
+	piter_init(&it, golden, sizeof(golden) - 1);
+	CHECK_EQ(req_export_next(&it, &back, ep, sizeof(ep), err, sizeof(err)), PROTO_E_TRUNCATED);
+	/* The reply: golden bytes and round trip; no size is malformed. */
+	static const uint8_t reply[] = {
+		0x06, 0x00, 0x2e, 0x00, 0x00, 0x00, /* REC_EXPORT, 46 bytes */
+		0x0a, 0x00, 0x10, 0x00, 0x00, 0x00, /* F_ALLOC_ID */
+		0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x0e, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, /* F_SIZE: 2 MiB */
+		0x25, 0x00, 0x04, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,                         /* F_MC_DEVICES */
+	};
+	struct rep_export r = {.alloc = {{1}}, .size = 2u << 20, .mc_devices = 2}, rback;
+	rep_export_encode(&b, &r);
+	CHECK(same_bytes(&b, reply, sizeof(reply)));
+	piter_init(&it, b.data, b.len);
+	CHECK_EQ(rep_export_next(&it, &rback), PROTO_OK);
+	CHECK(id_equal(&rback.alloc, &r.alloc) && rback.size == r.size && rback.mc_devices == 2);
+	CHECK_EQ(rep_export_next(&it, &rback), PROTO_E_MALFORMED); /* none left */
+	pbuf_free(&b);
+	rep_export_encode(&b, &(struct rep_export){.alloc = {{1}}});
+	piter_init(&it, b.data, b.len);
+	CHECK_EQ(rep_export_next(&it, &rback), PROTO_E_MALFORMED);
+	pbuf_free(&b);
+}
+
 /* Records of other types are not a request's: a reply's REC_ERROR or a field
  * from a future minor version change nothing. */
 static void other_records_skipped(void)
@@ -270,6 +339,7 @@ int main(void)
 	test_run("PREPARE: golden bytes, round trip, 1.3 form, refusals", prepare_request);
 	test_run("RESTORE_CREATORS' device map: golden bytes, round trip, 1.3 form, refusals", device_map_request);
 	test_run("the multicast rebuild ids: golden bytes, round trip, 1.3 form, refusals", mc_rebuild_request);
+	test_run("EXPORT and EXPORT_MANY: golden bytes, round trips, refusals", export_request);
 	test_run("records of other types are not read as a request", other_records_skipped);
 	return test_done();
 }
