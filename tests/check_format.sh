@@ -19,4 +19,17 @@ for f in $files; do
 	fi
 done
 [ $bad = 0 ] && echo "ok   $(echo "$files" | wc -w) files formatted as .clang-format says"
+# No function in src/ or emu/ over 150 lines (from the "{" that opens it at
+# the start of a line to the "}" that closes it), so that each reads as one step.
+long=$(for f in $files; do
+	case $f in src/*.c | emu/*.c) ;; *) continue ;; esac
+	awk -v f="$f" '/^\{/ { s = NR; name = prev } /^\}/ { if (s && NR - s > 150) printf "%s:%d: %d lines: %s\n", f, s, NR - s, name; s = 0 } { prev = $0 }' "$f"
+done)
+if [ -n "$long" ]; then
+	echo "FAIL: functions over 150 lines (split them):"
+	echo "$long" | sed 's/^/    /'
+	bad=$((bad + 1))
+else
+	echo "ok   no function in src/ or emu/ over 150 lines"
+fi
 [ $bad = 0 ]
