@@ -200,8 +200,8 @@ $(BUILD)/tests/unit/test_devmap: $(BUILD)/obj/tests/unit/test_devmap.o $(BUILD)/
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
-# The CRIU plugin's configuration file, parsed alone.
-$(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(HARNESS) $(COMMON_LIB)
+# The CRIU plugin's configuration file and its image, alone.
+$(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(BUILD)/obj/src/criu/plugin_image.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 

@@ -47,7 +47,6 @@
 #include "cusnap/json.h"
 #include "plugin.h"
 
-#define PLUGIN_IMAGE "cusnap-plugin.json"
 #define API __attribute__((visibility("default")))
 
 /* Who works on the tree CRIU was given. */
@@ -272,20 +271,17 @@ static int pause_devices(int pid)
 /* The plugin's image: what the restore needs besides the state file. */
 static int write_image(void)
 {
-	char here[PATH_MAX];
-	control_host_path(P.root, P.control, here, sizeof(here));
-	json_t *j = json_pack("{s:i, s:s, s:b, s:o, s:o, s:I, s:o}", "cusnap_plugin", 1, "content",
-			      proto_content_name((uint32_t)P.content), "vmm", P.t.nshim > 0, "control_dir",
-			      json_text(P.control), "control_dir_here", json_text(here), "cuda_processes",
-			      (json_int_t)P.t.ncuda, "gpus", devmap_gpus_json(&P.t.nat));
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	const char *step = "encode";
-	int rc = text ? atomic_write(P.dir, PLUGIN_IMAGE, text, strlen(text), 0600, &step) : -ENOMEM;
-	free(text);
+	struct plugin_image im = {.content = P.content,
+				  .vmm = P.t.nshim > 0,
+				  .cuda_processes = P.t.ncuda,
+				  .gpus = devmap_gpus_json(&P.t.nat)};
+	char why[PATH_MAX + 200];
+	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.control);
+	control_host_path(P.root, P.control, im.control_dir_here, sizeof(im.control_dir_here));
+	int rc = plugin_image_write(P.dir, &im, why, sizeof(why));
+	plugin_image_free(&im);
 	if (rc < 0)
-		fprintf(stderr, "cusnap-plugin: writing %s/%s: %s failed: %s\n", P.dir, PLUGIN_IMAGE, step,
-			strerror(-rc));
+		fprintf(stderr, "cusnap-plugin: %s\n", why);
 	return rc;
 }
 
@@ -417,30 +413,24 @@ static int restore_map(const json_t *gpus)
 }
 
 /* The plugin's image in the images directory: 1 (control directories into
- * P.control and here), 0 when there is none (not dumped with this plugin), -1
- * when it cannot be read (said). */
+ * P.control and here, the device map checked), 0 when there is none (not
+ * dumped with this plugin), -1 when it cannot be read or the map does not fit
+ * (said). */
 static int read_image(char *here, size_t len)
 {
-	char image[PATH_MAX + 32];
+	struct plugin_image im;
+	char why[PATH_MAX + 200];
 	if (images_dir(P.dir, sizeof(P.dir)) < 0)
 		return 0;
-	snprintf(image, sizeof(image), "%s/" PLUGIN_IMAGE, P.dir);
-	if (access(image, F_OK) < 0)
-		return 0;
-	json_error_t je;
-	json_t *j = json_load_file(image, 0, &je);
-	const char *control = json_string_value(json_object_get(j, "control_dir"));
-	const char *dir_here = json_string_value(json_object_get(j, "control_dir_here"));
-	if (!j || !control || control[0] != '/') {
-		fprintf(stderr, "cusnap-plugin: %s: %s: restore refused, nothing made\n", image,
-			j ? "no control_dir" : je.text);
-		json_decref(j);
-		return -1;
-	}
-	snprintf(P.control, sizeof(P.control), "%s", control);
-	snprintf(here, len, "%s", dir_here && dir_here[0] == '/' ? dir_here : "");
-	int rc = restore_map(json_object_get(j, "gpus")) < 0 ? -1 : 1;
-	json_decref(j);
+	int got = plugin_image_read(P.dir, &im, why, sizeof(why));
+	if (got < 0)
+		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+	if (got <= 0)
+		return got;
+	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
+	snprintf(here, len, "%s", im.control_dir_here);
+	int rc = restore_map(im.gpus) < 0 ? -1 : 1;
+	plugin_image_free(&im);
 	return rc;
 }
 

@@ -4,7 +4,8 @@
  *     environment;
  *   plugin_log.c: what it says, into CRIU's own log as well as stderr;
  *   plugin_peer.c: CRIU's own CUDA plugin in the same plugin directory;
- *   plugin_helper.c: work CRIU must not return before, in a helper process. */
+ *   plugin_helper.c: work CRIU must not return before, in a helper process;
+ *   plugin_image.c: its image, what a restore needs besides the state file. */
 #ifndef CUSNAP_CRIU_PLUGIN_H
 #define CUSNAP_CRIU_PLUGIN_H
 
@@ -39,6 +40,27 @@ struct plugin_conf {
 int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size_t len);
 /* The same, from one file's text (name: for messages). */
 int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text, char *why, size_t len);
+
+/* ---- plugin_image.c ---- */
+
+#define PLUGIN_IMAGE "cusnap-plugin.json"
+
+typedef struct json_t json_t;
+struct plugin_image {
+	enum proto_content content;
+	bool vmm;                        /* the tree ran under the interposer: the sharing is rebuilt */
+	char control_dir[4096];          /* the workload's, as it sees it */
+	char control_dir_here[PATH_MAX]; /* the same seen from CRIU ("" when it could not be told) */
+	size_t cuda_processes;
+	json_t *gpus; /* the GPUs of the dump (devmap_gpus_json's form) */
+};
+/* dir/cusnap-plugin.json, atomically: 0, or -1 with why. */
+int plugin_image_write(const char *dir, const struct plugin_image *im, char *why, size_t len);
+/* dir/cusnap-plugin.json into im: 1, 0 when there is none (not dumped with
+ * this plugin), -1 with why (unreadable, another form, a field missing).
+ * plugin_image_free releases it. */
+int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_t len);
+void plugin_image_free(struct plugin_image *im);
 
 /* ---- plugin_log.c ---- */
 

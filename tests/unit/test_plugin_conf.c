@@ -12,6 +12,7 @@
 
 #include "../../src/criu/plugin.h"
 #include "../harness/test.h"
+#include "cusnap/json.h"
 #include "cusnap/request.h"
 
 #define CHECK_CONTAINS(text, needle)                                                            \
@@ -101,9 +102,56 @@ static void files(void)
 	rmdir(dir);
 }
 
+/* The plugin's image: written and read back whole; none there; refused when
+ * it is not this plugin's form or lacks what a restore needs. */
+static void image(void)
+{
+	char dir[] = "/tmp/cusnap-image-XXXXXX", why[1024] = "", path[64];
+	CHECK(mkdtemp(dir) != NULL);
+	struct plugin_image im = {.content = PROTO_CONTENT_NATIVE,
+				  .vmm = true,
+				  .control_dir = "/snapshot-control",
+				  .control_dir_here = "/run/ctl",
+				  .cuda_processes = 3,
+				  .gpus = json_pack("[s]", "GPU-00000000-0000-0000-0000-000000000001")},
+			    back;
+	CHECK_EQ(plugin_image_read(dir, &back, why, sizeof(why)), 0);
+	CHECK_EQ(plugin_image_write(dir, &im, why, sizeof(why)), 0);
+	CHECK_EQ(plugin_image_read(dir, &back, why, sizeof(why)), 1);
+	CHECK_EQ(back.content, PROTO_CONTENT_NATIVE);
+	CHECK(back.vmm);
+	CHECK_STR(back.control_dir, "/snapshot-control");
+	CHECK_STR(back.control_dir_here, "/run/ctl");
+	CHECK_EQ(back.cuda_processes, 3);
+	CHECK(json_equal(back.gpus, im.gpus));
+	plugin_image_free(&back);
+	plugin_image_free(&im);
+	snprintf(path, sizeof(path), "%s/" PLUGIN_IMAGE, dir);
+	static const char *const bad[][2] = {
+		{"{\"cusnap_plugin\": 2, \"content\": \"host\", \"control_dir\": \"/c\", \"gpus\": []}", "form"},
+		{"{\"cusnap_plugin\": 1, \"content\": \"host\", \"gpus\": []}", "control_dir"},
+		{"{\"cusnap_plugin\": 1, \"content\": \"warm\", \"control_dir\": \"/c\", \"gpus\": []}", "content"},
+		{"{\"cusnap_plugin\": 1, \"content\": \"host\", \"control_dir\": \"/c\"}", "GPU"},
+		{"{\"cusnap_plugin\": 1,", PLUGIN_IMAGE},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		FILE *f = fopen(path, "w");
+		CHECK(f != NULL);
+		if (f) {
+			fputs(bad[i][0], f);
+			fclose(f);
+		}
+		CHECK_EQ(plugin_image_read(dir, &back, why, sizeof(why)), -1);
+		CHECK_CONTAINS(why, bad[i][1]);
+	}
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_run("plugin configuration: each setting, comments, lines refused by number", lines);
 	test_run("plugin configuration file: trusted files only, the environment over it", files);
+	test_run("the plugin's image: written and read back, other forms refused", image);
 	return test_done();
 }
