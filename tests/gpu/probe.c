@@ -135,40 +135,50 @@ static int info(void)
 	return 0;
 }
 
+/* Every driver entry the shim wraps (its own list): the symbol, the name
+ * cuGetProcAddress knows it by, and the CUDA version it is handed out from. */
+static const struct {
+	const char *sym, *name;
+	int since;
+} wrapped[] = {
+#undef DRV /* (the loader's list above) */
+#define DRV(sym, name, since) {#sym, #name, since},
+#define DRV_PTDS(sym, name, since)
+#define RT(sym)
+#include "../../src/shim/wrapped.def"
+#undef DRV
+#undef DRV_PTDS
+#undef RT
+};
+
+/* Is entry i what cuGetProcAddress hands out for its name at version v (the
+ * latest of that name's entries up to v)? */
+static bool current_at(size_t i, int v)
+{
+	if (wrapped[i].since > v)
+		return false;
+	for (size_t j = 0; j < sizeof(wrapped) / sizeof(wrapped[0]); j++)
+		if (j != i && !strcmp(wrapped[j].name, wrapped[i].name) && wrapped[j].since > wrapped[i].since &&
+		    wrapped[j].since <= v)
+			return false;
+	return true;
+}
+
 static int resolvers(void)
 {
-	static const char *const names[] = {"cuInit",
-					    "cuMemCreate",
-					    "cuMemRelease",
-					    "cuMemRetainAllocationHandle",
-					    "cuMemMap",
-					    "cuMemUnmap",
-					    "cuMemSetAccess",
-					    "cuMemExportToShareableHandle",
-					    "cuMemImportFromShareableHandle",
-					    "cuMemGetAllocationPropertiesFromHandle",
-					    "cuMemAddressFree",
-					    "cuMemMapArrayAsync",
-					    "cuMulticastCreate",
-					    "cuMulticastAddDevice",
-					    "cuMulticastBindMem",
-					    "cuMulticastBindAddr",
-					    "cuMulticastUnbind",
-					    "cuGetProcAddress"};
 	int differ = 0;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+	for (size_t i = 0; i < sizeof(wrapped) / sizeof(wrapped[0]); i++) {
+		if (!current_at(i, 13000))
+			continue;
 		for (int f = 0; f < 2; f++) {
 			void *p = NULL;
 			CUdriverProcAddressQueryResult st;
 			cuuint64_t flags = f ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
-			CUresult rc = d.cuGetProcAddress_v2(names[i], &p, 13000, flags, &st);
-			char sym[96];
-			snprintf(sym, sizeof(sym), "%s%s", names[i],
-				 !strcmp(names[i], "cuGetProcAddress") ? "_v2" : "");
-			void *q = dlsym(lib, sym);
+			CUresult rc = d.cuGetProcAddress_v2(wrapped[i].name, &p, 13000, flags, &st);
+			void *q = dlsym(lib, wrapped[i].sym);
 			const char *verdict = rc ? name_of(rc) : p == q ? "same" : "differs";
 			differ += !rc && p != q;
-			printf("resolver %s%s %s\n", names[i], f ? "/ptds" : "", verdict);
+			printf("resolver %s%s %s\n", wrapped[i].name, f ? "/ptds" : "", verdict);
 		}
 	}
 	printf("resolver_pointers_differ %d\n", differ);

@@ -162,38 +162,13 @@ static void refusals(void)
 	REFUSED(&f, 2, "which no longer holds it (partial group)");
 }
 
-/* A participant's records through the wire encoding and back. */
+/* A participant's records through the wire encoding (topo.c's own encoders)
+ * and back. */
 static void encode(struct proto_buf *b, const struct fixture *f, int i)
 {
-	size_t at = pbuf_begin(b, REC_PARTICIPANT);
-	pbuf_put_id(b, F_ID, &f->p[i].id);
-	pbuf_put_u32(b, F_NSPID, f->p[i].nspid);
-	pbuf_end(b, at);
-	const struct topo_mc *m = &f->mcs[i];
-	at = pbuf_begin(b, REC_MULTICAST);
-	pbuf_put_u64(b, F_KEY, m->key);
-	pbuf_put_id(b, F_ALLOC_ID, &m->id);
-	pbuf_put_id(b, F_CREATOR, &m->creator);
-	pbuf_put_u32(b, F_ROLE, m->role);
-	pbuf_put_u64(b, F_SIZE, m->size);
-	pbuf_put_u64(b, F_MC_USED, m->used);
-	pbuf_put_u32(b, F_MC_DEVICES, m->num_devices);
-	pbuf_put_u64(b, F_GRANULARITY, m->granularity);
-	pbuf_put_u32(b, F_HANDLES, m->handles);
-	for (size_t d = 0; d < m->nadded; d++)
-		pbuf_put_u32(b, F_MC_ADDED, (uint32_t)m->added[d]);
-	for (size_t d = 0; d < m->nimporters; d++)
-		pbuf_put_id(b, F_MC_IMPORTER, &m->importers[d]);
-	pbuf_end(b, at);
-	const struct topo_mc_bind *x = &f->binds[i];
-	at = pbuf_begin(b, REC_MC_BIND);
-	pbuf_put_u64(b, F_KEY, x->key);
-	pbuf_put_id(b, F_ALLOC_ID, &x->mc_id);
-	pbuf_put_u32(b, F_DEVICE, (uint32_t)x->device);
-	pbuf_put_u64(b, F_MC_OFFSET, x->mc_offset);
-	pbuf_put_u64(b, F_SIZE, x->size);
-	pbuf_put_id(b, F_MEMBER, &x->member);
-	pbuf_end(b, at);
+	topo_encode_identity(b, REC_PARTICIPANT, &f->p[i]);
+	topo_encode_mc(b, &f->mcs[i]);
+	topo_encode_bind(b, &f->binds[i]);
 }
 
 static void decode_and_compare(void)
