@@ -161,9 +161,10 @@ $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# libcurl (Debian's) for etcd's JSON gateway: the groups of several nodes.
 $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl -lcurl
 
 # CRIU loads it: every symbol resolved at link time (-z defs) but CRIU's own
 # (criu_get_image_dir, print_on_level), which the plugin declares weak; jansson
@@ -332,6 +333,7 @@ test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) -j$(JOBS) tests
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
+	-@scripts/setup-etcd.sh build > build/etcd-path 2> build/etcd-setup.log || { echo "etcd unavailable (see build/etcd-setup.log): the group tests will skip"; cat build/etcd-setup.log; }
 	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
 	@# priority, while the rest of the suite runs; its test runs last.
 	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \

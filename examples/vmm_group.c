@@ -41,6 +41,10 @@
  * segments lay out a segment's chunks (a restore may grant their access in one
  * call). Not with --release.
  *
+ * VMM_GROUP_TCP=listen:PORT|connect:PORT links the parent to another tree's
+ * over TCP on the loopback (vmm_group_tcp.h): a token both ways when ready,
+ * another after restore-complete.
+ *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
  * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
@@ -387,6 +391,7 @@ static int mc_verify(int rank)
 }
 
 #include "vmm_group_ipc.h"
+#include "vmm_group_tcp.h"
 
 static int wait_file(const char *name)
 {
@@ -585,6 +590,8 @@ static int parent_main(int *socks, pid_t *pids)
 		check(get(socks[w]) == 'R', "worker %d did not get ready", w);
 	if (release && let_go() < 0)
 		return 1;
+	if (tcp_open() < 0 || tcp_exchange("ready") < 0)
+		return 1;
 	if (failures)
 		return 1;
 	char path[4200];
@@ -604,6 +611,7 @@ static int parent_main(int *socks, pid_t *pids)
 		usleep(1000);
 	if (release && import_kept() < 0)
 		return 1;
+	check(tcp_exchange("restored") == 0, "the link to the other tree does not carry a token any more");
 	verify_local(0, true);
 	if (multicast)
 		mc_verify(0);

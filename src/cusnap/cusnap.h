@@ -40,6 +40,11 @@ struct args {
 	const char *keep;                 /* demo: --keep */
 	int argc;                         /* run: PROGRAM [ARG...] */
 	char **argv;                      /* */
+	const char *group;                /* --group: one worker over several nodes (group.c) */
+	int members;                      /* --members: how many nodes' commands meet */
+	const char *etcd;                 /* --etcd: where they meet */
+	int group_timeout_ms;             /* --group-timeout (default --timeout) */
+	const char *member;               /* --member: this node's name in the group (default HOST:PID or HOST:DIR) */
 	struct checkpoint_result *result; /* checkpoint, restore: the figures for a caller (the
 						  demo) instead of the summary; NULL: printed */
 };
@@ -50,6 +55,13 @@ int cmd_run(const struct args *a);     /* run.c */
 int cmd_checkpoint(const struct args *a);
 int cmd_restore(const struct args *a);
 int cmd_demo(const struct args *a);
+/* ---- group.c: one worker over several nodes, met through etcd (SYSTEM.md §16) ---- */
+/* Command op (run) as one member of a->group: the group met in etcd first
+ * (69: not reached, 75: busy with another operation), every member ready
+ * before any crosses its boundary, every member's result printed after. */
+int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
+/* inspect --group: every member's phase and every recent operation's results. */
+int group_inspect(const struct args *a);
 /* ---- images.c: the CRIU images' digests ---- */
 /* Every image file of directory images (CRIU's logs excepted) as
  * {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with err. */

@@ -28,10 +28,10 @@ static const struct command commands[] = {
 	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
 	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file "
-	 "tcp-established criu-config ",
+	 "tcp-established criu-config group members etcd group-timeout member ",
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
-	 "            [--tcp-established] [--criu-config FILE] [--json]",
+	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json]",
 	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
 	 "and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
 	 "--leave-running (then it is resumed in place and snapshot-complete is written);\n"
@@ -39,27 +39,32 @@ static const struct command commands[] = {
 	 "bootstrap keeps some between ranks) and the restore brings them back;\n"
 	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
 	 "writable by no one else)"},
-	{"restore", cmd_restore, "dir device-map criu json timeout job-file criu-config ",
+	{"restore", cmd_restore,
+	 "dir device-map criu json timeout job-file criu-config group members etcd group-timeout member ",
 	 "--dir DIR [--device-map auto|OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
-	 "            [--json]",
+	 "            [GROUP] [--json]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs: OLD and NEW GPU UUIDs or\n"
 	 "ordinals, every GPU of the checkpoint named once; auto: those here keep theirs, the others\n"
 	 "go in order onto the GPUs left) and the shared memory, then write restore-complete"},
-	{"suspend", cmd_suspend, "pid dir content require-interposer json timeout control-dir job-file ",
+	{"suspend", cmd_suspend,
+	 "pid dir content require-interposer json timeout control-dir job-file group members etcd group-timeout "
+	 "member ",
 	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
-	 "            [--json]",
+	 "            [GROUP] [--json]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
 	 "VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
 	 "every CUDA process natively; the state goes to DIR (default a private directory\n"
 	 "under /run/cusnap for root, printed on stderr)"},
-	{"resume", cmd_resume, "pid dir discard-state json timeout control-dir job-file ",
-	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [--json]",
+	{"resume", cmd_resume,
+	 "pid dir discard-state json timeout control-dir job-file group members etcd group-timeout member ",
+	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [GROUP] [--json]",
 	 "bring a suspended tree back, or finish what an interrupted command left: native\n"
 	 "restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
 	 "file, from each process's own records)"},
-	{"inspect", cmd_inspect, "pid dir json timeout control-dir ", "(--pid PID | --dir DIR) [--json]",
-	 "show the tree's CUDA processes and what they share, a command working on it, or a\n"
-	 "checkpoint directory"},
+	{"inspect", cmd_inspect, "pid dir json timeout control-dir group etcd ",
+	 "(--pid PID | --dir DIR | --group NAME --etcd URL[,URL...]) [--json]",
+	 "show the tree's CUDA processes and what they share, a command working on it, a\n"
+	 "checkpoint directory, or a group's members and its operations' results"},
 	{"demo", cmd_demo, "processes size in-place keep criu timeout ",
 	 "[--processes N] [--size BYTES] [--in-place] [--keep DIR] [--criu PATH]",
 	 "run the example process group under the interposer, checkpoint, kill and restore it\n"
@@ -90,6 +95,11 @@ static const struct option options[] = {
 	{"launch-job", no_argument, NULL, 'G'},
 	{"tcp-established", no_argument, NULL, 'T'},
 	{"criu-config", required_argument, NULL, 'F'},
+	{"group", required_argument, NULL, 'g'},
+	{"members", required_argument, NULL, 'm'},
+	{"etcd", required_argument, NULL, 'e'},
+	{"group-timeout", required_argument, NULL, 'o'},
+	{"member", required_argument, NULL, 'n'},
 	{0, 0, 0, 0},
 };
 
@@ -116,6 +126,16 @@ static void usage(FILE *f)
 		   "         --job-file F: the workload's checkpoint job (default: the file its\n"
 		   "         CUDA_CHECKPOINT_JOB_FILE names); with a job, cusnap joins it, takes one process at\n"
 		   "         a time in the job's order, and keeps a copy of the file with the checkpoint.\n"
+		   "         GROUP: --group NAME --members N --etcd URL[,URL...] [--group-timeout MS]\n"
+		   "         [--member NAME]: one worker over N nodes, each running this command on its own\n"
+		   "         tree; they meet in etcd (its v3 JSON gateway) and none crosses its destructive\n"
+		   "         boundary (suspend, checkpoint: the native checkpoint; restore: restore-complete)\n"
+		   "         until every one is ready; a member that fails, goes away or does not come within\n"
+		   "         --group-timeout (default --timeout) makes every member undo (exit 1, or kill the\n"
+		   "         restored tree). Past the boundary each member reports its own result; every\n"
+		   "         member's is printed (--json: one object) and kept in etcd for an hour. --member\n"
+		   "         names this node in the group (default HOST:PID, or HOST:DIR for restore).\n"
+		   "         One operation per group at a time: another is refused (75); etcd unreachable: 69.\n"
 		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
 		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
 		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
@@ -193,6 +213,27 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 	case 'G': a->launch_job = true; break;
 	case 'T': a->tcp_established = true; break;
 	case 'F': a->criu_config = arg; break;
+	case 'g':
+		if (!*arg || strchr(arg, '/') || strlen(arg) > 128)
+			return fail(EX_USAGE, "--group %s: a name of 1 to 128 characters without '/'", arg);
+		a->group = arg;
+		break;
+	case 'm':
+		if ((v = number(arg, 1, 4096)) < 0)
+			return fail(EX_USAGE, "--members %s: a number from 1 to 4096", arg);
+		a->members = (int)v;
+		break;
+	case 'e': a->etcd = arg; break;
+	case 'o':
+		if ((v = number(arg, 1, 86400000)) < 0)
+			return fail(EX_USAGE, "--group-timeout %s: not a number of milliseconds (1 to 86400000)", arg);
+		a->group_timeout_ms = (int)v;
+		break;
+	case 'n':
+		if (!*arg || strlen(arg) > 200)
+			return fail(EX_USAGE, "--member %s: a name of 1 to 200 characters", arg);
+		a->member = arg;
+		break;
 	case 'S': {
 		char *end;
 		a->size = strtoull(arg, &end, 0);
@@ -243,11 +284,19 @@ static int run(int argc, char **argv, bool *json)
 		if ((rc = take(c, optarg, &a, &s)))
 			return rc;
 	}
-	*json = a.json;
+	*json = a.json && !a.group; /* (a group prints its own result) */
 	a.argc = argc - optind;
 	a.argv = argv + optind;
 	if (cmd->run != cmd_run && a.argc)
 		return fail(EX_USAGE, "%s: unexpected argument '%s'", cmd->name, a.argv[0]);
+	if (!a.group_timeout_ms)
+		a.group_timeout_ms = s.timeout_ms;
+	if (a.group && cmd->run == cmd_inspect)
+		return group_inspect(&a);
+	if (a.group)
+		return group_run(cmd->run, &a, cmd->name);
+	if (a.members || a.etcd || a.member)
+		return fail(EX_USAGE, "--members, --etcd and --member go with --group NAME");
 	return cmd->run(&a);
 }
 

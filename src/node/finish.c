@@ -163,6 +163,9 @@ int tree_release(struct tree *t, const char *dir, enum recover_from from, const 
 	const char *done = kind == RELEASE_RESTORED ? CONTROL_RESTORE_DONE : CONTROL_SNAPSHOT_DONE;
 	char why[PATH_MAX + 256];
 	int rc = tree_recover(t, dir, from, map, out, err, errlen);
+	struct boundary *b = kind == RELEASE_RESTORED ? t->s->boundary : NULL;
+	if (rc == 0 && b && b->ready(b, err, errlen) < 0)
+		rc = -1; /* (another member's restore failed: none of them runs) */
 	/* Only now may the workload run: its sharing is back. */
 	if (rc == 0 && control_write(root, t->s->control_dir, done, why, sizeof(why)) < 0) {
 		if (kind == RELEASE_IN_PLACE)

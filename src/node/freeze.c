@@ -35,6 +35,9 @@ int tree_suspend(struct tree *t, struct record *rec, enum proto_content content,
 	if (rc || (rc = interrupted(t, rec, "prepare")))
 		return rc;
 	char err[1600];
+	struct boundary *b = t->s->boundary;
+	if (b && b->ready(b, err, sizeof(err)) < 0)
+		return finish(t, rec, "%s", err);
 	if (native_freeze(t, rec, err, sizeof(err)) < 0)
 		return finish(t, rec, "%s", err);
 	return interrupted(t, rec, "the native checkpoint");

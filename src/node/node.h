@@ -71,11 +71,22 @@ const char *native_error(const struct native *n, CUresult r);
 #include "cusnap/paths.h"
 #include "cusnap/rundir.h"
 
+/* Where a command meets the other members of a group (one worker over several
+ * nodes, each running its own command on its own tree) before its destructive
+ * boundary: suspend and checkpoint after the prepare, before the native
+ * checkpoint; restore after the rebuild, before restore-complete. */
+struct boundary {
+	/* This tree is ready to cross: 0 when every member is (go on), or -1 with
+	 * why (a member failed, went away or never came: the caller undoes). */
+	int (*ready)(struct boundary *b, char *why, size_t len);
+};
+
 struct settings {
-	bool require_interposer; /* refuse CUDA processes without the interposer */
-	int timeout_ms;          /* per participant and step, and per native state query */
-	const char *control_dir; /* the workloads' control directory, as they see it */
-	const char *job_file;    /* the checkpoint job (NULL: the workload's environment says) */
+	bool require_interposer;   /* refuse CUDA processes without the interposer */
+	struct boundary *boundary; /* NULL: no group */
+	int timeout_ms;            /* per participant and step, and per native state query */
+	const char *control_dir;   /* the workloads' control directory, as they see it */
+	const char *job_file;      /* the checkpoint job (NULL: the workload's environment says) */
 };
 /* The defaults: 30 s, the control directory the environment names (control_dir_from_env). */
 struct settings settings_default(void);

@@ -195,10 +195,9 @@ static inline int group_wait_ready(struct group *g, const char *name)
 }
 
 /* Start the workload argv (NULL-ended; its control directory and log made
- * fresh under name) with env_extra, and wait until it is ready for a snapshot.
- * wrapped: argv starts with an unshare --fork wrapper (the workload is its child). */
-static inline int group_start_argv(struct group *g, const char *name, const char *const *argv, bool wrapped,
-				   char *const *env_extra, const char *ctl_override)
+ * fresh under name) with env_extra, not waiting for it. */
+static inline void group_spawn_argv(struct group *g, const char *name, const char *const *argv, char *const *env_extra,
+				    const char *ctl_override)
 {
 	static int runs;
 	memset(g, 0, sizeof(*g));
@@ -218,6 +217,14 @@ static inline int group_start_argv(struct group *g, const char *name, const char
 	env[e] = NULL;
 	g->child = test_spawn((char *const *)argv, env, g->log);
 	g->root = g->child;
+}
+
+/* The same, then wait until it is ready for a snapshot. wrapped: argv starts
+ * with an unshare --fork wrapper (the workload is its child). */
+static inline int group_start_argv(struct group *g, const char *name, const char *const *argv, bool wrapped,
+				   char *const *env_extra, const char *ctl_override)
+{
+	group_spawn_argv(g, name, argv, env_extra, ctl_override);
 	if (group_wait_ready(g, name) < 0)
 		return -1;
 	if (wrapped) {
@@ -255,9 +262,9 @@ static inline int group_start_r610(struct group *g, const char *name, bool job, 
 }
 
 /* Start examples/vmm_group (under the interposer unless plain) and wait until it
- * is ready for a snapshot. wrapper: argv prefix such as unshare (NULL-ended). */
-static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
-			      const char *const *wrapper, char *const *env_extra, const char *ctl_override)
+ * is ready for a snapshot (wait), or not. wrapper: argv prefix such as unshare (NULL-ended). */
+static inline int group_launch(struct group *g, const char *name, int workers, int allocs, bool plain,
+			       const char *const *wrapper, char *const *env_extra, const char *ctl_override, bool wait)
 {
 	static char cusnap[PATH_MAX], group[PATH_MAX + 32], w[16], a[16];
 	cusnap_path(cusnap, sizeof(cusnap));
@@ -281,7 +288,17 @@ static inline int group_start(struct group *g, const char *name, int workers, in
 	argv[n++] = "--timeout";
 	argv[n++] = "60";
 	argv[n] = NULL;
+	if (!wait) {
+		group_spawn_argv(g, name, argv, env_extra, ctl_override);
+		return 0;
+	}
 	return group_start_argv(g, name, argv, wrapper != NULL, env_extra, ctl_override);
+}
+
+static inline int group_start(struct group *g, const char *name, int workers, int allocs, bool plain,
+			      const char *const *wrapper, char *const *env_extra, const char *ctl_override)
+{
+	return group_launch(g, name, workers, allocs, plain, wrapper, env_extra, ctl_override, true);
 }
 
 /* Every process of the tree rooted at pid, into pids[] (at most max). */

@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: MIT */
+/* etcd v3 through its JSON gateway (etcd.h). Every call is one POST of a JSON
+ * body; int64 values come back as strings, keys and values as base64. An
+ * endpoint that cannot be reached passes the call to the next one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "cusnap/json.h"
+#include "etcd.h"
+
+/* ---- base64 ---- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void etcd_b64_encode(const void *data, size_t n, char *out)
+{
+	const unsigned char *p = data;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+			     (i + 2 < n ? p[i + 2] : 0);
+		out[o++] = b64[v >> 18 & 63];
+		out[o++] = b64[v >> 12 & 63];
+		out[o++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
+		out[o++] = i + 2 < n ? b64[v & 63] : '=';
+	}
+	out[o] = '\0';
+}
+
+long etcd_b64_decode(const char *text, unsigned char *out)
+{
+	size_t n = strlen(text), o = 0;
+	if (n % 4)
+		return -1;
+	for (size_t i = 0; i < n; i += 4) {
+		unsigned v = 0;
+		int pad = 0;
+		for (int k = 0; k < 4; k++) {
+			const char *at = text[i + k] ? strchr(b64, text[i + k]) : NULL;
+			if (text[i + k] == '=' && i + 4 == n && k >= 2) {
+				pad++;
+				v <<= 6;
+				continue;
+			}
+			if (!at || pad)
+				return -1;
+			v = v << 6 | (unsigned)(at - b64);
+		}
+		out[o++] = (unsigned char)(v >> 16);
+		if (pad < 2)
+			out[o++] = (unsigned char)(v >> 8);
+		if (pad < 1)
+			out[o++] = (unsigned char)v;
+	}
+	return (long)o;
+}
+
+static json_t *b64_json(const char *s, size_t n)
+{
+	char *text = malloc(4 * (n / 3 + 1) + 1);
+	if (!text)
+		return NULL;
+	etcd_b64_encode(s, n, text);
+	json_t *j = json_string(text);
+	free(text);
+	return j;
+}
+
+/* The key just past every key that starts with prefix (etcd's range_end). */
+static json_t *prefix_end(const char *prefix)
+{
+	size_t n = strlen(prefix);
+	char *end = strdup(prefix);
+	if (!end || !n) {
+		free(end);
+		return b64_json("\0", 1);
+	}
+	end[n - 1]++; /* (prefixes here end in '/': never 0xff) */
+	json_t *j = b64_json(end, n);
+	free(end);
+	return j;
+}
+
+/* ---- requests ---- */
+
+int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len)
+{
+	memset(e, 0, sizeof(*e));
+	e->timeout_ms = timeout_ms;
+	const char *p = urls;
+	while (p && *p) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		while (n && p[n - 1] == '/')
+			n--;
+		if (e->nurls == ETCD_MAX_URLS || n == 0 || n >= sizeof(e->urls[0]) ||
+		    (strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0)) {
+			snprintf(why, len, "--etcd %s: a comma-separated list of at most %d http://HOST:PORT URLs",
+				 urls, ETCD_MAX_URLS);
+			return -1;
+		}
+		memcpy(e->urls[e->nurls++], p, n);
+		p = comma ? comma + 1 : NULL;
+	}
+	if (!e->nurls) {
+		snprintf(why, len, "--etcd: no URL");
+		return -1;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	e->curl = curl_easy_init();
+	if (!e->curl) {
+		snprintf(why, len, "libcurl could not be initialised");
+		return -1;
+	}
+	return 0;
+}
+
+void etcd_free(struct etcd *e)
+{
+	if (e->curl)
+		curl_easy_cleanup(e->curl);
+	e->curl = NULL;
+}
+
+struct body {
+	char *data;
+	size_t len;
+};
+
+static size_t collect(char *p, size_t size, size_t n, void *arg)
+{
+	struct body *b = arg;
+	size_t add = size * n;
+	if (b->len + add > (64u << 20))
+		return 0; /* (no answer of ours is that large) */
+	char *more = realloc(b->data, b->len + add + 1);
+	if (!more)
+		return 0;
+	memcpy(more + b->len, p, add);
+	b->data = more;
+	b->len += add;
+	b->data[b->len] = '\0';
+	return add;
+}
+
+/* POST body to path at each endpoint in turn until one answers: its JSON
+ * reply, or NULL with why (none reached, or etcd's own error). */
+static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, size_t len)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!text) {
+		snprintf(why, len, "out of memory");
+		return NULL;
+	}
+	json_t *reply = NULL;
+	for (size_t k = 0; k < e->nurls && !reply; k++) {
+		size_t at = (e->cur + k) % e->nurls;
+		char url[320];
+		snprintf(url, sizeof(url), "%s%s", e->urls[at], path);
+		struct body got = {0};
+		struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+		curl_easy_reset(e->curl);
+		curl_easy_setopt(e->curl, CURLOPT_URL, url);
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, h);
+		curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
+		curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &got);
+		curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+		curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
+				 (long)(e->timeout_ms < 2000 ? e->timeout_ms : 2000));
+		curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+		CURLcode rc = curl_easy_perform(e->curl);
+		long status = 0;
+		curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+		curl_slist_free_all(h);
+		json_error_t je;
+		if (rc != CURLE_OK)
+			snprintf(why, len, "etcd at %s cannot be reached: %s", e->urls[at], curl_easy_strerror(rc));
+		else if (!(reply = got.data ? json_loads(got.data, JSON_DISABLE_EOF_CHECK, &je) : NULL))
+			snprintf(why, len, "etcd at %s answered %ld without JSON", e->urls[at], status);
+		else
+			e->cur = at;
+		free(got.data);
+	}
+	free(text);
+	const char *error = json_string_value(json_object_get(reply, "error"));
+	if (reply && (error || json_object_get(reply, "code"))) {
+		snprintf(why, len, "etcd: %s", error ? error : "error");
+		json_decref(reply);
+		return NULL;
+	}
+	return reply;
+}
+
+/* An int64 etcd gives as a string (or a number); def when absent. */
+static int64_t int64_of(const json_t *o, const char *key, int64_t def)
+{
+	const json_t *v = json_object_get(o, key);
+	if (json_is_integer(v))
+		return json_integer_value(v);
+	const char *s = json_string_value(v);
+	return s ? strtoll(s, NULL, 10) : def;
+}
+
+static json_t *id_json(int64_t id)
+{
+	char s[24];
+	snprintf(s, sizeof(s), "%lld", (long long)id);
+	return json_string(s);
+}
+
+int etcd_ping(struct etcd *e, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json("/cusnap/", 8)), why, len);
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
+int etcd_lease_grant(struct etcd *e, int ttl, int64_t *id, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/lease/grant", json_pack("{s:i}", "TTL", ttl), why, len);
+	*id = int64_of(r, "ID", 0);
+	json_decref(r);
+	if (r && !*id)
+		snprintf(why, len, "etcd granted no lease");
+	return r && *id ? 0 : -1;
+}
+
+int etcd_lease_keepalive(struct etcd *e, int64_t id, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/lease/keepalive", json_pack("{s:o}", "ID", id_json(id)), why, len);
+	if (!r)
+		return -1;
+	/* A lease that is gone answers without a TTL (or with 0). */
+	int64_t ttl = int64_of(json_object_get(r, "result"), "TTL", 0);
+	json_decref(r);
+	return ttl > 0 ? 0 : 1;
+}
+
+int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/lease/revoke", json_pack("{s:o}", "ID", id_json(id)), why, len);
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
+static json_t *put_json(const char *key, const char *value, int64_t lease)
+{
+	json_t *p = json_pack("{s:o, s:o}", "key", b64_json(key, strlen(key)), "value", b64_json(value, strlen(value)));
+	if (p && lease)
+		json_object_set_new(p, "lease", id_json(lease));
+	return p;
+}
+
+int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/kv/put", put_json(key, value, lease), why, len);
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
+int etcd_create(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
+{
+	json_t *body = json_pack("{s:[{s:o, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "key", b64_json(key, strlen(key)),
+				 "target", "CREATE", "result", "EQUAL", "create_revision", "0", "success",
+				 "request_put", put_json(key, value, lease));
+	json_t *r = call(e, "/v3/kv/txn", body, why, len);
+	if (!r)
+		return -1;
+	bool made = json_is_true(json_object_get(r, "succeeded"));
+	json_decref(r);
+	return made;
+}
+
+static int kv_of(const json_t *j, struct etcd_kv *kv)
+{
+	const char *k = json_string_value(json_object_get(j, "key"));
+	const char *v = json_string_value(json_object_get(j, "value"));
+	memset(kv, 0, sizeof(*kv));
+	kv->key = malloc(k ? strlen(k) + 1 : 1);
+	kv->value = malloc(v ? strlen(v) + 1 : 1);
+	long kn = kv->key && k ? etcd_b64_decode(k, (unsigned char *)kv->key) : -1;
+	long vn = kv->value ? (v ? etcd_b64_decode(v, (unsigned char *)kv->value) : 0) : -1;
+	if (kn < 0 || vn < 0) {
+		free(kv->key);
+		free(kv->value);
+		return -1;
+	}
+	kv->key[kn] = '\0';
+	kv->value[vn] = '\0';
+	kv->value_len = (size_t)vn;
+	kv->create_revision = int64_of(j, "create_revision", 0);
+	kv->mod_revision = int64_of(j, "mod_revision", 0);
+	kv->lease = int64_of(j, "lease", 0);
+	return 0;
+}
+
+int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n, char *why, size_t len)
+{
+	*kvs = NULL;
+	*n = 0;
+	json_t *r = call(e, "/v3/kv/range",
+			 json_pack("{s:o, s:o}", "key", b64_json(prefix, strlen(prefix)), "range_end",
+				   prefix_end(prefix)),
+			 why, len);
+	if (!r)
+		return -1;
+	const json_t *list = json_object_get(r, "kvs");
+	size_t count = json_array_size(list);
+	*kvs = calloc(count ? count : 1, sizeof(**kvs));
+	int rc = *kvs ? 0 : -1;
+	for (size_t i = 0; rc == 0 && i < count; i++) {
+		rc = kv_of(json_array_get(list, i), &(*kvs)[*n]);
+		*n += rc == 0;
+	}
+	json_decref(r);
+	if (rc < 0) {
+		snprintf(why, len, "etcd: a key or value that is not base64");
+		etcd_kvs_free(*kvs, *n);
+		*kvs = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json(key, strlen(key))), why, len);
+	if (!r)
+		return -1;
+	const json_t *first = json_array_get(json_object_get(r, "kvs"), 0);
+	int rc = !first ? 0 : kv_of(first, kv) == 0 ? 1 : -1;
+	json_decref(r);
+	if (rc < 0)
+		snprintf(why, len, "etcd: a key or value that is not base64");
+	return rc;
+}
+
+int etcd_delete(struct etcd *e, const char *key, char *why, size_t len)
+{
+	json_t *r = call(e, "/v3/kv/deleterange", json_pack("{s:o}", "key", b64_json(key, strlen(key))), why, len);
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
+void etcd_kvs_free(struct etcd_kv *kvs, size_t n)
+{
+	for (size_t i = 0; kvs && i < n; i++) {
+		free(kvs[i].key);
+		free(kvs[i].value);
+	}
+	free(kvs);
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* A small etcd v3 client over etcd's JSON gateway (POST /v3/..., keys and
+ * values base64), with libcurl: what the group of a multi-node worker needs
+ * (leases, put, range over a prefix, create-if-absent, delete). One handle per
+ * thread. */
+#ifndef CUSNAP_CUSNAP_ETCD_H
+#define CUSNAP_CUSNAP_ETCD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ETCD_MAX_URLS 8
+
+struct etcd {
+	char urls[ETCD_MAX_URLS][256]; /* http://HOST:PORT, no trailing slash */
+	size_t nurls, cur;             /* the endpoint that answered last is tried first */
+	int timeout_ms;                /* per request */
+	void *curl;
+};
+
+/* One key, its value and its revisions. */
+struct etcd_kv {
+	char *key, *value; /* NUL-terminated (value: its bytes, then a NUL) */
+	size_t value_len;
+	int64_t create_revision, mod_revision, lease;
+};
+
+/* urls: "http://HOST:PORT[,http://...]". 0, or -1 with why (a malformed list). */
+int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len);
+void etcd_free(struct etcd *e);
+/* Can an endpoint be reached (it answers a read)? 0, or -1 with why. */
+int etcd_ping(struct etcd *e, char *why, size_t len);
+
+/* A lease of ttl seconds into *id. 0, or -1 with why. */
+int etcd_lease_grant(struct etcd *e, int ttl, int64_t *id, char *why, size_t len);
+/* Renew it: 0, 1 when it is gone (expired or revoked), -1 with why (etcd
+ * not reached). */
+int etcd_lease_keepalive(struct etcd *e, int64_t id, char *why, size_t len);
+int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t len);
+
+/* key = value under lease (0: none). 0, or -1 with why. */
+int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len);
+/* key = value under lease only when key does not exist: 1 made, 0 it exists,
+ * -1 with why. */
+int etcd_create(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len);
+/* Every key that starts with prefix, in key order, into *kvs (*n of them;
+ * etcd_kvs_free). 0, or -1 with why. */
+int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n, char *why, size_t len);
+/* The value of key into *kv: 1, 0 when there is none, -1 with why. */
+int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, size_t len);
+int etcd_delete(struct etcd *e, const char *key, char *why, size_t len);
+void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
+
+/* Base64 (RFC 4648, with padding), as etcd's JSON gateway carries bytes:
+ * the text into out (4 * ceil(n / 3) + 1 bytes). */
+void etcd_b64_encode(const void *data, size_t n, char *out);
+/* Decoded into out (at most 3 * strlen(text) / 4 bytes): its length, or -1
+ * for text that is not base64. */
+long etcd_b64_decode(const char *text, unsigned char *out);
+
+#endif

@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: MIT */
+/* One worker over several nodes (SYSTEM.md §16): each node runs its own
+ * command on its own tree, and the members meet in etcd under
+ * /cusnap/groups/NAME/ so that none crosses its destructive boundary unless
+ * every one of them is ready to.
+ *
+ *   members/MEMBER         each member's record, under its own lease (5 s, kept
+ *                          alive while its cusnap runs): the operation, the
+ *                          member count, the operation's id, its phase
+ *   ops/OPID/decision      "go" or "abort: why", made once (create if absent):
+ *                          whoever decides first decides for all
+ *   ops/OPID/results/M     each member's outcome, under a lease of an hour
+ *
+ * The first member (by etcd's create revision) names the operation; one that
+ * asks for another operation, more members, or comes once the decision is
+ * made, is refused with nothing changed. Past the boundary nothing is undone:
+ * the results say which members hold what. Atomicity is never claimed. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+#include "cusnap/ids.h"
+#include "cusnap/json.h"
+#include "etcd.h"
+
+#define MEMBER_TTL_S 5
+#define RESULT_TTL_S 3600
+#define POLL_US 50000
+
+struct group {
+	struct boundary boundary; /* first: settings.boundary points here */
+	const struct args *a;
+	const char *op;
+	struct etcd e;
+	char prefix[300]; /* /cusnap/groups/NAME/ */
+	char member[256]; /* this member's name */
+	char opid[ID_HEX_LEN + 1];
+	int64_t lease, results_lease;
+	pthread_t keeper;
+	bool keeping;
+	atomic_bool stop, lost;
+	bool crossed;      /* the decision was "go" and this member crossed */
+	char decided[600]; /* the decision when it was "abort" */
+};
+
+static int group_fail(struct group *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- keys and records ---- */
+
+static void key_of(const struct group *g, char *out, size_t len, const char *what, const char *name)
+{
+	if (!strcmp(what, "member"))
+		snprintf(out, len, "%smembers/%s", g->prefix, name);
+	else if (!strcmp(what, "decision"))
+		snprintf(out, len, "%sops/%s/decision", g->prefix, g->opid);
+	else if (!strcmp(what, "result"))
+		snprintf(out, len, "%sops/%s/results/%s", g->prefix, g->opid, name);
+	else
+		snprintf(out, len, "%sops/%s/results/", g->prefix, g->opid);
+}
+
+/* This member's record in its phase. 0, or -1 with why. */
+static int put_member(struct group *g, const char *phase, char *why, size_t len)
+{
+	char key[600], host[256] = "";
+	gethostname(host, sizeof(host) - 1);
+	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:i}", "operation", g->op, "members", g->a->members, "opid",
+			      g->opid, "phase", phase, "host", json_text(host), "pid", (int)getpid());
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	key_of(g, key, sizeof(key), "member", g->member);
+	int rc = text ? etcd_put(&g->e, key, text, g->lease, why, len) : -1;
+	free(text);
+	return rc;
+}
+
+/* The members' records, in the order they came (create revision). */
+static int members(struct group *g, struct etcd_kv **kvs, size_t *n, char *why, size_t len)
+{
+	char prefix[400];
+	snprintf(prefix, sizeof(prefix), "%smembers/", g->prefix);
+	if (etcd_range(&g->e, prefix, kvs, n, why, len) < 0)
+		return -1;
+	for (size_t i = 1; i < *n; i++) /* (a handful: insertion sort) */
+		for (size_t k = i; k > 0 && (*kvs)[k].create_revision < (*kvs)[k - 1].create_revision; k--) {
+			struct etcd_kv t = (*kvs)[k];
+			(*kvs)[k] = (*kvs)[k - 1];
+			(*kvs)[k - 1] = t;
+		}
+	return 0;
+}
+
+static const char *member_name(const struct group *g, const struct etcd_kv *kv)
+{
+	return kv->key + strlen(g->prefix) + strlen("members/");
+}
+
+static const char *field(const json_t *j, const char *key)
+{
+	const char *s = json_string_value(json_object_get(j, key));
+	return s ? s : "";
+}
+
+/* ---- the lease, kept alive while this cusnap runs ---- */
+
+static void *keep_alive(void *arg)
+{
+	struct group *g = arg;
+	struct etcd e = g->e; /* its own curl handle: one per thread */
+	char why[512];
+	e.curl = NULL;
+	if (etcd_init(&e, "http://unused", g->e.timeout_ms, why, sizeof(why)) == 0) {
+		memcpy(e.urls, g->e.urls, sizeof(e.urls));
+		e.nurls = g->e.nurls;
+	}
+	while (!atomic_load(&g->stop)) {
+		for (int i = 0; i < 10 && !atomic_load(&g->stop); i++)
+			usleep(100000);
+		if (!atomic_load(&g->stop) && e.curl && etcd_lease_keepalive(&e, g->lease, why, sizeof(why)) == 1)
+			atomic_store(&g->lost, true);
+	}
+	etcd_free(&e);
+	return NULL;
+}
+
+/* ---- the decision ---- */
+
+/* Decide go or abort (why) unless someone decided first; then follow what is
+ * decided: 0 go, -1 abort (why), -2 etcd not reached. */
+static int decide(struct group *g, bool go, const char *reason, char *why, size_t len)
+{
+	char key[600], text[1200];
+	key_of(g, key, sizeof(key), "decision", NULL);
+	json_t *j = json_pack("{s:b, s:o, s:s}", "go", go, "why", json_text(reason ? reason : ""), "by", g->member);
+	char *value = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	int made = value ? etcd_create(&g->e, key, value, g->results_lease, text, sizeof(text)) : -1;
+	free(value);
+	struct etcd_kv kv;
+	int got = made < 0 ? -1 : etcd_get(&g->e, key, &kv, text, sizeof(text));
+	if (got <= 0) {
+		snprintf(why, len, "group %s: the decision cannot be read from etcd: %s", g->a->group, text);
+		return -2;
+	}
+	json_t *d = json_loads(kv.value, 0, NULL);
+	bool yes = json_is_true(json_object_get(d, "go"));
+	if (!yes)
+		snprintf(why, len, "group %s: %s (decided by member %s)", g->a->group, field(d, "why"), field(d, "by"));
+	json_decref(d);
+	free(kv.key);
+	free(kv.value);
+	return yes ? 0 : -1;
+}
+
+/* What the members' records say now: -1 with reason when the operation must
+ * abort, 1 when all are ready, 0 when not yet. */
+static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, size_t len)
+{
+	struct etcd_kv *kvs;
+	size_t n, ready = 0;
+	char why[512];
+	if (members(g, &kvs, &n, why, sizeof(why)) < 0)
+		return 0; /* (etcd not reached: tried again until the deadline) */
+	int rc = 0;
+	for (size_t s = 0; s < *nseen && !rc; s++) {
+		bool there = false;
+		for (size_t i = 0; i < n && !there; i++)
+			there = !strcmp(member_name(g, &kvs[i]), seen[s]);
+		if (!there)
+			rc = -1,
+			snprintf(reason, len, "member %s is gone (its cusnap died, or lost etcd: its lease expired)",
+				 seen[s]);
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		json_t *m = json_loads(kvs[i].value, 0, NULL);
+		if (m && !strcmp(field(m, "opid"), g->opid)) {
+			const char *name = member_name(g, &kvs[i]), *phase = field(m, "phase");
+			bool known = false;
+			for (size_t s = 0; s < *nseen && !known; s++)
+				known = !strcmp(seen[s], name);
+			if (!known && *nseen < (size_t)g->a->members)
+				snprintf(seen[(*nseen)++], 256, "%s", name);
+			ready += !strcmp(phase, "ready") || !strcmp(phase, "crossed");
+			if (!strcmp(phase, "failed"))
+				rc = -1, snprintf(reason, len, "member %s failed", name);
+		}
+		json_decref(m);
+	}
+	etcd_kvs_free(kvs, n);
+	return rc ? rc : ready >= (size_t)g->a->members;
+}
+
+static int at_boundary(struct boundary *b, char *why, size_t len)
+{
+	struct group *g = (struct group *)b;
+	char reason[1000] = "", err[512];
+	char(*seen)[256] = calloc((size_t)g->a->members, 256);
+	size_t nseen = 0;
+	double start = now_ms();
+	coord_fault_point(FAULT_GROUP_READY);
+	int rc = 0;
+	if (coord_fault_fails(FAULT_GROUP_READY))
+		rc = -1, snprintf(reason, sizeof(reason), "member %s failed at its boundary (CUSNAP_FAULT)", g->member);
+	else if (put_member(g, "ready", err, sizeof(err)) < 0)
+		rc = -1, snprintf(reason, sizeof(reason), "member %s cannot say it is ready: %s", g->member, err);
+	while (rc == 0 && seen) {
+		struct etcd_kv kv;
+		char key[600];
+		key_of(g, key, sizeof(key), "decision", NULL);
+		if (etcd_get(&g->e, key, &kv, err, sizeof(err)) == 1) {
+			free(kv.key), free(kv.value);
+			break; /* decided: followed below */
+		}
+		if (atomic_load(&g->lost)) {
+			rc = -1, snprintf(reason, sizeof(reason), "member %s lost its etcd lease", g->member);
+			break;
+		}
+		int seen_now = look(g, seen, &nseen, reason, sizeof(reason));
+		if (seen_now) {
+			rc = seen_now < 0 ? -1 : 0;
+			break;
+		}
+		if (now_ms() - start > g->a->group_timeout_ms) {
+			rc = -1,
+			snprintf(reason, sizeof(reason),
+				 "%zu of %d members arrived within %d ms of member %s being ready; not every one "
+				 "was ready",
+				 nseen, g->a->members, g->a->group_timeout_ms, g->member);
+			break;
+		}
+		usleep(POLL_US);
+	}
+	free(seen);
+	/* One decision for all: whatever was decided first stands. */
+	int d = decide(g, rc == 0, reason, why, len);
+	g->crossed = d == 0;
+	if (d == 0) {
+		put_member(g, "crossed", err, sizeof(err));
+		progress("group", now_ms() - start, "%s: every one of the %d members ready: crossing", g->a->group,
+			 g->a->members);
+	} else if (d == -1) {
+		snprintf(g->decided, sizeof(g->decided), "%s", why);
+		put_member(g, "failed", err, sizeof(err));
+	}
+	return d == 0 ? 0 : -1;
+}
+
+/* ---- joining, and the end ---- */
+
+static void leave(struct group *g)
+{
+	char key[600], why[512];
+	if (g->keeping) {
+		atomic_store(&g->stop, true);
+		pthread_join(g->keeper, NULL);
+		g->keeping = false;
+	}
+	if (g->lease) {
+		key_of(g, key, sizeof(key), "member", g->member);
+		etcd_delete(&g->e, key, why, sizeof(why));
+		etcd_lease_revoke(&g->e, g->lease, why, sizeof(why));
+		g->lease = 0;
+	}
+	etcd_free(&g->e);
+}
+
+static int group_fail(struct group *g, int code, const char *fmt, ...)
+{
+	char msg[1400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	leave(g);
+	return fail(code, "group %s: %s", g->a->group, msg);
+}
+
+/* Is this member's place in the operation the first member began (the
+ * records in the order they came)? 0, or a refusal (reported, nothing changed). */
+static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
+{
+	json_t *first = n ? json_loads(kvs[0].value, 0, NULL) : NULL;
+	char op[32];
+	snprintf(op, sizeof(op), "%s", field(first, "operation"));
+	int want = (int)json_member_number(first, "members", 0);
+	char from[256];
+	snprintf(from, sizeof(from), "%s", n ? member_name(g, &kvs[0]) : "");
+	snprintf(g->opid, sizeof(g->opid), "%s", field(first, "opid"));
+	json_decref(first);
+	if (strcmp(op, g->op) != 0 || want != g->a->members)
+		return group_fail(g, EX_BUSY, "busy with %s of %d members (begun by member %s); nothing done", op, want,
+				  from);
+	size_t place = 0, late = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_t *m = json_loads(kvs[i].value, 0, NULL);
+		const char *phase = field(m, "phase");
+		late += strcmp(phase, "arrived") != 0 && strcmp(phase, "ready") != 0;
+		if (!strcmp(member_name(g, &kvs[i]), g->member))
+			place = i;
+		json_decref(m);
+	}
+	if (place >= (size_t)g->a->members)
+		return group_fail(g, EX_BUSY, "its %d members are there already (begun by member %s); nothing done",
+				  g->a->members, from);
+	struct etcd_kv kv;
+	char key[600], why[512];
+	key_of(g, key, sizeof(key), "decision", NULL);
+	int decided = etcd_get(&g->e, key, &kv, why, sizeof(why));
+	if (decided == 1)
+		free(kv.key), free(kv.value);
+	if (late || decided == 1)
+		return group_fail(g, EX_BUSY, "its %s (begun by member %s) is finishing; nothing done", g->op, from);
+	return put_member(g, "arrived", why, sizeof(why)) < 0 ? group_fail(g, EX_UNAVAILABLE, "%s", why) : 0;
+}
+
+/* Meet the group in etcd before anything is done. 0, or an exit code
+ * (reported, nothing changed): 69 etcd cannot be reached, 75 the group is busy. */
+static int group_begin(struct group *g, const struct args *a, const char *op)
+{
+	char why[1024];
+	memset(g, 0, sizeof(*g));
+	g->a = a;
+	g->op = op;
+	g->boundary.ready = at_boundary;
+	snprintf(g->prefix, sizeof(g->prefix), "/cusnap/groups/%s/", a->group);
+	if (a->member) {
+		snprintf(g->member, sizeof(g->member), "%s", a->member);
+	} else {
+		char host[200] = "";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(g->member, sizeof(g->member), "%s:%s", host, a->pid ? "" : a->dir);
+		if (a->pid)
+			snprintf(g->member, sizeof(g->member), "%s:%d", host, (int)a->pid);
+	}
+	struct cusnap_id id;
+	id_random(&id);
+	id_hex(&id, g->opid);
+	if (etcd_init(&g->e, a->etcd, 5000, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "%s", why);
+	if (etcd_ping(&g->e, why, sizeof(why)) < 0 ||
+	    etcd_lease_grant(&g->e, MEMBER_TTL_S, &g->lease, why, sizeof(why)) < 0 ||
+	    etcd_lease_grant(&g->e, RESULT_TTL_S, &g->results_lease, why, sizeof(why)) < 0) {
+		etcd_free(&g->e);
+		return fail(EX_UNAVAILABLE,
+			    "group %s: %s; start etcd there, or name one that answers with --etcd; nothing done",
+			    a->group, why);
+	}
+	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
+	json_t *j = json_pack("{s:s, s:i, s:s, s:s}", "operation", op, "members", a->members, "opid", g->opid, "phase",
+			      "arrived");
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL, key[600];
+	json_decref(j);
+	key_of(g, key, sizeof(key), "member", g->member);
+	int made = text ? etcd_create(&g->e, key, text, g->lease, why, sizeof(why)) : -1;
+	free(text);
+	if (made < 0)
+		return group_fail(g, EX_UNAVAILABLE, "%s; nothing done", why);
+	if (made == 0) {
+		/* (the record is the other cusnap's: only the lease goes) */
+		etcd_lease_revoke(&g->e, g->lease, why, sizeof(why));
+		g->lease = 0;
+		return group_fail(g, EX_BUSY,
+				  "member %s takes part already (another cusnap with the same --member?); nothing done",
+				  g->member);
+	}
+	struct etcd_kv *kvs;
+	size_t n;
+	if (members(g, &kvs, &n, why, sizeof(why)) < 0)
+		return group_fail(g, EX_UNAVAILABLE, "%s; nothing done", why);
+	int rc = join(g, kvs, n);
+	etcd_kvs_free(kvs, n);
+	if (!rc)
+		progress("group", 0, "%s: member %s of %d for %s (operation %.8s)", a->group, g->member, a->members, op,
+			 g->opid);
+	return rc;
+}
+
+/* Is every member of this operation still there done (its result written)?
+ * (One that went away never writes one; one that never came neither.) */
+static bool all_done(struct group *g)
+{
+	struct etcd_kv *kvs;
+	size_t n, busy = 0;
+	char why[512];
+	if (members(g, &kvs, &n, why, sizeof(why)) < 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		json_t *m = json_loads(kvs[i].value, 0, NULL);
+		busy += m && !strcmp(field(m, "opid"), g->opid) && strcmp(field(m, "phase"), "done") != 0;
+		json_decref(m);
+	}
+	etcd_kvs_free(kvs, n);
+	return busy == 0;
+}
+
+/* Every member's result: all of them, or those of the members that did not
+ * go away, within the group timeout. */
+static json_t *results(struct group *g)
+{
+	char prefix[600], why[512];
+	key_of(g, prefix, sizeof(prefix), "results", NULL);
+	struct etcd_kv *kvs = NULL;
+	size_t n = 0;
+	for (double start = now_ms();; usleep(POLL_US)) {
+		etcd_kvs_free(kvs, n);
+		if (etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) < 0)
+			kvs = NULL, n = 0;
+		if (n >= (size_t)g->a->members || now_ms() - start > g->a->group_timeout_ms || all_done(g))
+			break;
+	}
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++) {
+		json_t *r = json_loads(kvs[i].value, 0, NULL);
+		if (r)
+			json_array_append_new(list, r);
+	}
+	etcd_kvs_free(kvs, n);
+	return list;
+}
+
+/* This member's outcome into etcd, every member's printed (--json: one
+ * object on stdout), and the group left. Returns rc. */
+static int group_end(struct group *g, int rc, bool boundary, bool json)
+{
+	char key[600], why[1024];
+	const char *error = rc ? (g->decided[0] ? g->decided : report_error()) : "";
+	if (boundary && !g->crossed && !g->decided[0]) {
+		/* Failed before the boundary: every member undoes. */
+		char reason[900];
+		snprintf(reason, sizeof(reason), "member %s failed before the boundary: %s", g->member, error);
+		decide(g, false, reason, why, sizeof(why));
+		put_member(g, "failed", why, sizeof(why));
+	}
+	bool holds = rc == 0 && !strcmp(g->op, "checkpoint");
+	json_t *mine = json_pack("{s:s, s:i, s:b, s:b, s:o}", "member", g->member, "exit", rc, "crossed",
+				 !boundary || g->crossed, "holds_checkpoint", holds, "error", json_text(error));
+	char *text = mine ? json_dumps(mine, JSON_COMPACT) : NULL;
+	json_decref(mine);
+	key_of(g, key, sizeof(key), "result", g->member);
+	if (!text || etcd_put(&g->e, key, text, g->results_lease, why, sizeof(why)) < 0)
+		fprintf(stderr, "cusnap: warning: group %s: this member's result cannot be written: %s\n", g->a->group,
+			text ? why : "out of memory");
+	free(text);
+	put_member(g, "done", why, sizeof(why));
+	json_t *all = results(g);
+	size_t ok = 0;
+	for (size_t i = 0; i < json_array_size(all); i++) {
+		const json_t *r = json_array_get(all, i);
+		int code = (int)json_member_number(r, "exit", -1);
+		ok += code == 0;
+		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, field(r, "member"),
+			code == 0 ? "ok" : "failed", code == 0 ? "" : ": ", field(r, "error"));
+	}
+	if (json_array_size(all) < (size_t)g->a->members)
+		fprintf(stderr, "cusnap: group %s: %s: %zu of %d members reported within %d ms\n", g->a->group, g->op,
+			json_array_size(all), g->a->members, g->a->group_timeout_ms);
+	if (json)
+		json_emit(stdout, json_pack("{s:b, s:s, s:s, s:s, s:s, s:i, s:i, s:o}", "ok", rc == 0, "group",
+					    g->a->group, "operation", g->op, "opid", g->opid, "member", g->member,
+					    "exit", rc, "members_ok", (int)ok, "members", all));
+	else
+		json_decref(all);
+	leave(g);
+	return rc;
+}
+
+int group_run(int (*run)(const struct args *), const struct args *a, const char *op)
+{
+	if (!a->members || !a->etcd)
+		return fail(EX_USAGE, "--group needs --members N and --etcd URL[,URL...]");
+	struct group g;
+	int rc = group_begin(&g, a, op);
+	if (rc)
+		return rc;
+	struct settings s = *a->s;
+	struct args inner = *a;
+	bool boundary = strcmp(op, "resume") != 0;
+	if (boundary)
+		s.boundary = &g.boundary;
+	inner.s = &s;
+	inner.json = false; /* (the group's result is the summary) */
+	rc = run(&inner);
+	return group_end(&g, rc, boundary, a->json);
+}
+
+int group_inspect(const struct args *a)
+{
+	struct group g;
+	char why[1024];
+	memset(&g, 0, sizeof(g));
+	g.a = a;
+	snprintf(g.prefix, sizeof(g.prefix), "/cusnap/groups/%s/", a->group);
+	if (!a->etcd)
+		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
+	if (etcd_init(&g.e, a->etcd, 5000, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "%s", why);
+	struct etcd_kv *kvs;
+	size_t n;
+	if (etcd_range(&g.e, g.prefix, &kvs, &n, why, sizeof(why)) < 0) {
+		etcd_free(&g.e);
+		return fail(EX_UNAVAILABLE, "group %s: %s; start etcd there, or name one that answers with --etcd",
+			    a->group, why);
+	}
+	json_t *out = json_pack("{s:s, s:[], s:{}}", "group", a->group, "members", "operations");
+	for (size_t i = 0; i < n; i++) {
+		const char *rest = kvs[i].key + strlen(g.prefix);
+		json_t *v = json_loads(kvs[i].value, 0, NULL);
+		if (!v)
+			continue;
+		if (!strncmp(rest, "members/", 8)) {
+			json_object_set_new(v, "member", json_text(rest + 8));
+			json_array_append_new(json_object_get(out, "members"), v);
+			continue;
+		}
+		/* ops/OPID/decision, ops/OPID/results/MEMBER */
+		char opid[ID_HEX_LEN + 1] = "";
+		const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
+		if (!tail || (size_t)(tail - rest - 4) > ID_HEX_LEN) {
+			json_decref(v);
+			continue;
+		}
+		memcpy(opid, rest + 4, (size_t)(tail - rest - 4));
+		json_t *o = json_object_get(json_object_get(out, "operations"), opid);
+		if (!o) {
+			o = json_pack("{s:[]}", "results");
+			json_object_set_new(json_object_get(out, "operations"), opid, o);
+		}
+		if (!strcmp(tail, "/decision"))
+			json_object_set_new(o, "decision", v);
+		else
+			json_array_append_new(json_object_get(o, "results"), v);
+	}
+	etcd_kvs_free(kvs, n);
+	etcd_free(&g.e);
+	if (a->json) {
+		json_emit(stdout, out);
+		return EX_OK;
+	}
+	const json_t *m = json_object_get(out, "members");
+	printf("group %s: %zu member(s) at work\n", a->group, json_array_size(m));
+	for (size_t i = 0; i < json_array_size(m); i++) {
+		const json_t *x = json_array_get(m, i);
+		printf("  member %s: %s of %d members, %s (operation %.8s)\n", field(x, "member"),
+		       field(x, "operation"), (int)json_member_number(x, "members", 0), field(x, "phase"),
+		       field(x, "opid"));
+	}
+	const char *opid;
+	json_t *o;
+	json_object_foreach(json_object_get(out, "operations"), opid, o)
+	{
+		const json_t *d = json_object_get(o, "decision");
+		printf("operation %.8s: %s\n", opid,
+		       !d                                       ? "undecided"
+		       : json_is_true(json_object_get(d, "go")) ? "every member ready: crossed"
+								: field(d, "why"));
+		const json_t *r = json_object_get(o, "results");
+		for (size_t i = 0; i < json_array_size(r); i++) {
+			const json_t *x = json_array_get(r, i);
+			int code = (int)json_member_number(x, "exit", -1);
+			printf("  member %s: %s%s%s%s\n", field(x, "member"), code ? "failed" : "ok", code ? ": " : "",
+			       field(x, "error"),
+			       json_is_true(json_object_get(x, "holds_checkpoint")) ? " (holds a checkpoint)" : "");
+		}
+	}
+	json_decref(out);
+	return EX_OK;
+}

@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: MIT */
+/* One worker over several nodes (cusnap ... --group, SYSTEM.md §16): two and
+ * three trees, each with its own control directory, stand for the nodes; each
+ * runs its own cusnap; they meet in an etcd this test starts on the loopback
+ * (Debian's etcd-server, scripts/setup-etcd.sh) and stops. */
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include "e2e_util.h"
+
+static char cusnap[PATH_MAX], criu[PATH_MAX], etcd_url[64];
+static const char *no_criu; /* why the CRIU cases skip, or NULL */
+static pid_t etcd_pid;
+
+/* A port nothing listens on now (the kernel's pick). */
+static int free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int port = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+				   getsockname(s, (struct sockaddr *)&a, &len) == 0
+			   ? ntohs(a.sin_port)
+			   : -1;
+	if (s >= 0)
+		close(s);
+	return port;
+}
+
+static void etcd_stop(void)
+{
+	if (etcd_pid > 0) {
+		kill(etcd_pid, SIGKILL);
+		test_wait_child(etcd_pid, 10000);
+	}
+	etcd_pid = 0;
+}
+
+/* etcd on the loopback, its data in the scratch directory, answering. */
+static void etcd_start(void)
+{
+	char path[PATH_MAX], etcd[PATH_MAX] = "";
+	snprintf(path, sizeof(path), "%s/../etcd-path", tests_dir);
+	char *given = test_read_file(path);
+	if (given && *given)
+		snprintf(etcd, sizeof(etcd), "%.*s", (int)strcspn(given, "\n"), given);
+	free(given);
+	for (const char *d = getenv("PATH"); !etcd[0] && d && *d; d += strcspn(d, ":") + (d[strcspn(d, ":")] != 0)) {
+		snprintf(etcd, sizeof(etcd), "%.*s/etcd", (int)strcspn(d, ":"), d);
+		if (access(etcd, X_OK) != 0)
+			etcd[0] = '\0';
+	}
+	if (!etcd[0] || access(etcd, X_OK) != 0)
+		SKIP("no etcd (scripts/setup-etcd.sh provides Debian's etcd-server; see build/etcd-setup.log)\n");
+	int client = free_port(), peer = free_port();
+	char data[PATH_MAX + 8], listen_client[64], listen_peer[64], log[PATH_MAX + 16];
+	snprintf(data, sizeof(data), "%s/etcd", e2e_root);
+	snprintf(log, sizeof(log), "%s/etcd.log", e2e_root);
+	snprintf(etcd_url, sizeof(etcd_url), "http://127.0.0.1:%d", client);
+	snprintf(listen_client, sizeof(listen_client), "http://127.0.0.1:%d", client);
+	snprintf(listen_peer, sizeof(listen_peer), "http://127.0.0.1:%d", peer);
+	char cluster[128];
+	snprintf(cluster, sizeof(cluster), "test=%s", listen_peer);
+	char *argv[] = {etcd,          "--name",
+			"test",        "--data-dir",
+			data,          "--listen-client-urls",
+			listen_client, "--advertise-client-urls",
+			listen_client, "--listen-peer-urls",
+			listen_peer,   "--initial-advertise-peer-urls",
+			listen_peer,   "--initial-cluster",
+			cluster,       NULL};
+	etcd_pid = test_spawn(argv, NULL, log);
+	atexit(etcd_stop);
+	for (int i = 0; i < 200; i++) {
+		char *out = NULL;
+		int rc = tool(&out, NULL, cusnap, "inspect", "--group", "probe", "--etcd", etcd_url, NULL);
+		free(out);
+		if (rc == 0)
+			return;
+		usleep(100000);
+	}
+	char *text = test_read_file(log);
+	printf("etcd did not answer within 20 s; its log:\n%s\n", text ? text : "");
+	free(text);
+	exit(1);
+}
+
+/* ---- members: each its own cusnap, run at once ---- */
+
+struct member {
+	pid_t pid;
+	char log[PATH_MAX + 32];
+};
+
+/* cusnap args... --group NAME --members N --etcd URL --member NAME, started (its
+ * output into a log). */
+static void member_start(struct member *m, const char *group, int members, const char *name, char *const env[],
+			 const char *const args[])
+{
+	static int runs;
+	char n[16];
+	const char *argv[40] = {cusnap};
+	int k = 1;
+	for (int i = 0; args[i]; i++)
+		argv[k++] = args[i];
+	snprintf(n, sizeof(n), "%d", members);
+	const char *tail[] = {"--group", group, "--members", n, "--etcd", etcd_url, "--member", name, NULL};
+	for (int i = 0; tail[i]; i++)
+		argv[k++] = tail[i];
+	argv[k] = NULL;
+	snprintf(m->log, sizeof(m->log), "%s/member-%s-%d.log", e2e_root, name, ++runs);
+	m->pid = test_spawn((char *const *)argv, env, m->log);
+}
+
+/* Its exit code (-1: did not end within 90 s); *out: what it printed (malloc'ed). */
+static int member_wait(struct member *m, char **out)
+{
+	int status = test_wait_child(m->pid, 90000);
+	*out = test_read_file(m->log);
+	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define MEMBER_OK(m)                                                                                   \
+	do {                                                                                           \
+		char *out_;                                                                            \
+		int rc_ = member_wait((m), &out_);                                                     \
+		if (rc_ != 0)                                                                          \
+			test_fail(__FILE__, __LINE__, "member exited %d:\n%s", rc_, out_ ? out_ : ""); \
+		free(out_);                                                                            \
+	} while (0)
+
+static void tree_args(const struct group *g, const char *cmd, char pid[16], char dir[PATH_MAX + 16],
+		      const char *argv[12])
+{
+	snprintf(pid, 16, "%d", g->root);
+	snprintf(dir, PATH_MAX + 16, "%s/state", g->ctl);
+	const char *a[] = {cmd, "--pid", pid, "--dir", dir, "--control-dir", g->ctl, "--timeout", "20000", NULL};
+	memcpy(argv, a, sizeof(a));
+}
+
+static void in_place(struct member *m, const struct group *g, const char *cmd, const char *group, int members,
+		     const char *name, char *const env[], const char *timeout)
+{
+	char pid[16], dir[PATH_MAX + 16];
+	const char *argv[16];
+	tree_args(g, cmd, pid, dir, argv);
+	int k = 9;
+	if (timeout) {
+		argv[k++] = "--group-timeout";
+		argv[k++] = timeout;
+	}
+	argv[k] = NULL;
+	member_start(m, group, members, name, env, argv);
+}
+
+/* Every CUDA process of g running and every participant active. */
+static void untouched(struct group *g)
+{
+	char *j = group_inspect(g);
+	if (count_of(j, "\"state\":\"running\"") != 2 || count_of(j, "\"phase\":\"active\"") != 2)
+		test_fail(__FILE__, __LINE__, "the tree of %d is not as it was:\n%s", (int)g->root, j ? j : "");
+	free(j);
+}
+
+/* Does pid no longer run (none, or a zombie)? */
+static bool gone(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	char *text = test_read_file(path);
+	const char *end = text ? strrchr(text, ')') : NULL;
+	bool dead = !end || end[1] != ' ' || end[2] == 'Z' || end[2] == 'X';
+	free(text);
+	return dead;
+}
+
+static void restore_complete(struct group *g)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/restore-complete", g->ctl);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(fd >= 0);
+	close(fd);
+}
+
+/* Run cmd on trees g[0..n) as one group at once (member names m0, m1, ...;
+ * env[i] for member i, NULL: none); every member's exit code into rc[i],
+ * what it printed into out[i] (malloc'ed). */
+static void group_cmd(struct group *g, int n, const char *cmd, const char *group, char *const *env[],
+		      const char *timeout, int rc[], char *out[])
+{
+	struct member m[4];
+	for (int i = 0; i < n; i++) {
+		char name[8];
+		snprintf(name, sizeof(name), "m%d", i);
+		in_place(&m[i], &g[i], cmd, group, n, name, env ? env[i] : NULL, timeout);
+	}
+	for (int i = 0; i < n; i++)
+		rc[i] = member_wait(&m[i], &out[i]);
+}
+
+static void free_all(char *out[], int n)
+{
+	for (int i = 0; i < n; i++)
+		free(out[i]);
+}
+
+/* Two trees linked by TCP suspended and resumed as one group; the ranks still
+ * talk; every member prints every member's result; inspect --group shows them. */
+static void suspend_resume_two(void)
+{
+	struct group g[2];
+	int port = free_port(), rc[2];
+	char listen_on[48], connect_to[48], *out[2];
+	snprintf(listen_on, sizeof(listen_on), "VMM_GROUP_TCP=listen:%d", port);
+	snprintf(connect_to, sizeof(connect_to), "VMM_GROUP_TCP=connect:%d", port);
+	char *env_a[] = {listen_on, NULL}, *env_b[] = {connect_to, NULL};
+	/* (each waits for the other's connection before it is ready) */
+	group_launch(&g[0], "tcp-a", 1, 2, false, NULL, env_a, NULL, false);
+	CHECK_EQ(group_start(&g[1], "tcp-b", 1, 2, false, NULL, env_b, NULL), 0);
+	CHECK_EQ(group_wait_ready(&g[0], "tcp-a"), 0);
+	group_cmd(g, 2, "suspend", "pair", NULL, NULL, rc, out);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(rc[i], 0);
+		CHECK_CONTAINS(out[i], "every one of the 2 members ready: crossing");
+		CHECK_CONTAINS(out[i], "group pair: suspend: member m0: ok");
+		CHECK_CONTAINS(out[i], "group pair: suspend: member m1: ok");
+		char *j = group_inspect(&g[i]);
+		CHECK_EQ(count_of(j, "\"state\":\"checkpointed\""), 2);
+		free(j);
+	}
+	free_all(out, 2);
+	group_cmd(g, 2, "resume", "pair", NULL, NULL, rc, out);
+	CHECK_EQ(rc[0], 0);
+	CHECK_EQ(rc[1], 0);
+	free_all(out, 2);
+	char *view = NULL;
+	CHECK_EQ(tool(&view, NULL, cusnap, "inspect", "--group", "pair", "--etcd", etcd_url, NULL), 0);
+	CHECK_CONTAINS(view, "0 member(s) at work");
+	CHECK_EQ(count_of(view, "member m0: ok"), 2); /* (the suspend's and the resume's results) */
+	free(view);
+	for (int i = 0; i < 2; i++) {
+		untouched(&g[i]);
+		restore_complete(&g[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(group_finish(&g[i]), 2);
+		char *log = test_read_file(g[i].log);
+		CHECK_CONTAINS(log, "token restored exchanged with the other tree");
+		free(log);
+	}
+}
+
+/* Three trees checkpointed and restored as one group; --json: one object. */
+static void checkpoint_restore_three(void)
+{
+	if (no_criu) {
+		printf("  skipped: %s\n", no_criu);
+		return;
+	}
+	struct group g[3];
+	struct member m[3];
+	char ck[3][PATH_MAX + 16], pid[3][16], name[3][8], *out;
+	for (int i = 0; i < 3; i++) {
+		char tag[16];
+		snprintf(tag, sizeof(tag), "ck%d", i);
+		CHECK_EQ(group_start(&g[i], tag, 1, 2, false, NULL, NULL, NULL), 0);
+		snprintf(ck[i], sizeof(ck[i]), "%s/ck-%d", e2e_root, i);
+		snprintf(pid[i], sizeof(pid[i]), "%d", g[i].root);
+		snprintf(name[i], sizeof(name[i]), "n%d", i);
+		const char *argv[] = {"checkpoint", "--pid",  pid[i], "--dir",  ck[i], "--control-dir",
+				      g[i].ctl,     "--criu", criu,   "--json", NULL};
+		member_start(&m[i], "trio", 3, name[i], NULL, argv);
+	}
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(member_wait(&m[i], &out), 0);
+		CHECK_CONTAINS(out, "\"members_ok\":3");
+		CHECK_CONTAINS(out, "\"holds_checkpoint\":true");
+		free(out);
+	}
+	for (int i = 0; i < 3; i++) /* (every member waited for first: this reaps whatever ended) */
+		group_dumped(&g[i]);
+	for (int i = 0; i < 3; i++) {
+		const char *argv[] = {"restore", "--dir", ck[i], "--criu", criu, NULL};
+		member_start(&m[i], "trio", 3, name[i], NULL, argv);
+	}
+	for (int i = 0; i < 3; i++)
+		MEMBER_OK(&m[i]);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(restored_passes(&g[i], restored_root(ck[i])), 2);
+}
+
+/* A member failing at its boundary (after its prepare): every member undoes,
+ * exit 1 naming it; the trees run on untouched. */
+static void member_fails(void)
+{
+	struct group g[2];
+	int rc[2];
+	char *out[2];
+	CHECK_EQ(group_start(&g[0], "fail-a", 1, 2, false, NULL, NULL, NULL), 0);
+	CHECK_EQ(group_start(&g[1], "fail-b", 1, 2, false, NULL, NULL, NULL), 0);
+	char *fault[] = {"CUSNAP_FAULT=group-ready:fail", NULL}, *const * env[] = {NULL, fault};
+	group_cmd(g, 2, "suspend", "faulty", env, NULL, rc, out);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(rc[i], 1);
+		CHECK_CONTAINS(out[i], "member m1 failed");
+		CHECK_CONTAINS(out[i], "everything undone");
+		untouched(&g[i]);
+	}
+	free_all(out, 2);
+	group_cmd(g, 2, "suspend", "faulty", NULL, NULL, rc, out); /* (the group is free again) */
+	CHECK_EQ(rc[0], 0);
+	CHECK_EQ(rc[1], 0);
+	free_all(out, 2);
+	group_cmd(g, 2, "resume", "faulty", NULL, NULL, rc, out);
+	free_all(out, 2);
+	for (int i = 0; i < 2; i++) {
+		restore_complete(&g[i]);
+		CHECK_EQ(group_finish(&g[i]), 2);
+	}
+}
+
+/* A member's cusnap killed at its boundary: its lease expires, the others
+ * undo (and name it); `cusnap resume` brings its own tree back. */
+static void member_killed(void)
+{
+	struct group g[2];
+	int rc[2];
+	char *out[2];
+	CHECK_EQ(group_start(&g[0], "kill-a", 1, 2, false, NULL, NULL, NULL), 0);
+	CHECK_EQ(group_start(&g[1], "kill-b", 1, 2, false, NULL, NULL, NULL), 0);
+	char *fault[] = {"CUSNAP_FAULT=group-ready:self", NULL}, *const * env[] = {NULL, fault};
+	group_cmd(g, 2, "suspend", "killed", env, "60000", rc, out);
+	CHECK_EQ(rc[0], 1);
+	CHECK_CONTAINS(out[0], "member m1 is gone");
+	CHECK_CONTAINS(out[0], "everything undone");
+	CHECK_EQ(rc[1], -1); /* (killed) */
+	free_all(out, 2);
+	untouched(&g[0]);
+	char *o = NULL;
+	CHECK_EQ(group_resume(&g[1], &o, NULL), 0);
+	free(o);
+	untouched(&g[1]);
+	for (int i = 0; i < 2; i++) {
+		restore_complete(&g[i]);
+		CHECK_EQ(group_finish(&g[i]), 2);
+	}
+}
+
+/* A member that never comes: the one that came times out and undoes. */
+static void member_missing(void)
+{
+	struct group g;
+	struct member m;
+	char *out;
+	CHECK_EQ(group_start(&g, "alone", 1, 2, false, NULL, NULL, NULL), 0);
+	in_place(&m, &g, "suspend", "missing", 2, "m0", NULL, "1500");
+	CHECK_EQ(member_wait(&m, &out), 1);
+	CHECK_CONTAINS(out, "1 of 2 members arrived within 1500 ms");
+	CHECK_CONTAINS(out, "everything undone");
+	free(out);
+	untouched(&g);
+	restore_complete(&g);
+	CHECK_EQ(group_finish(&g), 2);
+}
+
+/* etcd that cannot be reached: refused (69) before anything changes; a
+ * second operation on a busy group: refused (75), nothing changed. */
+static void refusals(void)
+{
+	struct group g[2];
+	char pid[16], dir[PATH_MAX + 16], *out = NULL;
+	CHECK_EQ(group_start(&g[0], "busy-a", 1, 2, false, NULL, NULL, NULL), 0);
+	CHECK_EQ(group_start(&g[1], "busy-b", 1, 2, false, NULL, NULL, NULL), 0);
+	snprintf(pid, sizeof(pid), "%d", g[0].root);
+	snprintf(dir, sizeof(dir), "%s/state", g[0].ctl);
+	int down = free_port();
+	char url[64];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", down);
+	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--dir", dir, "--control-dir", g[0].ctl, "--group",
+		      "down", "--members", "2", "--etcd", url, NULL),
+		 69);
+	CHECK_CONTAINS(out, "cannot be reached");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	out = NULL;
+	untouched(&g[0]);
+	/* m0 suspends (and waits for m1); a resume of the same group is refused meanwhile. */
+	struct member m, r;
+	in_place(&m, &g[0], "suspend", "one-at-a-time", 2, "m0", NULL, "30000");
+	for (int i = 0; i < 100; i++) {
+		free(out);
+		out = NULL;
+		tool(&out, NULL, cusnap, "inspect", "--group", "one-at-a-time", "--etcd", etcd_url, NULL);
+		if (contains(out, "member m0: suspend"))
+			break;
+		usleep(100000);
+	}
+	free(out);
+	in_place(&r, &g[1], "resume", "one-at-a-time", 2, "m1", NULL, NULL);
+	CHECK_EQ(member_wait(&r, &out), 75);
+	CHECK_CONTAINS(out, "busy with suspend of 2 members (begun by member m0)");
+	free(out);
+	untouched(&g[1]);
+	in_place(&r, &g[1], "suspend", "one-at-a-time", 2, "m1", NULL, NULL);
+	MEMBER_OK(&r);
+	MEMBER_OK(&m);
+	int rc[2];
+	char *outs[2];
+	group_cmd(g, 2, "resume", "one-at-a-time", NULL, NULL, rc, outs);
+	free_all(outs, 2);
+	for (int i = 0; i < 2; i++) {
+		untouched(&g[i]);
+		restore_complete(&g[i]);
+		CHECK_EQ(group_finish(&g[i]), 2);
+	}
+}
+
+/* A restore in which one member fails before its rebuild: every restored tree
+ * is killed, no restore-complete anywhere; every member exits non-zero. */
+static void restore_member_fails(void)
+{
+	if (no_criu) {
+		printf("  skipped: %s\n", no_criu);
+		return;
+	}
+	struct group g[2];
+	struct member m[2];
+	char ck[2][PATH_MAX + 16], pid[2][16], *out;
+	for (int i = 0; i < 2; i++) {
+		char tag[16];
+		snprintf(tag, sizeof(tag), "rf%d", i);
+		CHECK_EQ(group_start(&g[i], tag, 1, 2, false, NULL, NULL, NULL), 0);
+		snprintf(ck[i], sizeof(ck[i]), "%s/rf-%d", e2e_root, i);
+		snprintf(pid[i], sizeof(pid[i]), "%d", g[i].root);
+		char *o = NULL;
+		CHECK_EQ(tool(&o, NULL, cusnap, "checkpoint", "--pid", pid[i], "--dir", ck[i], "--control-dir",
+			      g[i].ctl, "--criu", criu, NULL),
+			 0);
+		free(o);
+		group_dumped(&g[i]);
+	}
+	char *fault[] = {"CUSNAP_FAULT=group-ready:fail", NULL};
+	for (int i = 0; i < 2; i++) {
+		const char *argv[] = {"restore", "--dir", ck[i], "--criu", criu, NULL};
+		member_start(&m[i], "rf", 2, i ? "r1" : "r0", i ? fault : NULL, argv);
+	}
+	for (int i = 0; i < 2; i++) {
+		CHECK(member_wait(&m[i], &out) != 0);
+		CHECK_CONTAINS(out, "member r1 failed");
+		CHECK_CONTAINS(out, "restored tree killed");
+		free(out);
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/restore-complete", g[i].ctl);
+		CHECK(access(path, F_OK) != 0);
+		pid_t root = restored_root(ck[i]);
+		CHECK(root > 0 && gone(root));
+	}
+	reap_all();
+}
+
+int main(void)
+{
+	no_criu = getenv("CUSNAP_SANITIZER")           ? "CRIU does not dump sanitizer runtimes' shadow memory"
+		  : geteuid() != 0                     ? "CRIU needs root"
+		  : test_find_criu(criu, sizeof(criu)) ? "no CRIU (scripts/setup-criu.sh)"
+						       : NULL;
+	e2e_init("group");
+	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	etcd_start();
+	test_run("two trees linked by TCP: group suspend and resume; the ranks still talk", suspend_resume_two);
+	test_run("three trees: group checkpoint and restore, one JSON result each", checkpoint_restore_three);
+	test_run("a member failing after its prepare: every member undoes, naming it", member_fails);
+	test_run("a member killed at its boundary: its lease expires, the others undo", member_killed);
+	test_run("a member that never comes: the others time out, their trees untouched", member_missing);
+	test_run("etcd down: refused (69), nothing changed; a second operation on a busy group refused (75)", refusals);
+	test_run("restore: a member failing makes every restored tree die, no restore-complete", restore_member_fails);
+	etcd_stop();
+	e2e_done();
+}
