@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench/copy: the host-mode data path (SYSTEM.md §6.2, §11). A creator shares
+/* bench/copy: the host-mode data path (DESIGN.md §6.2, §11). A creator shares
  * N allocations of SIZE bytes with one importer; the coordinator's PREPARE
  * (host content) copies their bytes into the creator's arena and RESTORE_CREATORS
  * copies them back, twice (the second suspend reuses the arena). The copy times

@@ -4,7 +4,7 @@
 # of shared VMM memory (under the interposer), against the same group and size
 # without the interposer (native steps only, the memory private to each
 # process). Prints per-phase times; the VMM steps' share of the total is the
-# figure SYSTEM.md §11 targets (< 5 %). Then the native steps (lock, checkpoint,
+# figure DESIGN.md §11 targets (< 5 %). Then the native steps (lock, checkpoint,
 # restore+unlock) of a suspend and resume of 1, 4 and 8 processes, run
 # concurrently (as cusnap does) and one process after another
 # (CUSNAP_NATIVE_PARALLEL=1, the old order). Needs root (CRIU).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# What the interposer costs real NCCL (SYSTEM.md §11): ncclCommInitRank time and
+# What the interposer costs real NCCL (DESIGN.md §11): ncclCommInitRank time and
 # driver calls per rank, 8 ranks of examples/nccl/nccl_group on cuemu, P2P and
 # NVLS, with and without the shim. Prints figures; asserts nothing.
 #

@@ -176,7 +176,7 @@ void emu_config(void)
 }
 
 /* NVIDIA's CUDA runtime must never run on the emulator (its licence forbids
- * answering what it asks of a driver, SYSTEM.md §15): a libcudart mapped in this
+ * answering what it asks of a driver, DESIGN.md §15): a libcudart mapped in this
  * process that is not the project's own (which exports cusnap_cudart_runtime)
  * makes cuInit fail, saying why. */
 static bool foreign_runtime(char *path, size_t len)

@@ -31,7 +31,7 @@
  *
  * --release (or VMM_GROUP_RELEASE=1): once the workers have imported, the parent
  * unmaps and releases every shared allocation, keeping only the exported FDs
- * (the workers carry the memory on, SYSTEM.md §6.2). After the restore it
+ * (the workers carry the memory on, DESIGN.md §6.2). After the restore it
  * imports those cached FDs again: they must still resolve, to the memory the
  * workers share. With --ipc it frees its cuMemAlloc buffers too.
  *

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # Build NCCL 2.28.9 from its source into BUILD/nccl (include/nccl.h,
-# lib/libnccl.so.2) for the emulator (SYSTEM.md §15):
+# lib/libnccl.so.2) for the emulator (DESIGN.md §15):
 #
 #   scripts/build-nccl.sh [BUILD_DIR]
 #

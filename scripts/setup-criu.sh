@@ -10,7 +10,7 @@
 #    every library it needs, under BUILD_DIR/criu/root (default build/), and a
 #    wrapper BUILD_DIR/criu/criu runs it through that libc's own loader. Debian
 #    bookworm's criu 3.17 fails `criu check` on current kernels ("vdso: Unexpected
-#    rt vDSO area bounds"); trixie's 4.x works (SYSTEM.md §14).
+#    rt vDSO area bounds"); trixie's 4.x works (DESIGN.md §14).
 #
 # Both are run through a wrapper BUILD_DIR/criu/criu that sets CRIU_FAULT=130
 # (unless CRIU_FAULT is already set): CRIU then stops restored threads at syscall

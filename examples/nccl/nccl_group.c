@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* nccl_group: N ranks of one NCCL communicator, zdtm-style (SYSTEM.md §15).
+/* nccl_group: N ranks of one NCCL communicator, zdtm-style (DESIGN.md §15).
  *
  *   nccl_group [--ranks N] [--size BYTES] [--timeout S]
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The control directory (SYSTEM.md §3): where endpoints and the workload's
+/* The control directory (DESIGN.md §3): where endpoints and the workload's
  * ready-for-snapshot / snapshot-complete / restore-complete files live. */
 #ifndef CUSNAP_CONTROL_H
 #define CUSNAP_CONTROL_H

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The coordinator's lifecycle (SYSTEM.md §6): validation, prepare, restore and
+/* The coordinator's lifecycle (DESIGN.md §6): validation, prepare, restore and
  * abort across participants, their stages, options and report. Shared by
  * snapshot-cuda-vmm, cusnap, the benchmarks and the tests. */
 #ifndef CUSNAP_COORD_H
@@ -12,13 +12,13 @@
 
 #include "cusnap/state.h"
 
-/* The holders PREPARE names (SYSTEM.md §6.2): v is malloc'ed, its endpoints
+/* The holders PREPARE names (DESIGN.md §6.2): v is malloc'ed, its endpoints
  * point into the topology validated. */
 struct coord_holds {
 	struct req_hold *v;
 	size_t n;
 };
-/* Topology validation (SYSTEM.md §6.5), O(records). Returns 0 or -1 with the
+/* Topology validation (DESIGN.md §6.5), O(records). Returns 0 or -1 with the
  * first violation, naming participant, object and rule, in err. When holds is
  * given, it receives who carries each allocation its creator let go (free v). */
 int coord_validate(const struct coord_target *t, const struct topo_participant *p, size_t n, struct coord_holds *holds,
@@ -31,7 +31,7 @@ int coord_compare(const struct topo_participant *rec, const struct topo_particip
 
 /* A recorded device ordinal as it is after a restore onto other GPUs (map[old] = new). */
 int coord_remap_device(int dev, const int *map, size_t nmap);
-/* The multicast rules of SYSTEM.md §8 (called by coord_validate). */
+/* The multicast rules of DESIGN.md §8 (called by coord_validate). */
 int coord_validate_multicast(const struct coord_target *t, const struct topo_participant *p, size_t n, char *err,
 			     size_t errlen);
 /* The multicast part of coord_compare. */
@@ -79,11 +79,11 @@ struct coord_report {
 	char error[2048];
 };
 
-/* Prepare (SYSTEM.md §6.2): INSPECT, validate, QUIESCE, INSPECT again, PREPARE,
+/* Prepare (DESIGN.md §6.2): INSPECT, validate, QUIESCE, INSPECT again, PREPARE,
  * write DIR/cuda-vmm.state. On failure after QUIESCE every touched participant
  * is rebuilt (ABORT). Returns 0 or -1 (report.error says what failed). */
 int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
-/* Restore (SYSTEM.md §6.3) from DIR/cuda-vmm.state. */
+/* Restore (DESIGN.md §6.3) from DIR/cuda-vmm.state. */
 int coord_restore(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);
 /* Rebuild every listed participant that is part way through a prepare. */
 int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o, struct coord_report *r);

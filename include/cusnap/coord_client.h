@@ -20,7 +20,7 @@ struct coord_target {
 	char endpoint[4400];
 };
 
-/* The endpoint path of a participant (SYSTEM.md §3):
+/* The endpoint path of a participant (DESIGN.md §3):
  * <proc_root>/<obs>/root/<control_dir>/cuda-vmm-<ns>.sock, or with an empty
  * proc_root <control_dir>/cuda-vmm-<ns>.sock. Returns 0 or -ENAMETOOLONG. */
 int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs, int ns, char *out, size_t len);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* What costs on a GPU node, counted (SYSTEM.md §11): with CUSNAP_COUNT=FILE,
+/* What costs on a GPU node, counted (DESIGN.md §11): with CUSNAP_COUNT=FILE,
  * every process of a run adds to one table of 64-bit counters in FILE (shared
  * memory, atomic adds), so that a benchmark reads them between stages. Without
  * it, count_add does nothing. cuemu counts its driver calls (one slot per entry

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Exit codes of cusnap, snapshot-cuda-vmm and snapshot-cuda-vmm-launch
- * (SYSTEM.md §9, §10). Scripts and the agent act on these numbers. */
+ * (DESIGN.md §9, §10). Scripts and the agent act on these numbers. */
 #ifndef CUSNAP_EXITCODES_H
 #define CUSNAP_EXITCODES_H
 

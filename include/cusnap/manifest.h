@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* DIR/manifest.json (SYSTEM.md §9): what cusnap checkpoint recorded beside the
+/* DIR/manifest.json (DESIGN.md §9): what cusnap checkpoint recorded beside the
  * CRIU images, read back by restore and inspect. Written by cusnap (manifest
  * writing is in src/cusnap/manifest_write.c). */
 #ifndef CUSNAP_MANIFEST_H

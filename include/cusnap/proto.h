@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The shim <-> coordinator <-> shim protocol (SYSTEM.md §5).
+/* The shim <-> coordinator <-> shim protocol (DESIGN.md §5).
  *
  * Every message is a 24-byte little-endian header packed field by field,
  * followed by payload_len bytes of records:
@@ -44,7 +44,7 @@ enum proto_op {
 #undef OP
 };
 
-/* The shim's phase (SYSTEM.md §6.1), as F_PHASE carries it. */
+/* The shim's phase (DESIGN.md §6.1), as F_PHASE carries it. */
 enum proto_phase {
 	PROTO_PHASE_ACTIVE = 1,
 	PROTO_PHASE_QUIESCED = 2,
@@ -110,7 +110,7 @@ enum proto_rec_type {
 	REC_EXPORT = 6, /* EXPORT request: F_ALLOC_ID, F_TOKEN, F_ID and F_ENDPOINT (the redeemer), F_HOPS;
 			 * reply: F_SIZE, F_MC_DEVICES */
 	REC_RESULT = 7,
-	REC_MULTICAST = 8, /* a multicast object this participant holds (SYSTEM.md §8) */
+	REC_MULTICAST = 8, /* a multicast object this participant holds (DESIGN.md §8) */
 	REC_MC_BIND = 9,   /* one of its binds made by this participant */
 	REC_REQUEST = 10,  /* a lifecycle request's parameters (request.h; 1.4) */
 };

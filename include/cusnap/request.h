@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The parameters of the lifecycle requests (SYSTEM.md §5), each encoder beside
+/* The parameters of the lifecycle requests (DESIGN.md §5), each encoder beside
  * its decoder: PREPARE's content mode, RESTORE_CREATORS' device map, the
  * multicast objects a RESTORE_MULTICAST* step rebuilds, and what EXPORT and
  * EXPORT_MANY ask for and answer (one REC_EXPORT per allocation).
@@ -30,7 +30,7 @@ enum proto_content proto_content_parse(const char *name);
 /* Decoders return PROTO_OK or a proto_status, and on a refusal say why in err. */
 
 /* A shared allocation whose creator holds neither a handle nor a mapping of it
- * any more: the importer that carries it for the group (SYSTEM.md §6.2). */
+ * any more: the importer that carries it for the group (DESIGN.md §6.2). */
 struct req_hold {
 	struct cusnap_id alloc, creator, holder;
 	const char *endpoint; /* the holder's endpoint; decoded: endpoint_len bytes of the payload, no NUL */

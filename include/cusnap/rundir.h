@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Directories cusnap writes into as root beside other users (SYSTEM.md §9,
+/* Directories cusnap writes into as root beside other users (DESIGN.md §9,
  * §12): the rule every directory it trusts follows (ssh's StrictModes), its own
  * run directory, and one command per tree (an flock per process there, which
  * the kernel drops when the holder dies). */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The state sidecar DIR/cuda-vmm.state (SYSTEM.md §7): what prepare recorded,
+/* The state sidecar DIR/cuda-vmm.state (DESIGN.md §7): what prepare recorded,
  * for restore to rebuild and compare against.
  *
  * Layout (little-endian):

@@ -44,7 +44,7 @@ struct topo_mapping {
 	uint32_t detached;
 };
 
-/* A multicast object as one participant holds it (SYSTEM.md §8). */
+/* A multicast object as one participant holds it (DESIGN.md §8). */
 struct topo_mc {
 	uint64_t key;
 	struct cusnap_id id;

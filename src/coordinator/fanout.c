@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The barrier (SYSTEM.md §6): each stage fans out to every participant at
+/* The barrier (DESIGN.md §6): each stage fans out to every participant at
  * once, each request under its own deadline, and the next stage starts only
  * when all have answered. Also the checks every INSPECT gets, and the
  * selection and request of the multicast steps. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Prepare, restore and abort across participants (SYSTEM.md §6), each a list of
+/* Prepare, restore and abort across participants (DESIGN.md §6), each a list of
  * stages run by one runner: it times every stage into the report's timings,
  * reports it through the caller's on_stage, and reaches the stage's fault point. Each stage is
  * a barrier across the participants (fanout.c). */

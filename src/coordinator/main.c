@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* snapshot-cuda-vmm: the coordinator CLI (SYSTEM.md §3), a thin front over the
+/* snapshot-cuda-vmm: the coordinator CLI (DESIGN.md §3), a thin front over the
  * coordinator library. */
 #include <errno.h>
 #include <getopt.h>
@@ -248,7 +248,7 @@ static int cmd_lifecycle(struct cli *c)
 				  .require_state = c->require_state,
 				  .on_stage = print_stage,
 				  .on_warning = print_warning};
-	/* One command per tree (SYSTEM.md §9); a run directory that cannot be had
+	/* One command per tree (DESIGN.md §9); a run directory that cannot be had
 	 * (a read-only /run in a container) only costs the protection. */
 	pid_t *pids = calloc(c->ntargets, sizeof(*pids));
 	for (size_t i = 0; pids && i < c->ntargets; i++)

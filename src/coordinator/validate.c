@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Topology validation (SYSTEM.md §6.5) and the post-restore comparison, both
+/* Topology validation (DESIGN.md §6.5) and the post-restore comparison, both
  * O(records) with hash maps. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@ static struct creator_ref *ref_of(const struct hmap *m, const struct topo_alloc 
 	return c && id_equal(&c->alloc->id, &a->id) ? c : NULL;
 }
 
-/* (ns pid, pid) order: the holder is the importer first in it (SYSTEM.md §6.2). */
+/* (ns pid, pid) order: the holder is the importer first in it (DESIGN.md §6.2). */
 static bool before(const struct coord_target *t, size_t i, size_t j)
 {
 	return t[i].ns != t[j].ns ? t[i].ns < t[j].ns : t[i].obs < t[j].obs;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Multicast validation and comparison (SYSTEM.md §8): complete same-node
+/* Multicast validation and comparison (DESIGN.md §8): complete same-node
  * groups only. O(records) with hash maps (the comparison sorts binds). */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cusnap's CRIU plugin (SYSTEM.md §9): plain `criu dump` and `criu restore`
+/* cusnap's CRIU plugin (DESIGN.md §9): plain `criu dump` and `criu restore`
  * (and so the container engines that run CRIU) of a tree whose CUDA processes
  * run under the interposer do what `cusnap checkpoint` and `restore` do, with
  * cusnap's own code: the coordinator library, the native steps, the finish

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The plugin's settings where CRIU really runs (SYSTEM.md §9). Container
+/* The plugin's settings where CRIU really runs (DESIGN.md §9). Container
  * engines start `criu swrk` with PATH alone in its environment, so the plugin
  * reads a file: $CUSNAP_PLUGIN_CONFIG where the environment reaches, else
  * cusnap.conf beside the plugin (the libdir that CRIU's own configuration

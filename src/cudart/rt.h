@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The project's CUDA runtime (libcudart.so.13; SYSTEM.md §15): the runtime API
+/* The project's CUDA runtime (libcudart.so.13; DESIGN.md §15): the runtime API
  * that clients' host code calls (NCCL's), over the driver API, and the
  * registration entry points nvcc's host stubs call (crt/host_runtime.h).
  * Nothing private: no export tables; the driver is reached through

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cusnap checkpoint and restore (SYSTEM.md §9): the in-place sequence of suspend
+/* cusnap checkpoint and restore (DESIGN.md §9): the in-place sequence of suspend
  * and resume wrapped around a CRIU dump and restore, with manifest.json. */
 #include <ctype.h>
 #include <dirent.h>

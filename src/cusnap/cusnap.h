@@ -55,7 +55,7 @@ int cmd_run(const struct args *a);     /* run.c */
 int cmd_checkpoint(const struct args *a);
 int cmd_restore(const struct args *a);
 int cmd_demo(const struct args *a);
-/* ---- group.c: one worker over several nodes, met through etcd (SYSTEM.md §16) ---- */
+/* ---- group.c: one worker over several nodes, met through etcd (DESIGN.md §16) ---- */
 /* Command op (run) as one member of a->group: the group met in etcd first
  * (69: not reached, 75: busy with another operation), every member ready
  * before any crosses its boundary, every member's result printed after. */

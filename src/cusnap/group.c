@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* One worker over several nodes (SYSTEM.md §16): each node runs its own
+/* One worker over several nodes (DESIGN.md §16): each node runs its own
  * command on its own tree, and the members meet in etcd under
  * /cusnap/groups/NAME/ so that none crosses its destructive boundary unless
  * every one of them is ready to.

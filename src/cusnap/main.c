@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cusnap: the node tool (SYSTEM.md §9). This file parses the command line and
+/* cusnap: the node tool (DESIGN.md §9). This file parses the command line and
  * dispatches; each command lives in a file of its own, and its row below says
  * what it takes and how its usage line reads. */
 #include <getopt.h>

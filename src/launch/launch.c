@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* snapshot-cuda-vmm-launch PROGRAM [ARG...]: run PROGRAM with the shim first in
- * LD_PRELOAD (SYSTEM.md §2, §3).
+ * LD_PRELOAD (DESIGN.md §2, §3).
  *
  * The shim is, in order: $SNAPSHOT_CUDA_VMM_LIBRARY; next to this launcher in the
  * build tree (../lib/libsnapshot_cuda_vmm.so) or an install tree

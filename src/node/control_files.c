@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The workload's control directory (SYSTEM.md §3, §9). It belongs to the
+/* The workload's control directory (DESIGN.md §3, §9). It belongs to the
  * workload, so cusnap, running as root, reaches it only through directory
  * descriptors: opened inside the workload's own root (every symlink on the way
  * resolved within that root, never out of it), files created there O_EXCL|

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The one way a command that changed a tree ends (SYSTEM.md §9; CRIU's
+/* The one way a command that changed a tree ends (DESIGN.md §9; CRIU's
  * cr_dump_finish is the model): the record of how far it got, the undo of
  * exactly that, a check of every process afterwards, and the exit code picked
  * from what the check saw. Also the recovery of a tree an interrupted command

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Checkpoint jobs (SYSTEM.md §9; driver 590 and later, `cuda-checkpoint
+/* Checkpoint jobs (DESIGN.md §9; driver 590 and later, `cuda-checkpoint
  * --launch-job`; driver 610 checkpoints native legacy IPC only inside one).
  * A workload in a job carries CUDA_CHECKPOINT_JOB_FILE in its environment;
  * cusnap names the same file in its own environment for its driver calls (it

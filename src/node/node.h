@@ -101,7 +101,7 @@ int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *report_error(void);
 const char *state_name(int s);
 
-/* ---- job.c: checkpoint jobs (driver 590 and later; SYSTEM.md §9) ---- */
+/* ---- job.c: checkpoint jobs (driver 590 and later; DESIGN.md §9) ---- */
 struct job {
 	char path[4200]; /* the job file as cusnap opens it; "" when the tree is in no job */
 	pid_t owner;     /* the process whose environment named it (0: --job-file) */
@@ -137,7 +137,7 @@ int tree_view(pid_t pid, const struct settings *s, struct tree *t);
  * anything). 0, or an exit code (reported) with t freed. */
 int tree_take(pid_t pid, const struct settings *s, const char *what, struct tree *t);
 /* One command per tree: take the lock of every process of t for command what
- * (SYSTEM.md §9). 0, or an exit code (reported; EX_BUSY when another command
+ * (DESIGN.md §9). 0, or an exit code (reported; EX_BUSY when another command
  * holds it) with nothing changed. tree_free releases it. */
 int tree_hold(struct tree *t, const char *what);
 /* Who holds the tree (a command working on it): true, and who into out. */

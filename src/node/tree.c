@@ -82,7 +82,7 @@ static int tree_fill(pid_t pid, const struct settings *s, struct tree *t, bool v
 		c->ns = p->nspid;
 		coord_endpoint_path("/proc", t->s->control_dir, p->pid, p->nspid, c->endpoint, sizeof(c->endpoint));
 		struct stat st;
-		/* Detection rule (SYSTEM.md §3): by endpoint, never by environ. */
+		/* Detection rule (DESIGN.md §3): by endpoint, never by environ. */
 		p->shim = stat(c->endpoint, &st) == 0 && S_ISSOCK(st.st_mode);
 		char mark[8];
 		p->marked = !p->shim && proc_environ_get(p->pid, INTERPOSE_MARKER, mark, sizeof(mark)) &&

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* build/lib/libnvidia-ml.so.1: the part of NVML that NCCL's host code calls,
- * answering for cuemu's devices (SYSTEM.md §15), so that NCCL runs on the
+ * answering for cuemu's devices (DESIGN.md §15), so that NCCL runs on the
  * emulator. Never mistaken for the real one: every device is "cuemu".
  *
  * Devices: CUEMU_DEVICES (default 2), at the PCI addresses cuemu reports

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Capabilities (SYSTEM.md §4.2): what cuMemExportToShareableHandle returns for a
+/* Capabilities (DESIGN.md §4.2): what cuMemExportToShareableHandle returns for a
  * tracked allocation instead of the driver's FD. A sealed memfd holding:
  *
  *   off size field

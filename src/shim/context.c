@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Contexts for the driver calls the shim makes on its own threads (serving
- * EXPORT, every lifecycle step): SYSTEM.md §4.1. The shim enters the primary
+ * EXPORT, every lifecycle step): DESIGN.md §4.1. The shim enters the primary
  * context of the object's device, which it retains itself for the length of one
  * operation, so that a context the application may destroy meanwhile is never
  * made current. Objects without a device of their own (HOST_NUMA memory,

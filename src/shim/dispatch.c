@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The shim's one dispatch of the endpoint protocol, and its phase (SYSTEM.md
+/* The shim's one dispatch of the endpoint protocol, and its phase (DESIGN.md
  * §6.1). include/cusnap/ops.def names each operation's serve_ function, the
  * phases that admit it and the phase a success leaves. READ operations are
  * answered at once and write their own replies; STEP operations run one at a

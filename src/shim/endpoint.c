@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The participant's endpoint (SYSTEM.md §4.3, §5): a Unix socket served by an
+/* The participant's endpoint (DESIGN.md §4.3, §5): a Unix socket served by an
  * small pool of threads, each accepting and serving a connection itself, all
  * with every signal blocked and none calling into the application. Each connection has a deadline, so a silent client
  * cannot hold anything for longer than that. Requests go to shim_serve

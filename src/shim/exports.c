@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The export table (SYSTEM.md §4.3): what EXPORT may hand out, by allocation id.
+/* The export table (DESIGN.md §4.3): what EXPORT may hand out, by allocation id.
  *
  * An entry follows its allocation's driver handle by construction. The handle
  * of a tracked allocation changes only in alloc_set_driver and
@@ -12,7 +12,7 @@
  * Every shared allocation this process holds has an entry, the importers' too:
  * one record serves it (the entry's owner; the creator's when it is here). A
  * creator's entry remembers the endpoints its EXPORTs went to (its peers). When
- * the creator lets go of the allocation while peers may still hold it (SYSTEM.md
+ * the creator lets go of the allocation while peers may still hold it (DESIGN.md
  * §6.2), the entry stays as a tombstone: an EXPORT of it (the token checked) is
  * forwarded to the peers, the holder PREPARE named first, one hop, until one
  * serves it. So a capability resolves while anyone holds the memory, as the
@@ -327,7 +327,7 @@ int exports_export(const struct export_request *q, struct shim_export_info *info
 		rc = refused(PROTO_E_DRIVER, &q->alloc_id, ": not attached now (a checkpoint is under way)", err,
 			     errlen);
 	} else {
-		/* An endpoint thread has no context of its own (SYSTEM.md §4.1). */
+		/* An endpoint thread has no context of its own (DESIGN.md §4.1). */
 		CUresult cr = q->in_caller_context ? CUDA_SUCCESS : ctx_enter_device(e->device);
 		const char *call = CTX_ENTER_CALLS;
 		if (cr == CUDA_SUCCESS) {

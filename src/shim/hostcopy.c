@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The host-mode data path (SYSTEM.md §6.2): a creator's shared bytes are copied
+/* The host-mode data path (DESIGN.md §6.2): a creator's shared bytes are copied
  * into one arena of this process, registered with the driver (pinned) for the
  * length of a step, by asynchronous copies on one stream per device with one
  * synchronisation per device per step. A copy goes through the application's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Who this process is: participant id, namespace PID, control directory and
- * endpoint path (SYSTEM.md §3, §4.3), made lazily on the first tracked call so
+ * endpoint path (DESIGN.md §3, §4.3), made lazily on the first tracked call so
  * that a child forked before CUDA init gets its own. Fork safety lives here. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The cuMemAlloc adapter (SYSTEM.md §4.4): memory that cudaMalloc asks for is
+/* The cuMemAlloc adapter (DESIGN.md §4.4): memory that cudaMalloc asks for is
  * served from tracked VMM memory that can be shared as POSIX FDs, so that
  * legacy IPC of it (ipc.c) is checkpointable like any shared allocation. Small
  * requests share chunks (at least 2 MiB, a multiple of the granularity), each

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The lifecycle (SYSTEM.md §6): QUIESCE, PREPARE in host or native content mode,
+/* The lifecycle (DESIGN.md §6): QUIESCE, PREPARE in host or native content mode,
  * RESTORE_CREATORS, RESTORE_IMPORTERS and RESUME, run on an endpoint
  * thread for the coordinator.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Multicast teardown and rebuild (SYSTEM.md §8), the steps the coordinator
+/* Multicast teardown and rebuild (DESIGN.md §8), the steps the coordinator
  * runs around the unicast ones:
  *
  *   PREPARE_MULTICAST         unbind every bind, unmap every multicast VA (the
@@ -52,7 +52,7 @@ void mc_apply_device_map(struct shim_alloc *a, const int *map)
 }
 
 /* Take down what is left of one object here, in the order both GPU-tested
- * peers use (SYSTEM.md §8): unmap its VAs (reservations kept), unbind every
+ * peers use (DESIGN.md §8): unmap its VAs (reservations kept), unbind every
  * member, release the handle. */
 static CUresult teardown(struct shim_alloc *a, struct life_result *r)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The wrapped multicast calls (SYSTEM.md §8). A multicast object the
+/* The wrapped multicast calls (DESIGN.md §8). A multicast object the
  * application creates, or imports through a capability, is a record of the
  * allocation table with a shim_mc part: the application holds logical handles
  * to it, and the record keeps what a rebuild replays: the properties asked for,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* HELLO and INSPECT (SYSTEM.md §5): the shim's tables as records. Each record
+/* HELLO and INSPECT (DESIGN.md §5): the shim's tables as records. Each record
  * is filled in as its struct topo_* and written by the common encoder, the
  * inverse of the decoder the tools use, so the codec lives in one place. */
 #include <stdio.h>

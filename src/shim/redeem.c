@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Redeeming capabilities at their creators' endpoints (SYSTEM.md §4.2, §5):
+/* Redeeming capabilities at their creators' endpoints (DESIGN.md §4.2, §5):
  * one EXPORT for an application's import; for a restore, every capability a
  * process holds of one creator on one connection, in EXPORT_MANY batches of up
  * to PROTO_MAX_FDS, or EXPORT pipelined when the creator's shim predates

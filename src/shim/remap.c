@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Mappings taken down and put back by the lifecycle (SYSTEM.md §6): unmapped at
+/* Mappings taken down and put back by the lifecycle (DESIGN.md §6): unmapped at
  * PREPARE (the reservations stay), mapped again at their recorded addresses at
  * RESTORE with their recorded access. A step that rebuilds many collects them
  * (struct grants) and grants their access at its end, one cuMemSetAccess per

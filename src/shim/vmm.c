@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The wrapped VMM calls (SYSTEM.md §4). Each tracked call runs the driver call
+/* The wrapped VMM calls (DESIGN.md §4). Each tracked call runs the driver call
  * and the bookkeeping under tbl.lock, and prepares what bookkeeping needs before
  * calling the driver; where it still fails after the driver succeeded, the
  * driver call is undone: the tables never disagree with the driver. Calls on
@@ -106,7 +106,7 @@ SHIM_API CUresult cuInit(unsigned int flags)
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	CUresult rc = real.cuInit(flags);
 	/* Every CUDA process of an interposed tree is a participant, even one that
-	 * never shares anything (SYSTEM.md §4.1): identity and endpoint start here. */
+	 * never shares anything (DESIGN.md §4.1): identity and endpoint start here. */
 	if (rc == CUDA_SUCCESS && !shim_forked_child && !shim_self()) {
 		const char *why = NULL;
 		if (!shim_identity(&why))

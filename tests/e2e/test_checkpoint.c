@@ -132,7 +132,7 @@ static void legacy_ipc(void)
 
 /* A creator that let go of what it shared: the first worker carries it
  * through the dump and the restore, the other is rebuilt as its importer, and
- * the parent's cached exports resolve after it (SYSTEM.md §6.2). */
+ * the parent's cached exports resolve after it (DESIGN.md §6.2). */
 static void creator_let_go(void)
 {
 	char *env[] = {"VMM_GROUP_RELEASE=1", NULL};

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The coordinator's and cusnap's contract (SYSTEM.md §3): guard rails, the
+/* The coordinator's and cusnap's contract (DESIGN.md §3): guard rails, the
  * validation refusals, partial interposition, the agent's argv shapes in a PID
  * namespace, and a restore with nothing prepared. */
 #include <dirent.h>
@@ -109,7 +109,7 @@ static void validation_refusals(void)
 	free(out);
 	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
 	/* The creator drops its handle and mapping: the importer carries the
-	 * memory (SYSTEM.md §6.2), and its bytes come back. */
+	 * memory (DESIGN.md §6.2), and its bytes come back. */
 	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
 	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
 	CHECK_CONTAINS(out, "importers carry what their creators let go");

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* One worker over several nodes (cusnap ... --group, SYSTEM.md §16): two and
+/* One worker over several nodes (cusnap ... --group, DESIGN.md §16): two and
  * three trees, each with its own control directory, stand for the nodes; each
  * runs its own cusnap; they meet in an etcd this test starts on the loopback
  * (Debian's etcd-server, scripts/setup-etcd.sh) and stops. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The real NCCL (2.28.9, built from its source against the project's runtime:
- * `make nccl`) checkpointed in place (SYSTEM.md §15): examples/nccl/nccl_group's
+ * `make nccl`) checkpointed in place (DESIGN.md §15): examples/nccl/nccl_group's
  * ranks join one communicator over P2P (cuMem buffers shared as POSIX FDs
  * through NCCL's proxy), NVLS (multicast objects on an NVSwitch topology) or SHM
  * (host memory), register buffers and enqueue collectives; cusnap suspends and

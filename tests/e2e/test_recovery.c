@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* What cusnap suspend and resume leave after a failure (SYSTEM.md §6.1, §12):
+/* What cusnap suspend and resume leave after a failure (DESIGN.md §6.1, §12):
  * a rollback that fails, a participant that dies, a native call that does not
  * return, cusnap itself SIGKILLed or SIGTERMed at each phase boundary. */
 #include "sweep.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Safe as root beside other commands and other users (SYSTEM.md §9, §12): one
+/* Safe as root beside other commands and other users (DESIGN.md §9, §12): one
  * command per tree, and nothing written through a path someone else controls. */
 #include "sweep.h"
 

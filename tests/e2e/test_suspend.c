@@ -53,7 +53,7 @@ static void native_content(void)
 	round_trip("native");
 }
 
-/* A creator that let go of what it shared (SYSTEM.md §6.2): the first worker
+/* A creator that let go of what it shared (DESIGN.md §6.2): the first worker
  * carries each allocation, the other is rebuilt as its importer, and the
  * parent's exports, cached from before, resolve after the resume (the
  * workload checks bytes, addresses, handles and sharing both ways). */
@@ -315,7 +315,7 @@ static long resident_pages(pid_t pid, unsigned long addr, size_t bytes)
 	return n;
 }
 
-/* Host content copies into one arena per process (SYSTEM.md §6.2), as the
+/* Host content copies into one arena per process (DESIGN.md §6.2), as the
  * shim reports it and its pages show: one mapping of the shared bytes (at most
  * 1.1x), populated when made, and a second suspend of the same shape writes
  * into it instead of making and populating another. */

@@ -12,7 +12,7 @@ static void sweeps(void)
 }
 
 /* The same with a creator that let go of what it shared: faults in the worker
- * that carries it (SYSTEM.md §6.2), suspend then resume, both content modes. */
+ * that carries it (DESIGN.md §6.2), suspend then resume, both content modes. */
 static void sweeps_let_go(void)
 {
 	if (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL")) {

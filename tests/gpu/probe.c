@@ -260,7 +260,7 @@ static int handles(void)
 							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	printf("own_import_same_as_created %s\n", r1 ? name_of(r1) : i1 == h ? "yes" : "no");
 	printf("second_import_same_handle %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : i1 == i2 ? "yes" : "no");
-	/* An imported allocation exported again (a holder's rebuild, SYSTEM.md
+	/* An imported allocation exported again (a holder's rebuild, DESIGN.md
 	 * §6.2): the driver's answer, and whether the new FD imports. */
 	int again = -1;
 	CUresult re = r1 ? r1 : d.cuMemExportToShareableHandle(&again, i1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);

@@ -243,7 +243,7 @@ if run probe-handles 30 "$probe" handles; then
 	# cuemu's answers for the project's runtime (src/cudart): open questions the driver settles.
 	assume "cuPointerGetAttributes gives a NULL host address for device memory (no error)" NULL "$(sed -n 's/^pointer_attributes_host_of_device //p' "$logs/probe-handles.log")"
 	assume "cuIpcGetMemHandle of stream-ordered (pool) memory is refused" refused "$(sed -n 's/^ipc_of_pool_memory //p' "$logs/probe-handles.log")"
-	# A holder (SYSTEM.md §6.2) exports what it imported when its creator let go.
+	# A holder (DESIGN.md §6.2) exports what it imported when its creator let go.
 	assume "an imported allocation exports again, and that FD imports" CUDA_SUCCESS "$(sed -n 's/^reexport_import //p' "$logs/probe-handles.log")"
 	# One call per contiguous range instead of one per mapping (issue 26): documented,
 	# asked here. The restore relies on it for contiguous mappings (src/shim/remap.c,
@@ -251,7 +251,7 @@ if run probe-handles 30 "$probe" handles; then
 	# contradiction costs calls, not correctness.
 	assume "one cuMemSetAccess over two adjacent mappings of two allocations succeeds" CUDA_SUCCESS "$(sed -n 's/^set_access_over_two_mappings //p' "$logs/probe-handles.log")"
 fi
-# Legacy IPC as cuemu and the adapter model it (SYSTEM.md §4.4).
+# Legacy IPC as cuemu and the adapter model it (DESIGN.md §4.4).
 if run probe-ipc 30 "$probe" ipc; then
 	ipcfact() { v=$(sed -n "s/^$1 //p" "$logs/probe-ipc.log"); echo "${v:-unknown}"; }
 	assume "cuIpcGetMemHandle of an interior pointer names its allocation" same "$(ipcfact ipc_interior_handle)"
@@ -288,7 +288,7 @@ else
 	stop "$pid"
 fi
 
-# ---- G7: holders (SYSTEM.md §6.2): the creator let go of what it shared ----
+# ---- G7: holders (DESIGN.md §6.2): the creator let go of what it shared ----
 # vmm_group --release: the parent unmaps and releases every shared allocation
 # once the workers imported them; a worker carries each through the suspend
 # (in native content: its import is what the native checkpoint saves and what

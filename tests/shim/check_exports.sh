@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # The shim exports exactly wrapped.def plus dlsym, and needs neither libcuda nor
-# libcudart at load time (SYSTEM.md §4.1).
+# libcudart at load time (DESIGN.md §4.1).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)

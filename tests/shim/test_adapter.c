@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The cuMemAlloc adapter (SYSTEM.md §4.4): small allocations share tracked VMM
+/* The cuMemAlloc adapter (DESIGN.md §4.4): small allocations share tracked VMM
  * chunks (device memory in use grows by at most 1.5x what was asked for, plus
  * one granularity, and comes back when all are freed); every pointer is
  * 256-byte aligned; cuMemGetAddressRange and cuPointerGetAttribute(s) answer as

@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 	snprintf(endpoint, sizeof(endpoint), "%s/cuda-vmm-%d.sock", shim_ctl, getpid());
 	struct stat st;
 	CHECK(stat(endpoint, &st) < 0);
-	CHECK_CU(emu_use_device(0)); /* cuInit starts the endpoint (SYSTEM.md §4.3) */
+	CHECK_CU(emu_use_device(0)); /* cuInit starts the endpoint (DESIGN.md §4.3) */
 	CHECK(stat(endpoint, &st) == 0 && S_ISSOCK(st.st_mode));
 	CUmemAllocationProp p = emu_prop(0);
 	CHECK_CU(cuMemCreate(&alloc, 2 * MiB, &p, 0));

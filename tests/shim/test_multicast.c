@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The shim's multicast records in one process (SYSTEM.md §8): a member stays
+/* The shim's multicast records in one process (DESIGN.md §8): a member stays
  * anchored by its bind after the application drops its handle, records go when
  * their last reference goes, and a multicast handle imported from a raw FD
  * (not a capability) makes QUIESCE refuse, since a native checkpoint would hang

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Who carries a shared allocation its creator let go (SYSTEM.md §6.2), on
+/* Who carries a shared allocation its creator let go (DESIGN.md §6.2), on
  * topologies built in memory: the importer first in (ns pid, pid) order, once
  * per allocation; none while the creator holds it; refusals for a partial group
  * and for an interposer too old to carry. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Multicast validation (SYSTEM.md §8) and comparison, on topologies built in
+/* Multicast validation (DESIGN.md §8) and comparison, on topologies built in
  * memory: each rule refuses with its own message, and records survive the
  * protocol encoding (topo_decode). */
 #include <string.h>
