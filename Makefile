@@ -39,10 +39,10 @@ LAUNCH := $(BUILD)/bin/snapshot-cuda-vmm-launch
 COORD_LIB_SRC := $(filter-out src/coordinator/main.c,$(wildcard src/coordinator/*.c))
 COORD := $(BUILD)/bin/snapshot-cuda-vmm
 CUSNAP := $(BUILD)/bin/cusnap
-# The project's CUDA runtime (SYSTEM.md §15): what clients' host code calls, over the driver.
+# The project's CUDA runtime (DESIGN.md §15): what clients' host code calls, over the driver.
 CUDART_SRC := $(wildcard src/cudart/*.c)
 CUDART := $(BUILD)/lib/libcudart.so.13
-# NCCL on cuemu (SYSTEM.md §15): the NVML subset NCCL calls, and cuemu's topology for NCCL.
+# NCCL on cuemu (DESIGN.md §15): the NVML subset NCCL calls, and cuemu's topology for NCCL.
 NVML := $(BUILD)/lib/libnvidia-ml.so.1
 TOPO := $(BUILD)/bin/cuemu-topo
 # NCCL 2.28.9 from its source, for the emulator (scripts/build-nccl.sh; built
@@ -69,7 +69,9 @@ CUDART_TESTS := $(patsubst tests/cudart/%.c,$(BUILD)/tests/cudart/%,$(wildcard t
 SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/criu/check_zdtm $(BUILD)/tests/criu/check_podman $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
 	$(BUILD)/tests/gpu/check_gpu_build
-HARNESS := $(BUILD)/obj/tests/harness/harness.o
+# The test harness and the helpers the tests share (tests/harness/*.c), as an
+# archive: each test links the objects it uses.
+HARNESS := $(BUILD)/lib/libtest-harness.a
 
 .PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
 # Keep objects of chained pattern rules (no needless rebuilds).
@@ -132,6 +134,10 @@ $(BUILD)/obj/emu/init.o: $(BUILD)/gen/emu_errors.h
 $(BUILD)/obj/emu/%.o: ALL_CFLAGS += -I$(BUILD)/gen
 
 $(COMMON_LIB): $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(HARNESS): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/harness/*.c))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
@@ -224,7 +230,7 @@ $(BUILD)/tests/e2e/%: $(BUILD)/obj/tests/e2e/%.o $(HARNESS) $(COORD_LIB_SRC:%.c=
 # Runtime tests link the project's runtime (which loads cuemu as libcuda.so.1).
 $(BUILD)/tests/cudart/%: $(BUILD)/obj/tests/cudart/%.o $(HARNESS) $(CUDART) $(EMU)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lcudart -Wl,-rpath,'$$ORIGIN/../../lib' $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/lib -lcudart -Wl,-rpath,'$$ORIGIN/../../lib' $(LDLIBS)
 
 # A CUDA program nvcc compiles (its host stubs register and launch through the
 # runtime's entry points), linked with the project's runtime, never the toolkit's.
@@ -390,7 +396,7 @@ gpu-bundle: gpu-build
 	fi
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
-# The three contract paths of SYSTEM.md §2 (PREFIX=/usr/local by default), cusnap,
+# The three contract paths of DESIGN.md §2 (PREFIX=/usr/local by default), cusnap,
 # and the CRIU plugin in CRIU's own plugin directory (Debian's criu: /usr/lib/criu).
 PREFIX ?= /usr/local
 CRIU_PLUGIN_DIR ?= /usr/lib/criu

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Legacy CUDA IPC over the cuMemAlloc adapter's memory (SYSTEM.md §4.4).
+/* Legacy CUDA IPC over the cuMemAlloc adapter's memory (DESIGN.md §4.4).
  * cuIpcGetMemHandle exports the block's chunk as a capability and returns 64
  * bytes naming the creator (its namespace PID, whose endpoint is in the shared
  * control directory), the chunk, its token, and the block's offset and size;
@@ -298,64 +298,29 @@ bool ipc_range_of(CUdeviceptr ptr, struct legacy_block *out)
 
 /* ---- event and memory-pool IPC: passed on, and refused at QUIESCE ---- */
 
-static CUresult note_other(CUresult rc, const char *call)
-{
-	if (rc == CUDA_SUCCESS)
-		unrestorable_ipc_call(call);
-	return rc;
-}
+/* Each is the driver's call, noted when it succeeds. (A driver without memory
+ * pools has none of those: not supported.) */
+#define PASSED_ON(name, params, args)                                \
+	SHIM_API CUresult name params                                \
+	{                                                            \
+		if (!shim_resolve_driver())                          \
+			return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED; \
+		if (!real.name)                                      \
+			return CUDA_ERROR_NOT_SUPPORTED;             \
+		CUresult rc = real.name args;                        \
+		if (rc == CUDA_SUCCESS)                              \
+			unrestorable_ipc_call(#name);                \
+		return rc;                                           \
+	}
 
-SHIM_API CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	return note_other(real.cuIpcGetEventHandle(pHandle, event), "cuIpcGetEventHandle");
-}
-
-SHIM_API CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	return note_other(real.cuIpcOpenEventHandle(phEvent, handle), "cuIpcOpenEventHandle");
-}
-
-/* (A driver without memory pools has none of these: not supported.) */
-SHIM_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
-						   CUmemAllocationHandleType handleType, unsigned long long flags)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	if (!real.cuMemPoolExportToShareableHandle)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return note_other(real.cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags),
-			  "cuMemPoolExportToShareableHandle");
-}
-
-SHIM_API CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
-						     CUmemAllocationHandleType handleType, unsigned long long flags)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	if (!real.cuMemPoolImportFromShareableHandle)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return note_other(real.cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags),
-			  "cuMemPoolImportFromShareableHandle");
-}
-
-SHIM_API CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	if (!real.cuMemPoolExportPointer)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return note_other(real.cuMemPoolExportPointer(shareData_out, ptr), "cuMemPoolExportPointer");
-}
-
-SHIM_API CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
-{
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	if (!real.cuMemPoolImportPointer)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return note_other(real.cuMemPoolImportPointer(ptr_out, pool, shareData), "cuMemPoolImportPointer");
-}
+PASSED_ON(cuIpcGetEventHandle, (CUipcEventHandle * pHandle, CUevent event), (pHandle, event))
+PASSED_ON(cuIpcOpenEventHandle, (CUevent * phEvent, CUipcEventHandle handle), (phEvent, handle))
+PASSED_ON(cuMemPoolExportToShareableHandle,
+	  (void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags),
+	  (handle_out, pool, handleType, flags))
+PASSED_ON(cuMemPoolImportFromShareableHandle,
+	  (CUmemoryPool * pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags),
+	  (pool_out, handle, handleType, flags))
+PASSED_ON(cuMemPoolExportPointer, (CUmemPoolPtrExportData * shareData_out, CUdeviceptr ptr), (shareData_out, ptr))
+PASSED_ON(cuMemPoolImportPointer, (CUdeviceptr * ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData),
+	  (ptr_out, pool, shareData))

@@ -21,84 +21,24 @@ struct gate {
 		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false \
 	}
 
-static inline void CUDA_CB gate_fn(void *arg)
-{
-	struct gate *g = arg;
-	pthread_mutex_lock(&g->mu);
-	while (!g->open)
-		pthread_cond_wait(&g->cv, &g->mu);
-	pthread_mutex_unlock(&g->mu);
-}
+void CUDA_CB gate_fn(void *arg);
 
-static inline void gate_open(struct gate *g)
-{
-	pthread_mutex_lock(&g->mu);
-	g->open = true;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-}
+void gate_open(struct gate *g);
 
 /* cuInit, then device dev's primary context current on this thread. */
-static inline CUresult emu_use_device(int dev)
-{
-	CUcontext ctx;
-	CUresult rc = cuInit(0);
-	if (rc == CUDA_SUCCESS)
-		rc = cuDevicePrimaryCtxRetain(&ctx, dev);
-	if (rc == CUDA_SUCCESS)
-		rc = cuCtxSetCurrent(ctx);
-	return rc;
-}
+CUresult emu_use_device(int dev);
 
-static inline CUmemAllocationProp emu_prop(int dev)
-{
-	CUmemAllocationProp p = {0};
-	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = dev;
-	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	return p;
-}
+CUmemAllocationProp emu_prop(int dev);
 
-static inline CUmemAccessDesc emu_access(int dev, CUmemAccess_flags flags)
-{
-	CUmemAccessDesc d = {0};
-	d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	d.location.id = dev;
-	d.flags = flags;
-	return d;
-}
+CUmemAccessDesc emu_access(int dev, CUmemAccess_flags flags);
 
 /* Host memory on NUMA node 0, as NCCL allocates its shared host buffers. */
-static inline CUmemAllocationProp emu_host_prop(void)
-{
-	CUmemAllocationProp p = emu_prop(0);
-	p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-	p.location.id = 0;
-	return p;
-}
+CUmemAllocationProp emu_host_prop(void);
 
-static inline CUmemAccessDesc emu_host_access(CUmemAccess_flags flags)
-{
-	CUmemAccessDesc d = {0};
-	d.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-	d.location.id = 0;
-	d.flags = flags;
-	return d;
-}
+CUmemAccessDesc emu_host_access(CUmemAccess_flags flags);
 
-static inline void emu_pattern(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 31 + seed * 7 + (i >> 12));
-}
+void emu_pattern(unsigned char *p, size_t n, unsigned seed);
 
-static inline int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 31 + seed * 7 + (i >> 12)))
-			return 0;
-	return 1;
-}
+int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed);
 
 #endif
