@@ -86,6 +86,11 @@ static json_t *prefix_end(const char *prefix)
 
 /* ---- requests ---- */
 
+void etcd_global_init(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
 int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len)
 {
 	memset(e, 0, sizeof(*e));
@@ -109,7 +114,6 @@ int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_
 		snprintf(why, len, "--etcd: no URL");
 		return -1;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	e->curl = curl_easy_init();
 	if (!e->curl) {
 		snprintf(why, len, "libcurl could not be initialised");

@@ -111,13 +111,10 @@ static const char *field(const json_t *j, const char *key)
 static void *keep_alive(void *arg)
 {
 	struct group *g = arg;
-	struct etcd e = g->e; /* its own curl handle: one per thread */
+	struct etcd e; /* its own handle: one per thread */
 	char why[512];
-	e.curl = NULL;
-	if (etcd_init(&e, "http://unused", g->e.timeout_ms, why, sizeof(why)) == 0) {
-		memcpy(e.urls, g->e.urls, sizeof(e.urls));
-		e.nurls = g->e.nurls;
-	}
+	if (etcd_init(&e, g->a->etcd, 5000, why, sizeof(why)) < 0)
+		e.curl = NULL;
 	while (!atomic_load(&g->stop)) {
 		for (int i = 0; i < 10 && !atomic_load(&g->stop); i++)
 			usleep(100000);
@@ -252,14 +249,19 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 
 /* ---- joining, and the end ---- */
 
-static void leave(struct group *g)
+static void stop_keeping(struct group *g)
 {
-	char key[600], why[512];
 	if (g->keeping) {
 		atomic_store(&g->stop, true);
 		pthread_join(g->keeper, NULL);
 		g->keeping = false;
 	}
+}
+
+static void leave(struct group *g)
+{
+	char key[600], why[512];
+	stop_keeping(g);
 	if (g->lease) {
 		key_of(g, key, sizeof(key), "member", g->member);
 		etcd_delete(&g->e, key, why, sizeof(why));
@@ -340,6 +342,7 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 	struct cusnap_id id;
 	id_random(&id);
 	id_hex(&id, g->opid);
+	etcd_global_init();
 	if (etcd_init(&g->e, a->etcd, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	if (etcd_ping(&g->e, why, sizeof(why)) < 0 ||
@@ -362,6 +365,7 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 		return group_fail(g, EX_UNAVAILABLE, "%s; nothing done", why);
 	if (made == 0) {
 		/* (the record is the other cusnap's: only the lease goes) */
+		stop_keeping(g);
 		etcd_lease_revoke(&g->e, g->lease, why, sizeof(why));
 		g->lease = 0;
 		return group_fail(g, EX_BUSY,
@@ -497,6 +501,7 @@ int group_inspect(const struct args *a)
 	snprintf(g.prefix, sizeof(g.prefix), "/cusnap/groups/%s/", a->group);
 	if (!a->etcd)
 		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
+	etcd_global_init();
 	if (etcd_init(&g.e, a->etcd, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	struct etcd_kv *kvs;
