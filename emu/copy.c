@@ -71,6 +71,16 @@ static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct hmap streams; /* pointer -> stream */
 static struct hmap events;  /* pointer -> event */
 
+/* Object p (a stream or an event) entered into registry m: false when out of
+ * memory. */
+static bool registered(struct hmap *m, void *p)
+{
+	pthread_mutex_lock(&registry_mu);
+	int rc = hmap_put(m, (uint64_t)(uintptr_t)p, p);
+	pthread_mutex_unlock(&registry_mu);
+	return rc == 0;
+}
+
 static bool have_context(void)
 {
 	return emu_current && emu_current->active;
@@ -443,10 +453,7 @@ static CUresult stream_create(CUstream *out)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	pthread_mutex_lock(&registry_mu);
-	int rc = hmap_put(&streams, (uint64_t)(uintptr_t)s, s);
-	pthread_mutex_unlock(&registry_mu);
-	if (rc < 0) {
+	if (!registered(&streams, s)) {
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -539,10 +546,7 @@ static CUresult event_create(CUevent *out, unsigned flags)
 	pthread_cond_init(&e->cv, NULL);
 	e->flags = flags;
 	e->refs = 1;
-	pthread_mutex_lock(&registry_mu);
-	int rc = hmap_put(&events, (uint64_t)(uintptr_t)e, e);
-	pthread_mutex_unlock(&registry_mu);
-	if (rc < 0) {
+	if (!registered(&events, e)) {
 		free(e);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

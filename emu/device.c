@@ -17,6 +17,12 @@ static CUresult check_dev(CUdevice dev)
 	return dev >= 0 && dev < emu.ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+/* An answer's place given, and a device that exists. */
+static CUresult check_out_dev(const void *out, CUdevice dev)
+{
+	return out ? check_dev(dev) : CUDA_ERROR_INVALID_VALUE;
+}
+
 void emu_mark_cuda_process(void)
 {
 	if (!emu.has_context) {
@@ -74,9 +80,7 @@ EMU_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
 static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
 {
-	if (!uuid)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_dev(dev);
+	CUresult rc = check_out_dev(uuid, dev);
 	if (rc)
 		return rc;
 	*uuid = emu.dev[dev].uuid;
@@ -98,9 +102,7 @@ EMU_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 
 static CUresult total_mem(size_t *bytes, CUdevice dev)
 {
-	if (!bytes)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_dev(dev);
+	CUresult rc = check_out_dev(bytes, dev);
 	if (rc)
 		return rc;
 	*bytes = emu.dev[dev].capacity;
@@ -114,9 +116,7 @@ EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 static CUresult attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-	if (!pi)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_dev(dev);
+	CUresult rc = check_out_dev(pi, dev);
 	if (rc)
 		return rc;
 	switch (attrib) {
@@ -210,9 +210,7 @@ EMU_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 
 static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 {
-	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_dev(dev);
+	CUresult rc = check_out_dev(pctx, dev);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&emu.lock);
@@ -303,9 +301,7 @@ EMU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 {
 	(void)flags;
-	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_dev(dev);
+	CUresult rc = check_out_dev(pctx, dev);
 	if (rc)
 		return rc;
 	struct emu_ctx *c = calloc(1, sizeof(*c));

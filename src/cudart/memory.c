@@ -88,11 +88,7 @@ RT_API cudaError_t CUDARTAPI cudaMallocHost(void **ptr, size_t size)
 	return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
 }
 
-RT_API cudaError_t CUDARTAPI cudaFreeHost(void *ptr)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuMemFreeHost(ptr));
-}
+RT_FORWARD(cudaFreeHost, void *, cuMemFreeHost)
 
 RT_API cudaError_t CUDARTAPI cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
@@ -100,11 +96,7 @@ RT_API cudaError_t CUDARTAPI cudaHostRegister(void *ptr, size_t size, unsigned i
 	return rt_cu(drv.cuMemHostRegister_v2(ptr, size, flags));
 }
 
-RT_API cudaError_t CUDARTAPI cudaHostUnregister(void *ptr)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuMemHostUnregister(ptr));
-}
+RT_FORWARD(cudaHostUnregister, void *, cuMemHostUnregister)
 
 RT_API cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {

@@ -42,6 +42,15 @@ cudaError_t rt_cu(CUresult rc);
 			return e_;             \
 	} while (0)
 
+/* A runtime call that is its driver call on its one argument, in the thread's
+ * context. */
+#define RT_FORWARD(name, type, call)                \
+	RT_API cudaError_t CUDARTAPI name(type arg) \
+	{                                           \
+		CTX_OR_RETURN();                    \
+		return rt_cu(drv.call(arg));        \
+	}
+
 /* device.c */
 /* The context calls of this thread run in: the current driver context if the
  * application made one current, else the primary context of the thread's

@@ -33,23 +33,11 @@ RT_API cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int *leastPriority
 	return cudaSuccess;
 }
 
-RT_API cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuStreamDestroy_v2(stream));
-}
+RT_FORWARD(cudaStreamDestroy, cudaStream_t, cuStreamDestroy_v2)
 
-RT_API cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuStreamSynchronize(stream));
-}
+RT_FORWARD(cudaStreamSynchronize, cudaStream_t, cuStreamSynchronize)
 
-RT_API cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuStreamQuery(stream));
-}
+RT_FORWARD(cudaStreamQuery, cudaStream_t, cuStreamQuery)
 
 RT_API cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
@@ -75,11 +63,7 @@ RT_API cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t *event)
 	return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
 
-RT_API cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuEventDestroy_v2(event));
-}
+RT_FORWARD(cudaEventDestroy, cudaEvent_t, cuEventDestroy_v2)
 
 RT_API cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
@@ -94,17 +78,9 @@ RT_API cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStr
 	return cudaEventRecord(event, stream);
 }
 
-RT_API cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuEventSynchronize(event));
-}
+RT_FORWARD(cudaEventSynchronize, cudaEvent_t, cuEventSynchronize)
 
-RT_API cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event)
-{
-	CTX_OR_RETURN();
-	return rt_cu(drv.cuEventQuery(event));
-}
+RT_FORWARD(cudaEventQuery, cudaEvent_t, cuEventQuery)
 
 /* ---- capture ---- */
 

@@ -173,6 +173,16 @@ static long number(const char *s, long lo, long hi)
 	return end != s && !*end && v >= lo && v <= hi ? v : -1;
 }
 
+/* --name's argument, a whole number from lo to hi, into *out: 0, or 64 (said). */
+static int int_option(const char *name, const char *arg, long lo, long hi, int *out)
+{
+	long v = number(arg, lo, hi);
+	if (v < 0)
+		return fail(EX_USAGE, "--%s %s: not a number from %ld to %ld", name, arg, lo, hi);
+	*out = (int)v;
+	return 0;
+}
+
 /* The option c with its argument into a and s; 0 or an exit code. */
 static int take(int c, const char *arg, struct args *a, struct settings *s)
 {
@@ -189,11 +199,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 			return fail(EX_USAGE, "--content %s: use host or native", arg);
 		break;
 	case 'j': a->json = true; break;
-	case 't':
-		if ((v = number(arg, 1, 86400000)) < 0)
-			return fail(EX_USAGE, "--timeout %s: not a number of milliseconds (1 to 86400000)", arg);
-		s->timeout_ms = (int)v;
-		break;
+	case 't': return int_option("timeout", arg, 1, 86400000, &s->timeout_ms);
 	case 'C':
 		s->control_dir = arg;
 		a->control_dir_given = true;
@@ -202,11 +208,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 	case 'R': a->criu = arg; break;
 	case 'W': a->wait_ready = true; break;
 	case 'M': a->device_map = arg; break;
-	case 'P':
-		if ((v = number(arg, 1, 64)) < 0)
-			return fail(EX_USAGE, "--processes %s: a number from 1 to 64", arg);
-		a->processes = (int)v;
-		break;
+	case 'P': return int_option("processes", arg, 1, 64, &a->processes);
 	case 'D': a->discard_state = true; break;
 	case 'N': s->require_interposer = true; break;
 	case 'J': s->job_file = arg; break;
@@ -218,17 +220,9 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 			return fail(EX_USAGE, "--group %s: a name of 1 to 128 characters without '/'", arg);
 		a->group = arg;
 		break;
-	case 'm':
-		if ((v = number(arg, 1, 4096)) < 0)
-			return fail(EX_USAGE, "--members %s: a number from 1 to 4096", arg);
-		a->members = (int)v;
-		break;
+	case 'm': return int_option("members", arg, 1, 4096, &a->members);
 	case 'e': a->etcd = arg; break;
-	case 'o':
-		if ((v = number(arg, 1, 86400000)) < 0)
-			return fail(EX_USAGE, "--group-timeout %s: not a number of milliseconds (1 to 86400000)", arg);
-		a->group_timeout_ms = (int)v;
-		break;
+	case 'o': return int_option("group-timeout", arg, 1, 86400000, &a->group_timeout_ms);
 	case 'n':
 		if (!*arg || strlen(arg) > 200)
 			return fail(EX_USAGE, "--member %s: a name of 1 to 200 characters", arg);

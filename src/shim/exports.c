@@ -356,8 +356,5 @@ int exports_export(const struct export_request *q, struct shim_export_info *info
 
 void exports_lock_for_fork(bool take)
 {
-	if (take)
-		pthread_mutex_lock(&exp_lock);
-	else
-		pthread_mutex_unlock(&exp_lock);
+	shim_lock_for_fork(&exp_lock, take);
 }

@@ -30,6 +30,14 @@ int shim_deadline_ms(void)
 	return deadline_ms;
 }
 
+void shim_lock_for_fork(pthread_mutex_t *m, bool take)
+{
+	if (take)
+		pthread_mutex_lock(m);
+	else
+		pthread_mutex_unlock(m);
+}
+
 static void before_fork(void);
 static void after_fork_parent(void);
 static void after_fork_child(void);

@@ -454,8 +454,5 @@ SHIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flag
 
 void legacy_lock_for_fork(bool lock)
 {
-	if (lock)
-		pthread_mutex_lock(&legacy_lock);
-	else
-		pthread_mutex_unlock(&legacy_lock);
+	shim_lock_for_fork(&legacy_lock, lock);
 }

@@ -148,13 +148,25 @@ static size_t capacity(const struct shim_alloc *a)
 	return want;
 }
 
-int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
+/* A rebuild step over the objects the request selects (body, on their keys):
+ * PROTO_OK, PROTO_E_DRIVER when body failed (said in r), or the request's
+ * refusal. */
+static int over_selection(const uint8_t *payload, size_t len, struct life_result *r,
+			  CUresult (*body)(const uint64_t *keys, size_t n, struct life_result *r))
 {
 	uint64_t *keys;
 	size_t n;
 	int prc = selection(payload, len, &keys, &n, r);
 	if (prc)
 		return prc;
+	CUresult rc = body(keys, n, r);
+	free(keys);
+	return rc ? PROTO_E_DRIVER : PROTO_OK;
+}
+
+/* Each creator makes its objects anew (after taking down what is left of them). */
+static CUresult create_selected(const uint64_t *keys, size_t n, struct life_result *r)
+{
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&tbl.lock);
 	for (size_t i = 0; !rc && i < n; i++) {
@@ -184,8 +196,12 @@ int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
 		r->count += !rc;
 	}
 	pthread_mutex_unlock(&tbl.lock);
-	free(keys);
-	return rc ? PROTO_E_DRIVER : PROTO_OK;
+	return rc;
+}
+
+int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r)
+{
+	return over_selection(payload, len, r, create_selected);
 }
 
 /* Import one object again from its creator (the redemption runs unlocked). */
@@ -238,13 +254,9 @@ static CUresult reimport(uint64_t key, struct life_result *r)
 	return rc;
 }
 
-int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
+/* The importers redeem the objects made anew; then everyone adds its devices. */
+static CUresult import_selected(const uint64_t *keys, size_t n, struct life_result *r)
 {
-	uint64_t *keys;
-	size_t n;
-	int prc = selection(payload, len, &keys, &n, r);
-	if (prc)
-		return prc;
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++) {
 		pthread_mutex_lock(&tbl.lock);
@@ -279,8 +291,12 @@ int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
 		}
 	}
 	pthread_mutex_unlock(&tbl.lock);
-	free(keys);
-	return rc ? PROTO_E_DRIVER : PROTO_OK;
+	return rc;
+}
+
+int mc_restore_import(const uint8_t *payload, size_t len, struct life_result *r)
+{
+	return over_selection(payload, len, r, import_selected);
 }
 
 /* One bind to replay, copied out of the records. */

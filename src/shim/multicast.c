@@ -86,22 +86,16 @@ SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, cons
 
 SHIM_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_alloc *a = mc_of(mcHandle);
-	if (!a) {
-		pthread_mutex_unlock(&tbl.lock);
-		CUresult rc = tbl_refuse_tagged("cuMulticastAddDevice", mcHandle);
-		if (rc)
-			return rc;
-		rc = real.cuMulticastAddDevice(mcHandle, dev);
-		if (rc == CUDA_SUCCESS)
+	struct shim_handle *h;
+	CUresult rc = tbl_lock_tracked("cuMulticastAddDevice", mcHandle, true, &h);
+	if (rc || !h) {
+		if (!rc && (rc = real.cuMulticastAddDevice(mcHandle, dev)) == CUDA_SUCCESS)
 			note_untracked(mcHandle);
 		return rc;
 	}
+	struct shim_alloc *a = h->alloc;
 	struct shim_mc *mc = a->mc;
-	CUresult rc = tracked_call_allowed("cuMulticastAddDevice");
+	rc = tracked_call_allowed("cuMulticastAddDevice");
 	CUdevice *grown = rc ? NULL : realloc(mc->added, (mc->nadded + 1) * sizeof(*grown));
 	if (!rc && !grown)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -223,16 +217,12 @@ SHIM_API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, siz
 
 SHIM_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_alloc *a = mc_of(mcHandle);
-	if (!a) {
-		pthread_mutex_unlock(&tbl.lock);
-		CUresult refused = tbl_refuse_tagged("cuMulticastUnbind", mcHandle);
-		return refused ? refused : real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
-	}
-	CUresult rc = tracked_call_allowed("cuMulticastUnbind");
+	struct shim_handle *h;
+	CUresult rc = tbl_lock_tracked("cuMulticastUnbind", mcHandle, true, &h);
+	if (rc || !h)
+		return rc ? rc : real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
+	struct shim_alloc *a = h->alloc;
+	rc = tracked_call_allowed("cuMulticastUnbind");
 	if (!rc)
 		rc = real.cuMulticastUnbind(a->driver, dev, mcOffset, size);
 	struct shim_mc *mc = a->mc;

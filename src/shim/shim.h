@@ -214,6 +214,11 @@ void tbl_handle_drop(struct shim_handle *h);
  * (logged) when it carries the shim's tag (a stale or wrong-kind logical value
  * must never reach the driver), else CUDA_SUCCESS (a driver handle). */
 CUresult tbl_refuse_tagged(const char *call, CUmemGenericAllocationHandle value);
+/* A wrapper's start: the driver found, then value's record (a multicast
+ * object's when multicast) in *h with tbl.lock held; or *h NULL, unlocked,
+ * and CUDA_SUCCESS for a value the driver should have (not the shim's), an
+ * error for a stale or wrong-kind logical one (tbl_refuse_tagged). */
+CUresult tbl_lock_tracked(const char *call, CUmemGenericAllocationHandle value, bool multicast, struct shim_handle **h);
 struct shim_mapping *tbl_mapping_at(uint64_t va);
 /* Link m into (or out of) the list of its allocation's mappings. */
 void tbl_mapping_link(struct shim_mapping *m);
@@ -293,6 +298,8 @@ void unrestorable_ipc_call(const char *call);
 /* Why QUIESCE must refuse (the first kind held, in why), or false. */
 bool unrestorable_refusal(char *why, size_t len);
 void unrestorable_lock_for_fork(bool take);
+/* Around fork (identity.c's handlers): m taken before, released after. */
+void shim_lock_for_fork(pthread_mutex_t *m, bool take);
 
 /* ---- lifecycle internals shared by lifecycle.c and mc_lifecycle.c ---- */
 /* Record the failure: participant, object (a may be NULL) and what failed. */

@@ -77,6 +77,21 @@ CUresult tbl_refuse_tagged(const char *call, CUmemGenericAllocationHandle value)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult tbl_lock_tracked(const char *call, CUmemGenericAllocationHandle value, bool multicast, struct shim_handle **h)
+{
+	*h = NULL;
+	if (!shim_resolve_driver())
+		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+	pthread_mutex_lock(&tbl.lock);
+	struct shim_handle *got = tbl_handle_get(value);
+	if (got && (!multicast || got->alloc->mc)) {
+		*h = got;
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&tbl.lock);
+	return tbl_refuse_tagged(call, value);
+}
+
 void tbl_handle_drop(struct shim_handle *h)
 {
 	struct shim_alloc *a = h->alloc;

@@ -52,10 +52,7 @@ void unrestorable_ipc_call(const char *call)
 
 void unrestorable_lock_for_fork(bool take)
 {
-	if (take)
-		pthread_mutex_lock(&lock);
-	else
-		pthread_mutex_unlock(&lock);
+	shim_lock_for_fork(&lock, take);
 }
 
 bool unrestorable_refusal(char *why, size_t len)

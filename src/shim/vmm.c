@@ -221,16 +221,11 @@ SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *hand
 SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
 			   unsigned long long flags)
 {
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_handle *h = tbl_handle_get(handle);
-	if (!h) {
-		pthread_mutex_unlock(&tbl.lock);
-		CUresult refused = tbl_refuse_tagged("cuMemMap", handle);
-		return refused ? refused : real.cuMemMap(ptr, size, offset, handle, flags);
-	}
-	CUresult rc = tracked_call_allowed("cuMemMap");
+	struct shim_handle *h;
+	CUresult rc = tbl_lock_tracked("cuMemMap", handle, false, &h);
+	if (rc || !h)
+		return rc ? rc : real.cuMemMap(ptr, size, offset, handle, flags);
+	rc = tracked_call_allowed("cuMemMap");
 	struct shim_mapping *m = rc ? NULL : calloc(1, sizeof(*m));
 	if (!m) {
 		pthread_mutex_unlock(&tbl.lock);
@@ -474,17 +469,12 @@ CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle h
 SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
 					       CUmemAllocationHandleType type, unsigned long long flags)
 {
-	if (!shim_resolve_driver())
-		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_handle *h = tbl_handle_get(handle);
-	if (!h) {
-		pthread_mutex_unlock(&tbl.lock);
-		CUresult refused = tbl_refuse_tagged("cuMemExportToShareableHandle", handle);
-		return refused ? refused : real.cuMemExportToShareableHandle(shareable, handle, type, flags);
-	}
+	struct shim_handle *h;
+	CUresult rc = tbl_lock_tracked("cuMemExportToShareableHandle", handle, false, &h);
+	if (rc || !h)
+		return rc ? rc : real.cuMemExportToShareableHandle(shareable, handle, type, flags);
 	struct shim_alloc *a = h->alloc;
-	CUresult rc = tracked_call_allowed("cuMemExportToShareableHandle");
+	rc = tracked_call_allowed("cuMemExportToShareableHandle");
 	if (rc)
 		goto out;
 	const struct shim_identity *me = shim_self();

@@ -575,18 +575,24 @@ static void restore_at_once(void)
 	waitpid(squatter, NULL, 0);
 }
 
+/* cusnap checkpoint of the tree of root into dir/ckpt (ck): its exit code,
+ * what it printed in *out. */
+static int checkpoint_into_ckpt(pid_t root, const char *dir, const char *ctl, char ck[PATH_MAX + 16], char **out)
+{
+	char pid[16];
+	snprintf(pid, 16, "%d", (int)root);
+	snprintf(ck, PATH_MAX + 16, "%s/ckpt", dir);
+	return tool(out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
+		    NULL);
+}
+
 static void partial_interposition(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], ck[PATH_MAX + 16], pid[16], *out;
 	e2e_scratch("partial", dir, ctl);
-	char ck[PATH_MAX + 16];
-	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
 	pid_t sh = partial_tree_start(dir, ctl);
-	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
-	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
-		      NULL),
-		 1);
+	CHECK_EQ(checkpoint_into_ckpt(sh, dir, ctl, ck, &out), 1);
 	CHECK_CONTAINS(out, "partial interposition");
 	free(out);
 	/* Refused before anything changed: both still running, nothing dumped. */
@@ -602,16 +608,10 @@ static void partial_interposition(void)
 
 static void device_map(void)
 {
-	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], ck[PATH_MAX + 16], *out;
 	e2e_scratch("devmap", dir, ctl);
-	char ck[PATH_MAX + 16];
-	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
 	pid_t sh = gpu_pair_start(dir, ctl);
-	char pid[16];
-	snprintf(pid, sizeof(pid), "%d", sh);
-	CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ck, "--control-dir", ctl, "--criu", criu,
-		      NULL),
-		 0);
+	CHECK_EQ(checkpoint_into_ckpt(sh, dir, ctl, ck, &out), 0);
 	free(out);
 	test_wait_child(sh, 10000);
 	reap_all();
