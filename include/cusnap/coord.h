@@ -108,6 +108,8 @@ enum coord_fault {
 void coord_fault_point(enum coord_fault point);
 /* CUSNAP_FAULT=NAME:fail at point: the step there must fail (said on stderr). */
 bool coord_fault_fails(enum coord_fault point);
+/* The point's name in CUSNAP_FAULT ("kill-after-quiesce"). */
+const char *coord_fault_name(enum coord_fault point);
 /* CUSNAP_FAULT, when set, names a fault point of faults.def and an action
  * (fail, stop, term, self or a PID): 0, or -1 with why (a misspelt point
  * would otherwise never fire, and the test relying on it pass silently). */

@@ -114,6 +114,11 @@ static const char *const fault_names[] = {
 #undef FAULT
 };
 
+const char *coord_fault_name(enum coord_fault point)
+{
+	return fault_names[point];
+}
+
 bool coord_fault_fails(enum coord_fault point)
 {
 	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];

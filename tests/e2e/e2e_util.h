@@ -78,6 +78,9 @@ int group_start(struct group *g, const char *name, int workers, int allocs, bool
 
 /* Every process of the tree rooted at pid, into pids[] (at most max). */
 int tree_pids(pid_t pid, pid_t *pids, int max);
+/* The processes of g's tree into pids (at most 8): how many (a failure when
+ * not want). */
+int group_pids(struct group *g, pid_t pids[8], int want);
 
 /* Kill every process of the tree rooted at root, leaves first. */
 void tree_kill(pid_t root);
@@ -127,6 +130,14 @@ int group_resume(struct group *g, char **out, char *const *env);
 		free(out_);                                           \
 		CHECK_EQ(group_resume((g), &out_, NULL), 0);          \
 		free(out_);                                           \
+	} while (0)
+
+/* Then the workload verifies itself (2 processes pass) and is ended. */
+#define group_round_trip(g)                     \
+	do {                                    \
+		group_suspend_resume(g);        \
+		CHECK_EQ(group_finish((g)), 2); \
+		group_kill((g));                \
 	} while (0)
 
 /* JSON of `cusnap inspect --pid` for the group (malloc'ed). */

@@ -9,6 +9,7 @@
 
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
+#include "cusnap/coord.h"
 #include "sweep.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
@@ -649,8 +650,9 @@ static void device_map(void)
 }
 
 /* The phase boundaries of checkpoint (include/cusnap/faults.def). */
-static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare",    "kill-after-state",
-					 "kill-after-lock",    "kill-after-checkpoint", "kill-after-dump"};
+static const enum coord_fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE,    FAULT_KILL_AFTER_PREPARE,
+					      FAULT_KILL_AFTER_STATE,      FAULT_KILL_AFTER_LOCK,
+					      FAULT_KILL_AFTER_CHECKPOINT, FAULT_KILL_AFTER_DUMP};
 
 /* cusnap checkpoint with CUSNAP_FAULT=point:how ("term": SIGTERM to cusnap,
  * "self": SIGKILL). Returns its exit (-1: killed). */
@@ -691,7 +693,7 @@ static void interrupted_checkpoint(void)
 {
 	size_t nb = sizeof(boundaries) / sizeof(boundaries[0]);
 	for (size_t i = 0; i < nb * 3; i++) {
-		const char *point = boundaries[i % nb];
+		const char *point = coord_fault_name(boundaries[i % nb]);
 		int mode = (int)(i / nb); /* 0: SIGTERM, 1: SIGKILL, 2: SIGKILL with --leave-running */
 		bool after_dump = !strcmp(point, "kill-after-dump"), leave = mode == 2;
 		if (leave && !after_dump)

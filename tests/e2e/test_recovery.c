@@ -2,6 +2,7 @@
 /* What cusnap suspend and resume leave after a failure (DESIGN.md §6.1, §12):
  * a rollback that fails, a participant that dies, a native call that does not
  * return, cusnap itself SIGKILLed or SIGTERMed at each phase boundary. */
+#include "cusnap/coord.h"
 #include "sweep.h"
 
 static char coord[PATH_MAX + 32];
@@ -61,8 +62,9 @@ static void native_watchdog(void)
 
 /* The phase boundaries of suspend (include/cusnap/faults.def, less the
  * multicast one: these groups have no multicast object). */
-static const char *const boundaries[] = {"kill-after-quiesce", "kill-after-prepare", "kill-after-state",
-					 "kill-after-lock", "kill-after-checkpoint"};
+static const enum coord_fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE, FAULT_KILL_AFTER_PREPARE,
+					      FAULT_KILL_AFTER_STATE, FAULT_KILL_AFTER_LOCK,
+					      FAULT_KILL_AFTER_CHECKPOINT};
 
 /* A fresh group, then `cusnap suspend` of it with CUSNAP_FAULT=point:how.
  * Returns suspend's exit (-1: killed, -2: no group); its output in *out, the
@@ -93,16 +95,17 @@ static void recovery_after_sigkill(void)
 		for (int c = 0; c < 2; c++) {
 			struct group g;
 			char envctl[PATH_MAX + 32], pid[16], *out;
-			int rc = faulted_suspend(&g, boundaries[i], "self", contents[c], envctl, &out);
+			int rc = faulted_suspend(&g, coord_fault_name(boundaries[i]), "self", contents[c], envctl,
+						 &out);
 			if (rc == -2)
 				return;
 			if (rc != -1)
 				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s",
-					  boundaries[i], rc, out);
+					  coord_fault_name(boundaries[i]), rc, out);
 			free(out);
 			snprintf(pid, sizeof(pid), "%d", g.root);
 			char *env2[] = {envctl, NULL};
-			if (i == 0 || !strcmp(boundaries[i], "kill-after-lock")) {
+			if (i == 0 || boundaries[i] == FAULT_KILL_AFTER_LOCK) {
 				/* inspect names the half-done tree and the command that repairs it
 				 * (a tree left LOCKED too: its GPU memory is held, its calls block) */
 				CHECK_EQ(tool(&out, env2, tool_path, "inspect", "--pid", pid, NULL), 0);
@@ -113,7 +116,7 @@ static void recovery_after_sigkill(void)
 			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
 			if (rc != 0)
 				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s",
-					  boundaries[i], contents[c], rc, out);
+					  coord_fault_name(boundaries[i]), contents[c], rc, out);
 			free(out);
 			if (i == 0 && c == 0) {
 				/* Already running: nothing to do, and said so. */
@@ -122,7 +125,8 @@ static void recovery_after_sigkill(void)
 				free(out);
 			}
 			char what[128];
-			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", boundaries[i], contents[c]);
+			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", coord_fault_name(boundaries[i]),
+				 contents[c]);
 			group_back_and_passing(&g, 1, what);
 		}
 	}
@@ -135,14 +139,15 @@ static void sigterm_undoes(void)
 	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
 		struct group g;
 		char envctl[PATH_MAX + 32], *out;
-		int rc = faulted_suspend(&g, boundaries[i], "term", "host", envctl, &out);
+		int rc = faulted_suspend(&g, coord_fault_name(boundaries[i]), "term", "host", envctl, &out);
 		if (rc == -2)
 			return;
 		if (rc != 1 || !contains(out, "everything undone"))
-			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", boundaries[i], rc, out);
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s",
+				  coord_fault_name(boundaries[i]), rc, out);
 		free(out);
 		char what[128];
-		snprintf(what, sizeof(what), "SIGTERM %s", boundaries[i]);
+		snprintf(what, sizeof(what), "SIGTERM %s", coord_fault_name(boundaries[i]));
 		group_back_and_passing(&g, 1, what);
 	}
 	/* The same for the coordinator's --prepare (the agent's shape). */
@@ -150,15 +155,14 @@ static void sigterm_undoes(void)
 	if (group_start(&g, "sigterm-coord", 1, 2, false, NULL, NULL, NULL) < 0)
 		return;
 	pid_t pids[8];
-	int n = tree_pids(g.root, pids, 8);
-	CHECK_EQ(n, 2);
+	int n = group_pids(&g, pids, 2);
 	char a[16], b[16], dir[PATH_MAX + 32], envctl[PATH_MAX + 32], *out;
 	snprintf(a, sizeof(a), "%d", pids[0]);
 	snprintf(b, sizeof(b), "%d", pids[n > 1 ? 1 : 0]);
 	snprintf(dir, sizeof(dir), "%s/sigterm-coord-state", e2e_root);
 	mkdir(dir, 0700);
 	snprintf(envctl, sizeof(envctl), "SNAPSHOT_CONTROL_DIR=%s", g.ctl);
-	char *env[] = {"CUSNAP_FAULT=kill-after-prepare:term", envctl, NULL};
+	char *env[] = {"CUSNAP_FAULT=kill-after-prepare:term" /* (FAULT_KILL_AFTER_PREPARE) */, envctl, NULL};
 	CHECK_EQ(tool(&out, env, coord, "--prepare", "--proc-root", "/proc", "--checkpoint-dir", dir, "--process", a, a,
 		      "--process", b, b, NULL),
 		 1);
@@ -173,8 +177,7 @@ static void abort_on_dead_participant(void)
 	if (group_start(&g, "dead", 2, 2, false, NULL, NULL, NULL) < 0)
 		return;
 	pid_t pids[8];
-	int n = tree_pids(g.root, pids, 8);
-	CHECK_EQ(n, 3);
+	group_pids(&g, pids, 3);
 	char fault[64], *out;
 	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", pids[2]);
 	char *env[] = {fault, NULL};
@@ -228,7 +231,8 @@ static void failing_rollback(void)
  * passes. */
 static void resume_killed_mid_rebuild(void)
 {
-	static const char *const points[] = {"kill-after-restore-creators", "kill-after-restore-importers"};
+	static const enum coord_fault points[] = {FAULT_KILL_AFTER_RESTORE_CREATORS,
+						  FAULT_KILL_AFTER_RESTORE_IMPORTERS};
 	char tool_path[PATH_MAX];
 	cusnap_path(tool_path, sizeof(tool_path));
 	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
@@ -237,21 +241,22 @@ static void resume_killed_mid_rebuild(void)
 			return;
 		char pid[16], fault[96], *out;
 		snprintf(pid, sizeof(pid), "%d", g.root);
-		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", points[i]);
+		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", coord_fault_name(points[i]));
 		char *env[] = {g.env_ctl, NULL}, *faulted[] = {g.env_ctl, fault, NULL};
 		CHECK_EQ(tool(&out, env, tool_path, "suspend", "--pid", pid, NULL), 0);
 		free(out);
 		int rc = tool(&out, faulted, tool_path, "resume", "--pid", pid, NULL);
 		if (rc != -1)
-			test_fail(__FILE__, __LINE__, "%s: resume was not killed (exit %d):\n%s", points[i], rc, out);
+			test_fail(__FILE__, __LINE__, "%s: resume was not killed (exit %d):\n%s",
+				  coord_fault_name(points[i]), rc, out);
 		free(out);
 		rc = tool(&out, env, tool_path, "resume", "--pid", pid, NULL);
 		if (rc != 0)
-			test_fail(__FILE__, __LINE__, "%s: resume --pid alone afterwards exited %d:\n%s", points[i], rc,
-				  out);
+			test_fail(__FILE__, __LINE__, "%s: resume --pid alone afterwards exited %d:\n%s",
+				  coord_fault_name(points[i]), rc, out);
 		free(out);
 		char what[128];
-		snprintf(what, sizeof(what), "resume SIGKILLed at %s, then resume", points[i]);
+		snprintf(what, sizeof(what), "resume SIGKILLed at %s, then resume", coord_fault_name(points[i]));
 		group_back_and_passing(&g, 1, what);
 	}
 }

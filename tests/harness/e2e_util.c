@@ -477,3 +477,11 @@ void gpu_pair_swapped(const char *dir, const char *ck)
 	tree_kill(restored_root(ck));
 	reap_all();
 }
+
+int group_pids(struct group *g, pid_t pids[8], int want)
+{
+	int n = tree_pids(g->root, pids, 8);
+	if (n != want)
+		test_fail(__FILE__, __LINE__, "the tree of %d has %d processes, not %d", (int)g->root, n, want);
+	return n;
+}
