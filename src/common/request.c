@@ -58,6 +58,37 @@ static int refuse(int status, char *err, size_t errlen, const char *what, uint32
 	return status;
 }
 
+/* Every field of type in a request, each decoded by one into the next slot of
+ * an array of size-byte entries (*v, malloc'ed, NULL when none; *n of them).
+ * PROTO_OK, or a refusal with err and nothing handed out (what names the
+ * request when it is malformed). */
+static int repeated(const void *payload, size_t len, uint16_t type, size_t size,
+		    int (*one)(const struct proto_rec *f, void *slot, char *err, size_t errlen), void **v, size_t *n,
+		    const char *what, char *err, size_t errlen)
+{
+	struct proto_field_iter it;
+	struct proto_rec f;
+	size_t cap = 0;
+	int rc = PROTO_OK;
+	*v = NULL;
+	*n = 0;
+	request_fields(&it, payload, len);
+	while (rc == PROTO_OK && pfield_next(&it, &f)) {
+		if (f.type != type || (rc = room_for(v, &cap, *n, size, err, errlen)) != PROTO_OK)
+			continue;
+		if ((rc = one(&f, (char *)*v + *n * size, err, errlen)) == PROTO_OK)
+			(*n)++;
+	}
+	if (rc == PROTO_OK && it.error)
+		rc = refuse(it.error, err, errlen, what, (uint32_t)len);
+	if (rc != PROTO_OK) {
+		free(*v);
+		*v = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 /* ---- PREPARE ---- */
 
 #define HOLD_IDS (3 * ID_LEN)
@@ -79,9 +110,11 @@ void req_prepare_encode(struct proto_buf *b, uint16_t rec, enum proto_content co
 	pbuf_end(b, at);
 }
 
-/* One F_HOLD into *h: ids and an endpoint of 1..4095 bytes, an absolute path. */
-static int hold_decode(const struct proto_rec *f, struct req_hold *h, char *err, size_t errlen)
+/* One F_HOLD into *slot (a struct req_hold): ids and an endpoint of 1..4095
+ * bytes, an absolute path. */
+static int hold_decode(const struct proto_rec *f, void *slot, char *err, size_t errlen)
 {
+	struct req_hold *h = slot;
 	size_t n = f->len > HOLD_IDS ? f->len - HOLD_IDS : 0;
 	const char *ep = (const char *)f->value + HOLD_IDS;
 	if (!n || n > 4095 || ep[0] != '/' || memchr(ep, 0, n))
@@ -100,35 +133,25 @@ int req_prepare_decode(const void *payload, size_t len, enum proto_content *cont
 	uint32_t mode = PROTO_CONTENT_HOST;
 	struct proto_field_iter it;
 	struct proto_rec f;
-	size_t cap = 0;
-	int rc = PROTO_OK;
 	*holds = NULL;
 	*n = 0;
 	request_fields(&it, payload, len);
-	while (rc == PROTO_OK && pfield_next(&it, &f)) {
-		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0) {
-			rc = refuse(PROTO_E_LENGTH, err, errlen, "content mode", f.len);
-		} else if (f.type == F_HOLD &&
-			   (rc = room_for((void **)holds, &cap, *n, sizeof(**holds), err, errlen)) == PROTO_OK) {
-			rc = hold_decode(&f, &(*holds)[*n], err, errlen);
-			*n += rc == PROTO_OK;
-		}
-	}
-	if (rc == PROTO_OK && it.error)
-		rc = refuse(it.error, err, errlen, "malformed PREPARE request", (uint32_t)len);
+	while (pfield_next(&it, &f))
+		if (f.type == F_CONTENT && prec_u32(&f, &mode) != 0)
+			return refuse(PROTO_E_LENGTH, err, errlen, "content mode", f.len);
+	int rc = repeated(payload, len, F_HOLD, sizeof(**holds), hold_decode, (void **)holds, n,
+			  "malformed PREPARE request", err, errlen);
 	if (rc == PROTO_OK && !proto_content_name(mode)) {
 		snprintf(err, errlen, "content mode %u is neither host (%d) nor native (%d)", mode, PROTO_CONTENT_HOST,
 			 PROTO_CONTENT_NATIVE);
-		rc = PROTO_E_MALFORMED;
-	}
-	if (rc != PROTO_OK) {
 		free(*holds);
 		*holds = NULL;
 		*n = 0;
-		return rc;
+		rc = PROTO_E_MALFORMED;
 	}
-	*content = (enum proto_content)mode;
-	return PROTO_OK;
+	if (rc == PROTO_OK)
+		*content = (enum proto_content)mode;
+	return rc;
 }
 
 /* ---- RESTORE_CREATORS ---- */
@@ -183,33 +206,17 @@ void req_mc_rebuild_encode(struct proto_buf *b, uint16_t rec, const struct cusna
 	pbuf_end(b, at);
 }
 
+/* One F_MC_REBUILD into *slot (a struct cusnap_id). */
+static int rebuild_id(const struct proto_rec *f, void *slot, char *err, size_t errlen)
+{
+	return prec_id(f, slot) == 0 ? PROTO_OK
+				     : refuse(PROTO_E_LENGTH, err, errlen, "multicast rebuild entry", f->len);
+}
+
 int req_mc_rebuild_decode(const void *payload, size_t len, struct cusnap_id **ids, size_t *n, char *err, size_t errlen)
 {
-	struct proto_field_iter it;
-	struct proto_rec f;
-	size_t cap = 0;
-	int rc = PROTO_OK;
-	*ids = NULL;
-	*n = 0;
-	request_fields(&it, payload, len);
-	while (rc == PROTO_OK && pfield_next(&it, &f)) {
-		if (f.type != F_MC_REBUILD)
-			continue;
-		if ((rc = room_for((void **)ids, &cap, *n, sizeof(**ids), err, errlen)) != PROTO_OK)
-			break;
-		if (prec_id(&f, &(*ids)[*n]) != 0)
-			rc = refuse(PROTO_E_LENGTH, err, errlen, "multicast rebuild entry", f.len);
-		else
-			(*n)++;
-	}
-	if (rc == PROTO_OK && it.error)
-		rc = refuse(it.error, err, errlen, "malformed multicast step request", (uint32_t)len);
-	if (rc != PROTO_OK) {
-		free(*ids);
-		*ids = NULL;
-		*n = 0;
-	}
-	return rc;
+	return repeated(payload, len, F_MC_REBUILD, sizeof(**ids), rebuild_id, (void **)ids, n,
+			"malformed multicast step request", err, errlen);
 }
 
 /* ---- EXPORT and EXPORT_MANY ---- */

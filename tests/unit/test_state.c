@@ -69,16 +69,27 @@ static void crc_vector(void)
 	CHECK_EQ(crc32c_portable(0, "123456789", 9), 0xe3069283);
 }
 
+/* The sample state written to dir, and the file's bytes (*len of them,
+ * malloc'ed; NULL, said, when it cannot be read back). */
+static uint8_t *sample_written(struct proto_buf *rec, size_t *len)
+{
+	struct state s;
+	char err[512];
+	sample(&s, rec);
+	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	*len = 0;
+	uint8_t *b = file_bytes(len);
+	CHECK(b != NULL);
+	return b;
+}
+
 static void golden_and_round_trip(void)
 {
-	struct state s, back;
+	struct state back;
 	struct proto_buf rec = {0};
-	sample(&s, &rec);
 	char err[512];
-	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
-	size_t len = 0;
-	uint8_t *b = file_bytes(&len);
-	CHECK(b != NULL);
+	size_t len;
+	uint8_t *b = sample_written(&rec, &len);
 	if (!b)
 		return;
 	CHECK_EQ(len, 28 + 28 + rec.len + 4);
@@ -101,13 +112,11 @@ static void golden_and_round_trip(void)
 
 static void refusals(void)
 {
-	struct state s, back;
+	struct state back;
 	struct proto_buf rec = {0};
-	sample(&s, &rec);
 	char err[512];
-	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
-	size_t len = 0;
-	uint8_t *b = file_bytes(&len);
+	size_t len;
+	uint8_t *b = sample_written(&rec, &len);
 	if (!b)
 		return;
 	CHECK_EQ(state_decode(b, 0, &back, err, sizeof(err)), -EINVAL);
