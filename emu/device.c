@@ -47,18 +47,7 @@ EMU_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 	EMU_CALL(cuDeviceGet, device_get(device, ordinal));
 }
 
-static CUresult device_count(int *count)
-{
-	if (!count)
-		return CUDA_ERROR_INVALID_VALUE;
-	*count = emu.ndev;
-	return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuDeviceGetCount(int *count)
-{
-	EMU_CALL(cuDeviceGetCount, device_count(count));
-}
+EMU_ANSWER(cuDeviceGetCount, int, emu.ndev)
 
 static CUresult device_name(char *name, int len, CUdevice dev)
 {
@@ -377,18 +366,7 @@ EMU_API CUresult cuCtxSetCurrent(CUcontext ctx)
 	EMU_CALL(cuCtxSetCurrent, ctx_set(ctx));
 }
 
-static CUresult ctx_get(CUcontext *pctx)
-{
-	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	*pctx = (CUcontext)emu_current;
-	return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuCtxGetCurrent(CUcontext *pctx)
-{
-	EMU_CALL(cuCtxGetCurrent, ctx_get(pctx));
-}
+EMU_ANSWER(cuCtxGetCurrent, CUcontext, (CUcontext)emu_current)
 
 static CUresult ctx_device(CUdevice *dev)
 {

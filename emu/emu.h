@@ -185,6 +185,14 @@ void emu_gate_set(CUprocessState s);
 		return emu_rc_;                             \
 	} while (0)
 
+/* An entry point whose whole work is one answer into its out argument
+ * (CUDA_ERROR_INVALID_VALUE without one). */
+#define EMU_ANSWER(sym, type, value)                                                            \
+	EMU_API CUresult sym(type *out)                                                         \
+	{                                                                                       \
+		EMU_CALL(sym, out ? (*out = (value), CUDA_SUCCESS) : CUDA_ERROR_INVALID_VALUE); \
+	}
+
 /* fault.c */
 void emu_fault_parse(const char *spec);
 /* Returns the injected result when this call of fn must fail, else CUDA_SUCCESS. */

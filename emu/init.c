@@ -233,18 +233,7 @@ EMU_API CUresult cuInit(unsigned int flags)
 	EMU_CALL(cuInit, emu_init(flags));
 }
 
-static CUresult driver_version(int *v)
-{
-	if (!v)
-		return CUDA_ERROR_INVALID_VALUE;
-	*v = EMU_DRIVER_VERSION;
-	return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuDriverGetVersion(int *driverVersion)
-{
-	EMU_CALL(cuDriverGetVersion, driver_version(driverVersion));
-}
+EMU_ANSWER(cuDriverGetVersion, int, EMU_DRIVER_VERSION)
 
 /* ---- errors ---- */
 

@@ -326,18 +326,8 @@ EMU_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 	EMU_CALL(cuModuleGetFunction, image_function((void **)hfunc, hmod, name, false));
 }
 
-static CUresult loading_mode(CUmoduleLoadingMode *mode)
-{
-	if (!mode)
-		return CUDA_ERROR_INVALID_VALUE;
-	*mode = CU_MODULE_LAZY_LOADING; /* the driver's default since CUDA 12.2 */
-	return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
-{
-	EMU_CALL(cuModuleGetLoadingMode, loading_mode(mode));
-}
+/* Lazy: the driver's default since CUDA 12.2. */
+EMU_ANSWER(cuModuleGetLoadingMode, CUmoduleLoadingMode, CU_MODULE_LAZY_LOADING)
 
 /* JIT and library options are accepted (nothing is compiled), when well formed. */
 static CUresult library_load(CUlibrary *library, const void *code, const CUjit_option *jit, unsigned njit,

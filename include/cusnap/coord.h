@@ -114,4 +114,7 @@ const char *coord_fault_name(enum coord_fault point);
  * (fail, stop, term, self or a PID): 0, or -1 with why (a misspelt point
  * would otherwise never fire, and the test relying on it pass silently). */
 int coord_fault_check(char *why, size_t len);
+/* A command-line tool's start: CUSNAP_FAULT checked (refused: said as tool,
+ * EX_USAGE returned), then the descriptor check begun (fdcheck.h). 0 or 64. */
+int coord_tool_start(const char *tool);
 #endif

@@ -9,6 +9,8 @@
 
 #include "cusnap/control.h"
 #include "cusnap/counters.h"
+#include "cusnap/exitcodes.h"
+#include "cusnap/fdcheck.h"
 #include "cusnap/coord.h"
 #include "cusnap/usock.h"
 
@@ -127,6 +129,17 @@ bool coord_fault_fails(enum coord_fault point)
 	if (fails)
 		fprintf(stderr, "CUSNAP_FAULT: %s fails\n", name);
 	return fails;
+}
+
+int coord_tool_start(const char *tool)
+{
+	char why[512];
+	if (coord_fault_check(why, sizeof(why)) < 0) {
+		fprintf(stderr, "%s: %s\n", tool, why);
+		return EX_USAGE;
+	}
+	fd_check_start();
+	return 0;
 }
 
 int coord_fault_check(char *why, size_t len)

@@ -376,11 +376,7 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	char why[512];
-	if (coord_fault_check(why, sizeof(why)) < 0) {
-		fprintf(stderr, "snapshot-cuda-vmm: %s\n", why);
+	if (coord_tool_start("snapshot-cuda-vmm"))
 		return EX_USAGE;
-	}
-	fd_check_start();
 	return fd_check_end("snapshot-cuda-vmm", run(argc, argv));
 }

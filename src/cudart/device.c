@@ -78,11 +78,9 @@ RT_API cudaError_t CUDARTAPI cudaSetDevice(int device)
 
 RT_API cudaError_t CUDARTAPI cudaGetDevice(int *device)
 {
-	if (!device)
-		return rt_result(cudaErrorInvalidValue);
-	cudaError_t e = rt_init();
+	cudaError_t e = rt_init_for(device);
 	if (e)
-		return rt_result(e);
+		return e;
 	*device = rt_device();
 	return cudaSuccess;
 }
@@ -113,11 +111,9 @@ static int attr(CUdevice d, CUdevice_attribute a)
 
 RT_API cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
-	if (!prop)
-		return rt_result(cudaErrorInvalidValue);
-	cudaError_t e = rt_init();
+	cudaError_t e = rt_init_for(prop);
 	if (e)
-		return rt_result(e);
+		return e;
 	CUdevice d;
 	CUresult rc = drv.cuDeviceGet(&d, device);
 	if (rc)

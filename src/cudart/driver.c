@@ -53,6 +53,11 @@ cudaError_t rt_init(void)
 	return init_error;
 }
 
+cudaError_t rt_init_for(const void *out)
+{
+	return rt_result(!out ? cudaErrorInvalidValue : rt_init());
+}
+
 cudaError_t rt_result(cudaError_t err)
 {
 	if (err != cudaSuccess && err != cudaErrorNotReady)

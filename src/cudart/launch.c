@@ -216,13 +216,18 @@ RT_API cudaError_t CUDARTAPI cudaLaunchKernel(const void *func, dim3 gridDim, di
 	return e ? e : launch(f, gridDim, blockDim, args, sharedMem, stream);
 }
 
+/* The driver function of func for a call that answers into out
+ * (cudaErrorInvalidValue without it). */
+static cudaError_t function_for(const void *out, const void *func, CUfunction *f)
+{
+	return out ? rt_function(func, f, NULL) : rt_result(cudaErrorInvalidValue);
+}
+
 /* cudaLaunchConfig_t's attributes are CUlaunchAttribute's (same ids, same layout). */
 RT_API cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
-	if (!config)
-		return rt_result(cudaErrorInvalidValue);
 	CUfunction f;
-	cudaError_t e = rt_function(func, &f, NULL);
+	cudaError_t e = function_for(config, func, &f);
 	if (e)
 		return e;
 	CUlaunchConfig c = {.gridDimX = config->gridDim.x,
@@ -247,10 +252,8 @@ RT_API cudaError_t CUDARTAPI cudaGetFuncBySymbol(cudaFunction_t *functionPtr, co
 
 RT_API cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
-	if (!attr)
-		return rt_result(cudaErrorInvalidValue);
 	CUfunction f;
-	cudaError_t e = rt_function(func, &f, NULL);
+	cudaError_t e = function_for(attr, func, &f);
 	if (e)
 		return e;
 	memset(attr, 0, sizeof(*attr));

@@ -10,9 +10,7 @@
 
 RT_API cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
 {
-	if (!devPtr)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(devPtr);
 	if (!size) {
 		*devPtr = NULL; /* documented: a size of 0 gives NULL and success */
 		return cudaSuccess;
@@ -100,9 +98,7 @@ RT_FORWARD(cudaHostUnregister, void *, cuMemHostUnregister)
 
 RT_API cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
-	if (!pDevice)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(pDevice);
 	CUdeviceptr d = 0;
 	CUresult rc = drv.cuMemHostGetDevicePointer_v2(&d, pHost, flags);
 	*pDevice = (void *)(uintptr_t)d;
@@ -112,9 +108,7 @@ RT_API cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHos
 /* cudaIpcMemHandle_t and CUipcMemHandle are the same 64 bytes. */
 RT_API cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-	if (!handle)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(handle);
 	CUipcMemHandle h;
 	CUresult rc = drv.cuIpcGetMemHandle(&h, (CUdeviceptr)(uintptr_t)devPtr);
 	if (!rc)
@@ -124,9 +118,7 @@ RT_API cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, voi
 
 RT_API cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
-	if (!devPtr)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(devPtr);
 	CUipcMemHandle h;
 	memcpy(&h, &handle, sizeof(h));
 	CUdeviceptr p = 0;
@@ -145,9 +137,7 @@ RT_API cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *devPtr)
  * cudaMemoryTypeUnregistered, success). */
 RT_API cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
-	if (!attributes)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(attributes);
 	CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 				       CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER};
 	unsigned type = 0;
@@ -199,9 +189,7 @@ RT_API cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum
 RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
 						     cudaStream_t stream)
 {
-	if (!ptr)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(ptr);
 	CUdeviceptr p = 0;
 	CUresult rc = drv.cuMemAllocFromPoolAsync(&p, size, (CUmemoryPool)memPool, stream);
 	*ptr = (void *)(uintptr_t)p;
@@ -210,9 +198,7 @@ RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void **ptr, size_t size, cu
 
 RT_API cudaError_t CUDARTAPI cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
-	if (!devPtr)
-		return rt_result(cudaErrorInvalidValue);
-	CTX_OR_RETURN();
+	CTX_FOR_OR_RETURN(devPtr);
 	CUdeviceptr p = 0;
 	CUresult rc = drv.cuMemAllocAsync(&p, size, hStream);
 	*devPtr = (void *)(uintptr_t)p;

@@ -28,6 +28,9 @@ extern struct rt_driver drv;
 /* Load the driver and cuInit it (once): cudaSuccess, or the error every call
  * then returns (no driver: cudaErrorInsufficientDriver). */
 cudaError_t rt_init(void);
+/* The same for a call that answers into out: cudaErrorInvalidValue without it.
+ * Either error is recorded (rt_result). */
+cudaError_t rt_init_for(const void *out);
 /* A call's result: err recorded as the thread's last error when it is one. */
 cudaError_t rt_result(cudaError_t err);
 /* The same for a driver result (CUresult values and cudaError_t values agree
@@ -40,6 +43,14 @@ cudaError_t rt_cu(CUresult rc);
 		cudaError_t e_ = rt_context(); \
 		if (e_)                        \
 			return e_;             \
+	} while (0)
+
+/* The same for a call that answers into out: cudaErrorInvalidValue without it. */
+#define CTX_FOR_OR_RETURN(out)                                   \
+	do {                                                     \
+		if (!(out))                                      \
+			return rt_result(cudaErrorInvalidValue); \
+		CTX_OR_RETURN();                                 \
 	} while (0)
 
 /* A runtime call that is its driver call on its one argument, in the thread's

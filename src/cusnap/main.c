@@ -296,12 +296,8 @@ static int run(int argc, char **argv, bool *json)
 
 int main(int argc, char **argv)
 {
-	char why[512];
-	if (coord_fault_check(why, sizeof(why)) < 0) {
-		fprintf(stderr, "cusnap: %s\n", why);
+	if (coord_tool_start("cusnap"))
 		return EX_USAGE;
-	}
-	fd_check_start();
 	bool json = false;
 	int rc = run(argc, argv, &json);
 	if (rc && json)
