@@ -75,6 +75,8 @@ int group_launch(struct group *g, const char *name, int workers, int allocs, boo
 
 int group_start(struct group *g, const char *name, int workers, int allocs, bool plain, const char *const *wrapper,
 		char *const *env_extra, const char *ctl_override);
+/* The usual one: a parent and one worker sharing 2 allocations, under the interposer. */
+int group_start_pair(struct group *g, const char *name);
 
 /* Every process of the tree rooted at pid, into pids[] (at most max). */
 int tree_pids(pid_t pid, pid_t *pids, int max);
@@ -130,6 +132,13 @@ int group_resume(struct group *g, char **out, char *const *env);
 		free(out_);                                           \
 		CHECK_EQ(group_resume((g), &out_, NULL), 0);          \
 		free(out_);                                           \
+	} while (0)
+
+/* The workload verifies itself (want processes pass), then it is ended. */
+#define group_done(g, want)                          \
+	do {                                         \
+		CHECK_EQ(group_finish((g)), (want)); \
+		group_kill((g));                     \
 	} while (0)
 
 /* Then the workload verifies itself (2 processes pass) and is ended. */

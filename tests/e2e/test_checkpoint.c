@@ -246,7 +246,7 @@ static void symlink_not_followed(const char *ctl, const char *name, const char *
 static void leave_running(void)
 {
 	struct group g;
-	if (group_start(&g, "lr", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "lr") < 0)
 		return;
 	char dir[PATH_MAX + 32], victim[PATH_MAX + 64], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
@@ -340,7 +340,7 @@ static void without_interposer(void)
 static void criu_failing(void)
 {
 	struct group g;
-	if (group_start(&g, "badcriu", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "badcriu") < 0)
 		return;
 	char fake[PATH_MAX + 32], dir[PATH_MAX + 32], *out;
 	snprintf(fake, sizeof(fake), "%s/fake-criu", e2e_root);
@@ -525,7 +525,7 @@ static void *reap_late(void *arg)
 static void restore_at_once(void)
 {
 	struct group g;
-	if (group_start(&g, "atonce", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "atonce") < 0)
 		return;
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);

@@ -212,8 +212,7 @@ static void contract_shapes(void)
 		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
 		 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 3);
-	group_kill(&g);
+	group_done(&g, 3);
 }
 
 static void missing_state(void)

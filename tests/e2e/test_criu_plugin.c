@@ -148,8 +148,7 @@ static void dump_failing(void)
 		CHECK_CONTAINS(log, "Dumping FAILED");
 		free(log);
 		free(out);
-		CHECK_EQ(group_finish(&g), 3);
-		group_kill(&g);
+		group_done(&g, 3);
 	}
 }
 
@@ -158,7 +157,7 @@ static void dump_failing(void)
 static void leave_running(void)
 {
 	struct group g;
-	if (group_start(&g, "plug-r", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "plug-r") < 0)
 		return;
 	char dir[PATH_MAX + 32], *out, done[PATH_MAX + 32];
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
@@ -166,8 +165,7 @@ static void leave_running(void)
 	free(out);
 	snprintf(done, sizeof(done), "%s/snapshot-complete", g.ctl);
 	CHECK(access(done, F_OK) == 0); /* when criu dump -R returns, the tree is complete */
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* No interposer: the native steps only; restored, the process verifies itself. */
@@ -254,7 +252,7 @@ static void coexist_in(const char *libdir, bool standin_first)
 
 	/* An interposed tree is cusnap's, dump and restore: never the stand-in's. */
 	struct group g;
-	if (group_start(&g, "plug-both", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "plug-both") < 0)
 		return;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	CHECK_EQ(dump(g.root, dir, "host", libdir, false, with_log, &out), 0);
@@ -377,7 +375,7 @@ static void settings_from_file(void)
 		 emu_dir);
 	write_conf(conf, text, 0644);
 	struct group g;
-	if (group_start(&g, "plug-conf", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "plug-conf") < 0)
 		return;
 	bool shell = getsid(g.root) != g.root;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
@@ -414,8 +412,7 @@ static void settings_from_file(void)
 		char *log = criu_log(dir, "dump.log");
 		CHECK_CONTAINS(log, bad[i].says);
 		free(log);
-		CHECK_EQ(group_finish(&g), 2);
-		group_kill(&g);
+		group_done(&g, 2);
 	}
 }
 
@@ -426,7 +423,7 @@ static void settings_from_file(void)
 static void restore_as_users_do(void)
 {
 	struct group g;
-	if (group_start(&g, "plug-nod", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "plug-nod") < 0)
 		return;
 	bool shell = getsid(g.root) != g.root;
 	char dir[PATH_MAX + 32], stale[PATH_MAX + 32], *out;
@@ -443,7 +440,7 @@ static void restore_as_users_do(void)
 	CHECK_EQ(count_of(log, "PASS vmm_group"), 2);
 	free(log);
 
-	if (group_start(&g, "plug-kill", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "plug-kill") < 0)
 		return;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	CHECK_EQ(dump(g.root, dir, "native", plugins, false, NULL, &out), 0);
@@ -475,10 +472,9 @@ static void concurrent_dumps(void)
 	for (int round = 0; round < rounds && !test_failures; round++) {
 		if (round % 40 == 0) { /* a fresh group now and then: it waits 60 s at most */
 			if (round) {
-				CHECK_EQ(group_finish(&g), 2);
-				group_kill(&g);
+				group_done(&g, 2);
 			}
-			if (group_start(&g, "plug-race", 1, 2, false, NULL, NULL, NULL) < 0)
+			if (group_start_pair(&g, "plug-race") < 0)
 				return;
 		}
 		char pid[16];
@@ -510,8 +506,7 @@ static void concurrent_dumps(void)
 		free(json);
 	}
 	printf("     %d rounds of two concurrent dumps: %d won\n", rounds, wins);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* device_map at restore (here from CUSNAP_DEVICE_MAP; the file's device_map

@@ -354,7 +354,7 @@ static void member_missing(void)
 	struct group g;
 	struct member m;
 	char *out;
-	CHECK_EQ(group_start(&g, "alone", 1, 2, false, NULL, NULL, NULL), 0);
+	CHECK_EQ(group_start_pair(&g, "alone"), 0);
 	in_place(&m, &g, "suspend", "missing", 2, "m0", NULL, "1500");
 	CHECK_EQ(member_wait(&m, &out), 1);
 	CHECK_CONTAINS(out, "1 of 2 members arrived within 1500 ms");

@@ -65,8 +65,7 @@ static void refused(const char *name, bool plain, char **env, const char *reason
 	CHECK_CONTAINS(out, reason);
 	CHECK_CONTAINS(out, "everything undone");
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 static void without_interposer(void)
@@ -141,8 +140,7 @@ static void job_round_trip(void)
 		CHECK_EQ(ck[1], g.root); /* the worker first, its parent last */
 		CHECK(ck[0] == rs[0] && ck[1] == rs[1] && ck[0] == un[0] && ck[1] == un[1]);
 		/* Bytes, the addresses opened before, live writes both ways, the handles opened again. */
-		CHECK_EQ(group_finish(&g), 2);
-		group_kill(&g);
+		group_done(&g, 2);
 	}
 }
 
@@ -179,8 +177,7 @@ static void job_refusals(void)
 		CHECK_CONTAINS(out, "nothing done");
 		free(out);
 	}
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* A workload whose environment names a job file cusnap cannot accept (here a
@@ -204,8 +201,7 @@ static void unacceptable_job_shown(void)
 	CHECK_CONTAINS(out, "\"job_error\"");
 	CHECK_EQ(count_of(out, "\"phase\":\"active\""), 2);
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 int main(void)

@@ -97,8 +97,7 @@ static void native_checkpoint_needs_teardown(void)
 	log = test_read_file(g.log);
 	CHECK(!contains(log, "does not complete"));
 	free(log);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* r615 rounds the capacity to 512 MiB: the application asks for one unit and
@@ -121,8 +120,7 @@ static void rounded_capacity(void)
 	json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"size\":2097152,\"used\":8388608"), 4);
 	free(json);
-	CHECK_EQ(group_finish(&g), 4);
-	group_kill(&g);
+	group_done(&g, 4);
 }
 
 /* A refused suspend changes nothing: the group still passes afterwards. */
@@ -171,8 +169,7 @@ static void partial_group(void)
 		 1);
 	CHECK_CONTAINS(out, "is not in the group (partial group)");
 	free(out);
-	CHECK_EQ(group_finish(&g), 4);
-	group_kill(&g);
+	group_done(&g, 4);
 }
 
 int main(void)

@@ -56,8 +56,7 @@ static void native_watchdog(void)
 	usleep(3500 * 1000); /* the stalled checkpoints complete */
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* The phase boundaries of suspend (include/cusnap/faults.def, less the
@@ -152,7 +151,7 @@ static void sigterm_undoes(void)
 	}
 	/* The same for the coordinator's --prepare (the agent's shape). */
 	struct group g;
-	if (group_start(&g, "sigterm-coord", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "sigterm-coord") < 0)
 		return;
 	pid_t pids[8];
 	int n = group_pids(&g, pids, 2);
@@ -237,7 +236,7 @@ static void resume_killed_mid_rebuild(void)
 	cusnap_path(tool_path, sizeof(tool_path));
 	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
 		struct group g;
-		if (group_start(&g, "rebuild", 1, 2, false, NULL, NULL, NULL) < 0)
+		if (group_start_pair(&g, "rebuild") < 0)
 			return;
 		char pid[16], fault[96], *out;
 		snprintf(pid, sizeof(pid), "%d", g.root);
@@ -266,7 +265,7 @@ static void resume_killed_mid_rebuild(void)
 static void corrupt_state(void)
 {
 	struct group g;
-	if (group_start(&g, "corrupt", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "corrupt") < 0)
 		return;
 	char *out, state[PATH_MAX + 48];
 	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
@@ -350,7 +349,7 @@ static void slow_step_undone(void)
 static void state_read_back(void)
 {
 	struct group g;
-	if (group_start(&g, "readback", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "readback") < 0)
 		return;
 	char *out, *lock_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1:CUDA_ERROR_UNKNOWN:after", NULL};
 	CHECK_EQ(group_suspend(&g, "host", &out, lock_env), 1);

@@ -13,7 +13,7 @@ static char cusnap[PATH_MAX];
 static void one_command_per_tree(void)
 {
 	struct group g;
-	if (group_start(&g, "busy", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "busy") < 0)
 		return;
 	char pid[16], log[PATH_MAX + 32], dir[PATH_MAX + 32], *out;
 	snprintf(pid, sizeof(pid), "%d", g.root);
@@ -59,8 +59,7 @@ static void one_command_per_tree(void)
 	free(text);
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* A stopped participant (SIGSTOP): inspect and suspend with --timeout 1000
@@ -69,7 +68,7 @@ static void one_command_per_tree(void)
 static void stopped_participant(void)
 {
 	struct group g;
-	if (group_start(&g, "stopped", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "stopped") < 0)
 		return;
 	pid_t pids[8];
 	int n = group_pids(&g, pids, 2);
@@ -108,7 +107,7 @@ static void foreign_dirs(void)
 		return;
 	}
 	struct group g;
-	if (group_start(&g, "dirs", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "dirs") < 0)
 		return;
 	char pid[16], theirs[PATH_MAX], open_to_all[PATH_MAX], *out;
 	snprintf(pid, sizeof(pid), "%d", g.root);
@@ -213,8 +212,7 @@ static void foreign_dirs(void)
 	CHECK_CONTAINS(out, "topology identical");
 	free(out);
 	CHECK(access(note_dir, F_OK) != 0);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* Commands run as another user (nobody), from a copy of the build it can reach. */
@@ -244,7 +242,7 @@ static void another_users_tree(void)
 	if (!public_tools())
 		return;
 	struct group g;
-	if (group_start(&g, "theirs", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "theirs") < 0)
 		return;
 	char pid[16], *out, *env[] = {pub_ld, NULL};
 	snprintf(pid, sizeof(pid), "%d", g.root);
@@ -268,8 +266,7 @@ static void another_users_tree(void)
 	}
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* A group run by nobody (its control directory nobody's). */
@@ -360,8 +357,7 @@ static void root_and_owner_exclude(void)
 	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
 	free(json);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 /* A process whose endpoint cannot start (its control directory cannot be

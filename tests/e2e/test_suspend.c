@@ -39,8 +39,7 @@ static void round_trip(const char *content)
 	CHECK_CONTAINS(out, "topology identical");
 	free(out);
 	/* Same addresses, same bytes, old handles, sharing both ways: the workload checks. */
-	CHECK_EQ(group_finish(&g), 3);
-	group_kill(&g);
+	group_done(&g, 3);
 }
 
 static void host_content(void)
@@ -76,8 +75,7 @@ static void creator_let_go(const char *content, bool ipc)
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	CHECK_CONTAINS(out, "topology identical");
 	free(out);
-	CHECK_EQ(group_finish(&g), 3);
-	group_kill(&g);
+	group_done(&g, 3);
 }
 
 static void let_go_host(void)
@@ -110,8 +108,7 @@ static void children_unlocked_first(void)
 	free(out);
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 4);
-	group_kill(&g);
+	group_done(&g, 4);
 	/* The unlock lines, in the order they were served. */
 	char *text = test_read_file(log);
 	pid_t order[8];
@@ -167,8 +164,7 @@ static void counts_over_suspend_resume(int allocs, const char *content, const ch
 	CHECK(fd >= 0 && pread(fd, after, sizeof(after), 0) == (ssize_t)sizeof(after));
 	if (fd >= 0)
 		close(fd);
-	CHECK_EQ(group_finish(&g), 3);
-	group_kill(&g);
+	group_done(&g, 3);
 	for (size_t i = 0; i < COUNT_SLOTS; i++)
 		delta[i] = after[i] - before[i];
 }
@@ -346,8 +342,7 @@ static void arena_reused(void)
 	CHECK_EQ(resident_pages(first.pid, first.addr, first.bytes), (long)(first.bytes / (size_t)page));
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 static void r615(void)
@@ -375,7 +370,7 @@ static void r615(void)
 static void json_odd_paths(void)
 {
 	struct group g;
-	if (group_start(&g, "json", 1, 2, false, NULL, NULL, NULL) < 0)
+	if (group_start_pair(&g, "json") < 0)
 		return;
 	char dir[PATH_MAX + 64], pid[16], *out;
 	snprintf(dir, sizeof(dir), "%s/a \"quoted\" \\back\\slash\nnew\tline", e2e_root);
@@ -423,8 +418,7 @@ static void json_odd_paths(void)
 		json_decref(j);
 		free(out);
 	}
-	CHECK_EQ(group_finish(&g), 2);
-	group_kill(&g);
+	group_done(&g, 2);
 }
 
 static void long_control_dir(void)

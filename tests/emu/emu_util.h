@@ -37,6 +37,11 @@ CUmemAllocationProp emu_host_prop(void);
 
 CUmemAccessDesc emu_host_access(CUmemAccess_flags flags);
 
+/* A new allocation of size bytes with properties *p, mapped at a new
+ * reservation of its size (no access granted yet): the address, the handle
+ * in *h (a failure is a test failure). */
+CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h);
+
 void emu_pattern(unsigned char *p, size_t n, unsigned seed);
 
 int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed);

@@ -14,20 +14,20 @@ static void setup(void)
 	CHECK_CU(emu_use_device(0));
 }
 
+static void (*child_body)(void);
+
+static void set_up_and_run(void *unused)
+{
+	(void)unused;
+	setup();
+	child_body();
+}
+
 /* Run body in a child with CUEMU_FAULT=spec; its failures count here. */
 static void with_fault(const char *spec, void (*body)(void))
 {
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		setenv("CUEMU_FAULT", spec, 1);
-		setup();
-		body();
-		fflush(stdout);
-		_exit(test_failures ? 1 : 0);
-	}
-	int status = test_wait_child(pid, 30000);
-	if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+	child_body = body;
+	if (!test_child_passes(spec, set_up_and_run, NULL))
 		test_fail(__FILE__, __LINE__, "with CUEMU_FAULT=%s the checks above failed", spec);
 }
 
@@ -51,9 +51,7 @@ static void numeric_result(void)
 	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
-	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
+	va = emu_map_new(2 * MiB, &p, &h);
 	CUmemAccessDesc a = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	CHECK_CU(cuMemSetAccess(va, 2 * MiB, &a, 1));
 	int x = 5;
@@ -89,9 +87,7 @@ static void sweep_body(void)
 	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
-	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
+	va = emu_map_new(2 * MiB, &p, &h);
 	CUmemAccessDesc a = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	const char *spec = getenv("CUEMU_FAULT");
 	int nth = atoi(strchr(spec, ':') + 1);

@@ -169,9 +169,7 @@ static void mem_alloc(void)
 	CUmemAllocationProp vp = emu_prop(1);
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, gran, &vp, 0));
-	CHECK_CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
-	CHECK_CU(cuMemMap(va, gran, 0, h, 0));
+	va = emu_map_new(gran, &vp, &h);
 	CHECK_CU(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va));
 	CHECK_EQ(ipc, 0);
 	CHECK_CU(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, va));

@@ -196,9 +196,7 @@ static void access_merged(void)
 	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, gran, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
-	CHECK_CU(cuMemMap(va, gran, 0, h, 0));
+	va = emu_map_new(gran, &p, &h);
 	volatile unsigned char *b = (unsigned char *)(uintptr_t)va;
 	CHECK(faults(b, 0)); /* inaccessible until access is set */
 	unsigned long long flags = 99;

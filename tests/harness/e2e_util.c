@@ -485,3 +485,8 @@ int group_pids(struct group *g, pid_t pids[8], int want)
 		test_fail(__FILE__, __LINE__, "the tree of %d has %d processes, not %d", (int)g->root, n, want);
 	return n;
 }
+
+int group_start_pair(struct group *g, const char *name)
+{
+	return group_start(g, name, 1, 2, false, NULL, NULL, NULL);
+}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The emulator tests' helpers (tests/emu/emu_util.h), compiled once. */
 #include "../emu/emu_util.h"
+#include "test.h"
 
 void CUDA_CB gate_fn(void *arg)
 {
@@ -78,4 +79,13 @@ int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed)
 		if (p[i] != (unsigned char)(i * 31 + seed * 7 + (i >> 12)))
 			return 0;
 	return 1;
+}
+
+CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h)
+{
+	CUdeviceptr va = 0;
+	CHECK_CU(cuMemCreate(h, size, p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, size, 0, *h, 0));
+	return va;
 }

@@ -366,3 +366,19 @@ int test_find_criu(char *out, size_t len)
 	free(text);
 	return access(out, X_OK);
 }
+
+bool test_child_passes(const char *fault, void (*fn)(void *arg), void *arg)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		test_failures = 0;
+		if (fault)
+			setenv("CUEMU_FAULT", fault, 1);
+		fn(arg);
+		fflush(stdout);
+		_exit(test_failures ? 1 : 0);
+	}
+	int status = test_wait_child(pid, 30000);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}

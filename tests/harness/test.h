@@ -84,6 +84,9 @@ int test_recv_fd(int sock);
 /* waitpid with a timeout; returns the raw status, -2 when it timed out (the
  * child then killed) or -1 when it cannot be waited for. */
 int test_wait_child(pid_t pid, int timeout_ms);
+/* fn(arg) run in a child forked now, with CUEMU_FAULT=fault (NULL: as it is);
+ * its failures are its own. Did it pass (within 30 s)? */
+bool test_child_passes(const char *fault, void (*fn)(void *arg), void *arg);
 /* What a status of test_wait_child means, in words ("exited 2", "was killed by
  * signal 9 (Killed)", "did not finish within 120000 ms and was killed"). */
 void test_describe_status(int status, int timeout_ms, char *out, size_t len);

@@ -99,6 +99,56 @@ static void nccl_free_path(void)
 	CHECK_EQ(free1, free0); /* nothing leaked */
 }
 
+/* In a child: the stale value given to call (arg). */
+static void stale_call(void *arg)
+{
+	const char *call = arg;
+	setenv("SNAPSHOT_CUDA_VMM_LOG", "0", 1);
+	setup();
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h = 0, mc = 0, stale = 0;
+	CUdeviceptr va = 0;
+	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+	CUmulticastObjectProp mp = {.numDevices = 1,
+				    .size = 2 * MiB,
+				    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	if (strncmp(call, "cuMulticast", 11) == 0) {
+		CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+		CHECK_CU(cuMulticastCreate(&mc, &mp));
+	}
+	/* The stale value: a tracked allocation's handle after its last release. */
+	CHECK_CU(cuMemCreate(&stale, 2 * MiB, &p, 0));
+	CHECK_CU(cuMemRelease(stale));
+	int fd = -1;
+	CUresult rc = CUDA_ERROR_UNKNOWN;
+	if (!strcmp(call, "cuMemRelease"))
+		rc = cuMemRelease(stale);
+	else if (!strcmp(call, "cuMemMap"))
+		rc = cuMemMap(va, 2 * MiB, 0, stale, 0);
+	else if (!strcmp(call, "cuMemExportToShareableHandle"))
+		rc = cuMemExportToShareableHandle(&fd, stale, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	else if (!strcmp(call, "cuMemGetAllocationPropertiesFromHandle"))
+		rc = cuMemGetAllocationPropertiesFromHandle(&p, stale);
+	else if (!strcmp(call, "cuMulticastAddDevice"))
+		rc = cuMulticastAddDevice(stale, 0);
+	else if (!strcmp(call, "cuMulticastBindMem")) {
+		rc = cuMulticastBindMem(stale, 0, h, 0, 2 * MiB, 0);
+		CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
+		rc = cuMulticastBindMem(mc, 0, stale, 0, 2 * MiB, 0); /* a stale member */
+	} else if (!strcmp(call, "cuMulticastUnbind")) {
+		rc = cuMulticastUnbind(stale, 0, 0, 2 * MiB);
+	}
+	CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
+	/* A live handle of the wrong kind is refused the same way. */
+	if (mc && strcmp(call, "cuMulticastBindMem") != 0)
+		CHECK_CU_EQ(strcmp(call, "cuMulticastAddDevice") == 0 ? cuMulticastAddDevice(h, 0)
+								      : cuMulticastUnbind(h, 0, 0, 2 * MiB),
+			    CUDA_ERROR_INVALID_VALUE);
+	if (fd >= 0)
+		close(fd);
+	CHECK_VIEWS_EQUAL();
+}
+
 /* A released (stale) logical value given to every wrapped call that takes a
  * handle: CUDA_ERROR_INVALID_VALUE from the shim, and the driver never sees it
  * (each call runs in a child where the driver's first call of that name fails
@@ -118,63 +168,9 @@ static void stale_handles(void)
 		     {"cuMulticastUnbind", 0}};
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
 		const char *call = calls[i].call;
-		fflush(stdout);
-		pid_t pid = fork();
-		if (pid == 0) {
-			char spec[96];
-			snprintf(spec, sizeof(spec), "%s:%d:CUDA_ERROR_UNKNOWN", call, calls[i].before + 1);
-			setenv("CUEMU_FAULT", spec, 1);
-			setenv("SNAPSHOT_CUDA_VMM_LOG", "0", 1);
-			setup();
-			CUmemAllocationProp p = emu_prop(0);
-			CUmemGenericAllocationHandle h = 0, mc = 0, stale = 0;
-			CUdeviceptr va = 0;
-			CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
-			CUmulticastObjectProp mp = {.numDevices = 1,
-						    .size = 2 * MiB,
-						    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
-			if (strncmp(call, "cuMulticast", 11) == 0) {
-				CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
-				CHECK_CU(cuMulticastCreate(&mc, &mp));
-			}
-			/* The stale value: a tracked allocation's handle after its last release. */
-			CHECK_CU(cuMemCreate(&stale, 2 * MiB, &p, 0));
-			CHECK_CU(cuMemRelease(stale));
-			int fd = -1;
-			CUresult rc = CUDA_ERROR_UNKNOWN;
-			if (!strcmp(call, "cuMemRelease"))
-				rc = cuMemRelease(stale);
-			else if (!strcmp(call, "cuMemMap"))
-				rc = cuMemMap(va, 2 * MiB, 0, stale, 0);
-			else if (!strcmp(call, "cuMemExportToShareableHandle"))
-				rc = cuMemExportToShareableHandle(&fd, stale, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-								  0);
-			else if (!strcmp(call, "cuMemGetAllocationPropertiesFromHandle"))
-				rc = cuMemGetAllocationPropertiesFromHandle(&p, stale);
-			else if (!strcmp(call, "cuMulticastAddDevice"))
-				rc = cuMulticastAddDevice(stale, 0);
-			else if (!strcmp(call, "cuMulticastBindMem")) {
-				rc = cuMulticastBindMem(stale, 0, h, 0, 2 * MiB, 0);
-				CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
-				rc = cuMulticastBindMem(mc, 0, stale, 0, 2 * MiB, 0); /* a stale member */
-			} else if (!strcmp(call, "cuMulticastUnbind")) {
-				rc = cuMulticastUnbind(stale, 0, 0, 2 * MiB);
-			}
-			CHECK_CU_EQ(rc, CUDA_ERROR_INVALID_VALUE);
-			/* A live handle of the wrong kind is refused the same way. */
-			if (mc && strcmp(call, "cuMulticastBindMem") != 0)
-				CHECK_CU_EQ(strcmp(call, "cuMulticastAddDevice") == 0
-						    ? cuMulticastAddDevice(h, 0)
-						    : cuMulticastUnbind(h, 0, 0, 2 * MiB),
-					    CUDA_ERROR_INVALID_VALUE);
-			if (fd >= 0)
-				close(fd);
-			CHECK_VIEWS_EQUAL();
-			fflush(stdout);
-			_exit(test_failures ? 1 : 0);
-		}
-		int status = test_wait_child(pid, 30000);
-		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+		char spec[96];
+		snprintf(spec, sizeof(spec), "%s:%d:CUDA_ERROR_UNKNOWN", call, calls[i].before + 1);
+		if (!test_child_passes(spec, stale_call, (void *)call))
 			test_fail(__FILE__, __LINE__, "stale handle given to %s: not refused by the shim alone", call);
 	}
 }
@@ -245,6 +241,13 @@ static bool first_of_name(size_t w)
 	return true;
 }
 
+static void set_up_scenario(void *unused)
+{
+	(void)unused;
+	setup();
+	scenario();
+}
+
 static void fault_sweep(void)
 {
 	int runs = 0, names = 0;
@@ -255,19 +258,8 @@ static void fault_sweep(void)
 		for (int n = 1; n <= 3; n++) {
 			char spec[128];
 			snprintf(spec, sizeof(spec), "%s:%d:CUDA_ERROR_OUT_OF_MEMORY", wrapped[w], n);
-			fflush(stdout);
 			/* A child forked before CUDA init: its own identity and endpoint. */
-			pid_t pid = fork();
-			if (pid == 0) {
-				test_failures = 0; /* (this run's own) */
-				setenv("CUEMU_FAULT", spec, 1);
-				setup();
-				scenario();
-				fflush(stdout);
-				_exit(test_failures ? 1 : 0);
-			}
-			int status = test_wait_child(pid, 30000);
-			if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			if (!test_child_passes(spec, set_up_scenario, NULL))
 				test_fail(__FILE__, __LINE__, "views differ after CUEMU_FAULT=%s", spec);
 			runs++;
 		}
