@@ -52,16 +52,16 @@ static int group_fail(struct group *g, int code, const char *fmt, ...) __attribu
 
 /* ---- keys and records ---- */
 
-static void key_of(const struct group *g, char *out, size_t len, const char *what, const char *name)
+/* This member's record's key. */
+static void member_key(const struct group *g, char *out, size_t len)
 {
-	if (!strcmp(what, "member"))
-		snprintf(out, len, "%smembers/%s", g->prefix, name);
-	else if (!strcmp(what, "decision"))
-		snprintf(out, len, "%sops/%s/decision", g->prefix, g->opid);
-	else if (!strcmp(what, "result"))
-		snprintf(out, len, "%sops/%s/results/%s", g->prefix, g->opid, name);
-	else
-		snprintf(out, len, "%sops/%s/results/", g->prefix, g->opid);
+	snprintf(out, len, "%smembers/%s", g->prefix, g->member);
+}
+
+/* A key of this operation: ops/OPID/tail ("decision", "results/", "results/MEMBER"). */
+static void op_key(const struct group *g, const char *tail, char *out, size_t len)
+{
+	snprintf(out, len, "%sops/%s/%s", g->prefix, g->opid, tail);
 }
 
 /* This member's record in its phase. 0, or -1 with why. */
@@ -73,7 +73,7 @@ static int put_member(struct group *g, const char *phase, char *why, size_t len)
 			      g->opid, "phase", phase, "host", json_text(host), "pid", (int)getpid());
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	key_of(g, key, sizeof(key), "member", g->member);
+	member_key(g, key, sizeof(key));
 	int rc = text ? etcd_put(&g->e, key, text, g->lease, why, len) : -1;
 	free(text);
 	return rc;
@@ -132,7 +132,7 @@ static void *keep_alive(void *arg)
 static int decide(struct group *g, bool go, const char *reason, char *why, size_t len)
 {
 	char key[600], text[1200];
-	key_of(g, key, sizeof(key), "decision", NULL);
+	op_key(g, "decision", key, sizeof(key));
 	json_t *j = json_pack("{s:b, s:o, s:s}", "go", go, "why", json_text(reason ? reason : ""), "by", g->member);
 	char *value = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
@@ -201,14 +201,16 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 	double start = now_ms();
 	coord_fault_point(FAULT_GROUP_READY);
 	int rc = 0;
-	if (coord_fault_fails(FAULT_GROUP_READY))
+	if (!seen)
+		rc = -1, snprintf(reason, sizeof(reason), "member %s: out of memory", g->member);
+	else if (coord_fault_fails(FAULT_GROUP_READY))
 		rc = -1, snprintf(reason, sizeof(reason), "member %s failed at its boundary (CUSNAP_FAULT)", g->member);
 	else if (put_member(g, "ready", err, sizeof(err)) < 0)
 		rc = -1, snprintf(reason, sizeof(reason), "member %s cannot say it is ready: %s", g->member, err);
-	while (rc == 0 && seen) {
+	while (rc == 0) {
 		struct etcd_kv kv;
 		char key[600];
-		key_of(g, key, sizeof(key), "decision", NULL);
+		op_key(g, "decision", key, sizeof(key));
 		if (etcd_get(&g->e, key, &kv, err, sizeof(err)) == 1) {
 			free(kv.key), free(kv.value);
 			break; /* decided: followed below */
@@ -263,7 +265,7 @@ static void leave(struct group *g)
 	char key[600], why[512];
 	stop_keeping(g);
 	if (g->lease) {
-		key_of(g, key, sizeof(key), "member", g->member);
+		member_key(g, key, sizeof(key));
 		etcd_delete(&g->e, key, why, sizeof(why));
 		etcd_lease_revoke(&g->e, g->lease, why, sizeof(why));
 		g->lease = 0;
@@ -311,7 +313,7 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 				  g->a->members, from);
 	struct etcd_kv kv;
 	char key[600], why[512];
-	key_of(g, key, sizeof(key), "decision", NULL);
+	op_key(g, "decision", key, sizeof(key));
 	int decided = etcd_get(&g->e, key, &kv, why, sizeof(why));
 	if (decided == 1)
 		free(kv.key), free(kv.value);
@@ -358,7 +360,7 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 			      "arrived");
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL, key[600];
 	json_decref(j);
-	key_of(g, key, sizeof(key), "member", g->member);
+	member_key(g, key, sizeof(key));
 	int made = text ? etcd_create(&g->e, key, text, g->lease, why, sizeof(why)) : -1;
 	free(text);
 	if (made < 0)
@@ -407,7 +409,7 @@ static bool all_done(struct group *g)
 static json_t *results(struct group *g)
 {
 	char prefix[600], why[512];
-	key_of(g, prefix, sizeof(prefix), "results", NULL);
+	op_key(g, "results/", prefix, sizeof(prefix));
 	struct etcd_kv *kvs = NULL;
 	size_t n = 0;
 	for (double start = now_ms();; usleep(POLL_US)) {
@@ -445,7 +447,9 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 				 !boundary || g->crossed, "holds_checkpoint", holds, "error", json_text(error));
 	char *text = mine ? json_dumps(mine, JSON_COMPACT) : NULL;
 	json_decref(mine);
-	key_of(g, key, sizeof(key), "result", g->member);
+	char tail[300];
+	snprintf(tail, sizeof(tail), "results/%s", g->member);
+	op_key(g, tail, key, sizeof(key));
 	if (!text || etcd_put(&g->e, key, text, g->results_lease, why, sizeof(why)) < 0)
 		fprintf(stderr, "cusnap: warning: group %s: this member's result cannot be written: %s\n", g->a->group,
 			text ? why : "out of memory");

@@ -159,12 +159,6 @@ bool contains(const char *text, const char *needle);
 
 int count_of(const char *text, const char *needle);
 
-#define CHECK_CONTAINS(text, needle)                                                                               \
-	do {                                                                                                       \
-		if (!contains((text), (needle)))                                                                   \
-			test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), (text) ? (text) : ""); \
-	} while (0)
-
 /* Command a target_helper in dir; its answer must start with want. */
 #define TARGET_EXPECT_DIR(dir, name, cmd, want)                                                              \
 	do {                                                                                                 \

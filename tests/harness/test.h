@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 
 extern int test_failures;
@@ -37,6 +38,14 @@ extern void (*test_fail_hook)(void);
 		if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                          \
 			test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)", \
 				  b_ ? b_ : "(null)");                                                          \
+	} while (0)
+
+/* text (NULL: none) holds needle. */
+#define CHECK_CONTAINS(text, needle)                                                                 \
+	do {                                                                                         \
+		const char *t_ = (text), *n_ = (needle);                                             \
+		if (!t_ || !strstr(t_, n_))                                                          \
+			test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", n_, t_ ? t_ : ""); \
 	} while (0)
 
 /* CUresult checks print the result's name (needs the driver's cuGetErrorName). */

@@ -15,12 +15,6 @@
 #include "cusnap/json.h"
 #include "cusnap/request.h"
 
-#define CHECK_CONTAINS(text, needle)                                                            \
-	do {                                                                                    \
-		if (!strstr((text), (needle)))                                                  \
-			test_fail(__FILE__, __LINE__, "\"%s\" lacks \"%s\"", (text), (needle)); \
-	} while (0)
-
 static void lines(void)
 {
 	struct plugin_conf c = {0};
