@@ -255,9 +255,7 @@ static void leave_running(void)
 	free(out);
 	symlink_not_followed(g.ctl, "snapshot-complete", victim);
 	/* Still running: a restore over it is refused, its endpoints left alone. */
-	CHECK_EQ(restore(dir, &out), 1);
-	CHECK_CONTAINS(out, "still runs there");
-	free(out);
+	CHECK_SAYS(out, restore(dir, &out), 1, "still runs there");
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu") > 0, 1);
 	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"interposed\":true"), 2);
@@ -291,9 +289,7 @@ static void restore_twice(void)
 	char *env[] = {"CUSNAP_FAULT=kill-after-restore-creators:stop", NULL};
 	pid_t first = test_spawn(argv, env, log);
 	CHECK(wait_stopped(first, 30000));
-	CHECK_EQ(restore(dir, &out), 75);
-	CHECK_CONTAINS(out, "in use by another command");
-	free(out);
+	CHECK_SAYS(out, restore(dir, &out), 75, "in use by another command");
 	kill(first, SIGCONT);
 	int status = test_wait_child(first, 60000);
 	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -316,9 +312,7 @@ static void without_interposer(void)
 		return;
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
-	CHECK_CONTAINS(out, "native steps only");
-	free(out);
+	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, criu, &out), 0, "native steps only");
 	group_dumped(&g);
 	CHECK_EQ(restore(dir, &out), 0);
 	free(out);
@@ -347,9 +341,7 @@ static void criu_failing(void)
 	test_write_file(fake, "#!/bin/sh\necho 'Error (fake): refusing to dump' >&2\nexit 1\n");
 	chmod(fake, 0755);
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(checkpoint(&g, dir, "host", false, fake, &out), 1);
-	CHECK_CONTAINS(out, "CRIU dump failed");
-	free(out);
+	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, fake, &out), 1, "CRIU dump failed");
 	/* Still running and healthy: it verifies itself. */
 	CHECK_EQ(group_finish(&g), 2);
 	reap_all();
@@ -440,13 +432,9 @@ static void damaged_images(void)
 	free(out);
 	CHECK_EQ(restored_root(dir), 0); /* CRIU never ran */
 	CHECK_EQ(truncate(pages, st.st_size / 2), 0);
-	CHECK_EQ(restore(dir, &out), 1);
-	CHECK_CONTAINS(out, "truncated");
-	free(out);
+	CHECK_SAYS(out, restore(dir, &out), 1, "truncated");
 	CHECK_EQ(rename(saved, pages), 0);
-	CHECK_EQ(restore(dir, &out), 0);
-	CHECK_CONTAINS(out, "verify images");
-	free(out);
+	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
 	pid_t root = restored_root(dir);
 	if (root > 0)
 		CHECK_EQ(restored_passes(&g, root), 2);
@@ -531,14 +519,10 @@ static void restore_at_once(void)
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	struct late_reap l;
 	l.n = tree_pids(g.root, l.pids, 8);
-	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 0);
-	CHECK_CONTAINS(out, "zombie");
-	free(out);
+	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, criu, &out), 0, "zombie");
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, reap_late, &l), 0);
-	CHECK_EQ(restore(dir, &out), 0);
-	CHECK_CONTAINS(out, "held by a zombie");
-	free(out);
+	CHECK_SAYS(out, restore(dir, &out), 0, "held by a zombie");
 	pthread_join(th, NULL);
 	g.child = 0;
 	pid_t root = restored_root(dir);
@@ -593,9 +577,7 @@ static void partial_interposition(void)
 	e2e_scratch("partial", dir, ctl);
 	pid_t sh = partial_tree_start(dir, ctl);
 	snprintf(pid, sizeof(pid), "%d", sh);
-	CHECK_EQ(checkpoint_into_ckpt(sh, dir, ctl, ck, &out), 1);
-	CHECK_CONTAINS(out, "partial interposition");
-	free(out);
+	CHECK_SAYS(out, checkpoint_into_ckpt(sh, dir, ctl, ck, &out), 1, "partial interposition");
 	/* Refused before anything changed: both still running, nothing dumped. */
 	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
 	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
@@ -643,9 +625,8 @@ static void device_map(void)
 	snprintf(map, sizeof(map), "%s=%s,%s=%s", g0, g1, g1, g0);
 	manifest_free(&m);
 	free(text);
-	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", ck, "--criu", criu, "--device-map", map, NULL), 0);
-	CHECK_CONTAINS(out, "devices remapped");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", ck, "--criu", criu, "--device-map", map, NULL), 0,
+		   "devices remapped");
 	gpu_pair_swapped(dir, ck);
 }
 

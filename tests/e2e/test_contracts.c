@@ -15,20 +15,12 @@ static void guard_rails(void)
 	char tool_path[PATH_MAX], self[16], *out;
 	cusnap_path(tool_path, sizeof(tool_path));
 	snprintf(self, sizeof(self), "%d", getpid()); /* cusnap's parent: an ancestor */
-	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", "1", NULL), 64);
-	CHECK_CONTAINS(out, "PID 1");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, tool_path, "resume", "--pid", "1", NULL), 64);
-	CHECK_CONTAINS(out, "PID 1");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, tool_path, "suspend", "--pid", "1", NULL), 64, "PID 1");
+	CHECK_SAYS(out, tool(&out, NULL, tool_path, "resume", "--pid", "1", NULL), 64, "PID 1");
 	char dir[PATH_MAX + 16];
 	snprintf(dir, sizeof(dir), "%s/guard", e2e_root);
-	CHECK_EQ(tool(&out, NULL, tool_path, "checkpoint", "--pid", "1", "--dir", dir, NULL), 64);
-	CHECK_CONTAINS(out, "PID 1");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", self, NULL), 64);
-	CHECK_CONTAINS(out, "an ancestor of cusnap");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, tool_path, "checkpoint", "--pid", "1", "--dir", dir, NULL), 64, "PID 1");
+	CHECK_SAYS(out, tool(&out, NULL, tool_path, "suspend", "--pid", self, NULL), 64, "an ancestor of cusnap");
 	struct group g;
 	if (group_start(&g, "guard", 1, 1, false, NULL, NULL, NULL) < 0)
 		return;
@@ -93,9 +85,7 @@ static void validation_refusals(void)
 	const char *serve[] = {"--serve", NULL}, *import[] = {"--import", "c", "--dev", "1", NULL};
 	pid_t c = helper(dir, "c", ctl, serve), i = helper(dir, "i", ctl, import);
 	/* A partial group: the importer without its creator. */
-	CHECK_EQ(prepare(ctl, dir, &out, i, 0), 1);
-	CHECK_CONTAINS(out, "partial group");
-	free(out);
+	CHECK_SAYS(out, prepare(ctl, dir, &out, i, 0), 1, "partial group");
 	/* Nothing changed: the full group prepares (and is rebuilt by a restore). */
 	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
 	free(out);
@@ -111,18 +101,14 @@ static void validation_refusals(void)
 	/* The creator drops its handle and mapping: the importer carries the
 	 * memory (DESIGN.md §6.2), and its bytes come back. */
 	TARGET_EXPECT_DIR(dir, "c", "drop", "CUDA_SUCCESS");
-	CHECK_EQ(prepare(ctl, dir, &out, c, i), 0);
-	CHECK_CONTAINS(out, "importers carry what their creators let go");
-	free(out);
+	CHECK_SAYS(out, prepare(ctl, dir, &out, c, i), 0, "importers carry what their creators let go");
 	CHECK_EQ(tool(&out, NULL, coord, "--restore", cd, "--checkpoint-dir", dir, "--process", pc, pc, "--process", pi,
 		      pi, NULL),
 		 0);
 	free(out);
 	TARGET_EXPECT_DIR(dir, "i", "check 1", "PASS");
 	/* Without its creator's process it is still a partial group. */
-	CHECK_EQ(prepare(ctl, dir, &out, i, 0), 1);
-	CHECK_CONTAINS(out, "partial group");
-	free(out);
+	CHECK_SAYS(out, prepare(ctl, dir, &out, i, 0), 1, "partial group");
 	kill(c, SIGKILL);
 	kill(i, SIGKILL);
 	waitpid(c, NULL, 0);
@@ -131,9 +117,7 @@ static void validation_refusals(void)
 	const char *fabric[] = {"--fabric", NULL};
 	pid_t f = helper(dir, "f", ctl, fabric);
 	TARGET_EXPECT_DIR(dir, "f", "fabric", "CUDA_SUCCESS");
-	CHECK_EQ(prepare(ctl, dir, &out, f, 0), 1);
-	CHECK_CONTAINS(out, "only POSIX file descriptor sharing");
-	free(out);
+	CHECK_SAYS(out, prepare(ctl, dir, &out, f, 0), 1, "only POSIX file descriptor sharing");
 	kill(f, SIGKILL);
 	waitpid(f, NULL, 0);
 }
@@ -145,9 +129,8 @@ static void partial_interposition(void)
 	pid_t sh = partial_tree_start(dir, ctl);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", sh);
-	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1);
-	CHECK_CONTAINS(out, "partial interposition");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 1,
+		   "partial interposition");
 	/* Refused before anything changed. */
 	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", pid, "--control-dir", ctl, "--json", NULL), 0);
 	CHECK_EQ(count_of(out, "\"state\":\"running\""), 2);
@@ -290,21 +273,16 @@ static void all_gone(void)
 static void usage_errors(void)
 {
 	char *out;
-	CHECK_EQ(tool(&out, NULL, cusnap, "suspend", "--pid", "1", "--criu", "/bin/true", NULL), 64);
-	CHECK_CONTAINS(out, "suspend does not take --criu");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "restore", "--dir", "/nonexistent", "--leave-running", NULL), 64);
-	CHECK_CONTAINS(out, "restore does not take --leave-running");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", "1", "--content", "host", NULL), 64);
-	CHECK_CONTAINS(out, "inspect does not take --content");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "run", "--json", "--", "/bin/true", NULL), 64);
-	CHECK_CONTAINS(out, "run does not take --json");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--pid", "1", "stray", NULL), 64);
-	CHECK_CONTAINS(out, "unexpected argument 'stray'");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "suspend", "--pid", "1", "--criu", "/bin/true", NULL), 64,
+		   "suspend does not take --criu");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", "/nonexistent", "--leave-running", NULL), 64,
+		   "restore does not take --leave-running");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--pid", "1", "--content", "host", NULL), 64,
+		   "inspect does not take --content");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "run", "--json", "--", "/bin/true", NULL), 64,
+		   "run does not take --json");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--pid", "1", "stray", NULL), 64,
+		   "unexpected argument 'stray'");
 	/* Every command's usage line is in --help, made from the same table. */
 	CHECK_EQ(tool(&out, NULL, cusnap, "--help", NULL), 0);
 	static const char *const names[] = {"run", "checkpoint", "restore", "suspend", "resume", "inspect", "demo"};
@@ -314,9 +292,8 @@ static void usage_errors(void)
 		CHECK_CONTAINS(out, line);
 	}
 	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "resume", "--pid", "1", "--timeout", "10abc", NULL), 64);
-	CHECK_CONTAINS(out, "--timeout 10abc");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "resume", "--pid", "1", "--timeout", "10abc", NULL), 64,
+		   "--timeout 10abc");
 	/* A pid that is no process: refused before anything is made. */
 	char dir[PATH_MAX + 16];
 	snprintf(dir, sizeof(dir), "%s/never-made", e2e_root);
@@ -324,12 +301,8 @@ static void usage_errors(void)
 	CHECK_CONTAINS(out, "no process 1073741823");
 	CHECK(access(dir, F_OK) != 0);
 	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "frobnicate", NULL), 64);
-	CHECK_CONTAINS(out, "unknown command");
-	free(out);
-	CHECK_EQ(tool(&out, NULL, cusnap, "--help", NULL), 0);
-	CHECK_CONTAINS(out, "--discard-state");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "frobnicate", NULL), 64, "unknown command");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "--help", NULL), 0, "--discard-state");
 }
 
 int main(void)

@@ -255,18 +255,15 @@ static void coexist_in(const char *libdir, bool standin_first)
 	if (group_start_pair(&g, "plug-both") < 0)
 		return;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(dump(g.root, dir, "host", libdir, false, with_log, &out), 0);
-	CHECK_CONTAINS(out, "native checkpoint");
-	free(out);
+	CHECK_SAYS(out, dump(g.root, dir, "host", libdir, false, with_log, &out), 0, "native checkpoint");
 	char *log = criu_log(dir, "dump.log");
 	const char *a = log ? strstr(log, "Plugin \"cuda_plugin\"") : NULL,
 		   *b = log ? strstr(log, "Plugin \"cusnap\"") : NULL;
 	CHECK(a && b && (a < b) == standin_first); /* CRIU loaded them in the order expected */
 	free(log);
 	group_dumped(&g);
-	CHECK_EQ(restore_with(dir, libdir, getsid(g.root) != g.root, true, with_log, &out), 0);
-	CHECK_CONTAINS(out, "restore-complete written");
-	free(out);
+	CHECK_SAYS(out, restore_with(dir, libdir, getsid(g.root) != g.root, true, with_log, &out), 0,
+		   "restore-complete written");
 	pid_t root = restored_root(dir);
 	CHECK(root > 0 && restored_passes(&g, root) == 2);
 	CHECK(access(standin_log, F_OK) < 0);
@@ -289,9 +286,7 @@ static void coexist_in(const char *libdir, bool standin_first)
 	if (group_start(&g, "plug-off", 0, 1, true, NULL, NULL, NULL) < 0)
 		return;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_EQ(dump(g.root, dir, "host", libdir, false, disabled, &out), 0);
-	CHECK_CONTAINS(out, "native checkpoint");
-	free(out);
+	CHECK_SAYS(out, dump(g.root, dir, "host", libdir, false, disabled, &out), 0, "native checkpoint");
 	CHECK(exists(dir, "cusnap-plugin.json"));
 	group_dumped(&g);
 
@@ -387,9 +382,7 @@ static void settings_from_file(void)
 	CHECK_CONTAINS(json, "\"content\":\"native\"");
 	free(json);
 	group_dumped(&g);
-	CHECK_EQ(bare_criu(&out, "restore", 0, dir, libdir, shell), 0);
-	CHECK_CONTAINS(out, "restore-complete written");
-	free(out);
+	CHECK_SAYS(out, bare_criu(&out, "restore", 0, dir, libdir, shell), 0, "restore-complete written");
 	pid_t root = restored_root(dir);
 	CHECK(root > 0 && restored_passes(&g, root) == 2);
 
@@ -531,9 +524,7 @@ static void device_map(void)
 	CHECK_CONTAINS(out, "nothing made");
 	free(out);
 	CHECK(restored_root(ck) <= 0); /* no process was made */
-	CHECK_EQ(restore_with(ck, plugins, true, true, swap, &out), 0);
-	CHECK_CONTAINS(out, "devices remapped");
-	free(out);
+	CHECK_SAYS(out, restore_with(ck, plugins, true, true, swap, &out), 0, "devices remapped");
 	gpu_pair_swapped(dir, ck);
 }
 

@@ -24,9 +24,7 @@ static void round_trip(const char *content, int workers)
 	char *out;
 	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_resume(&g, &out, NULL), 0);
-	CHECK_CONTAINS(out, "topology identical");
-	free(out);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
 	/* Bytes, the addresses opened before, live writes both ways, the same
 	 * handle bytes opened again: the workload checks. */
 	CHECK_EQ(group_finish(&g), workers + 1);
@@ -194,9 +192,8 @@ static void unacceptable_job_shown(void)
 	char pid[16], tool_path[PATH_MAX], *out;
 	cusnap_path(tool_path, sizeof(tool_path));
 	snprintf(pid, sizeof(pid), "%d", g.root);
-	CHECK_EQ(tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 64);
-	CHECK_CONTAINS(out, "is not a regular file");
-	free(out);
+	CHECK_SAYS(out, tool(&out, NULL, tool_path, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL), 64,
+		   "is not a regular file");
 	CHECK_EQ(tool(&out, NULL, tool_path, "inspect", "--pid", pid, "--control-dir", g.ctl, "--json", NULL), 0);
 	CHECK_CONTAINS(out, "\"job_error\"");
 	CHECK_EQ(count_of(out, "\"phase\":\"active\""), 2);

@@ -38,9 +38,7 @@ static void round_trip(int workers, const char *content, char *const *env)
 	CHECK_EQ(count_of(before, "\"by\":\"address\""), (workers + 1) / 2);
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu-mc"), workers + 1);
 	char *out;
-	CHECK_EQ(group_suspend(&g, content, &out, NULL), 0);
-	CHECK_CONTAINS(out, "PREPARE_MULTICAST");
-	free(out);
+	CHECK_SAYS(out, group_suspend(&g, content, &out, NULL), 0, "PREPARE_MULTICAST");
 	/* No process holds a multicast object (or any device memory) now. */
 	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0);
 	CHECK_EQ(group_resume(&g, &out, NULL), 0);
@@ -83,9 +81,7 @@ static void native_checkpoint_needs_teardown(void)
 	if (group_start(&g, "plain", 1, 1, true, NULL, mc_env, NULL) < 0)
 		return;
 	char *out;
-	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 1);
-	CHECK_CONTAINS(out, "CUDA_ERROR_NOT_SUPPORTED");
-	free(out);
+	CHECK_SAYS(out, group_suspend(&g, "host", &out, NULL), 1, "CUDA_ERROR_NOT_SUPPORTED");
 	char *log = test_read_file(g.log);
 	CHECK_CONTAINS(log, "multicast");
 	free(log);
@@ -114,9 +110,7 @@ static void rounded_capacity(void)
 	char *out;
 	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_resume(&g, &out, NULL), 0);
-	CHECK_CONTAINS(out, "topology identical");
-	free(out);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
 	json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"size\":2097152,\"used\":8388608"), 4);
 	free(json);

@@ -7,9 +7,15 @@
 
 static char coord[PATH_MAX + 32];
 
-/* Did the group pass after an aborted or completed suspend? (rc: suspend's exit) */
-static bool group_back_and_passing(struct group *g, int rc, const char *what)
+/* Did the group pass after an aborted or completed suspend? (rc: suspend's
+ * exit; the format names the case in failures) */
+static bool __attribute__((format(printf, 3, 4))) group_back_and_passing(struct group *g, int rc, const char *fmt, ...)
 {
+	char what[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
 	bool ok = true;
 	if (rc == 0) {
 		char *out;
@@ -119,14 +125,11 @@ static void recovery_after_sigkill(void)
 			free(out);
 			if (i == 0 && c == 0) {
 				/* Already running: nothing to do, and said so. */
-				CHECK_EQ(tool(&out, env2, tool_path, "resume", "--pid", pid, NULL), 0);
-				CHECK_CONTAINS(out, "nothing to resume");
-				free(out);
+				CHECK_SAYS(out, tool(&out, env2, tool_path, "resume", "--pid", pid, NULL), 0,
+					   "nothing to resume");
 			}
-			char what[128];
-			snprintf(what, sizeof(what), "SIGKILL %s (%s), resume", coord_fault_name(boundaries[i]),
-				 contents[c]);
-			group_back_and_passing(&g, 1, what);
+			group_back_and_passing(&g, 1, "SIGKILL %s (%s), resume", coord_fault_name(boundaries[i]),
+					       contents[c]);
 		}
 	}
 }
@@ -145,9 +148,7 @@ static void sigterm_undoes(void)
 			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s",
 				  coord_fault_name(boundaries[i]), rc, out);
 		free(out);
-		char what[128];
-		snprintf(what, sizeof(what), "SIGTERM %s", coord_fault_name(boundaries[i]));
-		group_back_and_passing(&g, 1, what);
+		group_back_and_passing(&g, 1, "SIGTERM %s", coord_fault_name(boundaries[i]));
 	}
 	/* The same for the coordinator's --prepare (the agent's shape). */
 	struct group g;
@@ -180,9 +181,7 @@ static void abort_on_dead_participant(void)
 	char fault[64], *out;
 	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", pids[2]);
 	char *env[] = {fault, NULL};
-	CHECK_EQ(group_suspend(&g, "host", &out, env), 1);
-	CHECK_CONTAINS(out, "is gone");
-	free(out);
+	CHECK_SAYS(out, group_suspend(&g, "host", &out, env), 1, "is gone");
 	/* The survivors are rebuilt and running: their device memory is back. */
 	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"phase\":\"active\""), 2);
@@ -254,9 +253,7 @@ static void resume_killed_mid_rebuild(void)
 			test_fail(__FILE__, __LINE__, "%s: resume --pid alone afterwards exited %d:\n%s",
 				  coord_fault_name(points[i]), rc, out);
 		free(out);
-		char what[128];
-		snprintf(what, sizeof(what), "resume SIGKILLed at %s, then resume", coord_fault_name(points[i]));
-		group_back_and_passing(&g, 1, what);
+		group_back_and_passing(&g, 1, "resume SIGKILLed at %s, then resume", coord_fault_name(points[i]));
 	}
 }
 
@@ -272,9 +269,7 @@ static void corrupt_state(void)
 	free(out);
 	snprintf(state, sizeof(state), "%s/state/cuda-vmm.state", g.ctl);
 	CHECK_EQ(test_write_file(state, "not a state file"), 0);
-	CHECK_EQ(group_resume(&g, &out, NULL), 2);
-	CHECK_CONTAINS(out, "--discard-state");
-	free(out);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 2, "--discard-state");
 	char tool_path[PATH_MAX], pid[16], dir[PATH_MAX + 32];
 	cusnap_path(tool_path, sizeof(tool_path));
 	snprintf(pid, sizeof(pid), "%d", g.root);
@@ -311,9 +306,7 @@ static void resume_without_state(void)
 		CHECK_CONTAINS(out, "no state file");
 		CHECK_CONTAINS(out, "rebuilding in place");
 		free(out);
-		char what[96];
-		snprintf(what, sizeof(what), "resume --dir with no state file (%s)", contents[c]);
-		group_back_and_passing(&g, 1, what);
+		group_back_and_passing(&g, 1, "resume --dir with no state file (%s)", contents[c]);
 	}
 }
 
@@ -352,18 +345,14 @@ static void state_read_back(void)
 	if (group_start_pair(&g, "readback") < 0)
 		return;
 	char *out, *lock_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1:CUDA_ERROR_UNKNOWN:after", NULL};
-	CHECK_EQ(group_suspend(&g, "host", &out, lock_env), 1);
-	CHECK_CONTAINS(out, "everything undone");
-	free(out);
+	CHECK_SAYS(out, group_suspend(&g, "host", &out, lock_env), 1, "everything undone");
 	char *json = group_inspect(&g);
 	CHECK_EQ(count_of(json, "\"state\":\"running\""), 2);
 	free(json);
 	char *restore_env[] = {"CUEMU_FAULT=cuCheckpointProcessRestore:1:CUDA_ERROR_UNKNOWN:after", NULL};
 	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	free(out);
-	CHECK_EQ(group_resume(&g, &out, restore_env), 0);
-	CHECK_CONTAINS(out, "taken as done");
-	free(out);
+	CHECK_SAYS(out, group_resume(&g, &out, restore_env), 0, "taken as done");
 	group_back_and_passing(&g, 1, "a restore reported failed that took effect");
 }
 

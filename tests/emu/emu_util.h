@@ -40,7 +40,13 @@ CUmemAccessDesc emu_host_access(CUmemAccess_flags flags);
 /* A new allocation of size bytes with properties *p, mapped at a new
  * reservation of its size (no access granted yet): the address, the handle
  * in *h (a failure is a test failure). */
+/* The minimum granularity of allocations with these properties. */
+size_t emu_granularity(const CUmemAllocationProp *p);
 CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h);
+/* Map size bytes of a new allocation on dev at a new reservation, RW for dev. */
+CUdeviceptr emu_map_rw(int dev, size_t size, CUmemGenericAllocationHandle *h);
+/* Unmap, release the handle, free the reservation. */
+void emu_unmap_free(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h);
 
 void emu_pattern(unsigned char *p, size_t n, unsigned seed);
 

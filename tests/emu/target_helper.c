@@ -107,6 +107,20 @@ static int connect_to(const char *path)
 	return -1;
 }
 
+/* The FD target peer hands out at DIR/peer.share (-1, said, when none came). */
+static int fd_from(const char *peer)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s.share", dir, peer);
+	int s = connect_to(path);
+	int fd = s >= 0 ? test_recv_fd(s) : -1;
+	if (s >= 0)
+		close(s);
+	if (fd < 0)
+		fprintf(stderr, "target %s: no FD from %s\n", name, path);
+	return fd;
+}
+
 static void CUDA_CB sleeper(void *arg)
 {
 	usleep((useconds_t)(uintptr_t)arg * 1000);
@@ -216,15 +230,9 @@ int main(int argc, char **argv)
 	}
 	char path[4096];
 	if (forward) {
-		char peer[4096];
-		snprintf(peer, sizeof(peer), "%s/%s.share", dir, forward);
-		int s = connect_to(peer);
-		int fd = s >= 0 ? test_recv_fd(s) : -1;
-		if (fd < 0) {
-			fprintf(stderr, "target %s: nothing to forward from %s\n", name, peer);
+		int fd = fd_from(forward);
+		if (fd < 0)
 			return 3;
-		}
-		close(s);
 		forward_fd = dup(fd); /* cached as an application would, under another number */
 		close(fd);
 		serve = 1;
@@ -237,15 +245,9 @@ int main(int argc, char **argv)
 		CU(cuDevicePrimaryCtxRetain(&ctx, dev));
 		CU(cuCtxSetCurrent(ctx));
 		if (import) {
-			char peer[4096];
-			snprintf(peer, sizeof(peer), "%s/%s.share", dir, import);
-			int s = connect_to(peer);
-			int fd = s >= 0 ? test_recv_fd(s) : -1;
-			if (fd < 0) {
-				fprintf(stderr, "target %s: no FD from %s\n", name, peer);
+			int fd = fd_from(import);
+			if (fd < 0)
 				return 3;
-			}
-			close(s);
 			CU(cuMemImportFromShareableHandle(&handle, (void *)(intptr_t)fd,
 							  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 			close(fd);

@@ -48,12 +48,8 @@ static void map_second_fails(void)
 
 static void numeric_result(void)
 {
-	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va;
-	va = emu_map_new(2 * MiB, &p, &h);
-	CUmemAccessDesc a = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-	CHECK_CU(cuMemSetAccess(va, 2 * MiB, &a, 1));
+	CUdeviceptr va = emu_map_rw(0, 2 * MiB, &h);
 	int x = 5;
 	/* The fault names the unversioned name; the symbol is cuMemcpyHtoD_v2. */
 	CHECK_CU_EQ(cuMemcpyHtoD(va, &x, sizeof(x)), CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -86,8 +82,7 @@ static void sweep_body(void)
 {
 	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va;
-	va = emu_map_new(2 * MiB, &p, &h);
+	CUdeviceptr va = emu_map_new(2 * MiB, &p, &h);
 	CUmemAccessDesc a = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	const char *spec = getenv("CUEMU_FAULT");
 	int nth = atoi(strchr(spec, ':') + 1);

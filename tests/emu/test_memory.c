@@ -15,9 +15,7 @@ static size_t gran;
 static void host_numa(void)
 {
 	CUmemAllocationProp p = emu_host_prop();
-	size_t g = 0;
-	CHECK_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-	CHECK_EQ(g, gran);
+	CHECK_EQ(emu_granularity(&p), gran);
 	size_t free0, total;
 	CHECK_CU(cuMemGetInfo(&free0, &total));
 	CUmemGenericAllocationHandle h;
@@ -65,9 +63,7 @@ static void host_numa(void)
 	CUmemorytype mt = 0;
 	CHECK_CU(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va));
 	CHECK_EQ(mt, CU_MEMORYTYPE_HOST);
-	CHECK_CU(cuMemUnmap(va, 2 * gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, 2 * gran));
+	emu_unmap_free(va, 2 * gran, h);
 	/* HOST (any node) too; an out-of-range node is refused. */
 	p.location.type = CU_MEM_LOCATION_TYPE_HOST;
 	CHECK_CU(cuMemCreate(&h, gran, &p, 0));
@@ -176,9 +172,7 @@ static void mem_alloc(void)
 	CHECK(ctx == NULL);
 	CHECK_CU(cuMemGetAddressRange(&base, &size, va + 5));
 	CHECK(base == va && size == gran);
-	CHECK_CU(cuMemUnmap(va, gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, gran));
+	emu_unmap_free(va, gran, h);
 	/* Free: only what cuMemAlloc returned, once. */
 	CHECK_CU_EQ(cuMemFree(q + 256), CUDA_ERROR_INVALID_VALUE);
 	CHECK_CU(cuMemFree(p));
@@ -198,7 +192,7 @@ int main(int argc, char **argv)
 		return importer(atoi(argv[2]));
 	CHECK_CU(emu_use_device(1));
 	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	gran = emu_granularity(&p);
 	int fds = test_count_fds();
 	test_run("host memory: HOST_NUMA and HOST, CPU access, export and import", host_numa);
 	test_run("cuMemAlloc/cuMemFree, cuMemGetAddressRange, cuPointerGetAttribute(s)", mem_alloc);

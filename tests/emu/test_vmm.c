@@ -21,24 +21,11 @@ static CUcontext ctx;
 static size_t gran;
 static char counts_path[] = "/tmp/cuemu-counts-XXXXXX"; /* CUSNAP_COUNT */
 
-/* Map size bytes of a new allocation on dev at a new reservation, RW for dev. */
-static CUdeviceptr map_new(int dev, size_t size, CUmemGenericAllocationHandle *h)
-{
-	CUmemAllocationProp p = emu_prop(dev);
-	CUdeviceptr va = 0;
-	CHECK_CU(cuMemCreate(h, size, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
-	CHECK_CU(cuMemMap(va, size, 0, *h, 0));
-	CUmemAccessDesc a = emu_access(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-	CHECK_CU(cuMemSetAccess(va, size, &a, 1));
-	return va;
-}
-
 static void lifecycle(void)
 {
 	size_t size = 2 * gran;
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va = map_new(0, size, &h);
+	CUdeviceptr va = emu_map_rw(0, size, &h);
 	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d0"), 1);
 	unsigned char *in = malloc(size), *out = malloc(size);
 	emu_pattern(in, size, 1);
@@ -59,7 +46,7 @@ static void lifecycle(void)
 static void release_while_mapped(void)
 {
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va = map_new(1, gran, &h);
+	CUdeviceptr va = emu_map_rw(1, gran, &h);
 	CHECK_CU(cuMemsetD32(va, 0xdeadbeef, gran / 4));
 	CHECK_CU(cuMemRelease(h));
 	/* The mapping keeps the bytes; the handle is gone. */
@@ -83,7 +70,7 @@ static void release_while_mapped(void)
 static void retain_counts(void)
 {
 	CUmemGenericAllocationHandle h, r1, r2;
-	CUdeviceptr va = map_new(0, gran, &h);
+	CUdeviceptr va = emu_map_rw(0, gran, &h);
 	CHECK_CU(cuMemRetainAllocationHandle(&r1, (void *)(uintptr_t)va));
 	CHECK_CU(cuMemRetainAllocationHandle(&r2, (void *)(uintptr_t)va));
 	CHECK_EQ(r1, h);
@@ -225,9 +212,7 @@ static void access_merged(void)
 	CUmemAccessDesc bad = emu_access(5, CU_MEM_ACCESS_FLAGS_PROT_READ);
 	CHECK_CU_EQ(cuMemSetAccess(va, gran, &bad, 1), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_CU_EQ(cuMemSetAccess(va, gran / 2, &d1, 1), CUDA_ERROR_INVALID_VALUE); /* not whole mappings */
-	CHECK_CU(cuMemUnmap(va, gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, gran));
+	emu_unmap_free(va, gran, h);
 }
 
 static void out_of_memory(void)
@@ -301,7 +286,7 @@ static void export_import_same_process(void)
 {
 	int fds_before = test_count_fds();
 	CUmemGenericAllocationHandle h, imp;
-	CUdeviceptr va = map_new(0, gran, &h);
+	CUdeviceptr va = emu_map_rw(0, gran, &h);
 	int fd = -1;
 	CHECK_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	CHECK(fd >= 0);
@@ -315,12 +300,8 @@ static void export_import_same_process(void)
 	CHECK_CU(cuMemSetAccess(va2, gran, &a, 1));
 	*(volatile int *)(uintptr_t)va = 4242;
 	CHECK_EQ(*(volatile int *)(uintptr_t)va2, 4242);
-	CHECK_CU(cuMemUnmap(va2, gran));
-	CHECK_CU(cuMemRelease(imp));
-	CHECK_CU(cuMemAddressFree(va2, gran));
-	CHECK_CU(cuMemUnmap(va, gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, gran));
+	emu_unmap_free(va2, gran, imp);
+	emu_unmap_free(va, gran, h);
 	CHECK_EQ(test_count_fds(), fds_before);
 	/* Without the POSIX handle type the allocation cannot be exported. */
 	CUmemAllocationProp p = emu_prop(0);
@@ -341,7 +322,7 @@ static void CUDA_CB host_fn(void *arg)
 static void streams_and_events(void)
 {
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va = map_new(0, gran, &h);
+	CUdeviceptr va = emu_map_rw(0, gran, &h);
 	CUstream s;
 	CUevent e;
 	CHECK_CU(cuStreamCreate(&s, 0));
@@ -370,9 +351,7 @@ static void streams_and_events(void)
 	CHECK_CU(cuMemcpyDtoD(va + gran / 2, va, gran / 2));
 	CHECK_CU(cuEventDestroy(e));
 	CHECK_CU(cuStreamDestroy(s));
-	CHECK_CU(cuMemUnmap(va, gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, gran));
+	emu_unmap_free(va, gran, h);
 	free(src);
 	free(dst);
 }
@@ -383,7 +362,7 @@ static void streams_and_events(void)
 static void unmapped_before_run(void)
 {
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va = map_new(0, gran, &h);
+	CUdeviceptr va = emu_map_rw(0, gran, &h);
 	CUstream s;
 	CHECK_CU(cuStreamCreate(&s, 0));
 	unsigned char *src = malloc(gran);
@@ -400,9 +379,7 @@ static void unmapped_before_run(void)
 	CHECK_CU(cuMemSetAccess(va, gran, &d, 1));
 	CHECK(memcmp((void *)(uintptr_t)va, src, gran) != 0);
 	CHECK_CU(cuStreamDestroy(s));
-	CHECK_CU(cuMemUnmap(va, gran));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, gran));
+	emu_unmap_free(va, gran, h);
 	free(src);
 }
 
@@ -596,7 +573,7 @@ int main(void)
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CHECK_CU(cuCtxSetCurrent(ctx));
 	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	gran = emu_granularity(&p);
 	int fds = test_count_fds();
 	test_run("reserve, create, map, access, copy, unmap, release", lifecycle);
 	test_run("release while mapped keeps the bytes; retain from an address", release_while_mapped);

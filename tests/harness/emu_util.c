@@ -81,11 +81,34 @@ int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed)
 	return 1;
 }
 
+size_t emu_granularity(const CUmemAllocationProp *p)
+{
+	size_t g = 0;
+	CHECK_CU(cuMemGetAllocationGranularity(&g, p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	return g;
+}
+
 CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h)
 {
 	CUdeviceptr va = 0;
 	CHECK_CU(cuMemCreate(h, size, p, 0));
 	CHECK_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
 	CHECK_CU(cuMemMap(va, size, 0, *h, 0));
+	return va;
+}
+
+void emu_unmap_free(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h)
+{
+	CHECK_CU(cuMemUnmap(va, size));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, size));
+}
+
+CUdeviceptr emu_map_rw(int dev, size_t size, CUmemGenericAllocationHandle *h)
+{
+	CUmemAllocationProp p = emu_prop(dev);
+	CUdeviceptr va = emu_map_new(size, &p, h);
+	CUmemAccessDesc a = emu_access(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va, size, &a, 1));
 	return va;
 }

@@ -48,6 +48,15 @@ extern void (*test_fail_hook)(void);
 			test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", n_, t_ ? t_ : ""); \
 	} while (0)
 
+/* call, which leaves what it printed in out, returns code and printed needle;
+ * out is freed. */
+#define CHECK_SAYS(out, call, code, needle)      \
+	do {                                     \
+		CHECK_EQ((call), (code));        \
+		CHECK_CONTAINS((out), (needle)); \
+		free(out);                       \
+	} while (0)
+
 /* CUresult checks print the result's name (needs the driver's cuGetErrorName). */
 const char *test_cu_name(int result);
 #define CHECK_CU_EQ(expr, want)                                                                                   \

@@ -20,9 +20,7 @@ static size_t used(void)
 static size_t granularity(void)
 {
 	CUmemAllocationProp p = emu_prop(0);
-	size_t g = 0;
-	CHECK_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-	return g;
+	return emu_granularity(&p);
 }
 
 static void small_allocations(void)

@@ -212,9 +212,7 @@ static void raw_fd_untracked(void)
 		CHECK_EQ(me.nmaps, 0);
 		topo_free(&me);
 	}
-	CHECK_CU(cuMemUnmap(va, 4 * MiB));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, 4 * MiB));
+	emu_unmap_free(va, 4 * MiB, h);
 	CHECK_EQ(shim_fds_settle(fds), fds);
 	target_stop(&r);
 }

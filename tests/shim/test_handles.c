@@ -88,9 +88,7 @@ static void nccl_free_path(void)
 		CHECK_CU(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va));
 		CHECK_EQ(r, h);
 		CHECK_CU(cuMemRelease(r));
-		CHECK_CU(cuMemUnmap(va, 4 * MiB));
-		CHECK_CU(cuMemRelease(r));
-		CHECK_CU(cuMemAddressFree(va, 4 * MiB));
+		emu_unmap_free(va, 4 * MiB, r);
 		CHECK_VIEWS_EQUAL();
 		CHECK_EQ(emu_live_allocs(), 0);
 	}

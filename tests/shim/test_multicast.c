@@ -39,30 +39,38 @@ static int rebuild(void)
 	return rc;
 }
 
-static CUmemGenericAllocationHandle make_mc(void)
+/* A 2 MiB multicast object on device 0 with a member allocation bound to it. */
+static CUmemGenericAllocationHandle mc_with_member(CUmemGenericAllocationHandle *mem)
 {
-	CUmulticastObjectProp p = {.numDevices = 1,
-				   .size = 2 * MiB,
-				   .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmulticastObjectProp mp = {.numDevices = 1,
+				    .size = 2 * MiB,
+				    .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle mc = 0;
-	CHECK_CU(cuMulticastCreate(&mc, &p));
+	CHECK_CU(cuMulticastCreate(&mc, &mp));
 	CHECK_CU(cuMulticastAddDevice(mc, 0));
+	CHECK_CU(cuMemCreate(mem, 2 * MiB, &p, 0));
+	CHECK_CU(cuMulticastBindMem(mc, 0, *mem, 0, 2 * MiB, 0));
 	return mc;
+}
+
+/* Inspects this process: the shim tracks so many allocations, multicast
+ * objects and binds. t is left for more checks (topo_free it). */
+static void inspect_expect(struct topo_participant *t, int allocs, int mcs, int binds)
+{
+	CHECK_EQ(shim_inspect(0, t), 0);
+	CHECK_EQ(t->nallocs, allocs);
+	CHECK_EQ(t->nmcs, mcs);
+	CHECK_EQ(t->nbinds, binds);
 }
 
 static void member_anchored_by_bind(void)
 {
-	CUmemGenericAllocationHandle mc = make_mc(), mem;
-	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuMemCreate(&mem, 2 * MiB, &p, 0));
-	CHECK_CU(cuMulticastBindMem(mc, 0, mem, 0, 2 * MiB, 0));
+	CUmemGenericAllocationHandle mem, mc = mc_with_member(&mem);
 	/* The application lets go of the member: the bind holds it, and so does the shim. */
 	CHECK_CU(cuMemRelease(mem));
 	struct topo_participant t;
-	CHECK_EQ(shim_inspect(0, &t), 0);
-	CHECK_EQ(t.nallocs, 1);
-	CHECK_EQ(t.nmcs, 1);
-	CHECK_EQ(t.nbinds, 1);
+	inspect_expect(&t, 1, 1, 1);
 	if (t.nallocs == 1) {
 		CHECK_EQ(t.allocs[0].handles, 0);
 		CHECK_EQ(t.allocs[0].binds, 1);
@@ -77,36 +85,27 @@ static void member_anchored_by_bind(void)
 	CHECK_EQ(emu_live_allocs(), 0);
 	CHECK_EQ(rebuild(), 0);
 	CHECK_EQ(emu_live_allocs(), 1);
-	CHECK_EQ(shim_inspect(0, &t), 0);
-	CHECK_EQ(t.nbinds, 1);
+	inspect_expect(&t, 1, 1, 1);
 	CHECK(t.nbinds == 1 && !t.binds[0].detached);
 	topo_free(&t);
 	/* Unbound, nothing refers to the member any more: record and memory go. */
 	CHECK_CU(cuMulticastUnbind(mc, 0, 0, 2 * MiB));
-	CHECK_EQ(shim_inspect(0, &t), 0);
-	CHECK_EQ(t.nallocs, 0);
-	CHECK_EQ(t.nbinds, 0);
+	inspect_expect(&t, 0, 1, 0);
 	topo_free(&t);
 	CHECK_EQ(emu_live_allocs(), 0);
 	CHECK_CU(cuMemRelease(mc));
 	CHECK_EQ(emu_live_allocs(), 0);
-	CHECK_EQ(shim_inspect(0, &t), 0);
-	CHECK_EQ(t.nmcs, 0);
+	inspect_expect(&t, 0, 0, 0);
 	topo_free(&t);
 }
 
 static void object_released_while_bound(void)
 {
-	CUmemGenericAllocationHandle mc = make_mc(), mem;
-	CUmemAllocationProp p = emu_prop(0);
-	CHECK_CU(cuMemCreate(&mem, 2 * MiB, &p, 0));
-	CHECK_CU(cuMulticastBindMem(mc, 0, mem, 0, 2 * MiB, 0));
+	CUmemGenericAllocationHandle mem, mc = mc_with_member(&mem);
 	/* The object goes, and its binds with it; the member stays the application's. */
 	CHECK_CU(cuMemRelease(mc));
 	struct topo_participant t;
-	CHECK_EQ(shim_inspect(0, &t), 0);
-	CHECK_EQ(t.nmcs, 0);
-	CHECK_EQ(t.nbinds, 0);
+	inspect_expect(&t, 1, 0, 0);
 	CHECK(t.nallocs == 1 && t.allocs[0].binds == 0 && t.allocs[0].handles == 1);
 	topo_free(&t);
 	CHECK_CU(cuMemRelease(mem));

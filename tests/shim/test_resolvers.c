@@ -148,9 +148,7 @@ static void untracked_passes_through(void)
 	CUdeviceptr va;
 	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
 	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
-	CHECK_CU(cuMemUnmap(va, 2 * MiB));
-	CHECK_CU(cuMemRelease(h));
-	CHECK_CU(cuMemAddressFree(va, 2 * MiB));
+	emu_unmap_free(va, 2 * MiB, h);
 	CHECK_CU_EQ(cuMemRelease(0x1234), CUDA_ERROR_INVALID_VALUE);
 }
 

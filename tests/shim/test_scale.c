@@ -15,9 +15,7 @@ static CUmemGenericAllocationHandle *handles;
 static void many_allocations(void)
 {
 	CUmemAllocationProp p = emu_prop(0);
-	size_t g = 0;
-	CHECK_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-	CHECK_EQ(g, GRAN);
+	CHECK_EQ(emu_granularity(&p), GRAN);
 	handles = malloc(sizeof(*handles) * ALLOCS);
 	size_t n = 0;
 	for (; n < ALLOCS; n++) {

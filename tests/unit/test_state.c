@@ -71,54 +71,73 @@ static void crc_vector(void)
 
 /* The sample state written to dir, and the file's bytes (*len of them,
  * malloc'ed; NULL, said, when it cannot be read back). */
-static uint8_t *sample_written(struct proto_buf *rec, size_t *len)
+/* The sample as state_write wrote it: its bytes, and the record it holds. */
+struct written {
+	struct proto_buf rec;
+	uint8_t *b;
+	size_t len;
+};
+
+static bool sample_written(struct written *w)
 {
 	struct state s;
 	char err[512];
-	sample(&s, rec);
+	*w = (struct written){0};
+	sample(&s, &w->rec);
 	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
-	*len = 0;
-	uint8_t *b = file_bytes(len);
-	CHECK(b != NULL);
-	return b;
+	w->b = file_bytes(&w->len);
+	CHECK(w->b != NULL);
+	return w->b != NULL;
+}
+
+static void written_free(struct written *w)
+{
+	free(w->b);
+	pbuf_free(&w->rec);
+}
+
+/* The checksum of the bytes before it, written again after a change. */
+static void reseal(uint8_t *b, size_t len)
+{
+	uint32_t crc = crc32c(0, b, len - 4);
+	for (int i = 0; i < 4; i++)
+		b[len - 4 + i] = (uint8_t)(crc >> (8 * i));
 }
 
 static void golden_and_round_trip(void)
 {
-	struct state back;
-	struct proto_buf rec = {0};
-	char err[512];
-	size_t len;
-	uint8_t *b = sample_written(&rec, &len);
-	if (!b)
+	struct written w;
+	if (!sample_written(&w))
 		return;
-	CHECK_EQ(len, 28 + 28 + rec.len + 4);
+	const uint8_t *b = w.b;
+	struct state back;
+	char err[512];
+	CHECK_EQ(w.len, 28 + 28 + w.rec.len + 4);
 	static const uint8_t head[28] = {'C',  'S',  'V', 'M', 'S', 'T', 'A', 'T', 1, 0, 0, 0, 0x00, 0xf1,
 					 0x53, 0x65, 0,   0,   0,   0,   1,   0,   0, 0, 1, 0, 0,    0};
 	CHECK(memcmp(b, head, sizeof(head)) == 0);
 	CHECK_EQ(b[28], 0xaa);                        /* participant id */
 	CHECK_EQ(b[28 + 16], 7);                      /* nspid */
 	CHECK_EQ(b[28 + 20] | b[28 + 21] << 8, 4242); /* observed pid */
-	CHECK_EQ(state_decode(b, len, &back, err, sizeof(err)), 0);
+	CHECK_EQ(state_decode(b, w.len, &back, err, sizeof(err)), 0);
 	CHECK_EQ(back.n, 1);
 	CHECK_EQ(back.created, 1700000000);
 	CHECK_EQ(back.p[0].nspid, 7);
 	CHECK_EQ(back.p[0].topo.nallocs, 1);
 	CHECK_EQ(back.p[0].topo.allocs[0].size, 2 << 20);
 	state_free(&back);
-	free(b);
-	pbuf_free(&rec);
+	written_free(&w);
 }
 
 static void refusals(void)
 {
-	struct state back;
-	struct proto_buf rec = {0};
-	char err[512];
-	size_t len;
-	uint8_t *b = sample_written(&rec, &len);
-	if (!b)
+	struct written w;
+	if (!sample_written(&w))
 		return;
+	const uint8_t *b = w.b;
+	size_t len = w.len;
+	struct state back;
+	char err[512];
 	CHECK_EQ(state_decode(b, 0, &back, err, sizeof(err)), -EINVAL);
 	CHECK_STR(err, "empty file");
 	CHECK_EQ(state_decode(b, len - 9, &back, err, sizeof(err)), -EINVAL);
@@ -137,25 +156,20 @@ static void refusals(void)
 	/* A newer major version, correctly checksummed. */
 	memcpy(flip, b, len);
 	flip[8] = STATE_MAJOR + 1;
-	uint32_t crc = crc32c(0, flip, len - 4);
-	for (int i = 0; i < 4; i++)
-		flip[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+	reseal(flip, len);
 	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
 	CHECK(strstr(err, "newer than this reader") != NULL);
 	/* A count that the bytes cannot hold, correctly checksummed. */
 	memcpy(flip, b, len);
 	flip[24] = 200;
-	crc = crc32c(0, flip, len - 4);
-	for (int i = 0; i < 4; i++)
-		flip[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+	reseal(flip, len);
 	CHECK_EQ(state_decode(flip, len, &back, err, sizeof(err)), -EINVAL);
 	CHECK(strstr(err, "participant count") != NULL);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/nonexistent/" STATE_FILE, dir);
 	CHECK_EQ(state_read(path, &back, err, sizeof(err)), -ENOENT);
 	free(flip);
-	free(b);
-	pbuf_free(&rec);
+	written_free(&w);
 }
 
 static void torn_write_keeps_old(void)
