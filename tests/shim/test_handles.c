@@ -246,14 +246,17 @@ static void set_up_scenario(void *unused)
 	scenario();
 }
 
+/* Each wrapped call failing at its first, second and third use; under TSan
+ * (the scenario is one thread; ASan and the plain pass sweep every use) the
+ * first use only. */
 static void fault_sweep(void)
 {
-	int runs = 0, names = 0;
+	int runs = 0, names = 0, uses = getenv("TSAN_OPTIONS") ? 1 : 3;
 	for (size_t w = 0; w < sizeof(wrapped) / sizeof(wrapped[0]); w++) {
 		if (!first_of_name(w) || !strcmp(wrapped[w], "cuInit"))
 			continue; /* (cuInit is the set-up's: failing it leaves no scenario to compare) */
 		names++;
-		for (int n = 1; n <= 3; n++) {
+		for (int n = 1; n <= uses; n++) {
 			char spec[128];
 			snprintf(spec, sizeof(spec), "%s:%d:CUDA_ERROR_OUT_OF_MEMORY", wrapped[w], n);
 			/* A child forked before CUDA init: its own identity and endpoint. */
@@ -262,7 +265,7 @@ static void fault_sweep(void)
 			runs++;
 		}
 	}
-	CHECK_EQ(runs, 3 * names);
+	CHECK_EQ(runs, uses * names);
 	CHECK(names >= 30); /* (the list is read: the VMM, multicast, IPC and pool calls) */
 }
 
