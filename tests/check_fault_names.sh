@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # A fault point is named in code by its identifier from include/cusnap/faults.def
-# (enum coord_fault), so a misspelt point does not compile: a file that reaches
+# (enum fault), so a misspelt point does not compile: a file that reaches
 # a real point compiles, the same file with the name misspelt does not.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,7 +11,7 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 compiles() {
-	printf '#include "cusnap/coord.h"\nvoid reach(void);\nvoid reach(void) { coord_fault_point(%s); }\n' "$1" >"$tmp/f.c"
+	printf '#include "cusnap/fault.h"\nvoid reach(void);\nvoid reach(void) { fault_point(%s); }\n' "$1" >"$tmp/f.c"
 	${CC:-cc} -std=c17 -D_GNU_SOURCE -Werror -I"$repo/include" -I"$cuda/include" -c -o "$tmp/f.o" "$tmp/f.c" \
 		>"$tmp/err" 2>&1
 }

@@ -96,25 +96,4 @@ int coord_undo_timeout_ms(int timeout_ms);
 json_t *coord_report_json(const struct coord_report *r);
 /* Is pid dead, or a zombie its parent has not reaped? */
 bool coord_process_gone(int pid);
-/* A named fault point (include/cusnap/faults.def): with CUSNAP_FAULT=NAME:PID,
- * reaching NAME sends SIGKILL to PID ("self": to this process; "term": SIGTERM
- * to it; "stop": SIGSTOP to it). FAULT_NONE: none. */
-enum coord_fault {
-	FAULT_NONE,
-#define FAULT(id, name, where) FAULT_##id,
-#include "cusnap/faults.def"
-#undef FAULT
-};
-void coord_fault_point(enum coord_fault point);
-/* CUSNAP_FAULT=NAME:fail at point: the step there must fail (said on stderr). */
-bool coord_fault_fails(enum coord_fault point);
-/* The point's name in CUSNAP_FAULT ("kill-after-quiesce"). */
-const char *coord_fault_name(enum coord_fault point);
-/* CUSNAP_FAULT, when set, names a fault point of faults.def and an action
- * (fail, stop, term, self or a PID): 0, or -1 with why (a misspelt point
- * would otherwise never fire, and the test relying on it pass silently). */
-int coord_fault_check(char *why, size_t len);
-/* A command-line tool's start: CUSNAP_FAULT checked (refused: said as tool,
- * EX_USAGE returned), then the descriptor check begun (fdcheck.h). 0 or 64. */
-int coord_tool_start(const char *tool);
 #endif

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Talking to participants' endpoints. */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +8,6 @@
 
 #include "cusnap/control.h"
 #include "cusnap/counters.h"
-#include "cusnap/exitcodes.h"
-#include "cusnap/fdcheck.h"
 #include "cusnap/coord.h"
 #include "cusnap/usock.h"
 
@@ -107,91 +104,6 @@ int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_part
 	if (rc != PROTO_OK)
 		snprintf(err, errlen, "participant %d (ns %d): %s", t->obs, t->ns, why);
 	return rc;
-}
-
-static const char *const fault_names[] = {
-	[FAULT_NONE] = NULL,
-#define FAULT(id, name, where) [FAULT_##id] = name,
-#include "cusnap/faults.def"
-#undef FAULT
-};
-
-const char *coord_fault_name(enum coord_fault point)
-{
-	return fault_names[point];
-}
-
-bool coord_fault_fails(enum coord_fault point)
-{
-	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];
-	size_t len = name ? strlen(name) : 0;
-	bool fails = spec && name && !strncmp(spec, name, len) && !strcmp(spec + len, ":fail");
-	if (fails)
-		fprintf(stderr, "CUSNAP_FAULT: %s fails\n", name);
-	return fails;
-}
-
-int coord_tool_start(const char *tool)
-{
-	char why[512];
-	if (coord_fault_check(why, sizeof(why)) < 0) {
-		fprintf(stderr, "%s: %s\n", tool, why);
-		return EX_USAGE;
-	}
-	fd_check_start();
-	return 0;
-}
-
-int coord_fault_check(char *why, size_t len)
-{
-	const char *spec = getenv("CUSNAP_FAULT");
-	if (!spec || !*spec)
-		return 0;
-	const char *colon = strchr(spec, ':');
-	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
-	bool known = false;
-	for (size_t i = 1; i < sizeof(fault_names) / sizeof(fault_names[0]) && !known; i++)
-		known = strlen(fault_names[i]) == n && !strncmp(spec, fault_names[i], n);
-	if (!known)
-		return snprintf(why, len,
-				"CUSNAP_FAULT=%s: no fault point \"%.*s\" (include/cusnap/faults.def lists them)", spec,
-				(int)n, spec),
-		       -1;
-	const char *act = colon ? colon + 1 : "";
-	if (strcmp(act, "fail") && strcmp(act, "stop") && strcmp(act, "term") && strcmp(act, "self") &&
-	    !(*act && strspn(act, "0123456789") == strlen(act)))
-		return snprintf(why, len, "CUSNAP_FAULT=%s: the action after ':' is fail, stop, term, self or a PID",
-				spec),
-		       -1;
-	return 0;
-}
-
-void coord_fault_point(enum coord_fault point)
-{
-	const char *spec = getenv("CUSNAP_FAULT"), *name = fault_names[point];
-	size_t len = name ? strlen(name) : 0;
-	if (!spec || !name || strncmp(spec, name, len) != 0 || spec[len] != ':')
-		return;
-	const char *who = spec + len + 1;
-	if (strcmp(who, "stop") == 0) {
-		/* SIGSTOP to ourselves: a command held there, until SIGCONT */
-		fprintf(stderr, "CUSNAP_FAULT: stopped at %s\n", name);
-		raise(SIGSTOP);
-		return;
-	}
-	if (strcmp(who, "term") == 0) {
-		/* SIGTERM to ourselves: the command's signal path runs */
-		fprintf(stderr, "CUSNAP_FAULT: SIGTERM to ourselves at %s\n", name);
-		raise(SIGTERM);
-		return;
-	}
-	int pid = strcmp(who, "self") == 0 ? getpid() : atoi(who);
-	if (pid > 0) {
-		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n",
-			pid == getpid() ? "ourselves, " : "participant ", pid, name);
-		kill(pid, SIGKILL);
-		usleep(50000);
-	}
 }
 
 bool coord_process_gone(int pid)

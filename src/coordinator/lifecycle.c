@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cusnap/fault.h"
 #include "cusnap/request.h"
 #include "cusnap/state.h"
 #include "cusnap/wire.h"
@@ -51,7 +52,7 @@ struct run {
 struct stage {
 	enum coord_stage id;       /* its key and label: stages.def */
 	int (*run)(struct run *x); /* 0 done, 1 nothing to do, -1 failed (r->error) */
-	enum coord_fault fault;    /* the fault point reached after it, or FAULT_NONE */
+	enum fault fault;          /* the fault point reached after it, or FAULT_NONE */
 };
 
 static void note(struct run *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -88,7 +89,7 @@ static int run_stages(struct run *x, const struct stage *stages, size_t count)
 		if (rc > 0)
 			continue;
 		stage_progress(x->o, coord_stage_label[s->id], x->r->ms[s->id], "%s", x->note);
-		coord_fault_point(s->fault);
+		fault_point(s->fault);
 	}
 	return 0;
 }

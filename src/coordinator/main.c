@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/fault.h"
 #include "cusnap/request.h"
 #include "cusnap/control.h"
 #include "cusnap/coord.h"
@@ -376,7 +377,7 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	if (coord_tool_start("snapshot-cuda-vmm"))
+	if (tool_start("snapshot-cuda-vmm"))
 		return EX_USAGE;
 	return fd_check_end("snapshot-cuda-vmm", run(argc, argv));
 }

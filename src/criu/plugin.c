@@ -41,6 +41,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cusnap/fault.h"
 #include "../node/node.h"
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
@@ -258,13 +259,13 @@ static int pause_devices(int pid)
 	if (tree_prepare(&P.t, &P.rec, P.content, &r))
 		return -1; /* (undone and said) */
 	char err[1600] = "";
-	if (native_lock(&P.t, &P.rec, err, sizeof(err)) < 0 || coord_fault_fails(FAULT_PLUGIN_PAUSE)) {
+	if (native_lock(&P.t, &P.rec, err, sizeof(err)) < 0 || fault_fails(FAULT_PLUGIN_PAUSE)) {
 		/* The tree still runs: undone here, at once. */
 		finish(&P.t, &P.rec, "%s", err[0] ? err : "the plugin's pause failed");
 		P.rec.changed = false;
 		return -1;
 	}
-	coord_fault_point(FAULT_PLUGIN_PAUSE);
+	fault_point(FAULT_PLUGIN_PAUSE);
 	return 0;
 }
 
@@ -319,13 +320,13 @@ static int checkpoint_devices(int pid)
 	}
 	free(tid);
 	free(mask);
-	if (rc == 0 && (coord_fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0))
+	if (rc == 0 && (fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0))
 		rc = -1, snprintf(err, sizeof(err), "the plugin's checkpoint failed");
 	if (rc < 0) {
 		fprintf(stderr, "cusnap-plugin: %s: the dump fails; the tree is put back before criu exits\n", err);
 		return -1;
 	}
-	coord_fault_point(FAULT_PLUGIN_CHECKPOINT);
+	fault_point(FAULT_PLUGIN_CHECKPOINT);
 	P.checkpointed = true;
 	return 0;
 }
@@ -570,7 +571,7 @@ static int plugin_init(int stage)
 	own_dir(dir, sizeof(dir));
 	if (plugin_conf_load(&P.conf, dir[0] ? dir : NULL, why, sizeof(why)) < 0)
 		snprintf(P.conf_error, sizeof(P.conf_error), "the plugin's configuration is refused: %s", why);
-	else if (coord_fault_check(why, sizeof(why)) < 0)
+	else if (fault_check(why, sizeof(why)) < 0)
 		snprintf(P.conf_error, sizeof(P.conf_error), "%s", why);
 	if (P.conf.libcuda[0])
 		setenv("CUSNAP_LIBCUDA", P.conf.libcuda, 1); /* (native_load reads it) */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/fault.h"
 #include "cusnap.h"
 #include "cusnap/control.h"
 #include "cusnap/ids.h"
@@ -206,7 +207,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
 	if (!leave_running)
 		dumped_tree_gone(&t);
-	coord_fault_point(FAULT_KILL_AFTER_DUMP);
+	fault_point(FAULT_KILL_AFTER_DUMP);
 	if (leave_running) {
 		if (signal_caught()) {
 			unlink(manifest); /* undone: the images are not a checkpoint */

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cusnap/fault.h"
 #include "cusnap.h"
 #include "cusnap/ids.h"
 #include "cusnap/json.h"
@@ -199,11 +200,11 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 	char(*seen)[256] = calloc((size_t)g->a->members, 256);
 	size_t nseen = 0;
 	double start = now_ms();
-	coord_fault_point(FAULT_GROUP_READY);
+	fault_point(FAULT_GROUP_READY);
 	int rc = 0;
 	if (!seen)
 		rc = -1, snprintf(reason, sizeof(reason), "member %s: out of memory", g->member);
-	else if (coord_fault_fails(FAULT_GROUP_READY))
+	else if (fault_fails(FAULT_GROUP_READY))
 		rc = -1, snprintf(reason, sizeof(reason), "member %s failed at its boundary (CUSNAP_FAULT)", g->member);
 	else if (put_member(g, "ready", err, sizeof(err)) < 0)
 		rc = -1, snprintf(reason, sizeof(reason), "member %s cannot say it is ready: %s", g->member, err);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/fault.h"
 #include "cusnap.h"
 #include "cusnap/control.h"
 #include "cusnap/fdcheck.h"
@@ -296,7 +297,7 @@ static int run(int argc, char **argv, bool *json)
 
 int main(int argc, char **argv)
 {
-	if (coord_tool_start("cusnap"))
+	if (tool_start("cusnap"))
 		return EX_USAGE;
 	bool json = false;
 	int rc = run(argc, argv, &json);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cusnap/fault.h"
 #include "internal.h"
 
 /* Step over the processes i with want[i], one at a time, from the end of the
@@ -104,7 +105,7 @@ int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen)
 		return -1;
 	progress("lock", now_ms() - t0, "%zu processes, %s", t->ncuda,
 		 t->job.path[0] ? "one at a time (a checkpoint job)" : "concurrently");
-	coord_fault_point(FAULT_KILL_AFTER_LOCK);
+	fault_point(FAULT_KILL_AFTER_LOCK);
 	return 0;
 }
 
@@ -117,7 +118,7 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 	/* Every process CHECKPOINTED: the job file as the driver left it. */
 	if (job_save(&t->job, rec->dir, err, errlen) < 0)
 		return -1;
-	coord_fault_point(FAULT_KILL_AFTER_CHECKPOINT);
+	fault_point(FAULT_KILL_AFTER_CHECKPOINT);
 	return 0;
 }
 

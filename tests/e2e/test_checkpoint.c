@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <pthread.h>
 
+#include "cusnap/fault.h"
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
 #include "cusnap/coord.h"
@@ -631,9 +632,8 @@ static void device_map(void)
 }
 
 /* The phase boundaries of checkpoint (include/cusnap/faults.def). */
-static const enum coord_fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE,    FAULT_KILL_AFTER_PREPARE,
-					      FAULT_KILL_AFTER_STATE,      FAULT_KILL_AFTER_LOCK,
-					      FAULT_KILL_AFTER_CHECKPOINT, FAULT_KILL_AFTER_DUMP};
+static const enum fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE, FAULT_KILL_AFTER_PREPARE,    FAULT_KILL_AFTER_STATE,
+					FAULT_KILL_AFTER_LOCK,    FAULT_KILL_AFTER_CHECKPOINT, FAULT_KILL_AFTER_DUMP};
 
 /* cusnap checkpoint with CUSNAP_FAULT=point:how ("term": SIGTERM to cusnap,
  * "self": SIGKILL). Returns its exit (-1: killed). */
@@ -674,7 +674,7 @@ static void interrupted_checkpoint(void)
 {
 	size_t nb = sizeof(boundaries) / sizeof(boundaries[0]);
 	for (size_t i = 0; i < nb * 3; i++) {
-		const char *point = coord_fault_name(boundaries[i % nb]);
+		const char *point = fault_name(boundaries[i % nb]);
 		int mode = (int)(i / nb); /* 0: SIGTERM, 1: SIGKILL, 2: SIGKILL with --leave-running */
 		bool after_dump = !strcmp(point, "kill-after-dump"), leave = mode == 2;
 		if (leave && !after_dump)

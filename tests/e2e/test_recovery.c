@@ -2,6 +2,7 @@
 /* What cusnap suspend and resume leave after a failure (DESIGN.md §6.1, §12):
  * a rollback that fails, a participant that dies, a native call that does not
  * return, cusnap itself SIGKILLed or SIGTERMed at each phase boundary. */
+#include "cusnap/fault.h"
 #include "cusnap/coord.h"
 #include "sweep.h"
 
@@ -67,9 +68,8 @@ static void native_watchdog(void)
 
 /* The phase boundaries of suspend (include/cusnap/faults.def, less the
  * multicast one: these groups have no multicast object). */
-static const enum coord_fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE, FAULT_KILL_AFTER_PREPARE,
-					      FAULT_KILL_AFTER_STATE, FAULT_KILL_AFTER_LOCK,
-					      FAULT_KILL_AFTER_CHECKPOINT};
+static const enum fault boundaries[] = {FAULT_KILL_AFTER_QUIESCE, FAULT_KILL_AFTER_PREPARE, FAULT_KILL_AFTER_STATE,
+					FAULT_KILL_AFTER_LOCK, FAULT_KILL_AFTER_CHECKPOINT};
 
 /* A fresh group, then `cusnap suspend` of it with CUSNAP_FAULT=point:how.
  * Returns suspend's exit (-1: killed, -2: no group); its output in *out, the
@@ -104,13 +104,12 @@ static void recovery_after_sigkill(void)
 		for (int c = first; c <= last; c++) {
 			struct group g;
 			char envctl[PATH_MAX + 32], pid[16], *out;
-			int rc = faulted_suspend(&g, coord_fault_name(boundaries[i]), "self", contents[c], envctl,
-						 &out);
+			int rc = faulted_suspend(&g, fault_name(boundaries[i]), "self", contents[c], envctl, &out);
 			if (rc == -2)
 				return;
 			if (rc != -1)
 				test_fail(__FILE__, __LINE__, "%s: suspend was not killed (exit %d):\n%s",
-					  coord_fault_name(boundaries[i]), rc, out);
+					  fault_name(boundaries[i]), rc, out);
 			free(out);
 			snprintf(pid, sizeof(pid), "%d", g.root);
 			char *env2[] = {envctl, NULL};
@@ -125,14 +124,14 @@ static void recovery_after_sigkill(void)
 			rc = tool(&out, env2, tool_path, "resume", "--pid", pid, NULL);
 			if (rc != 0)
 				test_fail(__FILE__, __LINE__, "%s (%s): resume --pid alone exited %d:\n%s",
-					  coord_fault_name(boundaries[i]), contents[c], rc, out);
+					  fault_name(boundaries[i]), contents[c], rc, out);
 			free(out);
 			if (i == 0 && c == 0) {
 				/* Already running: nothing to do, and said so. */
 				CHECK_SAYS(out, tool(&out, env2, tool_path, "resume", "--pid", pid, NULL), 0,
 					   "nothing to resume");
 			}
-			group_back_and_passing(&g, 1, "SIGKILL %s (%s), resume", coord_fault_name(boundaries[i]),
+			group_back_and_passing(&g, 1, "SIGKILL %s (%s), resume", fault_name(boundaries[i]),
 					       contents[c]);
 		}
 	}
@@ -145,14 +144,14 @@ static void sigterm_undoes(void)
 	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
 		struct group g;
 		char envctl[PATH_MAX + 32], *out;
-		int rc = faulted_suspend(&g, coord_fault_name(boundaries[i]), "term", "host", envctl, &out);
+		int rc = faulted_suspend(&g, fault_name(boundaries[i]), "term", "host", envctl, &out);
 		if (rc == -2)
 			return;
 		if (rc != 1 || !contains(out, "everything undone"))
-			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s",
-				  coord_fault_name(boundaries[i]), rc, out);
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", fault_name(boundaries[i]),
+				  rc, out);
 		free(out);
-		group_back_and_passing(&g, 1, "SIGTERM %s", coord_fault_name(boundaries[i]));
+		group_back_and_passing(&g, 1, "SIGTERM %s", fault_name(boundaries[i]));
 	}
 	/* The same for the coordinator's --prepare (the agent's shape). */
 	struct group g;
@@ -233,8 +232,7 @@ static void failing_rollback(void)
  * passes. */
 static void resume_killed_mid_rebuild(void)
 {
-	static const enum coord_fault points[] = {FAULT_KILL_AFTER_RESTORE_CREATORS,
-						  FAULT_KILL_AFTER_RESTORE_IMPORTERS};
+	static const enum fault points[] = {FAULT_KILL_AFTER_RESTORE_CREATORS, FAULT_KILL_AFTER_RESTORE_IMPORTERS};
 	char tool_path[PATH_MAX];
 	cusnap_path(tool_path, sizeof(tool_path));
 	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
@@ -243,21 +241,21 @@ static void resume_killed_mid_rebuild(void)
 			return;
 		char pid[16], fault[96], *out;
 		snprintf(pid, sizeof(pid), "%d", g.root);
-		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", coord_fault_name(points[i]));
+		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:self", fault_name(points[i]));
 		char *env[] = {g.env_ctl, NULL}, *faulted[] = {g.env_ctl, fault, NULL};
 		CHECK_EQ(tool(&out, env, tool_path, "suspend", "--pid", pid, NULL), 0);
 		free(out);
 		int rc = tool(&out, faulted, tool_path, "resume", "--pid", pid, NULL);
 		if (rc != -1)
-			test_fail(__FILE__, __LINE__, "%s: resume was not killed (exit %d):\n%s",
-				  coord_fault_name(points[i]), rc, out);
+			test_fail(__FILE__, __LINE__, "%s: resume was not killed (exit %d):\n%s", fault_name(points[i]),
+				  rc, out);
 		free(out);
 		rc = tool(&out, env, tool_path, "resume", "--pid", pid, NULL);
 		if (rc != 0)
 			test_fail(__FILE__, __LINE__, "%s: resume --pid alone afterwards exited %d:\n%s",
-				  coord_fault_name(points[i]), rc, out);
+				  fault_name(points[i]), rc, out);
 		free(out);
-		group_back_and_passing(&g, 1, "resume SIGKILLed at %s, then resume", coord_fault_name(points[i]));
+		group_back_and_passing(&g, 1, "resume SIGKILLed at %s, then resume", fault_name(points[i]));
 	}
 }
 
