@@ -42,6 +42,13 @@ static void sweeps_let_go(void)
  * grant fails is unmapped again before the rebuild is retried). */
 static void sweeps_contiguous(void)
 {
+	if (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL")) {
+		/* The grant and its undo run inside one request in each process; the
+		 * threads around them (redemptions, fan-out) are swept under TSan by
+		 * the first sweep. Here this one took 40-50 s. */
+		printf("     skipped under TSan: the contiguous sweep runs in the plain and ASan passes\n");
+		return;
+	}
 	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
 	int cases = 0, k = 0;
 	for (int r = 0; r < 2; r++)
@@ -52,7 +59,7 @@ static void sweeps_contiguous(void)
 								   .role = roles[r],
 								   .contiguous = true});
 	printf("     countdown sweeps of the resume (contiguous mappings): %d fault cases\n", cases);
-	CHECK(cases > (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL") ? 3 : 10)); /* TSan: one call in four */
+	CHECK(cases > 10);
 }
 
 int main(void)
