@@ -252,22 +252,41 @@ static void suspend_resume_two(void)
 	}
 }
 
-/* Three trees checkpointed and restored as one group; --json: one object. */
-static void checkpoint_restore_three(void)
+/* n trees of one worker each, named TAG0, TAG1, ... */
+static void trees_start(struct group *g, int n, const char *tag)
+{
+	for (int i = 0; i < n; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "%s%d", tag, i);
+		CHECK_EQ(group_start(&g[i], name, 1, 2, false, NULL, NULL, NULL), 0);
+	}
+}
+
+/* For the CRIU cases: the trees, each with a checkpoint directory and its
+ * root's PID as an argument. false (said) when they skip. */
+static bool criu_trees_start(struct group *g, int n, const char *tag, char ck[][PATH_MAX + 16], char pid[][16])
 {
 	if (no_criu) {
 		printf("  skipped: %s\n", no_criu);
-		return;
+		return false;
 	}
+	trees_start(g, n, tag);
+	for (int i = 0; i < n; i++) {
+		snprintf(ck[i], PATH_MAX + 16, "%s/%s-%d", e2e_root, tag, i);
+		snprintf(pid[i], 16, "%d", g[i].root);
+	}
+	return true;
+}
+
+/* Three trees checkpointed and restored as one group; --json: one object. */
+static void checkpoint_restore_three(void)
+{
 	struct group g[3];
 	struct member m[3];
 	char ck[3][PATH_MAX + 16], pid[3][16], name[3][8], *out;
+	if (!criu_trees_start(g, 3, "ck", ck, pid))
+		return;
 	for (int i = 0; i < 3; i++) {
-		char tag[16];
-		snprintf(tag, sizeof(tag), "ck%d", i);
-		CHECK_EQ(group_start(&g[i], tag, 1, 2, false, NULL, NULL, NULL), 0);
-		snprintf(ck[i], sizeof(ck[i]), "%s/ck-%d", e2e_root, i);
-		snprintf(pid[i], sizeof(pid[i]), "%d", g[i].root);
 		snprintf(name[i], sizeof(name[i]), "n%d", i);
 		const char *argv[] = {"checkpoint", "--pid",  pid[i], "--dir",  ck[i], "--control-dir",
 				      g[i].ctl,     "--criu", criu,   "--json", NULL};
@@ -298,8 +317,7 @@ static void member_fails(void)
 	struct group g[2];
 	int rc[2];
 	char *out[2];
-	CHECK_EQ(group_start(&g[0], "fail-a", 1, 2, false, NULL, NULL, NULL), 0);
-	CHECK_EQ(group_start(&g[1], "fail-b", 1, 2, false, NULL, NULL, NULL), 0);
+	trees_start(g, 2, "fail");
 	char *fault[] = {"CUSNAP_FAULT=group-ready:fail", NULL}, *const * env[] = {NULL, fault};
 	group_cmd(g, 2, "suspend", "faulty", env, NULL, rc, out);
 	for (int i = 0; i < 2; i++) {
@@ -328,8 +346,7 @@ static void member_killed(void)
 	struct group g[2];
 	int rc[2];
 	char *out[2];
-	CHECK_EQ(group_start(&g[0], "kill-a", 1, 2, false, NULL, NULL, NULL), 0);
-	CHECK_EQ(group_start(&g[1], "kill-b", 1, 2, false, NULL, NULL, NULL), 0);
+	trees_start(g, 2, "kill");
 	char *fault[] = {"CUSNAP_FAULT=group-ready:self", NULL}, *const * env[] = {NULL, fault};
 	group_cmd(g, 2, "suspend", "killed", env, "60000", rc, out);
 	CHECK_EQ(rc[0], 1);
@@ -371,8 +388,7 @@ static void refusals(void)
 {
 	struct group g[2];
 	char pid[16], dir[PATH_MAX + 16], *out = NULL;
-	CHECK_EQ(group_start(&g[0], "busy-a", 1, 2, false, NULL, NULL, NULL), 0);
-	CHECK_EQ(group_start(&g[1], "busy-b", 1, 2, false, NULL, NULL, NULL), 0);
+	trees_start(g, 2, "busy");
 	snprintf(pid, sizeof(pid), "%d", g[0].root);
 	snprintf(dir, sizeof(dir), "%s/state", g[0].ctl);
 	int down = free_port();
@@ -419,19 +435,12 @@ static void refusals(void)
  * is killed, no restore-complete anywhere; every member exits non-zero. */
 static void restore_member_fails(void)
 {
-	if (no_criu) {
-		printf("  skipped: %s\n", no_criu);
-		return;
-	}
 	struct group g[2];
 	struct member m[2];
 	char ck[2][PATH_MAX + 16], pid[2][16], *out;
+	if (!criu_trees_start(g, 2, "rf", ck, pid))
+		return;
 	for (int i = 0; i < 2; i++) {
-		char tag[16];
-		snprintf(tag, sizeof(tag), "rf%d", i);
-		CHECK_EQ(group_start(&g[i], tag, 1, 2, false, NULL, NULL, NULL), 0);
-		snprintf(ck[i], sizeof(ck[i]), "%s/rf-%d", e2e_root, i);
-		snprintf(pid[i], sizeof(pid[i]), "%d", g[i].root);
 		char *o = NULL;
 		CHECK_EQ(tool(&o, NULL, cusnap, "checkpoint", "--pid", pid[i], "--dir", ck[i], "--control-dir",
 			      g[i].ctl, "--criu", criu, NULL),
