@@ -149,16 +149,55 @@ bool shim_resolve_driver(void)
 	return driver_ok;
 }
 
-void *shim_resolve_runtime(enum shim_fn fn)
+/* The library that holds p, when it is a libcudart: its handle (to dlclose), or NULL. */
+static void *runtime_library_of(const void *p)
 {
-	void *p = real_ptr(fn);
+	Dl_info info;
+	if (!p || !dladdr(p, &info) || !info.dli_fname)
+		return NULL;
+	const char *base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	if (strncmp(base, "libcudart.so", 12) != 0)
+		return NULL;
+	return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+}
+
+/* sym as the libcudart that holds p defines it, or NULL. */
+static void *runtime_sym_beside(const void *p, const char *sym)
+{
+	void *h = runtime_library_of(p);
+	if (!h)
+		return NULL;
+	void *q = shim_real_dlsym(h, sym);
+	dlclose(h);
+	return q;
+}
+
+/* p is still sym of a mapped libcudart: a runtime that was closed (and perhaps
+ * loaded again elsewhere) leaves what the shim noted of it pointing nowhere. */
+static bool still_runtime_sym(void *p, const char *sym)
+{
+	return p && runtime_sym_beside(p, sym) == p;
+}
+
+/* The real runtime function fn for a call from caller: a libcudart's own calls
+ * (cudaGetDriverEntryPoint reaches our cudaGetDriverEntryPointByVersion
+ * through its PLT) go back to that library; others to the one the program
+ * last looked fn up in through dlsym, while it is loaded, else the one after
+ * the shim in the global scope. */
+static void *resolve_runtime(enum shim_fn fn, const void *caller)
+{
+	const char *sym = wrapped[fn].sym;
+	find_dlsym();
+	void *p = runtime_sym_beside(caller, sym);
 	if (p)
 		return p;
-	find_dlsym();
+	p = real_ptr(fn);
+	if (still_runtime_sym(p, sym))
+		return p;
 	/* From here RTLD_NEXT means "after the shim": the program's libcudart. */
-	p = shim_real_dlsym(RTLD_NEXT, wrapped[fn].sym);
-	if (p)
-		set_real(fn, p);
+	p = shim_real_dlsym(RTLD_NEXT, sym);
+	set_real(fn, p);
 	return p;
 }
 
@@ -222,8 +261,8 @@ NO_SANITIZE void *shim_dlsym_impl(void *handle, const char *name)
 			continue;
 		if (!from_cuda_library(p))
 			return p;
-		if (wrapped[i].runtime && !real_ptr((enum shim_fn)i))
-			set_real((enum shim_fn)i, p); /* a locally loaded cudart */
+		if (wrapped[i].runtime)
+			set_real((enum shim_fn)i, p); /* perhaps a locally loaded cudart */
 		return substitution_off() ? p : wrapped[i].wrapper;
 	}
 	return p;
@@ -290,12 +329,11 @@ SHIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersi
 /* ---- cudaGetDriverEntryPoint (NCCL, PyTorch) ---- */
 
 /* The CUDA version cudaGetDriverEntryPoint (without a version) resolves at: the
- * runtime's own, as the real libcudart does. */
-static int runtime_version(void)
+ * runtime's own (of the libcudart that holds entry), as the real libcudart does. */
+static int runtime_version(const void *entry)
 {
-	find_dlsym();
 	cudaError_t (*get)(int *) = NULL;
-	*(void **)&get = shim_real_dlsym(RTLD_NEXT, "cudaRuntimeGetVersion");
+	*(void **)&get = runtime_sym_beside(entry, "cudaRuntimeGetVersion");
 	int v = 0;
 	if (!get || get(&v) != cudaSuccess || v <= 0)
 		v = CUDA_VERSION;
@@ -316,25 +354,26 @@ static cudaError_t runtime_substitute(const char *symbol, int version, unsigned 
 	return cudaErrorSymbolNotFound;
 }
 
-#define RUNTIME_CALL(fn, version, ...)                                                        \
-	do {                                                                                  \
-		__typeof__(&fn) r = (__typeof__(&fn))shim_resolve_runtime(SHIM_FN_##fn);      \
-		if (!r)                                                                       \
-			return cudaErrorSharedObjectInitFailed;                               \
-		cudaError_t rc = r(__VA_ARGS__);                                              \
-		return runtime_substitute(symbol, version, flags, funcPtr, rc, driverStatus); \
+/* r: the real fn, for version (which may name it). */
+#define RUNTIME_CALL(fn, version, ...)                                                                           \
+	do {                                                                                                     \
+		__typeof__(&fn) r = (__typeof__(&fn))resolve_runtime(SHIM_FN_##fn, __builtin_return_address(0)); \
+		if (!r)                                                                                          \
+			return cudaErrorSharedObjectInitFailed;                                                  \
+		cudaError_t rc = r(__VA_ARGS__);                                                                 \
+		return runtime_substitute(symbol, version, flags, funcPtr, rc, driverStatus);                    \
 	} while (0)
 
 SHIM_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
 					     enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPoint, runtime_version(), symbol, funcPtr, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPoint, runtime_version((void *)r), symbol, funcPtr, flags, driverStatus);
 }
 
 SHIM_API cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
 						  enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-	RUNTIME_CALL(cudaGetDriverEntryPoint_ptsz, runtime_version(), symbol, funcPtr, flags, driverStatus);
+	RUNTIME_CALL(cudaGetDriverEntryPoint_ptsz, runtime_version((void *)r), symbol, funcPtr, flags, driverStatus);
 }
 
 SHIM_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,

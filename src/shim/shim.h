@@ -86,8 +86,6 @@ void *shim_wrapper_for(const char *name, int version, unsigned long long flags);
 #define SHIM_REFUSED ((void *)-1)
 /* Resolve the driver's functions once. Returns false when libcuda.so.1 is missing. */
 bool shim_resolve_driver(void);
-/* The real runtime function fn, looked up in the cudart the program uses. */
-void *shim_resolve_runtime(enum shim_fn fn);
 
 /* ---- phase and identity (identity.c) ---- */
 /* The phases are enum proto_phase (proto.h). */

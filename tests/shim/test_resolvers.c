@@ -3,6 +3,8 @@
  * through each are tracked (seen by snapshot-cuda-vmm --inspect). */
 #include <errno.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
 
 #include "shim_util.h"
 
@@ -377,6 +379,75 @@ static void versions_and_flags(void)
 	CHECK_CU(cuMemRelease(h));
 }
 
+/* The span [*lo, *hi) of the mappings of the file at path, from /proc/self/maps. */
+static void mapped_span(const char *path, uintptr_t *lo, uintptr_t *hi)
+{
+	char real[PATH_MAX], line[PATH_MAX + 128];
+	*lo = UINTPTR_MAX, *hi = 0;
+	FILE *f = fopen("/proc/self/maps", "re");
+	CHECK(f != NULL && realpath(path, real) != NULL);
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+		char *file = strchr(line, '/');
+		if (!file || sscanf(line, "%lx-%lx", &a, &b) != 2)
+			continue;
+		file[strcspn(file, "\n")] = '\0';
+		if (strcmp(file, real) == 0)
+			*lo = a < *lo ? a : *lo, *hi = b > *hi ? b : *hi;
+	}
+	if (f)
+		fclose(f);
+}
+
+static uintptr_t load_base(void *handle)
+{
+	struct link_map *map = NULL;
+	CHECK_EQ(dlinfo(handle, RTLD_DI_LINKMAP, &map), 0);
+	return map ? map->l_addr : 0;
+}
+
+/* A runtime closed and loaded again at another address: the shim's wrappers
+ * reach the new one, through dlsym's pointers and through the runtime's own
+ * call from cudaGetDriverEntryPoint to cudaGetDriverEntryPointByVersion (a
+ * pointer noted of the first would be called unmapped). */
+static void runtime_loaded_again(void)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir()); /* the project's runtime */
+	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(rt != NULL);
+	if (!rt)
+		return;
+	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+	void *fn = NULL;
+	int st = -1;
+	CHECK_EQ(getv("cuMemCreate", &fn, 12080, 0, &st), 0);
+	uintptr_t lo, hi, first = load_base(rt);
+	mapped_span(path, &lo, &hi);
+	CHECK(lo < hi);
+	dlclose(rt);
+	/* Where it was stays taken: the next load lands elsewhere. */
+	void *hold = mmap((void *)lo, hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	CHECK(hold == (void *)lo);
+	rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	CHECK(rt != NULL);
+	if (rt) {
+		CHECK(load_base(rt) != first);
+		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
+		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
+		getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
+		fn = NULL;
+		CHECK_EQ(getv("cuMemCreate", &fn, 12080, 0, &st), 0);
+		CHECK(fn == shim_sym("cuMemCreate"));
+		fn = NULL;
+		CHECK_EQ(get("cuMemRelease", &fn, 0, &st), 0);
+		CHECK(fn == shim_sym("cuMemRelease"));
+		dlclose(rt);
+	}
+	if (hold != MAP_FAILED)
+		munmap(hold, hi - lo);
+}
+
 int main(int argc, char **argv)
 {
 	shim_reexec(argc, argv);
@@ -390,5 +461,6 @@ int main(int argc, char **argv)
 	test_run("a multicast object made through a resolved pointer is tracked", multicast_resolvers);
 	test_run("cuMemAlloc and legacy IPC through the resolvers: the adapter's", adapter_resolvers);
 	test_run("cuGetProcAddress by ABI version and stream flags", versions_and_flags);
+	test_run("a runtime closed and loaded again elsewhere", runtime_loaded_again);
 	return shim_done();
 }
