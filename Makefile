@@ -167,10 +167,10 @@ $(COORD): $(BUILD)/obj/src/coordinator/main.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
-# libcurl (Debian's) for etcd's JSON gateway: the groups of several nodes.
+# etcd.c loads libcurl (Debian's) when a group of several nodes first needs it.
 $(CUSNAP): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/cusnap/*.c)) $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl -lcurl
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
 # CRIU loads it: every symbol resolved at link time (-z defs) but CRIU's own
 # (criu_get_image_dir, print_on_level), which the plugin declares weak; jansson

@@ -2,6 +2,8 @@
 /* etcd v3 through its JSON gateway (etcd.h). Every call is one POST of a JSON
  * body; int64 values come back as strings, keys and values as base64. An
  * endpoint that cannot be reached passes the call to the next one. */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,9 +88,61 @@ static json_t *prefix_end(const char *prefix)
 
 /* ---- requests ---- */
 
-void etcd_global_init(void)
+/* libcurl, loaded when a group first needs it: every other run of the tool
+ * starts without it and the thirty TLS and protocol libraries it brings. */
+static struct {
+	CURLcode (*global_init)(long);
+	CURL *(*easy_init)(void);
+	void (*easy_cleanup)(CURL *);
+	void (*easy_reset)(CURL *);
+	CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+	CURLcode (*easy_perform)(CURL *);
+	CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+	const char *(*easy_strerror)(CURLcode);
+	struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+	void (*slist_free_all)(struct curl_slist *);
+} curl;
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static char curl_error[512];
+
+static void curl_load(void)
 {
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(curl_error, sizeof(curl_error), "groups need libcurl (Debian: libcurl4): %s", dlerror());
+		return;
+	}
+	const char *missing = NULL;
+#define SYM(field)                                                \
+	do {                                                      \
+		*(void **)&curl.field = dlsym(h, "curl_" #field); \
+		if (!curl.field && !missing)                      \
+			missing = "curl_" #field;                 \
+	} while (0)
+	SYM(global_init);
+	SYM(easy_init);
+	SYM(easy_cleanup);
+	SYM(easy_reset);
+	SYM(easy_setopt);
+	SYM(easy_perform);
+	SYM(easy_getinfo);
+	SYM(easy_strerror);
+	SYM(slist_append);
+	SYM(slist_free_all);
+#undef SYM
+	if (missing)
+		snprintf(curl_error, sizeof(curl_error), "libcurl.so.4 has no %s", missing);
+	else if (curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		snprintf(curl_error, sizeof(curl_error), "libcurl could not be initialised");
+}
+
+int etcd_global_init(char *why, size_t len)
+{
+	pthread_once(&curl_once, curl_load);
+	if (!curl_error[0])
+		return 0;
+	snprintf(why, len, "%s", curl_error);
+	return -1;
 }
 
 int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len)
@@ -114,7 +168,9 @@ int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_
 		snprintf(why, len, "--etcd: no URL");
 		return -1;
 	}
-	e->curl = curl_easy_init();
+	if (etcd_global_init(why, len) < 0)
+		return -1;
+	e->curl = curl.easy_init();
 	if (!e->curl) {
 		snprintf(why, len, "libcurl could not be initialised");
 		return -1;
@@ -125,7 +181,7 @@ int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_
 void etcd_free(struct etcd *e)
 {
 	if (e->curl)
-		curl_easy_cleanup(e->curl);
+		curl.easy_cleanup(e->curl);
 	e->curl = NULL;
 }
 
@@ -166,24 +222,24 @@ static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, s
 		char url[320];
 		snprintf(url, sizeof(url), "%s%s", e->urls[at], path);
 		struct body got = {0};
-		struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-		curl_easy_reset(e->curl);
-		curl_easy_setopt(e->curl, CURLOPT_URL, url);
-		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
-		curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, h);
-		curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
-		curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &got);
-		curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-		curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
+		struct curl_slist *h = curl.slist_append(NULL, "Content-Type: application/json");
+		curl.easy_reset(e->curl);
+		curl.easy_setopt(e->curl, CURLOPT_URL, url);
+		curl.easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
+		curl.easy_setopt(e->curl, CURLOPT_HTTPHEADER, h);
+		curl.easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
+		curl.easy_setopt(e->curl, CURLOPT_WRITEDATA, &got);
+		curl.easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+		curl.easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
 				 (long)(e->timeout_ms < 2000 ? e->timeout_ms : 2000));
-		curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-		CURLcode rc = curl_easy_perform(e->curl);
+		curl.easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+		CURLcode rc = curl.easy_perform(e->curl);
 		long status = 0;
-		curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
-		curl_slist_free_all(h);
+		curl.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+		curl.slist_free_all(h);
 		json_error_t je;
 		if (rc != CURLE_OK)
-			snprintf(why, len, "etcd at %s cannot be reached: %s", e->urls[at], curl_easy_strerror(rc));
+			snprintf(why, len, "etcd at %s cannot be reached: %s", e->urls[at], curl.easy_strerror(rc));
 		else if (!(reply = got.data ? json_loads(got.data, JSON_DISABLE_EOF_CHECK, &je) : NULL))
 			snprintf(why, len, "etcd at %s answered %ld without JSON", e->urls[at], status);
 		else

@@ -26,8 +26,9 @@ struct etcd_kv {
 	int64_t create_revision, mod_revision, lease;
 };
 
-/* Once per process, before any thread uses etcd (libcurl's global set-up). */
-void etcd_global_init(void);
+/* Load libcurl and set it up, once per process (etcd_init does it too; call it
+ * before starting threads that use etcd). 0, or -1 with why. */
+int etcd_global_init(char *why, size_t len);
 /* urls: "http://HOST:PORT[,http://...]". 0, or -1 with why (a malformed list). */
 int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len);
 void etcd_free(struct etcd *e);

@@ -345,7 +345,8 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 	struct cusnap_id id;
 	id_random(&id);
 	id_hex(&id, g->opid);
-	etcd_global_init();
+	if (etcd_global_init(why, sizeof(why)) < 0)
+		return fail(EX_UNAVAILABLE, "group %s: %s; nothing done", a->group, why);
 	if (etcd_init(&g->e, a->etcd, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	if (etcd_ping(&g->e, why, sizeof(why)) < 0 ||
@@ -506,7 +507,8 @@ int group_inspect(const struct args *a)
 	snprintf(g.prefix, sizeof(g.prefix), "/cusnap/groups/%s/", a->group);
 	if (!a->etcd)
 		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
-	etcd_global_init();
+	if (etcd_global_init(why, sizeof(why)) < 0)
+		return fail(EX_UNAVAILABLE, "%s", why);
 	if (etcd_init(&g.e, a->etcd, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	struct etcd_kv *kvs;

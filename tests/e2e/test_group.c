@@ -401,6 +401,18 @@ static void refusals(void)
 	CHECK_CONTAINS(out, "nothing done");
 	free(out);
 	out = NULL;
+	/* libcurl is loaded only for a group: one that cannot be is named. */
+	char libs[PATH_MAX + 16], curl[PATH_MAX + 32], env_libs[PATH_MAX + 32];
+	snprintf(libs, sizeof(libs), "%s/no-curl", e2e_root);
+	snprintf(curl, sizeof(curl), "%s/libcurl.so.4", libs);
+	snprintf(env_libs, sizeof(env_libs), "LD_LIBRARY_PATH=%s", libs);
+	mkdir(libs, 0700);
+	close(open(curl, O_WRONLY | O_CREAT | O_TRUNC, 0600)); /* not a library */
+	char *no_curl[] = {env_libs, NULL};
+	CHECK_SAYS(out,
+		   tool(&out, no_curl, cusnap, "suspend", "--pid", pid, "--dir", dir, "--control-dir", g[0].ctl,
+			"--group", "no-curl", "--members", "2", "--etcd", etcd_url, NULL),
+		   69, "groups need libcurl");
 	untouched(&g[0]);
 	/* m0 suspends (and waits for m1); a resume of the same group is refused meanwhile. */
 	struct member m, r;

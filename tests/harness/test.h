@@ -49,12 +49,13 @@ extern void (*test_fail_hook)(void);
 	} while (0)
 
 /* call, which leaves what it printed in out, returns code and printed needle;
- * out is freed. */
+ * out is freed and NULL. */
 #define CHECK_SAYS(out, call, code, needle)      \
 	do {                                     \
 		CHECK_EQ((call), (code));        \
 		CHECK_CONTAINS((out), (needle)); \
 		free(out);                       \
+		(out) = NULL;                    \
 	} while (0)
 
 /* CUresult checks print the result's name (needs the driver's cuGetErrorName). */
