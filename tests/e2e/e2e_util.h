@@ -29,7 +29,9 @@ extern char e2e_pub[PATH_MAX];
 
 const char *e2e_public_tree(void);
 
-void e2e_done(void);
+/* The end of an e2e test: its scratch removed unless something failed; main
+ * returns this (test_done). */
+int e2e_done(void);
 
 void tool_last_show(void);
 

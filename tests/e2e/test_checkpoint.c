@@ -736,6 +736,5 @@ int main(void)
 	test_run("r610: native legacy IPC in a checkpoint job: checkpoint, kill, restore (host, native)", launch_job);
 	test_run("the VMM rebuild failing after CRIU restore: tree killed, exit 2; inspect --dir", vmm_restore_failing);
 	test_run("SIGTERM and SIGKILL at each phase boundary of checkpoint", interrupted_checkpoint);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

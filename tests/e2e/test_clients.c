@@ -88,6 +88,5 @@ int main(void)
 	test_run("PyTorch expandable segments: grown and shrunk, handles released while mapped", expandable);
 	test_run("PyTorch symmetric memory: the FD fetched with pidfd_getfd", symmetric);
 	test_run("vLLM sleep mode: released and recreated at the same addresses", sleep_mode);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

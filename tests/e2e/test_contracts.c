@@ -320,6 +320,5 @@ int main(void)
 	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
 	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

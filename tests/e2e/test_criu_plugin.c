@@ -548,6 +548,5 @@ int main(void)
 		 restore_as_users_do);
 	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
 	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

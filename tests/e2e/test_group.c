@@ -497,5 +497,5 @@ int main(void)
 	test_run("etcd down: refused (69), nothing changed; a second operation on a busy group refused (75)", refusals);
 	test_run("restore: a member failing makes every restored tree die, no restore-complete", restore_member_fails);
 	etcd_stop();
-	e2e_done();
+	return e2e_done();
 }

@@ -216,6 +216,5 @@ int main(void)
 	test_run("r610: outside a job refused (the interposer, or the driver's error), another job refused",
 		 job_refusals);
 	test_run("an unacceptable job file: suspend refused, inspect still shows the tree", unacceptable_job_shown);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

@@ -175,6 +175,5 @@ int main(void)
 	test_run("r615: requested and used capacity recorded and replayed", rounded_capacity);
 	test_run("refused: a device never added, a device with nothing bound", refusals);
 	test_run("refused: a partial group", partial_group);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

@@ -315,6 +315,5 @@ int main(void)
 	test_run("P2P, NVLS and SHM, 8 ranks: suspend/resume, both contents", eight_ranks);
 	test_run("without the interposer the sharing is lost, and NCCL does not notice", without_interposer);
 	test_run("CRIU: checkpoint (--tcp-established), kill, restore a 2-rank group", criu_checkpoint_restore);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

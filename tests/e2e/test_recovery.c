@@ -372,6 +372,5 @@ int main(void)
 	test_run("a resume with no state file rebuilds in place from the participants' records", resume_without_state);
 	test_run("a step that failed by being slow is undone under a longer deadline", slow_step_undone);
 	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

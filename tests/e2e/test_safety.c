@@ -394,6 +394,5 @@ int main(void)
 	test_run("an endpoint that cannot start: exports are the driver's FDs, sharing works, suspend refused",
 		 endpoint_cannot_start);
 	test_run("root and the tree's owner exclude each other (75), whichever holds it", root_and_owner_exclude);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

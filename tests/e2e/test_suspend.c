@@ -481,6 +481,5 @@ int main(void)
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);
 	test_run("a control directory path longer than a socket address", long_control_dir);
 	test_run("a workload without the interposer: native steps only", native_only);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

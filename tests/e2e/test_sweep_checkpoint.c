@@ -20,6 +20,5 @@ int main(void)
 	 * restore, run alone); `make sweep` takes them all. */
 	setenv("CUSNAP_SWEEP_STRIDE", "4", 0);
 	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

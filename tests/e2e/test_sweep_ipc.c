@@ -19,6 +19,5 @@ int main(void)
 {
 	e2e_init("sweep-ipc");
 	test_run("countdown sweeps over every driver call of a legacy IPC group's suspend and resume", sweeps);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

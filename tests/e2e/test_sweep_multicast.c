@@ -13,6 +13,5 @@ int main(void)
 {
 	e2e_init("sweep-mc");
 	test_run("countdown sweeps over every driver call of a multicast group's suspend and resume", sweeps);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

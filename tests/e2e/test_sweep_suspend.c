@@ -68,6 +68,5 @@ int main(void)
 	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
 	test_run("the same with a creator that let go: a worker carries", sweeps_let_go);
 	test_run("the resume of contiguous mappings, granted together", sweeps_contiguous);
-	e2e_done();
-	return test_done();
+	return e2e_done();
 }

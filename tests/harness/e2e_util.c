@@ -60,7 +60,7 @@ const char *e2e_public_tree(void)
 	return e2e_pub;
 }
 
-void e2e_done(void)
+int e2e_done(void)
 {
 	if (e2e_pub[0]) {
 		char *argv[] = {"rm", "-rf", e2e_pub, NULL};
@@ -72,6 +72,7 @@ void e2e_done(void)
 	} else {
 		printf("scratch kept in %s\n", e2e_root);
 	}
+	return test_done();
 }
 
 /* The last tool run, shown with the first failure that follows it: what ran,
