@@ -20,6 +20,21 @@ static void *shim_sym(const char *name)
 	return dlsym(RTLD_DEFAULT, name);
 }
 
+/* The path of the project's runtime, and the runtime opened privately. */
+static const char *runtime_path(void)
+{
+	static char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir());
+	return path;
+}
+
+static void *runtime_open(void)
+{
+	void *rt = dlopen(runtime_path(), RTLD_NOW | RTLD_LOCAL);
+	CHECK(rt != NULL);
+	return rt;
+}
+
 /* Create through fn; the handle must be a tracked (logical) one. */
 static CUmemGenericAllocationHandle create_with(create_fn fn, int dev)
 {
@@ -114,10 +129,7 @@ static void get_proc_address(void)
 
 static void driver_entry_point(void)
 {
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir()); /* the project's runtime */
-	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(rt != NULL);
+	void *rt = runtime_open();
 	if (!rt)
 		return;
 	typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
@@ -163,10 +175,8 @@ struct resolvers {
 
 static bool resolvers_open(struct resolvers *r)
 {
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir()); /* the project's runtime */
 	r->lib = dlopen("libcuda.so.1", RTLD_NOW);
-	r->rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	r->rt = runtime_open();
 	r->getv = r->rt ? (entry_v_fn)dlsym(r->rt, "cudaGetDriverEntryPointByVersion") : NULL;
 	CHECK(r->lib && r->rt && r->getv);
 	return r->lib && r->rt && r->getv;
@@ -338,10 +348,7 @@ static void versions_and_flags(void)
 	CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 	CHECK_CU_EQ(cuGetProcAddress("cuMulticastBindAddr", &fn, 13020, 0, &st), CUDA_ERROR_NOT_FOUND);
 	/* The same through the runtime, without a version (its own, 13.0) and with. */
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir()); /* the project's runtime */
-	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(rt != NULL);
+	void *rt = runtime_open();
 	if (rt) {
 		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
 		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
@@ -412,10 +419,7 @@ static uintptr_t load_base(void *handle)
  * pointer noted of the first would be called unmapped). */
 static void runtime_loaded_again(void)
 {
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../../lib/libcudart.so.13", test_exe_dir()); /* the project's runtime */
-	void *rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(rt != NULL);
+	void *rt = runtime_open();
 	if (!rt)
 		return;
 	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
@@ -423,14 +427,13 @@ static void runtime_loaded_again(void)
 	int st = -1;
 	CHECK_EQ(getv("cuMemCreate", &fn, 12080, 0, &st), 0);
 	uintptr_t lo, hi, first = load_base(rt);
-	mapped_span(path, &lo, &hi);
+	mapped_span(runtime_path(), &lo, &hi);
 	CHECK(lo < hi);
 	dlclose(rt);
 	/* Where it was stays taken: the next load lands elsewhere. */
 	void *hold = mmap((void *)lo, hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	CHECK(hold == (void *)lo);
-	rt = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	CHECK(rt != NULL);
+	rt = runtime_open();
 	if (rt) {
 		CHECK(load_base(rt) != first);
 		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
