@@ -5,7 +5,8 @@
 # Exit 0 = pass, 77 = skip, anything else = fail. Each test's output goes to
 # BUILD/test-logs/NAME.log and is shown when it fails; each line gives the
 # program's time against its limit (TEST_TIMEOUT seconds, default 300), and one
-# that took more than half of it is named at the end. Counts are appended to
+# that took more than half of it is named at the end, with the counts and the
+# pass's own time. Counts are appended to
 # BUILD/test-results for tests/summary.sh.
 #
 # TEST_JOBS programs run at once (default 2: most of a program's time is spent
@@ -94,5 +95,5 @@ echo "[$label] slowest: $(printf '%s\n' "${times[@]}" | sort -rn | head -4 |
 	awk '{ printf "%s%s %.1f s", (NR > 1 ? ", " : ""), $2, $1 / 1000 }')"
 for s in "${slow[@]}"; do echo "[$label] over half its limit: $s"; done
 echo "$pass $fail $skip" >>"$build/test-results"
-echo "[$label] $pass passed, $fail failed, $skip skipped${failed:+ (failed: ${failed[*]})}"
+echo "[$label] $pass passed, $fail failed, $skip skipped${failed:+ (failed: ${failed[*]})} in $SECONDS s"
 [ $fail = 0 ]
