@@ -70,7 +70,7 @@ static void etcd_start(void)
 			listen_peer,   "--initial-advertise-peer-urls",
 			listen_peer,   "--initial-cluster",
 			cluster,       NULL};
-	etcd_pid = test_spawn(argv, NULL, log);
+	etcd_pid = test_spawn_tied(argv, NULL, log);
 	atexit(etcd_stop);
 	for (int i = 0; i < 200; i++) {
 		char *out = NULL;

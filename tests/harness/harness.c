@@ -282,11 +282,15 @@ int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms)
 	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-pid_t test_spawn(char *const argv[], char *const env[], const char *log)
+static pid_t spawn(char *const argv[], char *const env[], const char *log, bool tied)
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
+	/* (a parent gone before the tie was made is seen as a new parent) */
+	if (tied && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
+		_exit(126);
 	setsid();
 	int in = open("/dev/null", O_RDONLY);
 	int out = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -303,6 +307,16 @@ pid_t test_spawn(char *const argv[], char *const env[], const char *log)
 		putenv(env[i]);
 	execv(argv[0], argv);
 	exec_failed(argv[0]);
+}
+
+pid_t test_spawn(char *const argv[], char *const env[], const char *log)
+{
+	return spawn(argv, env, log, false);
+}
+
+pid_t test_spawn_tied(char *const argv[], char *const env[], const char *log)
+{
+	return spawn(argv, env, log, true);
 }
 
 char *test_command(const char *dir, const char *name, const char *cmd, int timeout_ms)

@@ -123,6 +123,9 @@ void test_require_criu(char *out, size_t len);
 /* Start argv[0] (a path) with extra "K=V" environment entries, in a new session,
  * stdin from /dev/null and stdout/stderr appended to log. Returns the pid. */
 pid_t test_spawn(char *const argv[], char *const env[], const char *log);
+/* The same, killed when this process ends however it ends (a server the
+ * test runs, with no timeout of its own). */
+pid_t test_spawn_tied(char *const argv[], char *const env[], const char *log);
 /* Write DIR/NAME.cmd and wait for DIR/NAME.out; returns its text (malloc'ed,
  * trailing newline removed) or NULL on timeout. */
 char *test_command(const char *dir, const char *name, const char *cmd, int timeout_ms);
