@@ -149,15 +149,22 @@ bool shim_resolve_driver(void)
 	return driver_ok;
 }
 
+/* The file name (without its directory) of the library that holds p, its
+ * path in info->dli_fname; NULL when p is in none. */
+static const char *library_of(const void *p, Dl_info *info)
+{
+	if (!p || !dladdr(p, info) || !info->dli_fname)
+		return NULL;
+	const char *base = strrchr(info->dli_fname, '/');
+	return base ? base + 1 : info->dli_fname;
+}
+
 /* The library that holds p, when it is a libcudart: its handle (to dlclose), or NULL. */
 static void *runtime_library_of(const void *p)
 {
 	Dl_info info;
-	if (!p || !dladdr(p, &info) || !info.dli_fname)
-		return NULL;
-	const char *base = strrchr(info.dli_fname, '/');
-	base = base ? base + 1 : info.dli_fname;
-	if (strncmp(base, "libcudart.so", 12) != 0)
+	const char *base = library_of(p, &info);
+	if (!base || strncmp(base, "libcudart.so", 12) != 0)
 		return NULL;
 	return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
 }
@@ -224,11 +231,8 @@ static CUresult substitute(const char *name, int version, unsigned long long fla
 static bool from_cuda_library(void *p)
 {
 	Dl_info info;
-	if (!dladdr(p, &info) || !info.dli_fname)
-		return false;
-	const char *base = strrchr(info.dli_fname, '/');
-	base = base ? base + 1 : info.dli_fname;
-	return strncmp(base, "libcuda.so", 10) == 0 || strncmp(base, "libcudart.so", 12) == 0;
+	const char *base = library_of(p, &info);
+	return base && (strncmp(base, "libcuda.so", 10) == 0 || strncmp(base, "libcudart.so", 12) == 0);
 }
 
 /* Sanitizer runtimes call dlsym while they initialise, before any instrumented

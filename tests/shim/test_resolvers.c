@@ -11,7 +11,8 @@
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
 
-/* cudaGetDriverEntryPointByVersion */
+/* cudaGetDriverEntryPoint, cudaGetDriverEntryPointByVersion */
+typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
 typedef int (*entry_v_fn)(const char *, void **, unsigned int, unsigned long long, int *);
 
 static void *shim_sym(const char *name)
@@ -132,7 +133,6 @@ static void driver_entry_point(void)
 	void *rt = runtime_open();
 	if (!rt)
 		return;
-	typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
 	entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
 	entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
 	CHECK(get == (entry_fn)shim_sym("cudaGetDriverEntryPoint"));
@@ -350,7 +350,6 @@ static void versions_and_flags(void)
 	/* The same through the runtime, without a version (its own, 13.0) and with. */
 	void *rt = runtime_open();
 	if (rt) {
-		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
 		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
 		entry_v_fn getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
 		int rst = -1;
@@ -436,7 +435,6 @@ static void runtime_loaded_again(void)
 	rt = runtime_open();
 	if (rt) {
 		CHECK(load_base(rt) != first);
-		typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
 		entry_fn get = (entry_fn)dlsym(rt, "cudaGetDriverEntryPoint");
 		getv = (entry_v_fn)dlsym(rt, "cudaGetDriverEntryPointByVersion");
 		fn = NULL;
