@@ -13,7 +13,9 @@
  *
  * The first member (by etcd's create revision) names the operation; one that
  * asks for another operation, more members, or comes once the decision is
- * made, is refused with nothing changed. Past the boundary nothing is undone:
+ * made, is refused with nothing changed. A resume has no boundary: each
+ * member resumes its own tree, and one that comes after the others finished
+ * theirs (while they wait for its result) still resumes its own. Past the boundary nothing is undone:
  * the results say which members hold what. Atomicity is never claimed. */
 #include <pthread.h>
 #include <stdarg.h>
@@ -48,6 +50,12 @@ struct group {
 	bool crossed;      /* the decision was "go" and this member crossed */
 	char decided[600]; /* the decision when it was "abort" */
 };
+
+/* Does op cross a destructive boundary that every member must be ready for? */
+static bool has_boundary(const char *op)
+{
+	return strcmp(op, "resume") != 0;
+}
 
 static int group_fail(struct group *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -318,7 +326,7 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 	int decided = etcd_get(&g->e, key, &kv, why, sizeof(why));
 	if (decided == 1)
 		free(kv.key), free(kv.value);
-	if (late || decided == 1)
+	if (has_boundary(g->op) && (late || decided == 1))
 		return group_fail(g, EX_BUSY, "its %s (begun by member %s) is finishing; nothing done", g->op, from);
 	return put_member(g, "arrived", why, sizeof(why)) < 0 ? group_fail(g, EX_UNAVAILABLE, "%s", why) : 0;
 }
@@ -457,6 +465,7 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 			text ? why : "out of memory");
 	free(text);
 	put_member(g, "done", why, sizeof(why));
+	fault_point(FAULT_GROUP_DONE);
 	json_t *all = results(g);
 	size_t ok = 0;
 	for (size_t i = 0; i < json_array_size(all); i++) {
@@ -489,7 +498,7 @@ int group_run(int (*run)(const struct args *), const struct args *a, const char 
 		return rc;
 	struct settings s = *a->s;
 	struct args inner = *a;
-	bool boundary = strcmp(op, "resume") != 0;
+	bool boundary = has_boundary(op);
 	if (boundary)
 		s.boundary = &g.boundary;
 	inner.s = &s;
