@@ -339,6 +339,8 @@ test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) -j$(JOBS) tests
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
+	@# CRIU 4.1.1 beside it: the plugin must load in both (test_criu_plugin).
+	-@scripts/setup-criu.sh --suite trixie build > build/criu-old-path 2>> build/criu-setup.log || { echo "Debian trixie's CRIU unavailable: the plugin is checked in one CRIU only"; rm -f build/criu-old-path; }
 	-@scripts/setup-etcd.sh build > build/etcd-path 2> build/etcd-setup.log || { echo "etcd unavailable (see build/etcd-setup.log): the group tests will skip"; cat build/etcd-setup.log; }
 	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
 	@# priority, while the rest of the suite runs; its test runs last.

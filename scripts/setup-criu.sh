@@ -2,15 +2,25 @@
 # SPDX-License-Identifier: MIT
 # Provide a CRIU that works on this kernel and print the command to run it.
 #
-#   scripts/setup-criu.sh [--check] [BUILD_DIR]
+#   scripts/setup-criu.sh [--check] [--suite SUITE] [BUILD_DIR]
 #
-# 1. A system `criu` whose version is >= 4.0 and whose `criu check` passes is used
-#    as it is.
-# 2. Otherwise Debian trixie's `criu` is unpacked, together with trixie's libc and
+# The CRIU needed: 4.0 or later (Debian bookworm's 3.17 fails `criu check` on
+# current kernels, "vdso: Unexpected rt vDSO area bounds"), and on kernels 6.16
+# and later 4.2 or later: those kernels answer SO_PASSCRED/SO_PASSSEC only for
+# Unix and netlink sockets, and CRIU 4.1.x fails to dump any inet socket there
+# ("sockets.c: Can't get 1:16 opt", fixed in CRIU 4.2; DESIGN.md §14).
+#
+# 1. A system `criu` of such a version whose `criu check` passes is used as it is.
+# 2. Otherwise Debian's `criu` is unpacked, together with that suite's libc and
 #    every library it needs, under BUILD_DIR/criu/root (default build/), and a
-#    wrapper BUILD_DIR/criu/criu runs it through that libc's own loader. Debian
-#    bookworm's criu 3.17 fails `criu check` on current kernels ("vdso: Unexpected
-#    rt vDSO area bounds"); trixie's 4.x works (DESIGN.md §14).
+#    wrapper BUILD_DIR/criu/criu runs it through that libc's own loader. The
+#    suite: $CRIU_DEBIAN_SUITE, else trixie's 4.1.1 on kernels before 6.16, else
+#    forky's (then sid's) 4.2.
+#
+# --suite SUITE provisions Debian SUITE's CRIU whatever the kernel, under
+# BUILD_DIR/criu-SUITE/ (the system's is not considered): a second CRIU for
+# tests that check cusnap with an older one (make test loads the plugin into
+# trixie's 4.1.1 too).
 #
 # Both are run through a wrapper BUILD_DIR/criu/criu that sets CRIU_FAULT=130
 # (unless CRIU_FAULT is already set): CRIU then stops restored threads at syscall
@@ -25,27 +35,51 @@
 # --check: only report; never download.
 set -euo pipefail
 
-check_only=0
-if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
+check_only=0 named=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--check) check_only=1; shift ;;
+	--suite) named=${2:?--suite needs a Debian suite}; shift 2 ;;
+	*) break ;;
+	esac
+done
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
 dest=$build/criu
+[ -z "$named" ] || dest=$build/criu-$named
 wrapper=$dest/criu
-suite=${CRIU_DEBIAN_SUITE:-trixie}
 
 say() { echo "setup-criu: $*" >&2; }
+
+# The kernel as MAJOR*1000+MINOR; the oldest CRIU that dumps inet sockets on it.
+kernel=$(uname -r | awk -F. '{ printf "%d", $1 * 1000 + $2 }')
+if [ "$kernel" -ge 6016 ]; then need_minor=2; else need_minor=0; fi
+if [ -n "$named" ]; then
+	suites=$named need_minor=0
+elif [ -n "${CRIU_DEBIAN_SUITE:-}" ]; then
+	suites=$CRIU_DEBIAN_SUITE
+elif [ "$need_minor" = 2 ]; then
+	suites="forky sid"
+else
+	suites=trixie
+fi
 
 # apt_debian_mirror: the Debian archive this machine's apt already uses.
 . "$(dirname "$0")/apt-lib.sh"
 
-# works CRIU: version >= 4 and `criu check` passes (needs root).
+# works CRIU: version >= 4.0 (4.2 on kernels >= 6.16, unless --suite) and
+# `criu check` passes (needs root).
 works() {
-	local criu=$1 ver major
+	local criu=$1 ver major minor
 	ver=$("$criu" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -n1) || return 1
-	major=${ver%%.*}
+	major=${ver%%.*} minor=${ver#*.} minor=${minor%%.*}
 	[ -n "$major" ] && [ "$major" -ge 4 ] 2>/dev/null || { say "$criu: version '${ver:-?}' is older than 4.0"; return 1; }
+	if [ "$major" = 4 ] && ! [ "${minor:-0}" -ge "$need_minor" ] 2>/dev/null; then
+		say "$criu: version $ver cannot dump inet sockets on kernel $(uname -r) (6.16 and later need CRIU 4.2)"
+		return 1
+	fi
 	"$criu" check >/dev/null 2>&1 || { say "$criu: 'criu check' fails on this kernel"; return 1; }
 	return 0
 }
@@ -76,7 +110,7 @@ if [ -x "$wrapper" ] && works "$wrapper"; then
 	exit 0
 fi
 
-if sys=$(command -v criu 2>/dev/null) && [ "$sys" != "$wrapper" ] && works "$sys"; then
+if [ -z "$named" ] && sys=$(command -v criu 2>/dev/null) && [ "$sys" != "$wrapper" ] && works "$sys"; then
 	[ $check_only = 1 ] || { write_wrapper "$sys"; sys=$wrapper; }
 	echo "$sys"
 	exit 0
@@ -88,7 +122,7 @@ if [ $check_only = 1 ]; then
 fi
 
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
-	say "no working criu >= 4.0 and no apt-get/dpkg-deb to provision Debian $suite's; install CRIU >= 4.0 and put it on PATH"
+	say "no working criu >= 4.$need_minor and no apt-get/dpkg-deb to provision Debian's; install CRIU >= 4.$need_minor and put it on PATH"
 	exit 69
 }
 
@@ -97,61 +131,70 @@ if [ -z "$mirror" ]; then
 	say "no Debian archive in apt's sources (/etc/apt/sources.list*) serves this system's release; set CRIU_DEBIAN_MIRROR to one"
 	exit 69
 fi
-say "provisioning Debian $suite's criu from $mirror under $dest (system criu missing or unusable)"
-apt=$dest/apt
-rm -rf "$dest.tmp"
-mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$dest.tmp"
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-echo "deb [signed-by=$keyring] $mirror $suite main" >"$apt/sources.list"
-: >"$apt/status"
-opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-	-o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
-	-o "Dir::Cache=$apt" -o "Dir::Cache::Archives=$apt/archives"
-	-o "APT::Architecture=$(dpkg --print-architecture)" -o "APT::Architectures::=$(dpkg --print-architecture)"
-	-o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-
-if ! apt-get "${opts[@]}" -qq update >&2; then
-	say "could not read the package lists of Debian $suite from $mirror"
-	exit 69
-fi
-
-# The dependency closure of criu, without recommends; virtual names are dropped
-# (their providers are listed too).
-mapfile -t pkgs < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
-	--no-conflicts --no-breaks --no-replaces --no-enhances --no-pre-depends criu 2>/dev/null |
-	sed -n 's/^\([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
-mapfile -t pre < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
-	--no-conflicts --no-breaks --no-replaces --no-enhances criu 2>/dev/null |
-	sed -n 's/^ *PreDepends: \([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
-pkgs+=("${pre[@]}")
-# criu's python tooling (crit) and the shell are not needed to dump and restore.
-mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u | grep -Ev '^(python3.*|perl.*|debconf.*|dpkg|install-info|tzdata|media-types|readline-common|netbase|sensible-utils)$')
-[ ${#pkgs[@]} -gt 0 ] || { say "could not resolve criu's dependencies in Debian $suite"; exit 69; }
-say "downloading ${#pkgs[@]} packages: ${pkgs[*]}"
-(cd "$apt/archives" && apt-get "${opts[@]}" -qq download "${pkgs[@]}" >&2) || {
-	say "download of Debian $suite packages failed"
-	exit 69
+# provision SUITE: Debian SUITE's criu and its libraries unpacked under $dest,
+# the wrapper written: 0 when it works here.
+provision() {
+	local suite=$1 apt keyring opts pkgs pre deb multiarch libdir loader
+	say "provisioning Debian $suite's criu from $mirror under $dest"
+	apt=$dest/apt
+	rm -rf "$dest.tmp" "$apt/lists"
+	mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$dest.tmp"
+	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	echo "deb [signed-by=$keyring] $mirror $suite main" >"$apt/sources.list"
+	: >"$apt/status"
+	opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
+		-o "Dir::Cache=$apt" -o "Dir::Cache::Archives=$apt/archives"
+		-o "APT::Architecture=$(dpkg --print-architecture)" -o "APT::Architectures::=$(dpkg --print-architecture)"
+		-o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
+	if ! apt-get "${opts[@]}" -qq update >&2; then
+		say "could not read the package lists of Debian $suite from $mirror"
+		return 1
+	fi
+	# The dependency closure of criu, without recommends; virtual names are
+	# dropped (their providers are listed too).
+	mapfile -t pkgs < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
+		--no-conflicts --no-breaks --no-replaces --no-enhances --no-pre-depends criu 2>/dev/null |
+		sed -n 's/^\([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
+	mapfile -t pre < <(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests \
+		--no-conflicts --no-breaks --no-replaces --no-enhances criu 2>/dev/null |
+		sed -n 's/^ *PreDepends: \([a-z0-9][a-z0-9+.-]*\)$/\1/p' | sort -u)
+	pkgs+=("${pre[@]}")
+	# criu's python tooling (crit) and the shell are not needed to dump and restore.
+	mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u | grep -Ev '^(python3.*|perl.*|debconf.*|dpkg|install-info|tzdata|media-types|readline-common|netbase|sensible-utils)$')
+	[ ${#pkgs[@]} -gt 0 ] || { say "could not resolve criu's dependencies in Debian $suite"; return 1; }
+	say "downloading ${#pkgs[@]} packages: ${pkgs[*]}"
+	(cd "$apt/archives" && apt-get "${opts[@]}" -qq download "${pkgs[@]}" >&2) || {
+		say "download of Debian $suite packages failed"
+		return 1
+	}
+	for deb in "$apt/archives"/*.deb; do
+		dpkg-deb -x "$deb" "$dest.tmp/root"
+	done
+	rm -rf "$apt/archives"/*.deb
+	multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+	libdir=$dest/root/usr/lib/$multiarch
+	loader=$(cd "$dest.tmp/root/usr/lib/$multiarch" && ls ld-linux*.so.* 2>/dev/null | head -n1)
+	[ -n "$loader" ] && [ -x "$dest.tmp/root/usr/sbin/criu" ] || { say "unpacked packages lack the loader or criu"; return 1; }
+	rm -rf "$dest/root"
+	mv "$dest.tmp/root" "$dest/root"
+	rmdir "$dest.tmp"
+	# Debian $suite's criu through its own libc's loader.
+	write_wrapper "$libdir/$loader" --library-path "$libdir:$dest/root/lib/$multiarch" "$dest/root/usr/sbin/criu"
+	works "$wrapper" || {
+		say "Debian $suite's criu does not serve here:"
+		"$wrapper" check >&2 || true
+		rm -f "$wrapper"
+		return 1
+	}
 }
-for deb in "$apt/archives"/*.deb; do
-	dpkg-deb -x "$deb" "$dest.tmp/root"
+
+for suite in $suites; do
+	if provision "$suite"; then
+		say "criu $("$wrapper" --version | sed -n 's/^Version: *//p') ready: $wrapper"
+		echo "$wrapper"
+		exit 0
+	fi
 done
-
-multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
-libdir=$dest/root/usr/lib/$multiarch
-loader=$(cd "$dest.tmp/root/usr/lib/$multiarch" && ls ld-linux*.so.* 2>/dev/null | head -n1)
-[ -n "$loader" ] && [ -x "$dest.tmp/root/usr/sbin/criu" ] || { say "unpacked packages lack the loader or criu"; exit 69; }
-rm -rf "$dest/root"
-mv "$dest.tmp/root" "$dest/root"
-rmdir "$dest.tmp"
-# Debian $suite's criu through its own libc's loader.
-write_wrapper "$libdir/$loader" --library-path "$libdir:$dest/root/lib/$multiarch" "$dest/root/usr/sbin/criu"
-rm -rf "$apt/archives"/*.deb
-
-if works "$wrapper"; then
-	say "criu $("$wrapper" --version | sed -n 's/^Version: *//p') ready: $wrapper"
-	echo "$wrapper"
-	exit 0
-fi
-say "the provisioned criu does not pass 'criu check' on this kernel:"
-"$wrapper" check >&2 || true
+say "no CRIU >= 4.$need_minor that works on this kernel could be provisioned (tried Debian: $suites)"
 exit 69

@@ -4,8 +4,11 @@
  * 0.2.0, CRIU 4.1): a shared object in CRIU's library directory exports a
  * descriptor named CR_PLUGIN_DESC; CRIU calls init and exit once per stage and
  * each hook it has, in every plugin until one returns something other than
- * -ENOTSUP. CRIU 4.1.1 knows 12 hooks; later versions add more after them, and
- * accept a descriptor that lists fewer. */
+ * -ENOTSUP. CRIU 4.1.1 knows 12 hooks and refuses a descriptor that lists more
+ * ("Corrupted plugin"); 4.2 adds a 13th after them and accepts a descriptor
+ * that lists fewer. So the descriptor lists 12: one binary loads in both
+ * (test_criu_plugin dumps and restores under each). Nothing here reads CRIU's
+ * internal structures (its option fields moved in 4.2). */
 #ifndef CUSNAP_CRIU_ABI_H
 #define CUSNAP_CRIU_ABI_H
 

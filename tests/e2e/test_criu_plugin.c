@@ -124,6 +124,55 @@ static void multicast_and_ipc(void)
 	dump_restore("plug-ipc", "native", 1, 2, false, false, ipc);
 }
 
+/* One plugin binary in CRIU 4.1.x and 4.2.x (DESIGN.md §9.3): CRIU 4.2 knows 13
+ * hooks, 4.1.1 refuses a descriptor that lists more than its 12 ("Corrupted
+ * plugin"), so the plugin lists 12; each CRIU loads it (its own log says so),
+ * dumps the example group and restores it, the group verifying itself. The
+ * older CRIU is what make test provisions beside the current one
+ * (BUILD/criu-old-path). */
+static void both_crius(void)
+{
+	char old[PATH_MAX], current[PATH_MAX];
+	if (test_find_criu_old(old, sizeof(old)) != 0) {
+		printf("  (skipped: no older CRIU provisioned; make test runs scripts/setup-criu.sh --suite trixie)\n");
+		return;
+	}
+	long v_old = test_criu_version(old), v_cur = test_criu_version(criu);
+	printf("  CRIU %ld.%ld.%ld and %ld.%ld.%ld\n", v_cur / 1000000, v_cur / 1000 % 1000, v_cur % 1000,
+	       v_old / 1000000, v_old / 1000 % 1000, v_old % 1000);
+	CHECK(v_old >= 4001000 && v_old < 4002000);
+	if (v_cur < 4002000) {
+		printf("  (skipped: the CRIU in use is older than 4.2; a kernel before 6.16 needs none newer)\n");
+		return;
+	}
+	snprintf(current, sizeof(current), "%s", criu);
+	const char *const which[] = {current, old};
+	for (int i = 0; i < 2; i++) {
+		snprintf(criu, sizeof(criu), "%s", which[i]);
+		char name[16];
+		snprintf(name, sizeof(name), "plug-v%d", i);
+		struct group g;
+		if (group_start(&g, name, 1, 2, false, NULL, NULL, NULL) < 0)
+			break;
+		char dir[PATH_MAX + 32], *out;
+		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+		CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, NULL, &out), 0, "native checkpoint");
+		group_dumped(&g);
+		char *log = criu_log(dir, "dump.log");
+		CHECK_CONTAINS(log, "Plugin \"cusnap\"");
+		free(log);
+		CHECK_SAYS(out, restore(dir, getsid(g.root) != g.root, &out), 0, "topology identical");
+		log = criu_log(dir, "restore.log");
+		CHECK_CONTAINS(log, "Plugin \"cusnap\"");
+		free(log);
+		pid_t root = restored_root(dir);
+		CHECK(root > 0);
+		if (root > 0)
+			CHECK_EQ(restored_passes(&g, root), 2);
+	}
+	snprintf(criu, sizeof(criu), "%s", current);
+}
+
 /* A dump that fails after the plugin prepared (at PAUSE_DEVICES, or once the
  * tree was checkpointed): when `criu dump` returns (non-zero) the tree is put
  * back already, and verifies itself; why is in CRIU's own log too. */
@@ -537,6 +586,7 @@ int main(void)
 	test_run("criu dump/restore with the plugin: 3 processes, 4 allocations, own PID namespace, host and native",
 		 group_own_ns);
 	test_run("criu dump/restore with the plugin: a multicast group, a legacy-IPC pair", multicast_and_ipc);
+	test_run("one plugin binary loaded by CRIU 4.1.x and 4.2.x: a dump and a restore under each", both_crius);
 	test_run("a dump failing after the plugin prepared: the tree runs on and verifies itself", dump_failing);
 	test_run("criu dump -R with the plugin: the tree runs on, snapshot-complete", leave_running);
 	test_run("no interposer: native steps only, restored", without_interposer);

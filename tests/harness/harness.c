@@ -381,6 +381,39 @@ int test_find_criu(char *out, size_t len)
 	return access(out, X_OK);
 }
 
+int test_find_criu_old(char *out, size_t len)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/../../criu-old-path", test_exe_dir());
+	char *text = test_read_file(path);
+	int rc = -1;
+	if (text && *text) {
+		text[strcspn(text, "\n")] = '\0';
+		snprintf(out, len, "%s", text);
+		rc = access(out, X_OK) == 0 ? 0 : -1;
+	}
+	free(text);
+	return rc;
+}
+
+long test_criu_version(const char *criu)
+{
+	char *argv[] = {(char *)criu, "--version", NULL}, *text;
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/criu-version-%d", (int)getpid());
+	if (test_run_cmd(argv, path, 10000) != 0)
+		return -1;
+	text = test_read_file(path);
+	unlink(path);
+	int major = 0, minor = 0, patch = 0;
+	const char *v = text ? strstr(text, "Version:") : NULL;
+	long version = v && sscanf(v, "Version: %d.%d.%d", &major, &minor, &patch) >= 2
+			       ? major * 1000000L + minor * 1000L + patch
+			       : -1;
+	free(text);
+	return version;
+}
+
 bool test_child_passes(const char *fault, void (*fn)(void *arg), void *arg)
 {
 	fflush(stdout);

@@ -116,6 +116,11 @@ int test_run_cmd(char *const argv[], const char *log_path, int timeout_ms);
 /* The criu the tests use: $CRIU, else what `make test` provisioned
  * (BUILD/criu-path, else BUILD/criu/criu). Returns 0 when it is executable. */
 int test_find_criu(char *out, size_t len);
+/* The older CRIU make test provisions beside it (BUILD/criu-old-path, written
+ * by scripts/setup-criu.sh --suite trixie): 0 with its path, or -1. */
+int test_find_criu_old(char *out, size_t len);
+/* The version CRIU at path prints (4.2.1 as 4002001), or -1. */
+long test_criu_version(const char *criu);
 /* For a test that dumps and restores with CRIU: skip it under a sanitizer,
  * without root or without CRIU; otherwise the criu into out, and this process
  * made the subreaper of the trees CRIU restores (so that it can reap them). */
