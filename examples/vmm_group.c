@@ -43,7 +43,8 @@
  *
  * VMM_GROUP_TCP=listen:PORT|connect:PORT links the parent to another tree's
  * over TCP on the loopback (vmm_group_tcp.h): a token both ways when ready,
- * another after restore-complete.
+ * another after restore-complete; VMM_GROUP_TCP=self, a listener and a
+ * connection of its own, as NCCL's bootstrap leaves a rank.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
@@ -612,6 +613,7 @@ static int parent_main(int *socks, pid_t *pids)
 	if (release && import_kept() < 0)
 		return 1;
 	check(tcp_exchange("restored") == 0, "the link to the other tree does not carry a token any more");
+	check(tcp_accepts() == 0, "the restored listener does not accept");
 	verify_local(0, true);
 	if (multicast)
 		mc_verify(0);

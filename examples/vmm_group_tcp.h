@@ -3,7 +3,14 @@
  * connect:PORT): the parents of two trees standing for two nodes of one
  * worker (ranks that talk over TCP, as NCCL's bootstrap and socket transport
  * do) exchange a token when ready, and another over the same connection after
- * restore-complete: the ranks still talk after a group suspend and resume. */
+ * restore-complete: the ranks still talk after a group suspend and resume.
+ *
+ * VMM_GROUP_TCP=self: the parent alone, as NCCL's bootstrap leaves a rank: a
+ * listener on an ephemeral loopback port (no SO_REUSEADDR) kept open, a few
+ * short connections to it that its side closed first (their TIME_WAIT entries
+ * hold its port), and one connection kept, both ends in this process. The
+ * tokens go through that connection; after restore-complete the listener must
+ * also accept a new connection. Its port is printed ("tcp: listening on"). */
 #ifndef VMM_GROUP_TCP_H
 #define VMM_GROUP_TCP_H
 
@@ -16,7 +23,76 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int tcp_link = -1;
+static int tcp_link = -1, tcp_peer = -1, tcp_listener = -1;
+
+/* A loopback connection to port: the socket, or -1. */
+static int tcp_dial(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(s);
+		s = -1;
+	}
+	return s;
+}
+
+/* VMM_GROUP_TCP=self (see above): 0 or -1 (said). */
+static int tcp_self(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 8) < 0 ||
+	    getsockname(l, (struct sockaddr *)&a, &len) < 0) {
+		perror("vmm_group: VMM_GROUP_TCP=self: cannot listen");
+		return -1;
+	}
+	int port = ntohs(a.sin_port);
+	for (int i = 0; i < 3; i++) { /* accepted side closes first: TIME_WAIT on the listener's port */
+		int c = tcp_dial(port), s = c >= 0 ? accept4(l, NULL, NULL, SOCK_CLOEXEC) : -1;
+		if (s < 0) {
+			perror("vmm_group: VMM_GROUP_TCP=self: a short connection failed");
+			return -1;
+		}
+		close(s);
+		char byte;
+		(void)!recv(c, &byte, 1, 0); /* its FIN arrived */
+		close(c);
+	}
+	tcp_link = tcp_dial(port);
+	tcp_peer = tcp_link >= 0 ? accept4(l, NULL, NULL, SOCK_CLOEXEC) : -1;
+	if (tcp_peer < 0) {
+		perror("vmm_group: VMM_GROUP_TCP=self: the kept connection failed");
+		return -1;
+	}
+	tcp_listener = l;
+	printf("vmm_group: tcp: listening on 127.0.0.1:%d\n", port);
+	return 0;
+}
+
+/* After a restore: the listener accepts a new connection. 0 or -1 (said). */
+static int tcp_accepts(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	if (tcp_listener < 0)
+		return 0;
+	int c = getsockname(tcp_listener, (struct sockaddr *)&a, &len) == 0 ? tcp_dial(ntohs(a.sin_port)) : -1;
+	struct pollfd p = {.fd = tcp_listener, .events = POLLIN};
+	int s = c >= 0 && poll(&p, 1, 30000) == 1 ? accept4(tcp_listener, NULL, NULL, SOCK_CLOEXEC) : -1;
+	if (c >= 0)
+		close(c);
+	if (s < 0) {
+		fprintf(stderr, "vmm_group: tcp: the listener accepts no new connection\n");
+		return -1;
+	}
+	close(s);
+	printf("vmm_group: tcp: the listener accepted a new connection\n");
+	return 0;
+}
 
 /* The connection VMM_GROUP_TCP asks for (none: 0), within 30 s. 0 or -1 (said). */
 static int tcp_open(void)
@@ -24,6 +100,8 @@ static int tcp_open(void)
 	const char *spec = getenv("VMM_GROUP_TCP");
 	if (!spec || !*spec)
 		return 0;
+	if (!strcmp(spec, "self"))
+		return tcp_self();
 	bool listening = !strncmp(spec, "listen:", 7);
 	int port = atoi(strchr(spec, ':') ? strchr(spec, ':') + 1 : "0");
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -70,6 +148,20 @@ static int tcp_exchange(const char *token)
 	struct pollfd p = {.fd = tcp_link, .events = POLLIN};
 	if (send(tcp_link, token, n, MSG_NOSIGNAL) != (ssize_t)n)
 		goto bad;
+	if (tcp_peer >= 0) { /* (self: the other end of the connection echoes it) */
+		p.fd = tcp_peer;
+		char echo[32];
+		size_t e = 0;
+		while (e < n && poll(&p, 1, 30000) == 1) {
+			ssize_t r = recv(tcp_peer, echo + e, n - e, 0);
+			if (r <= 0)
+				break;
+			e += (size_t)r;
+		}
+		if (e != n || send(tcp_peer, echo, n, MSG_NOSIGNAL) != (ssize_t)n)
+			goto bad;
+		p.fd = tcp_link;
+	}
 	while (have < n && poll(&p, 1, 30000) == 1) {
 		ssize_t r = recv(tcp_link, got + have, n - have, 0);
 		if (r <= 0)

@@ -32,6 +32,8 @@ int manifest_load(const char *dir, struct manifest *m, char *err, size_t errlen)
 void manifest_free(struct manifest *m);
 /* Was the CRIU dump run with this argument? */
 bool manifest_dump_arg(const struct manifest *m, const char *arg);
+/* The value that follows arg in the dump's arguments (a string), or NULL. */
+const char *manifest_dump_arg_value(const struct manifest *m, const char *arg);
 /* DIR/manifest.json printed readably on stdout: 0, -1 when there is none, -2
  * when it is unreadable (said on stderr). */
 int manifest_print(const char *dir);

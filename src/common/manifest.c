@@ -75,6 +75,18 @@ bool manifest_dump_arg(const struct manifest *m, const char *arg)
 	return false;
 }
 
+const char *manifest_dump_arg_value(const struct manifest *m, const char *arg)
+{
+	const json_t *criu = json_object_get(m->root, "criu");
+	const json_t *args = json_is_object(criu) ? json_object_get(criu, "dump_args") : NULL;
+	for (size_t i = 0; i + 1 < json_array_size(args); i++) {
+		const json_t *a = json_array_get(args, i);
+		if (json_is_string(a) && strcmp(json_string_value(a), arg) == 0)
+			return json_string_value(json_array_get(args, i + 1));
+	}
+	return NULL;
+}
+
 static const char *or_unknown(const char *s)
 {
 	return s ? s : "?";

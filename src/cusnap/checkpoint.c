@@ -129,13 +129,15 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		progress("wait ready", now_ms() - t0, "%s/%s", a->s->control_dir, CONTROL_READY);
 	}
 	struct tree t;
-	json_t *digests = NULL;
+	struct network net = {0};
+	json_t *digests = NULL, *net_json = NULL;
 	int rc = tree_load(pid, a->s, &t);
 	if (rc)
 		return rc;
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
-	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)) || (rc = check_interposer(&t)))
+	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)) || (rc = check_interposer(&t)) ||
+	    (rc = network_check(&t, criu, a->tcp_established, a->criu_config != NULL, &net)))
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
@@ -165,8 +167,13 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		argv[n++] = "--leave-running";
 	if (!session_leader_inside(pid))
 		argv[n++] = "--shell-job";
+	const char *lock = a->criu_config ? NULL : criu_network_lock();
 	if (a->tcp_established)
 		argv[n++] = "--tcp-established";
+	if (a->tcp_established && lock) {
+		argv[n++] = "--network-lock";
+		argv[n++] = (char *)lock;
+	}
 	if (a->criu_config) {
 		argv[n++] = "--config";
 		argv[n++] = (char *)a->criu_config;
@@ -177,7 +184,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
-	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL) < 0) {
+	net_json = network_json(&net);
+	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -205,8 +213,12 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		progress("image digests", now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
 	else
 		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
-	if (!leave_running)
+	if (!leave_running) {
 		dumped_tree_gone(&t);
+		network_after_dump(&net);
+		json_decref(net_json);
+		net_json = network_json(&net);
+	}
 	fault_point(FAULT_KILL_AFTER_DUMP);
 	if (leave_running) {
 		if (signal_caught()) {
@@ -222,7 +234,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests) < 0)
+	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
 			"stands\n",
@@ -249,6 +261,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	rc = EX_OK;
 out:
 	json_decref(digests);
+	json_decref(net_json);
+	network_free(&net);
 	tree_free(&t);
 	return rc;
 }
@@ -402,6 +416,8 @@ static int restore_ready(const struct args *a, struct manifest *m, struct devmap
 		rc = clear_control_dir(m);
 	if (!rc)
 		rc = pids_free(m);
+	if (!rc)
+		rc = network_ports_free(m);
 	if (rc)
 		manifest_free(m);
 	return rc;
@@ -427,6 +443,11 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 		argv[n++] = "--shell-job";
 	if (manifest_dump_arg(m, "--tcp-established"))
 		argv[n++] = "--tcp-established"; /* the connections dumped come back */
+	const char *lock = manifest_dump_arg_value(m, "--network-lock");
+	if (lock && (!strcmp(lock, "nftables") || !strcmp(lock, "iptables"))) {
+		argv[n++] = "--network-lock"; /* unlocked as they were locked */
+		argv[n++] = (char *)lock;
+	}
 	if (a->criu_config) {
 		argv[n++] = "--config";
 		argv[n++] = (char *)a->criu_config;

@@ -69,11 +69,35 @@ json_t *images_digest(const char *images, char *err, size_t errlen);
 /* Does every file of files (images_digest's form) have its recorded size and
  * CRC32C? 0, or -1 with why naming the first that does not. */
 int images_verify(const char *images, const json_t *files, char *why, size_t len);
+/* ---- network.c: a checkpoint's network sockets (DESIGN.md §9.4) ---- */
+struct network {
+	struct inet_sock *socks; /* the tree's, before the dump */
+	size_t n;
+	struct inet_sock *time_wait; /* after the dump: its own closed connections on its ports */
+	size_t ntime_wait;
+};
+/* Before anything changes: the tree's sockets into *net; refused (the exit
+ * code, reported) when the CRIU at criu cannot dump them on this kernel, or
+ * when a connection would need --tcp-established (unless a --criu-config may
+ * give it). */
+int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given,
+		  struct network *net);
+/* After the dump: the TIME_WAIT entries on the tree's ports. */
+void network_after_dump(struct network *net);
+void network_free(struct network *net);
+/* The manifest's "network" object (new reference). */
+json_t *network_json(const struct network *net);
+struct manifest;
+/* Before a restore creates anything: the ports the checkpoint's tree bound on
+ * this host free again (its own TIME_WAIT entries cleared, others waited for);
+ * 0, or the exit code (reported) with nothing done. */
+int network_ports_free(const struct manifest *m);
 /* ---- manifest_write.c ---- */
 /* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
-/* images: the image digests (images_digest; NULL before the dump). */
+/* images: the image digests (images_digest; NULL before the dump); net: the
+ * tree's sockets (network_json). */
 int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images);
+		   const json_t *images, const json_t *net);
 
 #endif

@@ -31,7 +31,7 @@ static json_t *processes_json(const struct tree *t)
 
 int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images)
+		   const json_t *images, const json_t *net)
 {
 	char version[64], hostname[256] = "";
 	criu_version(criu, version, sizeof(version));
@@ -63,6 +63,8 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto
 		return -ENOMEM;
 	if (images)
 		json_object_set(m, "image_files", (json_t *)images);
+	if (net)
+		json_object_set(m, "network", (json_t *)net);
 	char *text = json_dumps(m, JSON_INDENT(2) | JSON_REAL_PRECISION(7));
 	json_decref(m);
 	if (!text)

@@ -21,6 +21,29 @@ static bool executable(const char *p)
 	return p && *p && access(p, X_OK) == 0;
 }
 
+/* Program name on PATH (or the usual directories): true with its path in out. */
+static bool on_path(const char *name, char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+	char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+	bool found = false;
+	for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d && !found;
+	     d = strtok_r(NULL, ":", &save)) {
+		char cand[PATH_MAX + 64];
+		snprintf(cand, sizeof(cand), "%s/%s", d, name);
+		if ((found = executable(cand)))
+			snprintf(out, len, "%s", cand);
+	}
+	free(copy);
+	return found;
+}
+
+const char *criu_network_lock(void)
+{
+	char path[PATH_MAX];
+	return on_path("iptables-restore", path, sizeof(path)) ? NULL : "nftables";
+}
+
 int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 {
 	if (arg) {
@@ -50,18 +73,8 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 			return 0;
 		}
 	}
-	const char *path = getenv("PATH");
-	char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
-	for (char *save = NULL, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		char cand[PATH_MAX + 8];
-		snprintf(cand, sizeof(cand), "%s/criu", d);
-		if (executable(cand)) {
-			snprintf(out, len, "%s", cand);
-			free(copy);
-			return 0;
-		}
-	}
-	free(copy);
+	if (on_path("criu", out, len))
+		return 0;
 	snprintf(err, errlen,
 		 "no criu found (--criu, $CRIU, PATH): run scripts/setup-criu.sh (or 'make criu') to provision CRIU >= "
 		 "4.0");

@@ -41,6 +41,42 @@ char proc_state(pid_t pid, pid_t *parent);
 /* The same, and the kernel's flags of the process (PF_*) into *flags. */
 char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
 
+/* ---- inet.c: a tree's network sockets (DESIGN.md §9.4) ---- */
+struct inet_sock {
+	int family, proto;                   /* AF_INET or AF_INET6; IPPROTO_TCP or IPPROTO_UDP */
+	int state;                           /* the kernel's TCP state (UDP: 1 connected, 7 not) */
+	unsigned char local[16], remote[16]; /* network order; IPv4 in the first 4 bytes */
+	unsigned lport, rport;
+	unsigned long inode; /* 0: no socket file any more (TIME_WAIT) */
+	unsigned uid;
+	pid_t pid;       /* the tree's process that holds it */
+	bool netns_here; /* in cusnap's own network namespace (a restore here binds it again) */
+};
+/* The TCP and UDP sockets the processes hold, into *out (to free): the count,
+ * or -errno. */
+ssize_t inet_of_tree(const struct proc *procs, size_t nprocs, struct inet_sock **out);
+/* A connected TCP socket: CRIU dumps it only with --tcp-established. */
+bool inet_needs_tcp_established(const struct inet_sock *s);
+/* "127.0.0.1:4242" or "[::1]:4242": s's local (or remote) endpoint. */
+void inet_endpoint_text(const struct inet_sock *s, bool remote, char *out, size_t len);
+/* The reverse: 0, or -EINVAL. */
+int inet_endpoint_parse(const char *text, int *family, unsigned char addr[16], unsigned *port);
+const char *inet_state_name(int proto, int state);
+/* Can CRIU of version (its --version text) dump inet sockets on this kernel?
+ * false, with why naming the fix, for CRIU before 4.2 on kernels >= 6.16. */
+bool criu_dumps_inet(const char *version, char *why, size_t len);
+/* The TIME_WAIT entries on this host whose local endpoint collides with a
+ * port the tree listened on (tree[0..n), as inet_of_tree read them): after a
+ * dump, the tree's own closed connections. The count into *out, or -errno. */
+ssize_t inet_time_wait_of(const struct inet_sock *tree, size_t n, struct inet_sock **out);
+/* Before a restore here: every port the tree listened on (TCP) or was bound to
+ * (UDP) bindable again. A TIME_WAIT entry in ours (inet_time_wait_of, at the
+ * dump) is destroyed; another closing entry is waited for, at most wait_ms
+ * (said on stderr); a live socket of another process is named. 0, or
+ * -EADDRINUSE with why. */
+int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_sock *ours, size_t nours, int wait_ms,
+		    char *why, size_t len);
+
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {
 	void *lib;
@@ -271,6 +307,10 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 const char *state_name(int s);
 
 /* ---- criu.c ---- */
+/* The network lock CRIU is told to use while it dumps or restores TCP
+ * connections: NULL for its default (iptables) when iptables-restore is on
+ * PATH, else "nftables" (CRIU's own libnftables; nothing to install). */
+const char *criu_network_lock(void);
 /* The criu to run: --criu, $CRIU, PATH, or the project's provisioned one.
  * Returns 0, or -1 with err naming the fix (exit 69). */
 int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
