@@ -10,10 +10,17 @@
  * communicator supports symmetric windows), enqueues collectives, and fills the
  * buffer with its pattern. Then it writes ready-for-snapshot (rank 0, once every
  * rank is set up) and parks until restore-complete appears in the control
- * directory ($SNAPSHOT_CONTROL_DIR). After release each rank checks its bytes,
- * enqueues again, and tears down through NCCL (deregister, ncclMemFree,
- * ncclCommDestroy); the driver must then hold no live allocation of the rank
- * (cuemu says). Every rank prints "PASS nccl_group rank R" or "FAIL ...".
+ * directory ($SNAPSHOT_CONTROL_DIR). Each rank also imports its previous
+ * neighbour's NCCL buffer through the driver (its POSIX FD sent over a Unix
+ * socket, as PyTorch's symmetric memory shares NCCL-allocated memory) and maps
+ * it. After release each rank checks its bytes; writes a mark through its
+ * import and, once every rank has, finds its next neighbour's mark in its own
+ * buffer (the memory is still one, not private copies); splits a new
+ * communicator off the old one (ncclCommSplit: NCCL's bootstrap network, its
+ * TCP connections, must carry it) and enqueues a collective on both; and tears
+ * down through NCCL (deregister, ncclMemFree, ncclCommDestroy of both); the
+ * driver must then hold no live allocation of the rank (cuemu says). Every
+ * rank prints "PASS nccl_group rank R" or "FAIL ...".
  * Kernels never run on cuemu: results of collectives are not checked here
  * (tests/gpu/run.sh checks them on a GPU). */
 #include <dlfcn.h>
@@ -27,19 +34,39 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 struct shared {
 	volatile int have_id;
-	volatile int set_up; /* ranks done setting up */
+	volatile int set_up;  /* ranks done setting up */
+	volatile int checked; /* ranks done checking their bytes after release */
+	volatile int marked;  /* ranks that wrote their mark through their import */
 	ncclUniqueId id;
 };
+
+/* The driver calls the import takes, resolved through the runtime. */
+static struct {
+	CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
+	CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+	CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*unmap)(CUdeviceptr, size_t);
+	CUresult (*free_range)(CUdeviceptr, size_t);
+	CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+} drv;
+/* Where a mark goes: the last 64 bytes of a buffer (the bytes check covers the rest). */
+#define MARK_BYTES 64
 
 static int nranks = 2, timeout_s = 60;
 static size_t size = 4 << 20;
@@ -95,7 +122,92 @@ static int live_allocations(void)
 	return live ? live() : -1;
 }
 
-static int rank_main(int rank, struct shared *sh)
+static int resolve(void **fn, const char *name)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	return cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+			       q == cudaDriverEntryPointSuccess && *fn
+		       ? 0
+		       : -1;
+}
+
+static int driver_calls(void)
+{
+	return resolve((void **)&drv.retain, "cuMemRetainAllocationHandle") |
+	       resolve((void **)&drv.export_fd, "cuMemExportToShareableHandle") |
+	       resolve((void **)&drv.import_fd, "cuMemImportFromShareableHandle") |
+	       resolve((void **)&drv.release, "cuMemRelease") | resolve((void **)&drv.reserve, "cuMemAddressReserve") |
+	       resolve((void **)&drv.map, "cuMemMap") | resolve((void **)&drv.set_access, "cuMemSetAccess") |
+	       resolve((void **)&drv.unmap, "cuMemUnmap") | resolve((void **)&drv.free_range, "cuMemAddressFree") |
+	       resolve((void **)&drv.range, "cuMemGetAddressRange");
+}
+
+static int send_fd(int sock, int fd)
+{
+	char byte = 'F', cbuf[CMSG_SPACE(sizeof(int))] = {0};
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int sock)
+{
+	char byte, cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	int fd = -1;
+	struct cmsghdr *c = recvmsg(sock, &m, 0) == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+	if (c && c->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+/* Buffer buf (allocated by NCCL) exported to the next rank over to_next, and
+ * the previous rank's imported and mapped at *peer (its size *len). 0, or -1. */
+static int share_with_neighbours(int rank, int device, void *buf, int to_next, int from_prev, CUdeviceptr *peer,
+				 size_t *len)
+{
+	CUmemGenericAllocationHandle h, imported;
+	CUdeviceptr base;
+	int fd = -1;
+	if (drv.range(&base, len, (CUdeviceptr)(uintptr_t)buf) || drv.retain(&h, buf) ||
+	    drv.export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) || drv.release(h) ||
+	    send_fd(to_next, fd) < 0) {
+		fprintf(stderr, "nccl_group rank %d: cannot export its NCCL buffer to the next rank\n", rank);
+		return -1;
+	}
+	close(fd);
+	int in = recv_fd(from_prev);
+	CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if (in < 0 || drv.import_fd(&imported, (void *)(uintptr_t)in, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+	    drv.reserve(peer, *len, 0, 0, 0) || drv.map(*peer, *len, 0, imported, 0) ||
+	    drv.set_access(*peer, *len, &rw, 1) || drv.release(imported)) {
+		fprintf(stderr, "nccl_group rank %d: cannot import the previous rank's NCCL buffer\n", rank);
+		return -1;
+	}
+	close(in);
+	return 0;
+}
+
+/* Every rank past counter c (a barrier over the ranks' shared memory). */
+static int all_reach(volatile int *c)
+{
+	__atomic_add_fetch(c, 1, __ATOMIC_ACQ_REL);
+	for (int waited = 0; __atomic_load_n(c, __ATOMIC_ACQUIRE) < nranks; waited++) {
+		if (waited > timeout_s * 100)
+			return -1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 {
 	int ndev = 0;
 	RT(rank, cudaGetDeviceCount(&ndev));
@@ -131,6 +243,12 @@ static int rank_main(int rank, struct shared *sh)
 	unsigned char *host = malloc(size), *back = malloc(size);
 	if (!host || !back)
 		FAIL(rank, "out of memory");
+	CUdeviceptr peer = 0;
+	size_t peer_len = 0;
+	if (driver_calls() < 0)
+		FAIL(rank, "the driver's VMM calls cannot be resolved through the runtime");
+	if (nranks > 1 && share_with_neighbours(rank, rank % ndev, buf, to_next, from_prev, &peer, &peer_len) < 0)
+		FAIL(rank, "sharing with its neighbours failed");
 	pattern(host, size, rank, 0);
 	RT(rank, cudaMemcpy(buf, host, size, cudaMemcpyHostToDevice));
 	/* Collectives enqueued (kernels never run on the emulator: no effect). */
@@ -157,8 +275,37 @@ static int rank_main(int rank, struct shared *sh)
 	RT(rank, cudaMemcpy(back, buf, size, cudaMemcpyDeviceToHost));
 	if (memcmp(back, host, size) != 0)
 		FAIL(rank, "the buffer's bytes changed");
+	if (nranks > 1) {
+		/* A mark through the import of the previous rank's buffer; the next
+		 * rank's found in this one's. */
+		unsigned char mark[MARK_BYTES], want[MARK_BYTES];
+		if (all_reach(&sh->checked) < 0)
+			FAIL(rank, "the other ranks did not check their bytes within %d s", timeout_s);
+		memset(mark, 0xC0 + rank, sizeof(mark));
+		memset(want, 0xC0 + (rank + 1) % nranks, sizeof(want));
+		RT(rank, cudaMemcpy((void *)(uintptr_t)(peer + size - MARK_BYTES), mark, MARK_BYTES,
+				    cudaMemcpyHostToDevice));
+		if (all_reach(&sh->marked) < 0)
+			FAIL(rank, "the other ranks did not write their marks within %d s", timeout_s);
+		RT(rank, cudaMemcpy(back, (char *)buf + size - MARK_BYTES, MARK_BYTES, cudaMemcpyDeviceToHost));
+		if (memcmp(back, want, MARK_BYTES) != 0)
+			FAIL(rank, "rank %d's mark, written through its import, is not in this rank's buffer: the "
+				   "memory is no longer shared",
+			     (rank + 1) % nranks);
+		if (drv.unmap(peer, peer_len) || drv.free_range(peer, peer_len))
+			FAIL(rank, "cannot unmap its import");
+	}
 	NC(rank, ncclAllReduce(buf, buf, size / sizeof(float), ncclFloat, ncclSum, comm, s));
 	RT(rank, cudaStreamSynchronize(s));
+	/* NCCL's bootstrap network again: a communicator split off this one. */
+	ncclComm_t split;
+	NC(rank, ncclCommSplit(comm, 0, rank, &split, NULL));
+	NC(rank, ncclAllReduce(buf, buf, size / sizeof(float), ncclFloat, ncclSum, split, s));
+	RT(rank, cudaStreamSynchronize(s));
+	NC(rank, ncclCommDestroy(split));
+	printf("nccl_group rank %d: after release: bytes, marks through imports, ncclCommSplit and collectives on both "
+	       "communicators\n",
+	       rank);
 	if (win)
 		NC(rank, ncclCommWindowDeregister(comm, win));
 	NC(rank, ncclCommDeregister(comm, reg));
@@ -199,12 +346,17 @@ int main(int argc, char **argv)
 	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
+	/* links[r]: rank r (end 0) to rank r + 1 (end 1), for the buffer's FD. */
+	int links[64][2];
+	for (int r = 0; r < nranks; r++)
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, links[r]) < 0)
+			return 1;
 	pid_t kids[64];
 	for (int r = 0; r < nranks; r++) {
 		kids[r] = fork();
 		if (kids[r] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			int rc = rank_main(r, sh);
+			int rc = rank_main(r, sh, links[r][0], links[(r + nranks - 1) % nranks][1]);
 			fflush(NULL); /* (buffered output goes with _exit otherwise) */
 			_exit(rc);
 		}

@@ -76,6 +76,8 @@ static struct {
 	enum proto_content content;
 	int *restore_tid;  /* each CUDA process's restore thread, asked while it runs */
 	struct devmap map; /* restore: the GPUs the checkpoint's are restored onto */
+	struct inet_sock *socks; /* dump: the tree's sockets, read while it runs */
+	size_t nsocks;
 	struct helper helper;
 	bool criu_fails; /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
 } P;
@@ -241,6 +243,8 @@ static int pause_devices(int pid)
 	}
 	if (dump_refused(pid, rc) || tree_hold(&P.t, "criu dump") || check_freezable(&P.t) || check_interposer(&P.t))
 		return -1; /* (said; nothing changed) */
+	ssize_t ns = inet_of_tree(P.t.procs, P.t.nprocs, &P.socks);
+	P.nsocks = ns > 0 ? (size_t)ns : 0;
 	/* The restore threads now: once the tree is frozen no process answers. */
 	P.restore_tid = calloc(P.t.ncuda + 1, sizeof(*P.restore_tid));
 	for (size_t i = 0; P.restore_tid && i < P.t.ncuda; i++) {
@@ -272,10 +276,17 @@ static int pause_devices(int pid)
 /* The plugin's image: what the restore needs besides the state file. */
 static int write_image(void)
 {
+	/* The TIME_WAIT entries the tree's own connections left on its ports: a
+	 * restore on this host clears them (DESIGN.md §9.4). */
+	struct inet_sock *tw = NULL;
+	ssize_t ntw = P.nsocks ? inet_time_wait_of(P.socks, P.nsocks, &tw) : 0;
 	struct plugin_image im = {.content = P.content,
 				  .vmm = P.t.nshim > 0,
 				  .cuda_processes = P.t.ncuda,
-				  .gpus = devmap_gpus_json(&P.t.nat)};
+				  .gpus = devmap_gpus_json(&P.t.nat),
+				  .network = P.nsocks ? inet_record(P.socks, P.nsocks, tw, ntw > 0 ? (size_t)ntw : 0)
+						      : NULL};
+	free(tw);
 	char why[PATH_MAX + 200];
 	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.control);
 	control_host_path(P.root, P.control, im.control_dir_here, sizeof(im.control_dir_here));
@@ -431,6 +442,11 @@ static int read_image(char *here, size_t len)
 	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
 	snprintf(here, len, "%s", im.control_dir_here);
 	int rc = restore_map(im.gpus) < 0 ? -1 : 1;
+	/* The ports the tree bound, free again (its own TIME_WAIT entries cleared). */
+	if (rc > 0 && im.network && inet_record_ports_free(im.network, INET_PORT_WAIT_MS, why, sizeof(why)) < 0) {
+		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		rc = -1;
+	}
 	plugin_image_free(&im);
 	return rc;
 }
@@ -590,6 +606,9 @@ static void plugin_exit(int stage, int ret)
 	P.loaded = false;
 	free(P.restore_tid);
 	P.restore_tid = NULL;
+	free(P.socks);
+	P.socks = NULL;
+	P.nsocks = 0;
 	peer_detach();
 	if (P.helper.pid || P.criu_fails) {
 		static bool registered;

@@ -22,6 +22,8 @@ int plugin_image_write(const char *dir, const struct plugin_image *im, char *why
 			      json_text(im->control_dir), "control_dir_here", json_text(im->control_dir_here),
 			      "cuda_processes", (json_int_t)im->cuda_processes, "gpus",
 			      im->gpus ? im->gpus : json_array());
+	if (j && im->network)
+		json_object_set(j, "network", im->network);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *step = "encode";
@@ -50,7 +52,9 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 			  : !control || control[0] != '/'              ? "no control_dir"
 			  : !proto_content_parse(content)              ? "no content mode"
 			  : !json_is_array(json_object_get(j, "gpus")) ? "no GPU list"
-								       : NULL;
+			  : json_object_get(j, "network") && !json_is_object(json_object_get(j, "network"))
+				  ? "a malformed network record"
+				  : NULL;
 	if (bad) {
 		snprintf(why, len, "%s: %s", path, bad);
 		json_decref(j);
@@ -62,6 +66,7 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	snprintf(im->control_dir_here, sizeof(im->control_dir_here), "%s", here && here[0] == '/' ? here : "");
 	im->cuda_processes = (size_t)json_member_number(j, "cuda_processes", 0);
 	im->gpus = json_incref(json_object_get(j, "gpus"));
+	im->network = json_incref(json_object_get(j, "network"));
 	json_decref(j);
 	return 1;
 }
@@ -69,5 +74,6 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 void plugin_image_free(struct plugin_image *im)
 {
 	json_decref(im->gpus);
-	im->gpus = NULL;
+	json_decref(im->network);
+	im->gpus = im->network = NULL;
 }

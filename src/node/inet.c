@@ -471,9 +471,13 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 				free(v);
 				return -EADDRINUSE;
 			}
+			/* The tree's own: an entry recorded at the dump, or one of its
+			 * recorded connections closed since (a restore killed). */
 			bool own = false;
 			for (size_t k = 0; k < nours && !own; k++)
 				own = same_tuple(&v[i], &ours[k]);
+			for (size_t k = 0; k < n && !own; k++)
+				own = tree[k].proto == IPPROTO_TCP && same_tuple(&v[i], &tree[k]);
 			if (own && v[i].state == TCPS_TIME_WAIT && destroy(&v[i]) == 0) {
 				destroyed++;
 				continue;

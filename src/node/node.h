@@ -71,11 +71,20 @@ bool criu_dumps_inet(const char *version, char *why, size_t len);
 ssize_t inet_time_wait_of(const struct inet_sock *tree, size_t n, struct inet_sock **out);
 /* Before a restore here: every port the tree listened on (TCP) or was bound to
  * (UDP) bindable again. A TIME_WAIT entry in ours (inet_time_wait_of, at the
- * dump) is destroyed; another closing entry is waited for, at most wait_ms
+ * dump) or with the four-tuple of one of the tree's connections is destroyed; another closing entry is waited for, at most wait_ms
  * (said on stderr); a live socket of another process is named. 0, or
  * -EADDRINUSE with why. */
 int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_sock *ours, size_t nours, int wait_ms,
 		    char *why, size_t len);
+/* How long a restore waits for a closing connection on one of its ports that
+ * is not the tree's own: a TIME_WAIT lasts 60 s on Linux. */
+#define INET_PORT_WAIT_MS 65000
+/* ---- inet_record.c: the record of a checkpoint's sockets ---- */
+typedef struct json_t json_t;
+/* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
+json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
+/* inet_ports_free over a record: 0, -EINVAL (malformed) or -EADDRINUSE, with why. */
+int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {

@@ -8,6 +8,17 @@
 # exported with --export and restored with --import into a new container. Each
 # restored group verifies its bytes and sharing itself and exits 0.
 #
+# check_podman.sh --nccl (tests/e2e/test_nccl runs it, once NCCL is built): a
+# 2-rank group of the real NCCL in a container checkpointed and restored with
+# --tcp-established, its bootstrap connections restored; every rank checks
+# its bytes, its marks through its imports, splits a communicator and passes.
+# The container uses the host's network namespace, and NCCL its loopback alone
+# (NCCL_SOCKET_IFNAME=lo): with --network none, podman restores the container
+# into a new namespace whose loopback is not up when CRIU reconnects the
+# sockets ("Can't connect inet socket back: Network is unreachable"); here
+# the plugin clears the TIME_WAIT entries NCCL's own connections left on its
+# ports before CRIU binds them again.
+#
 # Installs Debian's podman and runc when missing. What it has to set, and why:
 # - runtime runc (Debian's crun 1.8.1 fails: "cgroups in hybrid mode not
 #   supported"), cgroup_manager cgroupfs, and default_ulimits = [] (machines
@@ -37,7 +48,10 @@ fail() {
 	done
 	exit 1
 }
+nccl=0
+[ "${1:-}" = --nccl ] && nccl=1
 [ -n "${CUSNAP_SANITIZER:-}" ] && skip "CRIU loads the plugin of the plain build only"
+[ $nccl = 0 ] || [ -x "$build/examples/nccl_group" ] || skip "no $build/examples/nccl_group (make nccl)"
 [ "$(id -u)" = 0 ] || skip "podman checkpoint needs root"
 criu=$("$repo/scripts/setup-criu.sh" "$build" 2>/dev/null | tail -n1)
 [ -x "$criu" ] || skip "no working CRIU (scripts/setup-criu.sh)"
@@ -80,6 +94,9 @@ ln -s "$plugin" "$w/plugins/cusnap_plugin.so"
 say_conf() { printf 'libcuda = %s\ncontent = %s\n' "$build/emu/libcuda.so.1" "$1" >"$w/plugins/cusnap.conf"; }
 criu_conf() { # dump | restore
 	echo "libdir $w/plugins" >"$w/criu.conf"
+	# TCP connections are locked while CRIU works: with CRIU's own nftables
+	# where iptables-restore is not installed.
+	command -v iptables-restore >/dev/null || echo "network-lock nftables" >>"$w/criu.conf"
 	[ "$1" = restore ] && echo "mntns-compat-mode" >>"$w/criu.conf"
 	return 0
 }
@@ -121,6 +138,39 @@ passed() {
 	cat "$ctl/group.log"
 	return 1
 }
+
+if [ $nccl = 1 ]; then
+	name=nccl ctl=$w/ctl-nccl
+	mkdir -p "$ctl"
+	"$build/bin/cuemu-topo" --kind pcie --devices 2 >"$w/topo.xml" || fail "cuemu-topo"
+	say_conf host
+	criu_conf dump
+	"${P[@]}" run -d --name "$name" --network host --annotation "org.criu.config=$w/criu.conf" \
+		-e LD_LIBRARY_PATH="$build/emu:$build/lib" -e SNAPSHOT_CONTROL_DIR="$ctl" -e CUEMU_DEVICES=2 \
+		-e NCCL_TOPO_FILE="$w/topo.xml" -e NCCL_HOSTID=cusnap-podman -e NCCL_NVLS_ENABLE=0 \
+		-e NCCL_SOCKET_IFNAME=lo "${binds[@]}" -v "$ctl:$ctl" -v "$w/topo.xml:$w/topo.xml:ro" \
+		--tmpfs /tmp localhost/cusnap-rootfs /bin/sh -c \
+		"exec $build/bin/cusnap run -- $build/examples/nccl_group --ranks 2 --timeout 180 >$ctl/group.log 2>&1" \
+		>/dev/null || fail "cannot start $name"
+	for _ in $(seq 1200); do
+		[ -e "$ctl/ready-for-snapshot" ] && break
+		sleep 0.1
+	done
+	[ -e "$ctl/ready-for-snapshot" ] || { cat "$ctl/group.log"; fail "the NCCL group did not get ready"; }
+	out=$("${P[@]}" container checkpoint --tcp-established "$name" 2>&1) ||
+		fail "podman container checkpoint --tcp-established $name: $out"
+	criu_conf restore
+	out=$("${P[@]}" container restore --tcp-established "$name" 2>&1) ||
+		fail "podman container restore --tcp-established $name: $out"
+	rc=$(timeout 180 "${P[@]}" wait "$name" 2>&1 | tail -n1)
+	[ "$rc" = 0 ] && [ "$(grep -c '^PASS nccl_group rank' "$ctl/group.log")" = 2 ] &&
+		[ "$(grep -c 'after release: bytes, marks through imports, ncclCommSplit' "$ctl/group.log")" = 2 ] || {
+		cat "$ctl/group.log"
+		fail "the restored NCCL group did not pass (container exited ${rc:-?})"
+	}
+	echo "ok   podman checkpoint/restore --tcp-established of a 2-rank NCCL group: its connections restored"
+	exit 0
+fi
 
 for content in host native; do
 	name=grp-$content ctl=$w/ctl-$content

@@ -205,8 +205,10 @@ static void eight_ranks(void)
 }
 
 /* Without the interposer: the native steps alone bring every import back as a
- * private copy; no memory object is shared any more, and NCCL notices nothing
- * (every rank passes its own checks). The test must be able to see it. */
+ * private copy; no memory object is shared any more. NCCL does not notice
+ * (every rank's own bytes are intact), but the marks each rank writes through
+ * its import of its neighbour's buffer no longer reach it: every rank fails,
+ * saying so. The test must be able to see it. */
 static void without_interposer(void)
 {
 	struct group g;
@@ -223,44 +225,65 @@ static void without_interposer(void)
 	if (after != 0)
 		test_fail(__FILE__, __LINE__, "without the interposer %d memory objects are still shared (before: %d)",
 			  after, before);
-	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), 2);
+	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), -1);
+	char *log = test_read_file(g.log);
+	CHECK_EQ(count_of(log, "written through its import, is not in this rank's buffer"), 2);
+	CHECK(!contains(log, "bytes changed")); /* (its own bytes are intact) */
+	free(log);
 	group_kill(&g);
 }
 
-/* CRIU: a 2-rank P2P group checkpointed with --tcp-established (NCCL's bootstrap
- * keeps TCP connections between ranks), killed by the dump, restored, and
- * passing (its memory shared again). Where CRIU cannot dump the sockets (4.1.1
- * on kernel 6.18: see below), the failed dump must leave the group whole. */
-static void criu_checkpoint_restore(void)
+static char criu[PATH_MAX];
+
+/* CRIU at hand and root: true, else said. */
+static bool criu_here(void)
 {
-	char criu[PATH_MAX];
-	if (geteuid() != 0 || test_find_criu(criu, sizeof(criu)) != 0) {
-		printf("  (skipped: CRIU needs root and a CRIU that works here)\n");
-		return;
+	if (geteuid() == 0 && test_find_criu(criu, sizeof(criu)) == 0 && test_criu_version(criu) >= 4002000) {
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+		return true;
 	}
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	printf("  (skipped: CRIU needs root, and CRIU 4.2 or later for NCCL's sockets: make test provisions one)\n");
+	return false;
+}
+
+/* The restored group of g (root: its restored root): its memory shared as
+ * before the dump (before objects), every rank checks its bytes, the marks
+ * through its imports, splits a communicator off the restored one over NCCL's
+ * bootstrap connections, and tears down. */
+static void restored_ranks_pass(struct group *g, pid_t root, int ranks, int before)
+{
+	CHECK(root > 0);
+	if (root <= 0)
+		return;
+	CHECK_EQ(shared_objects(root), before);
+	int status = test_wait_child(root, 180000);
+	char *log = test_read_file(g->log);
+	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ(count_of(log, "after release: bytes, marks through imports, ncclCommSplit and collectives"), ranks);
+	CHECK_EQ(count_of(log, "PASS nccl_group rank"), ranks);
+	if (status < 0)
+		tree_kill(root);
+	free(log);
+	reap_all();
+}
+
+/* cusnap checkpoint --tcp-established (NCCL's bootstrap and proxy keep TCP
+ * connections between ranks) in content mode, the group killed by the dump,
+ * restored at once on this host. */
+static void checkpoint_restore(const struct mode *m, int ranks, const char *content)
+{
 	struct group g;
-	if (nccl_start(&g, "criu", 2, &modes[0], false) < 0)
+	char name[32];
+	snprintf(name, sizeof(name), "criu-%s-%d", m->name, ranks);
+	if (nccl_start(&g, name, ranks, m, false) < 0)
 		return;
 	int before = shared_objects(g.root);
+	CHECK(before > 0);
 	char pid[16], dir[PATH_MAX + 32], *out;
 	snprintf(pid, sizeof(pid), "%d", g.root);
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	int rc = tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, "--criu",
-		      criu, "--tcp-established", "--timeout", "60000", NULL);
-	if (rc == 1 && contains(out, "Can't get 1:16 opt")) {
-		/* CRIU 4.1.1 on this kernel cannot dump an inet socket: getsockopt(SO_PASSCRED)
-		 * on one answers EOPNOTSUPP (criu/sockets.c). The dump fails; what can be
-		 * checked is that cusnap undid everything and NCCL runs on. */
-		printf("  (CRIU cannot dump NCCL's TCP sockets on this kernel: SO_PASSCRED on an inet socket is "
-		       "EOPNOTSUPP; checking the undo instead)\n");
-		CHECK_CONTAINS(out, "everything undone");
-		free(out);
-		CHECK_EQ(shared_objects(g.root), before);
-		CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), 2);
-		group_kill(&g);
-		return;
-	}
+		      criu, "--tcp-established", "--content", content, "--timeout", "60000", NULL);
 	CHECK_EQ(rc, 0);
 	free(out);
 	if (rc != 0) {
@@ -270,17 +293,77 @@ static void criu_checkpoint_restore(void)
 	group_dumped(&g);
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", dir, "--criu", criu, "--timeout", "60000", NULL),
 		   0, "topology identical");
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root <= 0)
+	restored_ranks_pass(&g, restored_root(dir), ranks, before);
+}
+
+static void criu_cusnap(void)
+{
+	if (!criu_here())
 		return;
-	CHECK_EQ(shared_objects(root), before);
-	int status = test_wait_child(root, 120000);
-	char *log = test_read_file(g.log);
-	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	CHECK_EQ(count_of(log, "PASS nccl_group rank"), 2);
-	free(log);
-	reap_all();
+	checkpoint_restore(&modes[0], 2, "host");   /* P2P */
+	checkpoint_restore(&modes[2], 2, "native"); /* SHM */
+	checkpoint_restore(&modes[1], 8, "native"); /* NVLS, 8 ranks */
+	checkpoint_restore(&modes[0], 8, "host");   /* P2P, 8 ranks */
+}
+
+/* The same through plain `criu dump` and `criu restore` with cusnap's plugin
+ * (as runc and Podman run CRIU): NVLS, 2 ranks, host content. */
+static void criu_plugin(void)
+{
+	if (!criu_here())
+		return;
+	struct group g;
+	if (nccl_start(&g, "plugin", 2, &modes[1], false) < 0)
+		return;
+	int before = shared_objects(g.root);
+	char pid[16], dir[PATH_MAX + 32], images[PATH_MAX + 48], pidfile[PATH_MAX + 48], plugins[PATH_MAX + 32],
+		libcuda[PATH_MAX + 48], ctl[PATH_MAX + 32], *out;
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	snprintf(plugins, sizeof(plugins), "%s/../lib/criu", bin_dir);
+	snprintf(libcuda, sizeof(libcuda), "CUSNAP_LIBCUDA=%s/libcuda.so.1", emu_dir);
+	snprintf(ctl, sizeof(ctl), "CUSNAP_CONTROL_DIR=%s", g.ctl);
+	mkdir(dir, 0700);
+	mkdir(images, 0700);
+	char *env[] = {libcuda, ctl, "CUSNAP_CONTENT=host", "CUSNAP_NATIVE_TIMEOUT_MS=60000", NULL};
+	int rc = tool(&out, env, criu, "dump", "-t", pid, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins,
+		      "--tcp-established", "--network-lock", "nftables", "--shell-job", NULL);
+	CHECK_EQ(rc, 0);
+	free(out);
+	if (rc != 0) {
+		group_kill(&g);
+		return;
+	}
+	group_dumped(&g);
+	CHECK_SAYS(out,
+		   tool(&out, env, criu, "restore", "-d", "-D", images, "-o", "restore.log", "-v4", "--libdir", plugins,
+			"--pidfile", pidfile, "--tcp-established", "--network-lock", "nftables", "--shell-job", NULL),
+		   0, "restore-complete written");
+	restored_ranks_pass(&g, restored_root(dir), 2, before);
+}
+
+/* A 2-rank group in a Podman container, checkpointed and restored with
+ * --tcp-established (tests/criu/check_podman.sh --nccl, as make test runs it
+ * for the example group). */
+static void podman(void)
+{
+	if (!criu_here())
+		return;
+	char script[PATH_MAX + 32], log[PATH_MAX + 32];
+	snprintf(script, sizeof(script), "%s/../criu/check_podman", test_exe_dir());
+	snprintf(log, sizeof(log), "%s/podman-nccl.log", e2e_root);
+	char *argv[] = {script, "--nccl", NULL};
+	int rc = test_run_cmd(argv, log, 600000);
+	char *text = test_read_file(log);
+	if (rc == 77)
+		printf("  (skipped: %s)", text ? text : "");
+	else if (rc != 0)
+		test_fail(__FILE__, __LINE__, "check_podman.sh --nccl exited %d:\n%s", rc, text ? text : "");
+	else
+		printf("%s", text ? text : "");
+	free(text);
 }
 
 int main(void)
@@ -313,7 +396,12 @@ int main(void)
 	test_run("NVLS (multicast on an NVSwitch), 2 and 4 ranks: suspend/resume, both contents", nvls);
 	test_run("SHM (host memory), 2 and 4 ranks: suspend/resume, both contents", shm);
 	test_run("P2P, NVLS and SHM, 8 ranks: suspend/resume, both contents", eight_ranks);
-	test_run("without the interposer the sharing is lost, and NCCL does not notice", without_interposer);
-	test_run("CRIU: checkpoint (--tcp-established), kill, restore a 2-rank group", criu_checkpoint_restore);
+	test_run("without the interposer the sharing is lost: NCCL does not notice, the marks through imports do",
+		 without_interposer);
+	test_run("cusnap checkpoint --tcp-established, kill, restore at once: P2P, SHM, NVLS; 2 and 8 ranks; both "
+		 "contents",
+		 criu_cusnap);
+	test_run("plain criu dump/restore --tcp-established with the plugin: NVLS, 2 ranks", criu_plugin);
+	test_run("podman container checkpoint/restore --tcp-established: a 2-rank group in a container", podman);
 	return e2e_done();
 }

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* A checkpoint's record of its tree's sockets (DESIGN.md §9.4), as the
+ * manifest and the plugin's image hold it: "sockets" (what the tree held
+ * before the dump) and "time_wait" (the entries its own closed connections
+ * left on its ports), each endpoint as text; its writer beside its reader,
+ * and the check a restore makes with it. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cusnap/json.h"
+#include "internal.h"
+
+static json_t *sock_json(const struct inet_sock *s, bool full)
+{
+	char at[80], peer[80];
+	inet_endpoint_text(s, false, at, sizeof(at));
+	inet_endpoint_text(s, true, peer, sizeof(peer));
+	if (!full)
+		return json_pack("{s:s, s:s}", "local", at, "remote", peer);
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b}", "pid", (int)s->pid,
+			 "protocol", s->proto == IPPROTO_TCP ? "tcp" : "udp", "local", at, "remote", peer, "state",
+			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here);
+}
+
+json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw)
+{
+	json_t *a = json_array(), *b = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, sock_json(&socks[i], true));
+	for (size_t i = 0; i < ntw; i++)
+		json_array_append_new(b, sock_json(&tw[i], false));
+	return json_pack("{s:o, s:o}", "sockets", a, "time_wait", b);
+}
+
+/* One recorded socket back: 0, or -EINVAL. */
+static int sock_from_json(const json_t *o, bool full, struct inet_sock *s)
+{
+	memset(s, 0, sizeof(*s));
+	const char *local = json_member_string(o, "local"), *remote = json_member_string(o, "remote");
+	int fr;
+	if (!local || !remote || inet_endpoint_parse(local, &s->family, s->local, &s->lport) < 0 ||
+	    inet_endpoint_parse(remote, &fr, s->remote, &s->rport) < 0 || fr != s->family)
+		return -EINVAL;
+	s->proto = IPPROTO_TCP;
+	s->state = 6; /* a TIME_WAIT entry */
+	if (!full)
+		return 0;
+	const char *proto = json_member_string(o, "protocol"), *state = json_member_string(o, "state");
+	if (!proto || !state || (strcmp(proto, "tcp") && strcmp(proto, "udp")))
+		return -EINVAL;
+	s->proto = strcmp(proto, "tcp") ? IPPROTO_UDP : IPPROTO_TCP;
+	s->state = -1;
+	for (int k = 0; k < 12 && s->state < 0; k++)
+		if (!strcmp(inet_state_name(s->proto, k), state))
+			s->state = k;
+	s->pid = (pid_t)json_member_number(o, "pid", 0);
+	s->netns_here = json_is_true(json_object_get(o, "netns_here"));
+	return s->state < 0 ? -EINVAL : 0;
+}
+
+/* A list of the manifest's "network" into *out, *n: 0, or -EINVAL/-ENOMEM. */
+static int list_from_json(const json_t *a, bool full, struct inet_sock **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!a)
+		return 0;
+	if (!json_is_array(a))
+		return -EINVAL;
+	size_t count = json_array_size(a);
+	if (!count)
+		return 0;
+	if (!(*out = calloc(count, sizeof(**out))))
+		return -ENOMEM;
+	for (size_t i = 0; i < count; i++)
+		if (sock_from_json(json_array_get(a, i), full, &(*out)[i]) < 0) {
+			free(*out);
+			*out = NULL;
+			return -EINVAL;
+		}
+	*n = count;
+	return 0;
+}
+
+int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len)
+{
+	struct inet_sock *socks = NULL, *tw = NULL;
+	size_t n = 0, ntw = 0;
+	int rc;
+	if (!json_is_object(rec) || list_from_json(json_object_get(rec, "sockets"), true, &socks, &n) < 0 ||
+	    list_from_json(json_object_get(rec, "time_wait"), false, &tw, &ntw) < 0) {
+		snprintf(why, len, "the record of the tree's sockets is malformed");
+		rc = -EINVAL;
+	} else {
+		rc = inet_ports_free(socks, n, tw, ntw, wait_ms, why, len);
+	}
+	free(socks);
+	free(tw);
+	return rc;
+}
