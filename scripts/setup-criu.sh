@@ -181,6 +181,7 @@ provision() {
 	rmdir "$dest.tmp"
 	# Debian $suite's criu through its own libc's loader.
 	write_wrapper "$libdir/$loader" --library-path "$libdir:$dest/root/lib/$multiarch" "$dest/root/usr/sbin/criu"
+	echo "$suite" >"$dest/suite" # (where its source is: scripts/zdtm.sh)
 	works "$wrapper" || {
 		say "Debian $suite's criu does not serve here:"
 		"$wrapper" check >&2 || true

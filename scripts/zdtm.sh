@@ -5,11 +5,11 @@
 #
 #   scripts/zdtm.sh [BUILD_DIR]        (make zdtm; make test runs it too)
 #
-# The source of the CRIU in use (scripts/setup-criu.sh: Debian trixie's) is
+# The source of the CRIU in use (scripts/setup-criu.sh: Debian's 4.2.1) is
 # fetched with apt-get source --download-only from the archive apt already uses
 # (the .dsc may not be served: only the upstream tarball is needed), unpacked
 # under BUILD_DIR/zdtm (kept: later runs reuse it), its Python bindings
-# generated (protoc; Debian's protobuf-compiler, python3-protobuf and
+# generated (protoc; Debian's protobuf-compiler, libprotobuf-dev (descriptor.proto), python3-protobuf and
 # python3-yaml are installed when missing), and zdtm.py runs the static tests
 # below in the host flavour with cusnap_plugin.so in the plugin directory it
 # gives CRIU (test/plugins, CRIU_LIBS_DIR), the way CRIU's CI runs its own
@@ -20,8 +20,9 @@
 # - without CAP_SYS_RESOURCE CRIU cannot read the resource limits of a process
 #   of another user, so zdtm's tests run as root instead of as its uid 18943
 #   (zdtm.py is patched to honour ZDTM_AS_ROOT);
-# - socket_listen is not in the list: on kernels where SO_PASSCRED reads
-#   EOPNOTSUPP, CRIU 4.1 fails to dump any listening Unix socket, plugin or not.
+# - the socket tests run only under a CRIU that can dump inet sockets here
+#   (4.2 on kernels 6.16 and later, where SO_PASSCRED on them reads EOPNOTSUPP),
+#   with CRIU's nftables network lock where iptables is not installed.
 #
 # Exit 0 all passed, 1 a failure, 77 skipped (no CRIU, no source, no root).
 set -uo pipefail
@@ -34,6 +35,11 @@ skip() { echo "SKIP: $*"; exit 77; }
 tests=(maps00 maps02 busyloop00 sigpending pthread00 pthread01 env00 pipe00 pipe01 sockets00 unlink_fstat00
 	file_shared cwd00 umask00 fifo mmx00 sse00 fpu00 sleeping00 zombie00 wait00 futex vdso00 mprotect00
 	sigaltstack write_read00 caps00 pstree)
+# Sockets (CRIU 4.2 on kernels >= 6.16; 4.1 cannot dump inet sockets there):
+# TCP established (v4, v6, over loopback), listening (v4, v6, one with a
+# client queued), closed states, UDP, a listening Unix socket.
+socket_tests=(socket-tcp socket-tcp6 socket-tcp-local socket_listen socket_listen6 socket-tcp-listen
+	socket-tcp-last-ack socket-tcp-close-wait socket-tcp-fin-wait1 socket-tcp-fin-wait2 socket_udp sk-unix-listen01)
 
 [ "$(id -u)" = 0 ] || skip "CRIU's tests need root"
 plugin=$build/lib/criu/cusnap_plugin.so
@@ -42,10 +48,17 @@ criu=$("$here/scripts/setup-criu.sh" "$build" 2>"$build/zdtm-criu.log" | tail -n
 [ -x "$criu" ] || skip "no working CRIU (see $build/zdtm-criu.log)"
 version=$("$criu" --version | sed -n 's/^Version: *//p' | head -n1)
 [ -n "$version" ] || skip "cannot tell the version of $criu"
+kernel=$(uname -r | awk -F. '{ printf "%d", $1 * 1000 + $2 }')
+minor=${version#*.} minor=${minor%%.*}
+if [ "${version%%.*}" -gt 4 ] || [ "$minor" -ge 2 ] || [ "$kernel" -lt 6016 ]; then
+	tests+=("${socket_tests[@]}")
+else
+	say "CRIU $version cannot dump inet sockets on this kernel: the socket tests are left out"
+fi
 
 # Debian packages zdtm.py needs.
 . "$here/scripts/apt-lib.sh"
-apt_install_missing "$build/zdtm-apt.log" protobuf-compiler python3-protobuf python3-yaml python3 make gcc ||
+apt_install_missing "$build/zdtm-apt.log" protobuf-compiler libprotobuf-dev python3-protobuf python3-yaml python3 make gcc ||
 	skip "cannot install zdtm's packages (see $build/zdtm-apt.log)"
 python=/usr/bin/python3 # Debian's, with its protobuf and yaml
 
@@ -57,17 +70,25 @@ if [ ! -f "$src/.cusnap-ready" ]; then
 	[ -n "$mirror" ] || skip "no Debian archive in apt's sources; set CRIU_DEBIAN_MIRROR"
 	apt=$dest/apt
 	rm -rf "$dest" && mkdir -p "$apt/lists/partial" "$apt/archives/partial"
-	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror ${CRIU_DEBIAN_SUITE:-trixie} main" \
-		>"$apt/sources.list"
+	# The suite the CRIU in use came from (setup-criu.sh notes it), else any
+	# that serves its version.
+	suites=${CRIU_DEBIAN_SUITE:-$(cat "$build/criu/suite" 2>/dev/null)}
+	suites="$suites forky sid trixie"
 	: >"$apt/status"
 	opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
 		-o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status" -o "Dir::Cache=$apt"
 		-o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-	apt-get "${opts[@]}" -qq update >"$dest/apt.log" 2>&1 || skip "cannot read Debian's source lists (see $dest/apt.log)"
-	# The .dsc and the Debian diff may not be served: the tarball is all zdtm needs.
-	(cd "$dest" && apt-get "${opts[@]}" source --download-only criu >>"$dest/apt.log" 2>&1)
-	tarball=$(ls "$dest"/criu_"$version".orig.tar.* 2>/dev/null | head -n1)
-	[ -n "$tarball" ] || skip "criu_$version.orig.tar.* was not served (see $dest/apt.log)"
+	tarball=
+	for suite in $suites; do
+		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main" >"$apt/sources.list"
+		rm -rf "$apt/lists" && mkdir -p "$apt/lists/partial"
+		apt-get "${opts[@]}" -qq update >>"$dest/apt.log" 2>&1 || continue
+		# The .dsc and the Debian diff may not be served: the tarball is all zdtm needs.
+		(cd "$dest" && apt-get "${opts[@]}" source --download-only criu >>"$dest/apt.log" 2>&1)
+		tarball=$(ls "$dest"/criu_"$version".orig.tar.* 2>/dev/null | head -n1)
+		[ -n "$tarball" ] && break
+	done
+	[ -n "$tarball" ] || skip "criu_$version.orig.tar.* was not served by Debian ($suites; see $dest/apt.log)"
 	tar -C "$dest" -xf "$tarball" || { say "cannot unpack $tarball"; exit 1; }
 	[ -f "$src/test/zdtm.py" ] || { say "$tarball holds no test/zdtm.py"; exit 1; }
 	# pycriu: its protobuf modules, as lib/pycriu's Makefiles would make them.
@@ -102,6 +123,13 @@ cap_eff=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
 if [ $(((0x$cap_eff >> 24) & 1)) = 0 ]; then
 	say "no CAP_SYS_RESOURCE here: the tests run as root (CRIU cannot read another user's limits without it)"
 	export ZDTM_AS_ROOT=1
+fi
+# CRIU locks TCP connections while it works: with iptables, or where that is
+# not installed with its own nftables (CRIU reads CRIU_CONFIG_FILE even under
+# zdtm's --no-default-config).
+if ! command -v iptables-restore >/dev/null; then
+	echo "network-lock nftables" >"$dest/criu.conf"
+	export CRIU_CONFIG_FILE=$dest/criu.conf
 fi
 cd "$src/test" || exit 1
 install -m 0644 "$plugin" plugins/cusnap_plugin.so

@@ -77,7 +77,7 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 		return 0;
 	snprintf(err, errlen,
 		 "no criu found (--criu, $CRIU, PATH): run scripts/setup-criu.sh (or 'make criu') to provision CRIU >= "
-		 "4.0");
+		 "4.0 (4.2 on kernels 6.16 and later)");
 	return -1;
 }
 
