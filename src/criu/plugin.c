@@ -287,6 +287,7 @@ static int write_image(void)
 				  .network = P.nsocks ? inet_record(P.socks, P.nsocks, tw, ntw > 0 ? (size_t)ntw : 0)
 						      : NULL};
 	free(tw);
+	criu_self_version(im.criu_version, sizeof(im.criu_version));
 	char why[PATH_MAX + 200];
 	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.control);
 	control_host_path(P.root, P.control, im.control_dir_here, sizeof(im.control_dir_here));
@@ -442,6 +443,16 @@ static int read_image(char *here, size_t len)
 	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
 	snprintf(here, len, "%s", im.control_dir_here);
 	int rc = restore_map(im.gpus) < 0 ? -1 : 1;
+	/* A CRIU reads its own version's images and older ones (4.1.1 cannot read 4.2's page maps). */
+	char mine[64];
+	criu_self_version(mine, sizeof(mine));
+	if (rc > 0 && im.criu_version[0] && mine[0] && criu_version_cmp(im.criu_version, mine) > 0) {
+		fprintf(stderr,
+			"cusnap-plugin: the images were written by CRIU %s; this is CRIU %s, which cannot read a newer "
+			"CRIU's images: restore refused, nothing made\n",
+			im.criu_version, mine);
+		rc = -1;
+	}
 	/* The ports the tree bound, free again (its own TIME_WAIT entries cleared). */
 	if (rc > 0 && im.network && inet_record_ports_free(im.network, INET_PORT_WAIT_MS, why, sizeof(why)) < 0) {
 		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);

@@ -24,6 +24,8 @@ int plugin_image_write(const char *dir, const struct plugin_image *im, char *why
 			      im->gpus ? im->gpus : json_array());
 	if (j && im->network)
 		json_object_set(j, "network", im->network);
+	if (j && im->criu_version[0])
+		json_object_set_new(j, "criu_version", json_text(im->criu_version));
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *step = "encode";
@@ -67,6 +69,8 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	im->cuda_processes = (size_t)json_member_number(j, "cuda_processes", 0);
 	im->gpus = json_incref(json_object_get(j, "gpus"));
 	im->network = json_incref(json_object_get(j, "network"));
+	const char *criu = json_string_value(json_object_get(j, "criu_version"));
+	snprintf(im->criu_version, sizeof(im->criu_version), "%s", criu ? criu : "");
 	json_decref(j);
 	return 1;
 }

@@ -396,6 +396,22 @@ static int images_whole(const struct manifest *m, const char *images)
 	return 0;
 }
 
+/* A CRIU reads the images of its own version and older ones, not a newer one's
+ * (4.1.1 cannot read 4.2's page maps): 0, or the exit code (reported). */
+static int criu_reads_images(const struct manifest *m, const char *criu)
+{
+	const json_t *c = json_object_get(m->root, "criu");
+	const char *made = json_is_object(c) ? json_member_string(c, "version") : NULL;
+	char here[64];
+	criu_version(criu, here, sizeof(here));
+	if (!made || !made[0] || !here[0] || criu_version_cmp(made, here) <= 0)
+		return 0;
+	return fail(EX_UNAVAILABLE,
+		    "the images were written by CRIU %s; %s is CRIU %s, which cannot read a newer CRIU's images: "
+		    "restore with CRIU %s or later (--criu, scripts/setup-criu.sh); nothing done",
+		    made, criu, here, made);
+}
+
 /* Before CRIU creates anything: the manifest, the device map, a CRIU, whole
  * images, a clean control directory, free PIDs. 0, or the exit code (reported;
  * m freed). */
@@ -408,6 +424,8 @@ static int restore_ready(const struct args *a, struct manifest *m, struct devmap
 	int rc = device_map_for(m, a->device_map, map);
 	if (!rc && criu_find(a->criu, criu, PATH_MAX, err, sizeof(err)) < 0)
 		rc = fail(EX_UNAVAILABLE, "%s", err);
+	if (!rc)
+		rc = criu_reads_images(m, criu);
 	if (!rc) {
 		snprintf(images, sizeof(images), "%s/images", dir);
 		rc = images_whole(m, images);

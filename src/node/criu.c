@@ -2,6 +2,7 @@
 /* Running CRIU: found explicitly, its command line built without a shell, its
  * log kept in the checkpoint directory and its last errors shown on failure. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
 #include <stdio.h>
@@ -81,33 +82,93 @@ int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
 	return -1;
 }
 
-void criu_version(const char *criu, char *out, size_t len)
+/* What `PREFIX... --version` prints after "Version:" (prefix NULL-ended), or "". */
+static void version_of(char *const prefix[], char *out, size_t len)
 {
 	out[0] = '\0';
+	char *argv[16];
+	size_t n = 0;
+	while (prefix[n] && n < 14) {
+		argv[n] = prefix[n];
+		n++;
+	}
+	argv[n++] = "--version";
+	argv[n] = NULL;
 	int pipefd[2];
-	if (pipe(pipefd) < 0)
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return;
 	pid_t pid = fork();
 	if (pid == 0) {
 		dup2(pipefd[1], 1);
-		close(pipefd[0]);
-		execl(criu, criu, "--version", (char *)NULL);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	close(pipefd[1]);
-	char buf[256] = "";
-	ssize_t n = pid > 0 ? read(pipefd[0], buf, sizeof(buf) - 1) : -1;
+	char buf[256] = "", version[64];
+	ssize_t got = pid > 0 ? read(pipefd[0], buf, sizeof(buf) - 1) : -1;
 	close(pipefd[0]);
 	if (pid > 0)
 		waitpid(pid, NULL, 0);
-	if (n <= 0)
+	if (got <= 0)
 		return;
-	buf[n] = '\0';
+	buf[got] = '\0';
 	char *v = strstr(buf, "Version:");
-	if (v && sscanf(v, "Version: %63s", out) == 1)
-		return;
+	if (v && sscanf(v, "Version: %63s", version) == 1)
+		snprintf(out, len, "%s", version);
+}
+
+void criu_version(const char *criu, char *out, size_t len)
+{
+	char *const argv[] = {(char *)criu, NULL};
+	version_of(argv, out, len);
+}
+
+void criu_self_version(char *out, size_t len)
+{
 	out[0] = '\0';
-	(void)len;
+	char exe[PATH_MAX], cmdline[8192];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	ssize_t c = fd >= 0 ? read(fd, cmdline, sizeof(cmdline) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0 || c <= 0)
+		return;
+	exe[n] = '\0';
+	cmdline[c] = '\0';
+	char *args[16];
+	size_t nargs = 0;
+	for (char *a = cmdline; a < cmdline + c && nargs < 15; a += strlen(a) + 1)
+		args[nargs++] = a;
+	const char *base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+	char *prefix[16] = {exe};
+	size_t k = 1;
+	if (!strncmp(base, "ld-", 3)) {
+		/* Run through a loader (scripts/setup-criu.sh's wrapper): its options,
+		 * then CRIU's path, then CRIU's own arguments. */
+		for (size_t i = 1; i < nargs && k < 14; i++) {
+			prefix[k++] = args[i];
+			if (args[i][0] != '-')
+				break; /* CRIU itself */
+			bool valued = !strcmp(args[i], "--library-path") || !strcmp(args[i], "--preload") ||
+				      !strcmp(args[i], "--argv0") || !strcmp(args[i], "--audit");
+			if (valued && i + 1 < nargs)
+				prefix[k++] = args[++i];
+		}
+	}
+	prefix[k] = NULL;
+	version_of(prefix, out, len);
+}
+
+int criu_version_cmp(const char *a, const char *b)
+{
+	int va[3] = {0}, vb[3] = {0};
+	sscanf(a, "%d.%d.%d", &va[0], &va[1], &va[2]);
+	sscanf(b, "%d.%d.%d", &vb[0], &vb[1], &vb[2]);
+	for (int i = 0; i < 3; i++)
+		if (va[i] != vb[i])
+			return va[i] < vb[i] ? -1 : 1;
+	return 0;
 }
 
 /* The last error lines of a CRIU log, on stderr: only its tail is read (a

@@ -319,6 +319,11 @@ const char *state_name(int s);
 /* The network lock CRIU is told to use while it dumps or restores TCP
  * connections: NULL for its default (iptables) when iptables-restore is on
  * PATH, else "nftables" (CRIU's own libnftables; nothing to install). */
+/* Inside CRIU (the plugin): the version of the CRIU this process runs, asked
+ * of the same program (through its loader when it runs through one), or "". */
+void criu_self_version(char *out, size_t len);
+/* Compare CRIU versions ("4.2.1"): <0, 0 or >0 as a is older, the same, newer. */
+int criu_version_cmp(const char *a, const char *b);
 const char *criu_network_lock(void);
 /* The criu to run: --criu, $CRIU, PATH, or the project's provisioned one.
  * Returns 0, or -1 with err naming the fix (exit 69). */

@@ -124,10 +124,11 @@ static void multicast_and_ipc(void)
 	dump_restore("plug-ipc", "native", 1, 2, false, false, ipc);
 }
 
-/* One plugin binary in CRIU 4.1.x and 4.2.x (DESIGN.md §9.3): CRIU 4.2 knows 13
+/* One plugin binary in CRIU 4.1.x and 4.2.x (DESIGN.md §9.4): CRIU 4.2 knows 13
  * hooks, 4.1.1 refuses a descriptor that lists more than its 12 ("Corrupted
  * plugin"), so the plugin lists 12; each CRIU loads it (its own log says so),
- * dumps the example group and restores it, the group verifying itself. The
+ * dumps the example group and restores it, the group verifying itself. Images
+ * the newer one wrote are refused by the older at its init, nothing made. The
  * older CRIU is what make test provisions beside the current one
  * (BUILD/criu-old-path). */
 static void both_crius(void)
@@ -170,7 +171,26 @@ static void both_crius(void)
 		if (root > 0)
 			CHECK_EQ(restored_passes(&g, root), 2);
 	}
+	/* Dumped by the newer, restored by the older: refused before anything is made. */
 	snprintf(criu, sizeof(criu), "%s", current);
+	struct group g;
+	if (group_start(&g, "plug-newer", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, NULL, &out), 0, "native checkpoint");
+	group_dumped(&g);
+	snprintf(criu, sizeof(criu), "%s", old);
+	CHECK(restore(dir, getsid(g.root) != g.root, &out) != 0);
+	CHECK_CONTAINS(out, "which cannot read a newer CRIU's images: restore refused, nothing made");
+	free(out);
+	CHECK(restored_root(dir) <= 0);
+	snprintf(criu, sizeof(criu), "%s", current);
+	CHECK_SAYS(out, restore(dir, getsid(g.root) != g.root, &out), 0, "topology identical");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
 }
 
 /* A dump that fails after the plugin prepared (at PAUSE_DEVICES, or once the
@@ -586,7 +606,9 @@ int main(void)
 	test_run("criu dump/restore with the plugin: 3 processes, 4 allocations, own PID namespace, host and native",
 		 group_own_ns);
 	test_run("criu dump/restore with the plugin: a multicast group, a legacy-IPC pair", multicast_and_ipc);
-	test_run("one plugin binary loaded by CRIU 4.1.x and 4.2.x: a dump and a restore under each", both_crius);
+	test_run("one plugin binary loaded by CRIU 4.1.x and 4.2.x: a dump and a restore under each; newer images "
+		 "refused",
+		 both_crius);
 	test_run("a dump failing after the plugin prepared: the tree runs on and verifies itself", dump_failing);
 	test_run("criu dump -R with the plugin: the tree runs on, snapshot-complete", leave_running);
 	test_run("no interposer: native steps only, restored", without_interposer);

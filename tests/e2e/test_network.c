@@ -196,6 +196,39 @@ static void restore_at_once(void)
 	}
 }
 
+/* Images of a newer CRIU: a restore with an older one is refused (69) before
+ * anything is made (4.1.1 cannot read 4.2's page maps). */
+static void newer_images(void)
+{
+	char old[PATH_MAX];
+	if (test_find_criu_old(old, sizeof(old)) != 0 || test_criu_version(old) >= test_criu_version(criu)) {
+		printf("  (skipped: no older CRIU provisioned beside the current one)\n");
+		return;
+	}
+	struct group g;
+	if (group_start_pair(&g, "newer") < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	int rc = checkpoint(&g, dir, criu, false, &out);
+	CHECK_EQ(rc, 0);
+	free(out);
+	if (rc != 0) {
+		group_kill(&g);
+		return;
+	}
+	group_dumped(&g);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", dir, "--criu", old, NULL), 69,
+		   "which cannot read a newer CRIU's images");
+	CHECK(restored_root(dir) <= 0);
+	CHECK_EQ(restore(dir, &out), 0); /* (the images are unchanged) */
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+}
+
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -209,5 +242,6 @@ int main(void)
 	test_run("checkpoint --tcp-established, restore at once on this host; a port taken named; restored again at "
 		 "once",
 		 restore_at_once);
+	test_run("images of a newer CRIU: a restore with an older one refused (69), nothing made", newer_images);
 	return e2e_done();
 }
