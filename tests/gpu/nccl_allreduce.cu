@@ -103,6 +103,13 @@ static int rank_main(int rank, shared *sh)
 		usleep(10000);
 	w = round_trip(comm, buf, n, rank, s, wrong);
 	TRY(w == 0, "all-reduce after the restore: %lld wrong elements", w);
+	/* NCCL's bootstrap network (restored TCP connections after a CRIU restore):
+	 * a communicator split off this one, and an all-reduce over it. */
+	ncclComm_t split;
+	TRY(ncclCommSplit(comm, 0, rank, &split, nullptr) == ncclSuccess, "ncclCommSplit after the restore");
+	w = round_trip(split, buf, n, rank, s, wrong);
+	TRY(w == 0, "all-reduce on the split communicator: %lld wrong elements", w);
+	ncclCommDestroy(split);
 	ncclMemFree(buf);
 	cudaFree(wrong);
 	ncclCommDestroy(comm);

@@ -559,7 +559,8 @@ assume "r580: the native checkpoint of a process holding an opened IPC mapping f
 
 # ---- G11: the host's own NCCL, every GPU, all-reduce results checked by kernels ----
 # Before a suspend, after the resume in both content modes, and after a CRIU
-# restore (where CRIU can dump NCCL's TCP sockets: --tcp-established).
+# restore (--tcp-established; CRIU 4.2 on kernels >= 6.16), where a split
+# communicator is checked too.
 if [ "${CUSNAP_GPU_REHEARSAL:-}" = 1 ]; then
 	# nccl_allreduce carries NVIDIA's runtime (and the host's NCCL): never on cuemu.
 	result G11 SKIP "REHEARSAL on cuemu: the host's NCCL and NVIDIA's runtime never run on the emulator"
@@ -576,13 +577,26 @@ elif start g11 "$cusnap" run -- "$B/gpu/nccl_allreduce" "$ndev"; then
 		result G11 FAIL "NCCL group: suspend/resume $ok; $(lastlines g11 3) $(lastlines g11-host-suspend 2)"
 		stop "$pid"
 	fi
+	# G11c: checkpointed with CRIU (>= 4.2 on kernels >= 6.16: the bundle's is
+	# 4.2.1) and restored at once on this host (its ports' TIME_WAIT entries
+	# cleared); after restore-complete (cusnap writes it) every rank checks an
+	# all-reduce on the restored communicator and on one split off it (NCCL's
+	# bootstrap over its restored TCP connections) with kernels.
+	# Open question: does the native restore of a rank whose NCCL proxy thread
+	# holds cuMem imports keep its P2P/NVLS paths (the VMM rebuild re-maps them
+	# at the same addresses) when the all-reduce runs over NVLink afterwards?
 	if [ -x "$criu" ] && start g11c "$cusnap" run -- "$B/gpu/nccl_allreduce" "$ndev"; then
 		if run g11c-dump 180 "$cusnap" checkpoint --pid "$pid" --dir "$work/g11c" --criu "$criu" --tcp-established &&
 			run g11c-restore 180 "$cusnap" restore --dir "$work/g11c" --criu "$criu"; then
 			root=$(cat "$work/g11c/restore.pid" 2>/dev/null)
-			touch "$SNAPSHOT_CONTROL_DIR/restore-complete"
-			for _ in $(seq 300); do kill -0 "$root" 2>/dev/null || break; sleep 0.1; done
-			result G11c PASS "NCCL group checkpointed with CRIU (--tcp-established) and restored; $(grep -c 'PASS nccl_allreduce' "$logs/g11c.log") PASS lines"
+			for _ in $(seq 600); do kill -0 "$root" 2>/dev/null || break; sleep 0.1; done
+			passed=$(grep -c 'PASS nccl_allreduce rank' "$logs/g11c.log")
+			if [ "$passed" = "$ndev" ]; then
+				result G11c PASS "NCCL group checkpointed with CRIU (--tcp-established), restored at once; all-reduce on the restored and on a split communicator checked by kernels on $ndev ranks"
+			else
+				result G11c FAIL "after the CRIU restore $passed of $ndev ranks passed: $(lastlines g11c 3)"
+				kill -9 "$root" 2>/dev/null
+			fi
 		else
 			result G11c FAIL "CRIU with NCCL: $(lastlines g11c-dump 3) $(lastlines g11c-restore 3)"
 			stop "$pid"
