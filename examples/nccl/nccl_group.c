@@ -283,14 +283,15 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 			FAIL(rank, "the other ranks did not check their bytes within %d s", timeout_s);
 		memset(mark, 0xC0 + rank, sizeof(mark));
 		memset(want, 0xC0 + (rank + 1) % nranks, sizeof(want));
-		RT(rank, cudaMemcpy((void *)(uintptr_t)(peer + size - MARK_BYTES), mark, MARK_BYTES,
-				    cudaMemcpyHostToDevice));
+		RT(rank,
+		   cudaMemcpy((void *)(uintptr_t)(peer + size - MARK_BYTES), mark, MARK_BYTES, cudaMemcpyHostToDevice));
 		if (all_reach(&sh->marked) < 0)
 			FAIL(rank, "the other ranks did not write their marks within %d s", timeout_s);
 		RT(rank, cudaMemcpy(back, (char *)buf + size - MARK_BYTES, MARK_BYTES, cudaMemcpyDeviceToHost));
 		if (memcmp(back, want, MARK_BYTES) != 0)
-			FAIL(rank, "rank %d's mark, written through its import, is not in this rank's buffer: the "
-				   "memory is no longer shared",
+			FAIL(rank,
+			     "rank %d's mark, written through its import, is not in this rank's buffer: the "
+			     "memory is no longer shared",
 			     (rank + 1) % nranks);
 		if (drv.unmap(peer, peer_len) || drv.free_range(peer, peer_len))
 			FAIL(rank, "cannot unmap its import");

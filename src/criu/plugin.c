@@ -74,8 +74,8 @@ static struct {
 	struct settings s;               /* what the node library is given (settings_for) */
 	pid_t root;
 	enum proto_content content;
-	int *restore_tid;  /* each CUDA process's restore thread, asked while it runs */
-	struct devmap map; /* restore: the GPUs the checkpoint's are restored onto */
+	int *restore_tid;        /* each CUDA process's restore thread, asked while it runs */
+	struct devmap map;       /* restore: the GPUs the checkpoint's are restored onto */
 	struct inet_sock *socks; /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;

@@ -52,8 +52,8 @@ struct plugin_image {
 	char control_dir[4096];          /* the workload's, as it sees it */
 	char control_dir_here[PATH_MAX]; /* the same seen from CRIU ("" when it could not be told) */
 	size_t cuda_processes;
-	json_t *gpus;    /* the GPUs of the dump (devmap_gpus_json's form) */
-	json_t *network; /* the tree's sockets (inet_record's form; NULL: none recorded) */
+	json_t *gpus;          /* the GPUs of the dump (devmap_gpus_json's form) */
+	json_t *network;       /* the tree's sockets (inet_record's form; NULL: none recorded) */
 	char criu_version[64]; /* the CRIU that dumped ("" when it could not be told) */
 };
 /* dir/cusnap-plugin.json, atomically: 0, or -1 with why. */

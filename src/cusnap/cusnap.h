@@ -80,8 +80,7 @@ struct network {
  * code, reported) when the CRIU at criu cannot dump them on this kernel, or
  * when a connection would need --tcp-established (unless a --criu-config may
  * give it). */
-int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given,
-		  struct network *net);
+int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given, struct network *net);
 /* After the dump: the TIME_WAIT entries on the tree's ports. */
 void network_after_dump(struct network *net);
 void network_free(struct network *net);

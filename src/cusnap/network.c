@@ -13,8 +13,7 @@
 #include "cusnap.h"
 #include "cusnap/manifest.h"
 
-int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given,
-		  struct network *net)
+int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given, struct network *net)
 {
 	memset(net, 0, sizeof(*net));
 	ssize_t n = inet_of_tree(t->procs, t->nprocs, &net->socks);

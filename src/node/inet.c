@@ -38,8 +38,9 @@ static const struct {
 
 const char *inet_state_name(int proto, int state)
 {
-	static const char *const tcp[] = {"?",         "ESTABLISHED", "SYN_SENT", "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2",
-					  "TIME_WAIT", "CLOSE",       "CLOSE_WAIT", "LAST_ACK", "LISTEN",    "CLOSING"};
+	static const char *const tcp[] = {"?",          "ESTABLISHED", "SYN_SENT",  "SYN_RECV",
+					  "FIN_WAIT1",  "FIN_WAIT2",   "TIME_WAIT", "CLOSE",
+					  "CLOSE_WAIT", "LAST_ACK",    "LISTEN",    "CLOSING"};
 	if (proto == IPPROTO_UDP)
 		return state == TCPS_ESTABLISHED ? "CONNECTED" : "BOUND";
 	return state > 0 && state < (int)(sizeof(tcp) / sizeof(tcp[0])) ? tcp[state] : "?";
@@ -458,13 +459,15 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 				pid_t pid = owner_of(v[i].inode, comm, sizeof(comm), &uid);
 				if (pid)
 					snprintf(why, len,
-						 "%s %s, which the checkpointed tree must bind again, is taken by process "
+						 "%s %s, which the checkpointed tree must bind again, is taken by "
+						 "process "
 						 "%d (%s, uid %u; %s)",
 						 v[i].proto == IPPROTO_TCP ? "TCP" : "UDP", at, (int)pid, comm, uid,
 						 inet_state_name(v[i].proto, v[i].state));
 				else
 					snprintf(why, len,
-						 "%s %s, which the checkpointed tree must bind again, is taken (%s, uid "
+						 "%s %s, which the checkpointed tree must bind again, is taken (%s, "
+						 "uid "
 						 "%u, by a process not visible here)",
 						 v[i].proto == IPPROTO_TCP ? "TCP" : "UDP", at,
 						 inet_state_name(v[i].proto, v[i].state), v[i].uid);
@@ -487,7 +490,8 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 		if (!pending) {
 			free(v);
 			if (destroyed)
-				progress("ports", 0, "%zu TIME_WAIT entr%s of the checkpointed tree's own connections cleared",
+				progress("ports", 0,
+					 "%zu TIME_WAIT entr%s of the checkpointed tree's own connections cleared",
 					 destroyed, destroyed == 1 ? "y" : "ies");
 			return 0;
 		}

@@ -21,8 +21,8 @@ static json_t *sock_json(const struct inet_sock *s, bool full)
 	inet_endpoint_text(s, true, peer, sizeof(peer));
 	if (!full)
 		return json_pack("{s:s, s:s}", "local", at, "remote", peer);
-	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b}", "pid", (int)s->pid,
-			 "protocol", s->proto == IPPROTO_TCP ? "tcp" : "udp", "local", at, "remote", peer, "state",
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b}", "pid", (int)s->pid, "protocol",
+			 s->proto == IPPROTO_TCP ? "tcp" : "udp", "local", at, "remote", peer, "state",
 			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here);
 }
 

@@ -180,6 +180,11 @@ void reap_all(void);
  * restore finds their PIDs free. */
 void group_dumped(struct group *g);
 
+/* A checkpoint of g that exited rc (what it printed in out, freed): true once
+ * its dumped processes are reaped; else a failure (the command shown) and the
+ * group killed. */
+bool group_dump_ok(struct group *g, int rc, char *out);
+
 /* The restored root, from the pidfile CRIU wrote. */
 pid_t restored_root(const char *dir);
 

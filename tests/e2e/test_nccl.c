@@ -284,13 +284,8 @@ static void checkpoint_restore(const struct mode *m, int ranks, const char *cont
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	int rc = tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--control-dir", g.ctl, "--criu",
 		      criu, "--tcp-established", "--content", content, "--timeout", "60000", NULL);
-	CHECK_EQ(rc, 0);
-	free(out);
-	if (rc != 0) {
-		group_kill(&g);
+	if (!group_dump_ok(&g, rc, out))
 		return;
-	}
-	group_dumped(&g);
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", dir, "--criu", criu, "--timeout", "60000", NULL),
 		   0, "topology identical");
 	restored_ranks_pass(&g, restored_root(dir), ranks, before);

@@ -148,13 +148,8 @@ static void restore_at_once(void)
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	int rc = checkpoint(&g, dir, criu, true, &out);
-	CHECK_EQ(rc, 0);
-	free(out);
-	if (rc != 0) {
-		group_kill(&g);
+	if (!group_dump_ok(&g, rc, out))
 		return;
-	}
-	group_dumped(&g);
 	CHECK(recorded(dir, "sockets") >= 3);   /* the listener, both ends of the connection */
 	CHECK(recorded(dir, "time_wait") >= 1); /* its earlier connections, still in TIME_WAIT */
 	for (int round = 0; round < 3; round++) {
@@ -211,13 +206,8 @@ static void newer_images(void)
 	char dir[PATH_MAX + 32], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	int rc = checkpoint(&g, dir, criu, false, &out);
-	CHECK_EQ(rc, 0);
-	free(out);
-	if (rc != 0) {
-		group_kill(&g);
+	if (!group_dump_ok(&g, rc, out))
 		return;
-	}
-	group_dumped(&g);
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", dir, "--criu", old, NULL), 69,
 		   "which cannot read a newer CRIU's images");
 	CHECK(restored_root(dir) <= 0);
@@ -235,7 +225,8 @@ int main(void)
 	e2e_init("network");
 	cusnap_path(cusnap, sizeof(cusnap));
 	if (kernel_version() >= 6016 && test_criu_version(criu) < 4002000)
-		SKIP("CRIU at %s is older than 4.2, which this kernel needs for inet sockets (make test provisions one)",
+		SKIP("CRIU at %s is older than 4.2, which this kernel needs for inet sockets (make test provisions "
+		     "one)",
 		     criu);
 	test_run("a CRIU that cannot dump inet sockets on this kernel: refused (69), nothing done", criu_too_old);
 	test_run("a connection without --tcp-established: refused (64), nothing done", needs_tcp_established);

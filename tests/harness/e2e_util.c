@@ -448,6 +448,19 @@ void group_dumped(struct group *g)
 	reap_all();
 }
 
+bool group_dump_ok(struct group *g, int rc, char *out)
+{
+	free(out);
+	if (rc != 0) {
+		test_fail(__FILE__, __LINE__, "the checkpoint of %s exited %d", g->log, rc);
+		tool_last_show();
+		group_kill(g);
+		return false;
+	}
+	group_dumped(g);
+	return true;
+}
+
 pid_t restored_root(const char *dir)
 {
 	char path[PATH_MAX + 32];
