@@ -109,6 +109,32 @@ static int criu_config_trusted(const char *path)
 	return 0;
 }
 
+/* CRIU's dump command line (argv: 24 entries) for the tree of a->pid, without
+ * a shell. */
+static void dump_argv(const struct args *a, char *pidstr, char *images, char *plugins, char *argv[])
+{
+	char *const head[] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
+	int n = 0;
+	for (; n < (int)(sizeof(head) / sizeof(head[0])); n++)
+		argv[n] = head[n];
+	if (a->leave_running)
+		argv[n++] = "--leave-running";
+	if (!session_leader_inside(a->pid))
+		argv[n++] = "--shell-job";
+	const char *lock = a->criu_config ? NULL : criu_network_lock();
+	if (a->tcp_established)
+		argv[n++] = "--tcp-established";
+	if (a->tcp_established && lock) {
+		argv[n++] = "--network-lock";
+		argv[n++] = (char *)lock;
+	}
+	if (a->criu_config) {
+		argv[n++] = "--config";
+		argv[n++] = (char *)a->criu_config;
+	}
+	argv[n] = NULL;
+}
+
 static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 {
 	pid_t pid = a->pid;
@@ -161,24 +187,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		rc = finish(&t, &rec, "cannot make %s: %s", plugins, strerror(errno));
 		goto out;
 	}
-	char *argv[24] = {"criu", "dump", "-t", pidstr, "-D", images, "-o", "dump.log", "-v4", "--libdir", plugins};
-	int n = 11;
-	if (leave_running)
-		argv[n++] = "--leave-running";
-	if (!session_leader_inside(pid))
-		argv[n++] = "--shell-job";
-	const char *lock = a->criu_config ? NULL : criu_network_lock();
-	if (a->tcp_established)
-		argv[n++] = "--tcp-established";
-	if (a->tcp_established && lock) {
-		argv[n++] = "--network-lock";
-		argv[n++] = (char *)lock;
-	}
-	if (a->criu_config) {
-		argv[n++] = "--config";
-		argv[n++] = (char *)a->criu_config;
-	}
-	argv[n] = NULL;
+	char *argv[24];
+	dump_argv(a, pidstr, images, plugins, argv);
 	snprintf(log, sizeof(log), "%s/dump.log", images);
 	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
