@@ -389,8 +389,30 @@ static void criu_exit_waits(void)
 }
 
 /* The dump's tail: a failed dump or -R handed to a helper CRIU waits for. */
+/* After a dump that succeeded: the images' digests into the images directory
+ * (IMAGES_DIGESTS; CRIU has flushed every image by its plugins' exit), which a
+ * restore checks before any process is made. A failure is a warning: the
+ * checkpoint stands, unverified. */
+static void write_digests(void)
+{
+	char err[PATH_MAX + 256];
+	const char *step = "encode";
+	json_t *files = images_digest(P.dir, err, sizeof(err));
+	char *text = files ? json_dumps(files, JSON_COMPACT) : NULL;
+	int rc = text ? atomic_write(P.dir, IMAGES_DIGESTS, text, strlen(text), 0600, &step) : -ENOMEM;
+	if (!files)
+		fprintf(stderr, "cusnap-plugin: warning: %s: the images get no digests\n", err);
+	else if (rc < 0)
+		fprintf(stderr, "cusnap-plugin: warning: writing %s/%s: %s failed: %s: the images get no digests\n",
+			P.dir, IMAGES_DIGESTS, step, strerror(-rc));
+	free(text);
+	json_decref(files);
+}
+
 static void dump_exit(int ret)
 {
+	if (P.owner == OWNER_MINE && ret == 0 && P.checkpointed)
+		write_digests();
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed))
 		return;
 	int h = helper_start(&P.helper);
@@ -473,6 +495,30 @@ static int remove_stale_done(int dfd, const char *where)
 	return -1;
 }
 
+/* The images as the dump wrote them (its digests): 0, or -1 (said). A
+ * checkpoint without digests (an older plugin's) is restored with a warning. */
+static int images_whole(void)
+{
+	char path[PATH_MAX + 32], why[PATH_MAX + 256];
+	snprintf(path, sizeof(path), "%s/" IMAGES_DIGESTS, P.dir);
+	if (access(path, F_OK) < 0) {
+		fprintf(stderr, "cusnap-plugin: warning: %s: no digests of the images (an older plugin's checkpoint): "
+				"restored unverified\n",
+			P.dir);
+		return 0;
+	}
+	json_error_t je;
+	json_t *files = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	int rc = json_is_object(files) ? images_verify(P.dir, files, why, sizeof(why))
+				       : (snprintf(why, sizeof(why), "%s: %s", path, files ? "not an object" : je.text), -1);
+	json_decref(files);
+	if (rc < 0)
+		fprintf(stderr, "cusnap-plugin: %s: refusing to restore a damaged checkpoint; restore refused, nothing "
+				"made\n",
+			why);
+	return rc;
+}
+
 /* Before any process is made: ours to restore? The stale restore-complete goes
  * (where the dumped tree's control directory still is). 0, or -1 (said). */
 static int restore_begin(void)
@@ -488,6 +534,8 @@ static int restore_begin(void)
 		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", P.conf_error);
 		return -1;
 	}
+	if (images_whole() < 0)
+		return -1;
 	int dfd = here[0] ? control_dir_open_here(here, why, sizeof(why)) : -ENOENT;
 	if (dfd == -ENOENT)
 		return 0; /* (elsewhere now: removed inside the restored root) */

@@ -62,13 +62,6 @@ int cmd_demo(const struct args *a);
 int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
 int group_inspect(const struct args *a);
-/* ---- images.c: the CRIU images' digests ---- */
-/* Every image file of directory images (CRIU's logs excepted) as
- * {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with err. */
-json_t *images_digest(const char *images, char *err, size_t errlen);
-/* Does every file of files (images_digest's form) have its recorded size and
- * CRC32C? 0, or -1 with why naming the first that does not. */
-int images_verify(const char *images, const json_t *files, char *why, size_t len);
 /* ---- network.c: a checkpoint's network sockets (DESIGN.md §9.4) ---- */
 struct network {
 	struct inet_sock *socks; /* the tree's, before the dump */

@@ -79,8 +79,18 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 /* How long a restore waits for a closing connection on one of its ports that
  * is not the tree's own: a TIME_WAIT lasts 60 s on Linux. */
 #define INET_PORT_WAIT_MS 65000
-/* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 typedef struct json_t json_t;
+/* ---- images.c: the CRIU images' digests ---- */
+/* The plugin's record of them, in the images directory (never digested itself). */
+#define IMAGES_DIGESTS "cusnap-digests.json"
+/* Every image file of directory images (CRIU's logs and statistics excepted)
+ * as {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with err. */
+json_t *images_digest(const char *images, char *err, size_t errlen);
+/* Does every file of files (images_digest's form) have its recorded size and
+ * CRC32C, and is every image file recorded? 0, or -1 with why naming the
+ * first that is not. */
+int images_verify(const char *images, const json_t *files, char *why, size_t len);
+/* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
 /* inet_ports_free over a record: 0, -EINVAL (malformed) or -EADDRINUSE, with why. */

@@ -406,8 +406,9 @@ static void largest_pages(const char *dir, char *path, size_t len)
 
 /* Damaged images are refused before CRIU runs, the file named, nothing made:
  * 64 bytes overwritten every 97 pages of the largest page image, then the
- * image truncated. Put back as written, the same checkpoint restores and
- * passes (the digests do not refuse a whole checkpoint). */
+ * image truncated, then a record of the images emptied. Put back as written,
+ * the same checkpoint restores and passes (the digests do not refuse a whole
+ * checkpoint). */
 static void damaged_images(void)
 {
 	struct group g;
@@ -435,6 +436,20 @@ static void damaged_images(void)
 	CHECK_EQ(truncate(pages, st.st_size / 2), 0);
 	CHECK_SAYS(out, restore(dir, &out), 1, "truncated");
 	CHECK_EQ(rename(saved, pages), 0);
+	/* A record emptied ("image_files": {}) covers nothing: refused, the first file named. */
+	char manifest[PATH_MAX + 32], kept[PATH_MAX + 48];
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	snprintf(kept, sizeof(kept), "%s.kept", manifest);
+	char *keep[] = {"cp", manifest, kept, NULL};
+	CHECK_EQ(test_run_cmd(keep, NULL, 30000), 0);
+	json_t *m = json_load_file(manifest, 0, NULL);
+	CHECK(m && json_object_set_new(m, "image_files", json_object()) == 0 && json_dump_file(m, manifest, 0) == 0);
+	json_decref(m);
+	CHECK_EQ(restore(dir, &out), 1);
+	CHECK_CONTAINS(out, "has no digest");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	CHECK_EQ(rename(kept, manifest), 0);
 	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
 	pid_t root = restored_root(dir);
 	if (root > 0)

@@ -16,6 +16,9 @@
 
 #include "sweep.h"
 
+/* The plugin's record of the images' digests (src/node/node.h: IMAGES_DIGESTS). */
+#define IMAGES_DIGESTS_NAME "cusnap-digests.json"
+
 static char criu[PATH_MAX], plugins[PATH_MAX], libcuda[PATH_MAX + 32];
 
 /* criu dump of the tree of root into dir/images with the plugins of libdir
@@ -597,6 +600,53 @@ static void device_map(void)
 	gpu_pair_swapped(dir, ck);
 }
 
+/* The plugin's digests: a page image truncated after a plain criu dump is
+ * refused at CRIU's restore init, naming it, nothing made (it used to restore
+ * a task that spun); put back, the same images restore and pass. */
+static void damaged_images(void)
+{
+	struct group g;
+	if (group_start(&g, "plug-dmg", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], images[PATH_MAX + 48], pages[PATH_MAX + 320] = "", saved[PATH_MAX + 340], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, NULL, &out), 0, "native checkpoint");
+	group_dumped(&g);
+	CHECK(exists(dir, IMAGES_DIGESTS_NAME));
+	off_t best = 0;
+	DIR *d = opendir(images);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char p[PATH_MAX + 320];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", images, e->d_name);
+		if (!strncmp(e->d_name, "pages-", 6) && stat(p, &st) == 0 && st.st_size > best)
+			best = st.st_size, snprintf(pages, sizeof(pages), "%s", p);
+	}
+	if (d)
+		closedir(d);
+	CHECK(best > 0);
+	if (best <= 0)
+		return;
+	snprintf(saved, sizeof(saved), "%s.saved", pages);
+	char *cp[] = {"cp", pages, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	CHECK_EQ(truncate(pages, best / 2), 0);
+	bool shell = getsid(g.root) != g.root;
+	CHECK(restore(dir, shell, &out) != 0);
+	CHECK_CONTAINS(out, "truncated or grown");
+	CHECK_CONTAINS(out, "restore refused, nothing made");
+	free(out);
+	CHECK(restored_root(dir) <= 0);
+	CHECK_EQ(rename(saved, pages), 0);
+	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+}
+
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -619,6 +669,8 @@ int main(void)
 	test_run("restores as CRIU users run them: stale restore-complete, no -d, a killed restore fails",
 		 restore_as_users_do);
 	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
+	test_run("a truncated page image: refused at the restore's init by the plugin's digests, nothing made",
+		 damaged_images);
 	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
 	return e2e_done();
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* A checkpoint's CRIU images, guarded: each file's size and CRC32C recorded in
- * the manifest after the dump, and checked before CRIU restores anything (a
- * damaged page image would restore as if whole: the workload's memory, GPU
- * bytes of the host arena included, silently wrong). */
+/* A checkpoint's CRIU images, guarded: each file's size and CRC32C recorded
+ * after the dump (cusnap in the manifest, the plugin in its digests file), and
+ * checked before CRIU restores anything (a damaged page image would restore as
+ * if whole: the workload's memory, GPU bytes of the host arena included,
+ * silently wrong). Every image file must be recorded: one that is not (a
+ * record emptied, a file added) is refused too. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cusnap.h"
 #include "cusnap/crc32c.h"
+#include "cusnap/json.h"
+#include "internal.h"
 
 #define CHUNK (4u << 20)
 
@@ -50,11 +53,14 @@ static int digest_file(int dfd, const char *name, uint8_t *buf, uint64_t *size, 
 	return 0;
 }
 
-/* Is name one of the files a digest covers (not CRIU's logs, not hidden)? */
+/* Is name one of the files a digest covers? Not CRIU's logs and statistics
+ * (written again by every restore), not hidden files, not the plugin's record
+ * of the digests itself. */
 static bool digested(const char *name)
 {
 	size_t len = strlen(name);
-	return name[0] != '.' && !(len > 4 && !strcmp(name + len - 4, ".log"));
+	return name[0] != '.' && !(len > 4 && !strcmp(name + len - 4, ".log")) && strncmp(name, "stats-", 6) != 0 &&
+	       strcmp(name, IMAGES_DIGESTS) != 0;
 }
 
 json_t *images_digest(const char *images, char *err, size_t errlen)
@@ -137,7 +143,22 @@ int images_verify(const char *images, const json_t *files, char *why, size_t len
 			goto out;
 		}
 	}
-	rc = 0;
+	/* Every image file recorded: an emptied record or an added file is no checkpoint as written. */
+	DIR *d = fdopendir(dfd);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (digested(e->d_name) && !json_object_get(files, e->d_name)) {
+			snprintf(why, len, "%s/%s has no digest: the record does not cover the images as written",
+				 images, e->d_name);
+			closedir(d);
+			dfd = -1;
+			goto out;
+		}
+	if (d) {
+		closedir(d);
+		dfd = -1;
+		rc = 0;
+	}
 out:
 	if (dfd >= 0)
 		close(dfd);
