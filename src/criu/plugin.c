@@ -502,19 +502,22 @@ static int images_whole(void)
 	char path[PATH_MAX + 32], why[PATH_MAX + 256];
 	snprintf(path, sizeof(path), "%s/" IMAGES_DIGESTS, P.dir);
 	if (access(path, F_OK) < 0) {
-		fprintf(stderr, "cusnap-plugin: warning: %s: no digests of the images (an older plugin's checkpoint): "
-				"restored unverified\n",
+		fprintf(stderr,
+			"cusnap-plugin: warning: %s: no digests of the images (an older plugin's checkpoint): "
+			"restored unverified\n",
 			P.dir);
 		return 0;
 	}
 	json_error_t je;
 	json_t *files = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	int rc = json_is_object(files) ? images_verify(P.dir, files, why, sizeof(why))
-				       : (snprintf(why, sizeof(why), "%s: %s", path, files ? "not an object" : je.text), -1);
+	int rc = json_is_object(files)
+			 ? images_verify(P.dir, files, why, sizeof(why))
+			 : (snprintf(why, sizeof(why), "%s: %s", path, files ? "not an object" : je.text), -1);
 	json_decref(files);
 	if (rc < 0)
-		fprintf(stderr, "cusnap-plugin: %s: refusing to restore a damaged checkpoint; restore refused, nothing "
-				"made\n",
+		fprintf(stderr,
+			"cusnap-plugin: %s: refusing to restore a damaged checkpoint; restore refused, nothing "
+			"made\n",
 			why);
 	return rc;
 }
