@@ -125,7 +125,17 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 				  .device_map = map && map->nordinals ? map->ordinals : NULL,
 				  .device_map_len = map ? map->nordinals : 0};
 	t0 = now_ms();
+	size_t gone = 0;
+	for (size_t i = 0; i < t->ncuda; i++)
+		gone += t->procs[t->cuda_index[i]].shim && coord_process_gone(t->targets[i].obs);
 	bool have_state = from != RECOVER_RECORDS && access(state, F_OK) == 0;
+	if (have_state && gone && from != RECOVER_STATE) {
+		/* The state file names a participant that is gone: the others rebuild
+		 * in place from their own records (the gone one left out). */
+		fprintf(stderr, "cusnap: %zu participant(s) of the state file gone: the others rebuild in place\n",
+			gone);
+		have_state = false;
+	}
 	if (from == RECOVER_STATE && !have_state) {
 		snprintf(err, errlen, "%s is missing: the checkpoint is not whole", state);
 		return -1;
@@ -145,10 +155,12 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	/* No state file (a prepare cut short, a directory that is not this tree's,
 	 * or told to do without it): each participant rebuilds in place from its
 	 * own records. */
-	fprintf(stderr, "cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
-		unsettled,
-		from == RECOVER_RECORDS ? "--discard-state (the state file is not read)"
-					: "no state file in the state directory");
+	if (!gone)
+		fprintf(stderr,
+			"cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
+			unsettled,
+			from == RECOVER_RECORDS ? "--discard-state (the state file is not read)"
+						: "no state file in the state directory");
 	int rc = coord_abort(t->targets, t->ncuda, &o, r);
 	out->ms_rebuild = now_ms() - t0;
 	if (rc < 0)
@@ -215,6 +227,11 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	if (verified && gone && gone == t->ncuda)
 		return fail(EX_TERMINATED, "%s; every CUDA process of the tree is gone (not by cusnap): nothing runs",
 			    what);
+	if (verified && gone)
+		return fail(EX_TERMINATED,
+			    "%s: undone, and the rest of the tree runs, but it is not as before: %zu CUDA process%s "
+			    "gone (not by cusnap)",
+			    what, gone, gone > 1 ? "es" : "");
 	if (verified) {
 		state_dir_end(rec->root, NULL);
 		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);

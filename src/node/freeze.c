@@ -40,5 +40,10 @@ int tree_suspend(struct tree *t, struct record *rec, enum proto_content content,
 		return finish(t, rec, "%s", err);
 	if (native_freeze(t, rec, err, sizeof(err)) < 0)
 		return finish(t, rec, "%s", err);
+	/* The tree as recorded: a CUDA process that died on the way is no suspended tree. */
+	for (size_t i = 0; i < t->ncuda; i++)
+		if (coord_process_gone(t->targets[i].obs))
+			return finish(t, rec, "CUDA process %d (namespace PID %d) died during the operation",
+				      t->targets[i].obs, t->targets[i].ns);
 	return interrupted(t, rec, "the native checkpoint");
 }

@@ -267,6 +267,36 @@ static void all_gone(void)
 	waitpid(c, NULL, 0);
 }
 
+/* A worker killed once every process is natively checkpointed (not by
+ * cusnap): the suspend names it and exits 2, having undone the rest, which
+ * runs (it used to exit 0 over a tree it no longer had). */
+static void one_gone(void)
+{
+	struct group g;
+	if (group_start_pair(&g, "one-gone") < 0)
+		return;
+	pid_t pids[8];
+	if (group_pids(&g, pids, 2) != 2)
+		return;
+	pid_t worker = pids[0] == g.root ? pids[1] : pids[0];
+	char fault[64], *out;
+	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-checkpoint:%d", (int)worker);
+	char *env[] = {fault, NULL};
+	CHECK_EQ(group_suspend(&g, "host", &out, env), 2);
+	char named[64];
+	snprintf(named, sizeof(named), "CUDA process %d (namespace PID", (int)worker);
+	CHECK_CONTAINS(out, named);
+	CHECK_CONTAINS(out, "died during the operation");
+	CHECK_CONTAINS(out, "not as before");
+	CHECK(!contains(out, "runs as before"));
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_EQ(count_of(json, "\"state\":\"running\""), 1);
+	CHECK_CONTAINS(json, "\"half_done\":false");
+	free(json);
+	group_kill(&g);
+}
+
 /* Usage errors (64) before anything is looked at or made: an option the
  * command does not take, a --timeout that is not a number, a pid that is no
  * process, an unknown command. */
@@ -319,6 +349,7 @@ int main(void)
 	test_run("restore without a state file", missing_state);
 	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
 	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
+	test_run("a worker gone after the native checkpoint: named, the rest undone and running, exit 2", one_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
 	return e2e_done();
 }
