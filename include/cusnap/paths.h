@@ -12,6 +12,9 @@
 int path_mkdirs(const char *path);
 /* The directory of the running executable into out. False when it cannot be read. */
 bool path_self_dir(char *out, size_t len);
+/* An absolute path with no "." or ".." component: what a path read from a
+ * checkpoint (input) must be before cusnap acts in that directory. */
+bool path_plain_absolute(const char *p);
 /* Field (Tgid, PPid, ...) of PROC/PID/status as a number (proc: the proc
  * mount, "/proc"), or -1. */
 long proc_status_field(const char *proc, pid_t pid, const char *field);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cusnap/manifest.h"
+#include "cusnap/paths.h"
 
 int manifest_from_json(json_t *root, struct manifest *m, char *err, size_t errlen)
 {
@@ -21,11 +22,19 @@ int manifest_from_json(json_t *root, struct manifest *m, char *err, size_t errle
 		json_decref(root);
 		return -1;
 	}
+	const char *here = json_member_string(root, "control_dir_here");
+	if (here && !here[0])
+		here = NULL; /* (not told: the control directory as the workload sees it) */
+	if (!path_plain_absolute(ctl) || (here && !path_plain_absolute(here))) {
+		snprintf(err, errlen, "control_dir %s%s%s is not an absolute path without . or .. components", ctl,
+			 here ? " or control_dir_here " : "", here ? here : "");
+		json_decref(root);
+		return -1;
+	}
 	m->root = root;
 	m->procs = procs;
 	m->control_dir = ctl;
-	const char *here = json_member_string(root, "control_dir_here");
-	m->control_dir_here = here && here[0] == '/' ? here : ctl;
+	m->control_dir_here = here ? here : ctl;
 	m->prepared = json_member_bool(root, "prepared", false);
 	return 0;
 }

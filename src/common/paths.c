@@ -77,3 +77,18 @@ bool proc_environ_get(pid_t pid, const char *name, char *out, size_t len)
 	free(buf);
 	return found;
 }
+
+bool path_plain_absolute(const char *p)
+{
+	if (p[0] != '/')
+		return false;
+	for (const char *c = p; *c; c = strchr(c, '/') ? strchr(c, '/') : c + strlen(c)) {
+		while (*c == '/')
+			c++;
+		size_t n = strcspn(c, "/");
+		if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		c += n;
+	}
+	return true;
+}

@@ -83,6 +83,9 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 	if (!copy)
 		return snprintf(why, len, "%s: out of memory", name), -1;
 	int lineno = 0, rc = 0;
+	/* Each setting once: a repeated one is refused (which would win is a guess). */
+	static const char *const keys[] = {"content", "timeout_ms", "control_dir", "libcuda", "device_map"};
+	int seen[sizeof(keys) / sizeof(keys[0])] = {0};
 	for (char *line = copy, *next; line && rc == 0; line = next) {
 		lineno++;
 		next = strchr(line, '\n');
@@ -101,7 +104,18 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 			break;
 		}
 		*eq = '\0';
-		if (conf_set(c, trim(s), trim(eq + 1), err, sizeof(err)) < 0) {
+		const char *key = trim(s);
+		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]) && rc == 0; k++) {
+			bool same = !strcmp(key, keys[k]) || (k == 4 && !strcmp(key, "cuda.device-map"));
+			if (same && seen[k]) {
+				snprintf(why, len, "%s: line %d: %s is set again (first on line %d)", name, lineno, key,
+					 seen[k]);
+				rc = -1;
+			} else if (same) {
+				seen[k] = lineno;
+			}
+		}
+		if (rc == 0 && conf_set(c, key, trim(eq + 1), err, sizeof(err)) < 0) {
 			snprintf(why, len, "%s: line %d: %s", name, lineno, err);
 			rc = -1;
 		}

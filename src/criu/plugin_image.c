@@ -9,6 +9,7 @@
 
 #include "cusnap/atomicfile.h"
 #include "cusnap/json.h"
+#include "cusnap/paths.h"
 #include "cusnap/request.h"
 #include "plugin.h"
 
@@ -51,7 +52,10 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	const char *bad = !j ? je.text
 			  : json_member_number(j, "cusnap_plugin", 0) != IMAGE_FORMAT
 				  ? "not an image of this plugin's form"
-			  : !control || control[0] != '/'              ? "no control_dir"
+			  : !control || !path_plain_absolute(control)
+				  ? "no control_dir (an absolute path without . or ..)"
+			  : here && here[0] && !path_plain_absolute(here)
+				  ? "a control_dir_here that is not an absolute path without . or .."
 			  : !proto_content_parse(content)              ? "no content mode"
 			  : !json_is_array(json_object_get(j, "gpus")) ? "no GPU list"
 			  : json_object_get(j, "network") && !json_is_object(json_object_get(j, "network"))
@@ -65,7 +69,7 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	im->content = proto_content_parse(content);
 	im->vmm = json_member_bool(j, "vmm", false);
 	snprintf(im->control_dir, sizeof(im->control_dir), "%s", control);
-	snprintf(im->control_dir_here, sizeof(im->control_dir_here), "%s", here && here[0] == '/' ? here : "");
+	snprintf(im->control_dir_here, sizeof(im->control_dir_here), "%s", here ? here : "");
 	im->cuda_processes = (size_t)json_member_number(j, "cuda_processes", 0);
 	im->gpus = json_incref(json_object_get(j, "gpus"));
 	im->network = json_incref(json_object_get(j, "network"));

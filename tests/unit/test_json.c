@@ -91,6 +91,11 @@ static void files(void)
 		"{\"format\": \"other\", \"version\": 1, \"control_dir\": \"/c\", \"processes\": []}",
 		"{\"format\": \"cusnap-manifest\", \"version\": 1, \"control_dir\": \"/c\", \"processes\": {}}",
 		"{\"format\": \"cusnap-manifest\", \"format\": \"cusnap-manifest\"}",
+		/* a control directory that leads elsewhere: a restore removes files there */
+		"{\"format\": \"cusnap-manifest\", \"version\": 1, \"control_dir\": \"/c\", \"processes\": [], "
+		"\"control_dir_here\": \"/c/../etc\"}",
+		"{\"format\": \"cusnap-manifest\", \"version\": 1, \"control_dir\": \"/c/./..\", \"processes\": []}",
+		"{\"format\": \"cusnap-manifest\", \"version\": 1, \"control_dir\": \"c\", \"processes\": []}",
 		"[1 2]",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
