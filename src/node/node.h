@@ -326,20 +326,20 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 const char *state_name(int s);
 
 /* ---- criu.c ---- */
-/* The network lock CRIU is told to use while it dumps or restores TCP
- * connections: NULL for its default (iptables) when iptables-restore is on
- * PATH, else "nftables" (CRIU's own libnftables; nothing to install). */
+/* The criu to run: --criu, $CRIU, the project's provisioned one, or PATH.
+ * Returns 0, or -1 with err naming the fix (exit 69). */
+int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
+/* Its version string ("4.2.1"), or "". */
+void criu_version(const char *criu, char *out, size_t len);
 /* Inside CRIU (the plugin): the version of the CRIU this process runs, asked
  * of the same program (through its loader when it runs through one), or "". */
 void criu_self_version(char *out, size_t len);
 /* Compare CRIU versions ("4.2.1"): <0, 0 or >0 as a is older, the same, newer. */
 int criu_version_cmp(const char *a, const char *b);
+/* The network lock CRIU is told to use while it dumps or restores TCP
+ * connections: NULL for its default (iptables) when iptables-restore is on
+ * PATH, else "nftables" (CRIU's own libnftables; nothing to install). */
 const char *criu_network_lock(void);
-/* The criu to run: --criu, $CRIU, PATH, or the project's provisioned one.
- * Returns 0, or -1 with err naming the fix (exit 69). */
-int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
-/* Its version string ("4.1.1"), or "". */
-void criu_version(const char *criu, char *out, size_t len);
 /* What bounds a CRIU run. */
 struct criu_bounds {
 	bool own_group;      /* in a process group of its own (terminal signals reach cusnap only) */
