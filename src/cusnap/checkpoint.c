@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -39,10 +40,9 @@ static unsigned long long dir_bytes(const char *dir)
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
-		char p[PATH_MAX + 300];
 		struct stat st;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		if (e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode))
+		if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode))
 			total += (unsigned long long)st.st_size;
 	}
 	if (d)
@@ -139,13 +139,18 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 {
 	pid_t pid = a->pid;
 	const char *dir = a->dir;
-	bool leave_running = a->leave_running;
-	char criu[PATH_MAX], err[1200], images[PATH_MAX + 16], log[PATH_MAX + 32];
+	bool leave_running = a->leave_running, published = false;
+	char criu[PATH_MAX], err[1200], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
 	if (criu_find(a->criu, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
-	snprintf(images, sizeof(images), "%s/images", dir);
-	if (mkdir(images, 0700) < 0 && errno != EEXIST)
-		return fail(EX_LEFT_RUNNING, "cannot create %s: %s", images, strerror(errno));
+	/* Built beside the checkpoint dir holds (if any), put in its place once whole. */
+	int wrc = ckptdir_begin(dir, work, sizeof(work));
+	snprintf(images, sizeof(images), "%s/images", work);
+	if (wrc < 0 || (mkdir(images, 0700) < 0 && errno != EEXIST)) {
+		wrc = wrc < 0 ? wrc : -errno;
+		ckptdir_discard(dir);
+		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(-wrc));
+	}
 	double start = now_ms(), t0;
 	if (a->wait_ready) {
 		t0 = now_ms();
@@ -171,7 +176,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		 : t.ncuda ? "not interposed: native steps only"
 			   : "no CUDA: CRIU only");
 	t0 = now_ms();
-	struct record rec = {.root = t.procs[0].pid, .dir = dir};
+	struct record rec = {.root = t.procs[0].pid, .dir = work};
 	struct coord_report cr;
 	if ((rc = tree_suspend(&t, &rec, a->content, &cr)))
 		goto out;
@@ -183,7 +188,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	char pidstr[16];
 	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
 	char plugins[PATH_MAX + 32];
-	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0) {
+	if (criu_plugin_dir(work, plugins, sizeof(plugins)) < 0) {
 		rc = finish(&t, &rec, "cannot make %s: %s", plugins, strerror(errno));
 		goto out;
 	}
@@ -192,10 +197,10 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	snprintf(log, sizeof(log), "%s/dump.log", images);
 	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
 	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
-	char manifest[PATH_MAX + 32];
-	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
+	char manifest[PATH_MAX + 48];
+	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
-	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
+	if (manifest_write(work, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -207,7 +212,6 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
 		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
-		unlink(manifest);
 		if (crc < -1)
 			rc = finish(&t, &rec, "CRIU dump killed at its %s bound (log: %s)",
 				    crc == -EFBIG ? "log" : "time", log);
@@ -232,23 +236,31 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	fault_point(FAULT_KILL_AFTER_DUMP);
 	if (leave_running) {
 		if (signal_caught()) {
-			unlink(manifest); /* undone: the images are not a checkpoint */
-			rc = interrupted(&t, &rec, "the CRIU dump");
+			rc = interrupted(&t, &rec, "the CRIU dump"); /* undone: the images are no checkpoint */
 			goto out;
 		}
 		t0 = now_ms();
 		struct recovery rr;
-		if (tree_release(&t, dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0) {
+		if (tree_release(&t, work, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0) {
 			rc = finish(&t, &rec, "after the dump: %s", err);
 			goto out;
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(dir, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
+	if (manifest_write(work, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
 		fprintf(stderr,
-			"cusnap: warning: cannot rewrite %s with the timings; the one written before the dump "
-			"stands\n",
+			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
+			"dump stands, and a restore cannot verify the images\n",
 			manifest);
+	if (ckptdir_publish(dir, err, sizeof(err)) < 0) {
+		rc = fail(leave_running ? EX_LEFT_RUNNING : EX_TERMINATED,
+			  "the checkpoint in %s/.partial is whole but could not be put in place (%s): the next "
+			  "`cusnap restore --dir %s` puts it there",
+			  dir, err, dir);
+		published = true; /* (kept for that) */
+		goto out;
+	}
+	published = true;
 	state_dir_end(rec.root, NULL); /* (its directory is the checkpoint: never emptied) */
 	if (!leave_running && signal_caught()) {
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
@@ -270,6 +282,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 				    r->ms_restore_in_place, "total", r->ms_total));
 	rc = EX_OK;
 out:
+	if (!published)
+		ckptdir_discard(dir); /* a failed attempt leaves nothing; the previous checkpoint stands */
 	json_decref(digests);
 	json_decref(net_json);
 	network_free(&net);
@@ -650,7 +664,12 @@ int cmd_restore(const struct args *a)
 		rc = use_dir(a->dir, false, &held);
 	if (rc)
 		return rc;
-	rc = restore_from(a, r);
+	char why[512];
+	if (ckptdir_settle(a->dir, why, sizeof(why)) < 0)
+		rc = fail(EX_LEFT_RUNNING, "%s: a checkpoint cut short cannot be settled: %s; nothing done", a->dir,
+			  why);
+	else
+		rc = restore_from(a, r);
 	close(held);
 	return rc;
 }

@@ -62,6 +62,19 @@ int cmd_demo(const struct args *a);
 int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
 int group_inspect(const struct args *a);
+/* ---- ckptdir.c: a checkpoint directory replaced only by a whole checkpoint ---- */
+/* Settle dir (ckptdir_settle), then a fresh dir/.partial to build in: 0 with
+ * its path in out, or -errno. */
+int ckptdir_begin(const char *dir, char *out, size_t len);
+/* dir/.partial put in place of dir's checkpoint, the manifest last: 0, or
+ * -errno with why (taken again, it finishes what it began). */
+int ckptdir_publish(const char *dir, char *why, size_t len);
+/* A failed attempt: dir/.partial removed. */
+void ckptdir_discard(const char *dir);
+/* Before a command uses dir: an attempt cut short after its dump finished put
+ * in place, any other removed (the previous checkpoint kept). 0, or -errno
+ * with why. */
+int ckptdir_settle(const char *dir, char *why, size_t len);
 /* ---- network.c: a checkpoint's network sockets (DESIGN.md §9.4) ---- */
 struct network {
 	struct inet_sock *socks; /* the tree's, before the dump */

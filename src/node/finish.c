@@ -228,7 +228,7 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 		return fail(EX_TERMINATED, "%s; every CUDA process of the tree is gone (not by cusnap): nothing runs",
 			    what);
 	if (verified && gone)
-		return fail(EX_TERMINATED,
+		return fail(EX_LEFT_RUNNING,
 			    "%s: undone, and the rest of the tree runs, but it is not as before: %zu CUDA process%s "
 			    "gone (not by cusnap)",
 			    what, gone, gone > 1 ? "es" : "");

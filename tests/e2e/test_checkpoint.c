@@ -348,6 +348,54 @@ static void criu_failing(void)
 	reap_all();
 }
 
+/* The checkpoint id of dir's manifest (malloc'ed), or NULL. */
+static char *checkpoint_id(const char *dir)
+{
+	struct manifest m;
+	char err[512];
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+		return NULL;
+	const char *id = json_member_string(m.root, "checkpoint_id");
+	char *copy = id ? strdup(id) : NULL;
+	manifest_free(&m);
+	return copy;
+}
+
+/* A checkpoint that fails (its CRIU writes part of an image, then fails) into
+ * a directory holding a good one: the good one stands whole (the same
+ * manifest, nothing of the failed attempt left), the workload runs on, and the
+ * good checkpoint restores and passes. */
+static void failed_over_good(void)
+{
+	struct group good, g;
+	char dir[PATH_MAX + 32], fake[PATH_MAX + 32], partial[PATH_MAX + 48], *out;
+	if (group_checkpointed(&good, "good", NULL, dir) < 0)
+		return;
+	char *id = checkpoint_id(dir);
+	CHECK(id != NULL);
+	snprintf(fake, sizeof(fake), "%s/fake-criu-partial", e2e_root);
+	test_write_file(fake, "#!/bin/sh\n[ \"$1\" = dump ] && head -c 1048576 /dev/zero > \"$5/pages-1.img\"\n"
+			      "echo 'Error (fake): no space left on device' >&2\nexit 1\n");
+	chmod(fake, 0755);
+	if (group_start_pair(&g, "over-good") == 0) {
+		CHECK_SAYS(out, checkpoint(&g, dir, "host", false, fake, &out), 1, "CRIU dump failed");
+		CHECK_EQ(group_finish(&g), 2); /* running and healthy */
+		group_kill(&g);
+	}
+	char *after = checkpoint_id(dir);
+	CHECK(id && after && !strcmp(id, after));
+	free(after);
+	free(id);
+	snprintf(partial, sizeof(partial), "%s/.partial", dir);
+	CHECK(access(partial, F_OK) != 0);
+	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&good, root), 2);
+	reap_all();
+}
+
 static void vmm_restore_failing(void)
 {
 	/* The parent re-creates its shared allocations at restore (host content):
@@ -736,6 +784,8 @@ int main(void)
 		 restore_twice);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
+	test_run("a checkpoint failing into a directory with a good one: the good one stands and restores",
+		 failed_over_good);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
 	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2", runaway_criu);
 	test_run("restore at once after checkpoint: zombie PIDs waited for; a live process on a PID named",

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/* A checkpoint directory replaced only by a whole checkpoint (DESIGN.md §9.1):
+ * a checkpoint is built in DIR/.partial beside the one DIR holds, and put in
+ * its place once whole, entry by entry through DIR/.previous, the manifest
+ * last (the commit point). Each step can be taken again, so a command cut
+ * short anywhere is settled by the next one on DIR: an attempt whose CRIU dump
+ * finished (the tree was dumped) is put in place, any other removed, the
+ * previous checkpoint kept. A failed attempt leaves nothing behind. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+#include "cusnap/manifest.h"
+#include "cusnap/state.h"
+
+#define PARTIAL ".partial"
+#define PREVIOUS ".previous"
+
+/* A checkpoint's entries, the manifest last: what moves between the three. */
+static const char *const entries[] = {"images", STATE_FILE, JOB_COPY, "criu-plugins", MANIFEST_FILE};
+#define NENTRIES (sizeof(entries) / sizeof(entries[0]))
+
+static bool exists_at(int dfd, const char *name)
+{
+	struct stat st;
+	return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Remove name in dfd and everything under it, never following a link. */
+static void remove_at(int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		unlinkat(dfd, name, 0);
+		return;
+	}
+	DIR *d = fdopendir(fd);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			remove_at(fd, e->d_name);
+	if (d)
+		closedir(d);
+	else
+		close(fd);
+	unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+static int open_dir(const char *dir)
+{
+	return open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+int ckptdir_begin(const char *dir, char *out, size_t len)
+{
+	char why[512];
+	int rc = ckptdir_settle(dir, why, sizeof(why));
+	if (rc < 0)
+		return rc;
+	int dfd = open_dir(dir);
+	if (dfd < 0)
+		return -errno;
+	remove_at(dfd, PARTIAL);
+	rc = mkdirat(dfd, PARTIAL, 0700) < 0 ? -errno : 0;
+	close(dfd);
+	snprintf(out, len, "%s/" PARTIAL, dir);
+	return rc;
+}
+
+void ckptdir_discard(const char *dir)
+{
+	int dfd = open_dir(dir);
+	if (dfd >= 0) {
+		remove_at(dfd, PARTIAL);
+		close(dfd);
+	}
+}
+
+/* Each entry of DIR moved to .previous (when not there already), then the
+ * attempt's moved in, the manifest last; then .previous and .partial removed.
+ * Taken again after a cut, it finishes what it began. */
+static int publish_at(int dfd, char *why, size_t len)
+{
+	int part = openat(dfd, PARTIAL, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), prev = -1, rc = 0;
+	if (part < 0)
+		return snprintf(why, len, "%s: %s", PARTIAL, strerror(errno)), -errno;
+	if ((mkdirat(dfd, PREVIOUS, 0700) < 0 && errno != EEXIST) ||
+	    (prev = openat(dfd, PREVIOUS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(why, len, "%s: %s", PREVIOUS, strerror(errno));
+		goto out;
+	}
+	for (size_t i = 0; i < NENTRIES; i++) {
+		const char *name = entries[i];
+		if (exists_at(dfd, name) && !exists_at(prev, name) && renameat(dfd, name, prev, name) < 0) {
+			rc = -errno;
+			snprintf(why, len, "moving the previous %s aside: %s", name, strerror(errno));
+			goto out;
+		}
+		if (exists_at(part, name) && renameat(part, name, dfd, name) < 0) {
+			rc = -errno;
+			snprintf(why, len, "putting %s in place: %s", name, strerror(errno));
+			goto out;
+		}
+	}
+	fsync(dfd);
+out:
+	if (part >= 0)
+		close(part);
+	if (prev >= 0)
+		close(prev);
+	if (rc == 0) {
+		remove_at(dfd, PREVIOUS);
+		remove_at(dfd, PARTIAL);
+	}
+	return rc;
+}
+
+int ckptdir_publish(const char *dir, char *why, size_t len)
+{
+	int dfd = open_dir(dir);
+	if (dfd < 0)
+		return snprintf(why, len, "%s: %s", dir, strerror(errno)), -errno;
+	int rc = publish_at(dfd, why, len);
+	close(dfd);
+	return rc;
+}
+
+/* Did the CRIU dump of the attempt in dfd/.partial finish (its log says so)? */
+static bool dump_finished(int dfd)
+{
+	int fd = openat(dfd, PARTIAL "/images/dump.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char tail[4096];
+	off_t end = lseek(fd, 0, SEEK_END);
+	ssize_t n = pread(fd, tail, sizeof(tail) - 1,
+			  end > (off_t)sizeof(tail) - 1 ? end - (off_t)sizeof(tail) + 1 : 0);
+	close(fd);
+	if (n <= 0)
+		return false;
+	tail[n] = '\0';
+	return strstr(tail, "Dumping finished successfully") != NULL;
+}
+
+int ckptdir_settle(const char *dir, char *why, size_t len)
+{
+	int dfd = open_dir(dir);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : (snprintf(why, len, "%s: %s", dir, strerror(errno)), -errno);
+	int rc = 0;
+	bool partial = exists_at(dfd, PARTIAL);
+	if (partial && exists_at(dfd, PARTIAL "/" MANIFEST_FILE) && dump_finished(dfd)) {
+		/* The tree was dumped, and the command cut short before its checkpoint was put in place. */
+		fprintf(stderr, "cusnap: %s/" PARTIAL " holds a checkpoint whose dump finished: put in place\n", dir);
+		rc = publish_at(dfd, why, len);
+	} else {
+		if (partial)
+			fprintf(stderr,
+				"cusnap: %s/" PARTIAL ": a checkpoint cut short before its dump finished: removed\n",
+				dir);
+		remove_at(dfd, PARTIAL);
+		/* A publish cut short before its commit: the previous checkpoint back. */
+		int prev = openat(dfd, PREVIOUS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		for (size_t i = 0; prev >= 0 && !exists_at(dfd, MANIFEST_FILE) && i < NENTRIES; i++)
+			if (exists_at(prev, entries[i]) && !exists_at(dfd, entries[i]))
+				renameat(prev, entries[i], dfd, entries[i]);
+		if (prev >= 0)
+			close(prev);
+		remove_at(dfd, PREVIOUS);
+	}
+	close(dfd);
+	return rc;
+}
