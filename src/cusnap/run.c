@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* cusnap run: start a program under the CUDA VMM interposer's launcher. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/control.h"
 
 /* NVIDIA's cuda-checkpoint: $CUSNAP_CUDA_CHECKPOINT ("" for none), else the first on PATH. */
 static bool cuda_checkpoint_tool(char *out, size_t len)
@@ -27,6 +31,50 @@ static bool cuda_checkpoint_tool(char *out, size_t len)
 	return false;
 }
 
+/* A restore-complete left in the control directory releases a new workload
+ * at once (it never parks, so it can never be checkpointed whole): removed
+ * when no live workload uses the directory (no endpoint there answers), else
+ * refused, naming the endpoint. 0, or the exit code (reported). */
+static int stale_release(const char *dir)
+{
+	char why[PATH_MAX + 128];
+	int dfd = control_dir_open_here(dir, why, sizeof(why));
+	if (dfd < 0)
+		return 0; /* (not there yet: the workload makes it) */
+	struct stat st;
+	int rc = 0;
+	if (fstatat(dfd, CONTROL_RESTORE_DONE, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		close(dfd);
+		return 0;
+	}
+	DIR *d = fdopendir(dup(dfd));
+	struct dirent *e;
+	int ns;
+	while (rc == 0 && d && (e = readdir(d))) {
+		char end[8];
+		if (sscanf(e->d_name, "cuda-vmm-%d.sock%7s", &ns, end) != 1)
+			continue;
+		if (control_endpoint_stale(dfd, e->d_name) == -EBUSY)
+			rc = fail(EX_BUSY,
+				  "%s/%s is there and %s/%s answers: a workload runs with this control directory; one "
+				  "started here would not wait for a restore (give it its own --control-dir); nothing "
+				  "done",
+				  dir, CONTROL_RESTORE_DONE, dir, e->d_name);
+	}
+	if (d)
+		closedir(d);
+	if (rc == 0) {
+		if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) < 0 && errno != ENOENT)
+			rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", dir,
+				  CONTROL_RESTORE_DONE, strerror(errno));
+		else
+			fprintf(stderr, "cusnap: removed the stale %s/%s (an earlier restore's; no workload uses %s)\n",
+				dir, CONTROL_RESTORE_DONE, dir);
+	}
+	close(dfd);
+	return rc;
+}
+
 int cmd_run(const struct args *a)
 {
 	int argc = a->argc;
@@ -42,6 +90,9 @@ int cmd_run(const struct args *a)
 		snprintf(launcher, sizeof(launcher), "/usr/local/bin/snapshot-cuda-vmm-launch");
 	if (a->control_dir_given)
 		setenv("SNAPSHOT_CONTROL_DIR", a->s->control_dir, 1);
+	int rc = stale_release(a->s->control_dir);
+	if (rc)
+		return rc;
 	char **args = calloc((size_t)argc + 4, sizeof(*args));
 	if (!args)
 		return fail(EX_LEFT_RUNNING, "out of memory");

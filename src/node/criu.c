@@ -190,7 +190,8 @@ static void show_errors(const char *log_path)
 	char lines[8][512], line[512];
 	int n = 0;
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "Error") || strstr(line, "error"))
+		/* (CRIU's RLIMIT_NOFILE line is harmless where the limit cannot be raised) */
+		if ((strstr(line, "Error") || strstr(line, "error")) && !strstr(line, "RLIMIT_NOFILE"))
 			snprintf(lines[n++ % 8], sizeof(lines[0]), "%s", line);
 	fclose(f);
 	fprintf(stderr, "cusnap: CRIU failed; last errors from %s:\n", log_path);

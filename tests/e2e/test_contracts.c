@@ -298,6 +298,27 @@ static void one_gone(void)
 	group_kill(&g);
 }
 
+/* cusnap run over a control directory an earlier restore left its
+ * restore-complete in (no workload uses it): the file is removed and said, so
+ * the new workload parks until it is released (it ran straight through). */
+static void stale_restore_complete(void)
+{
+	char dir[PATH_MAX], ctl[PATH_MAX + 16], done[PATH_MAX + 48];
+	e2e_scratch("stale-done", dir, ctl);
+	mkdir(ctl, 0700);
+	snprintf(done, sizeof(done), "%s/restore-complete", ctl);
+	test_write_file(done, "");
+	struct group g;
+	if (group_start(&g, "stale-done", 1, 2, false, NULL, NULL, ctl) < 0)
+		return;
+	CHECK(access(done, F_OK) != 0);
+	char *log = test_read_file(g.log);
+	CHECK_CONTAINS(log, "removed the stale");
+	CHECK(!contains(log, "PASS vmm_group")); /* parked, not run through */
+	free(log);
+	group_round_trip(&g);
+}
+
 /* Usage errors (64) before anything is looked at or made: an option the
  * command does not take, a --timeout that is not a number, a pid that is no
  * process, an unknown command. */
@@ -350,6 +371,7 @@ int main(void)
 	test_run("restore without a state file", missing_state);
 	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
 	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
+	test_run("cusnap run over a stale restore-complete: removed, the workload parks", stale_restore_complete);
 	test_run("a worker gone after the native checkpoint: named, the rest undone and running, exit 1", one_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
 	return e2e_done();
