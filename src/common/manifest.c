@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cusnap/manifest.h"
@@ -113,8 +114,13 @@ int manifest_print(const char *dir)
 		return -2;
 	}
 	const json_t *criu = json_object_get(m.root, "criu");
-	printf("manifest %s: checkpoint %s, created %.0f, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n",
-	       path, or_unknown(json_member_string(m.root, "checkpoint_id")), json_member_number(m.root, "created", 0),
+	time_t created = (time_t)json_member_number(m.root, "created", 0);
+	char when[64] = "?";
+	struct tm tm;
+	if (created > 0 && localtime_r(&created, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %z", &tm);
+	printf("manifest %s: checkpoint %s, created %s, root pid %.0f (ns %.0f), content %s, prepare %s, criu %s\n",
+	       path, or_unknown(json_member_string(m.root, "checkpoint_id")), when,
 	       json_member_number(m.root, "root_pid", 0), json_member_number(m.root, "root_nspid", 0),
 	       or_unknown(json_member_string(m.root, "content")), m.prepared ? "ran" : "did not run",
 	       or_unknown(json_member_string(criu, "version")));

@@ -64,12 +64,11 @@ static void dumped_tree_gone(const struct tree *t)
 {
 	for (int waited = 0;; waited += 20) {
 		size_t dying = 0, zombies = 0;
-		pid_t zombie = 0, parent = 0;
 		for (size_t i = 0; i < t->nprocs; i++) {
 			pid_t pp = 0;
 			char st = proc_state(t->procs[i].pid, &pp);
 			if (st == 'Z')
-				zombies++, zombie = t->procs[i].pid, parent = pp;
+				zombies++;
 			else if (st)
 				dying++;
 		}
@@ -79,11 +78,22 @@ static void dumped_tree_gone(const struct tree *t)
 			if (dying)
 				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n",
 					dying);
-			if (zombies)
+			if (zombies) {
+				char names[512] = "";
+				size_t at = 0;
+				for (size_t i = 0; i < t->nprocs && at < sizeof(names) - 32; i++) {
+					pid_t pp = 0;
+					if (proc_state(t->procs[i].pid, &pp) == 'Z')
+						at += (size_t)snprintf(names + at, sizeof(names) - at,
+								       "%s%d (parent %d)", at ? ", " : "",
+								       (int)t->procs[i].pid, (int)pp);
+				}
 				fprintf(stderr,
-					"cusnap: %zu dumped process(es) are zombies until their parent reaps them (%d, "
-					"parent %d): a restore here waits for their PIDs\n",
-					zombies, (int)zombie, (int)parent);
+					"cusnap: %zu dumped process(es) are zombies until their parents reap them: %s; "
+					"a "
+					"restore here waits for their PIDs\n",
+					zombies, names);
+			}
 			return;
 		}
 		usleep(20000);

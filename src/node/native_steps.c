@@ -103,8 +103,9 @@ int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen)
 	double t0 = now_ms();
 	if (freeze_step(t, NATIVE_LOCK, rec, err, errlen) < 0)
 		return -1;
-	progress("lock", now_ms() - t0, "%zu processes, %s", t->ncuda,
-		 t->job.path[0] ? "one at a time (a checkpoint job)" : "concurrently");
+	if (t->ncuda)
+		progress("lock", now_ms() - t0, "%zu processes, %s", t->ncuda,
+			 t->job.path[0] ? "one at a time (a checkpoint job)" : "concurrently");
 	fault_point(FAULT_KILL_AFTER_LOCK);
 	return 0;
 }
@@ -114,7 +115,8 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 	double t0 = now_ms();
 	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
 		return -1;
-	progress("native checkpoint", now_ms() - t0, "GPU memory released");
+	if (t->ncuda)
+		progress("native checkpoint", now_ms() - t0, "GPU memory released");
 	/* Every process CHECKPOINTED: the job file as the driver left it. */
 	if (job_save(&t->job, rec->dir, err, errlen) < 0)
 		return -1;
