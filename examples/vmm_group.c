@@ -46,6 +46,10 @@
  * another after restore-complete; VMM_GROUP_TCP=self, a listener and a
  * connection of its own, as NCCL's bootstrap leaves a rank.
  *
+ * VMM_GROUP_CHURN=1: every process allocates, maps and releases VMM memory in a
+ * thread of its own from ready until it verifies (vmm_group_churn.h): it is not
+ * parked, and none of those calls may fail.
+ *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
  * Runs under the interposer (snapshot-cuda-vmm-launch or cusnap run) for the
@@ -393,6 +397,7 @@ static int mc_verify(int rank)
 
 #include "vmm_group_ipc.h"
 #include "vmm_group_tcp.h"
+#include "vmm_group_churn.h"
 
 static int wait_file(const char *name)
 {
@@ -487,10 +492,12 @@ static int worker_main(int w, int sock)
 		return 1;
 	if (make_private(device) < 0)
 		return 1;
+	churn_start(device);
 	put(sock, 'R');
-	/* Parked: the parent waits for restore-complete and says when to verify. */
+	/* Parked (or churning): the parent waits for restore-complete and says when to verify. */
 	if (get(sock) != 'V')
 		return 1;
+	churn_stop();
 	verify_local(w + 1, false);
 	if (multicast)
 		mc_verify(w + 1);
@@ -595,6 +602,7 @@ static int parent_main(int *socks, pid_t *pids)
 		return 1;
 	if (failures)
 		return 1;
+	churn_start(0);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/ready-for-snapshot", control);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -605,6 +613,7 @@ static int parent_main(int *socks, pid_t *pids)
 	fflush(stdout);
 	if (wait_file("restore-complete") < 0)
 		return 1;
+	churn_stop();
 	/* Under a fault sweep (CUEMU_FAULT_ARM: faults count while that file
 	 * exists), the swept command ends before this group's own checks run. */
 	const char *arm = getenv("CUEMU_FAULT_ARM");

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
@@ -23,9 +24,48 @@ int shim_phase(void)
 	return __atomic_load_n(&phase, __ATOMIC_ACQUIRE);
 }
 
+/* The gate the application's tracked calls wait at while the process is not
+ * ACTIVE (DESIGN.md §6.1): woken when the phase returns to ACTIVE or fails. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
+static __thread bool own_thread;
+
 static void set_phase(int p)
 {
 	__atomic_store_n(&phase, p, __ATOMIC_RELEASE);
+	if (p == PROTO_PHASE_ACTIVE || p == PROTO_PHASE_FAILED) {
+		pthread_mutex_lock(&gate_lock);
+		pthread_cond_broadcast(&gate_open);
+		pthread_mutex_unlock(&gate_lock);
+	}
+}
+
+void shim_own_thread(void)
+{
+	own_thread = true;
+}
+
+CUresult shim_gate_wait(void)
+{
+	int p = shim_phase();
+	if (p == PROTO_PHASE_ACTIVE || own_thread)
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&gate_lock);
+	while ((p = shim_phase()) != PROTO_PHASE_ACTIVE && p != PROTO_PHASE_FAILED) {
+		/* (bounded waits: a wakeup between the check and the wait costs 50 ms at most) */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 50 * 1000 * 1000;
+		if (until.tv_nsec >= 1000000000L)
+			until.tv_sec++, until.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&gate_open, &gate_lock, &until);
+	}
+	pthread_mutex_unlock(&gate_lock);
+	if (p == PROTO_PHASE_FAILED) {
+		LOG_AT(LOG_ERROR, "a tracked call refused: the rebuild of this process failed (%.400s)", failure);
+		return CUDA_ERROR_NOT_READY;
+	}
+	return CUDA_SUCCESS;
 }
 
 int shim_step_failed(struct life_result *r, int rc)
@@ -45,8 +85,9 @@ CUresult shim_mutation_allowed(const char *call)
 	int p = shim_phase();
 	if (p == PROTO_PHASE_ACTIVE)
 		return CUDA_SUCCESS;
-	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s): the application must stay parked",
-	       call, proto_phase_name((uint32_t)p));
+	if (p != PROTO_PHASE_FAILED && !own_thread)
+		return SHIM_RETRY; /* a step began since the call passed the gate: it waits there */
+	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s)", call, proto_phase_name((uint32_t)p));
 	return CUDA_ERROR_NOT_READY;
 }
 

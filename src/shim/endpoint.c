@@ -222,6 +222,7 @@ static int start_thread(void);
 static void *endpoint_thread(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
+	shim_own_thread();
 	for (;;) {
 		int sock = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (sock < 0) {

@@ -50,7 +50,7 @@ static void note_untracked(CUmemGenericAllocationHandle handle)
 	pthread_mutex_unlock(&tbl.lock);
 }
 
-SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
+static CUresult cuMulticastCreate_once(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -68,6 +68,12 @@ SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, cons
 	size_t granularity = mc_granularity(prop);
 	CUmemGenericAllocationHandle drv = 0;
 	pthread_mutex_lock(&tbl.lock);
+	rc = shim_mutation_allowed("cuMulticastCreate"); /* (a step may have begun since the gate) */
+	if (rc) {
+		pthread_mutex_unlock(&tbl.lock);
+		free(mc);
+		return rc;
+	}
 	rc = real.cuMulticastCreate(&drv, prop);
 	if (rc == CUDA_SUCCESS) {
 		struct shim_alloc *a = track_created(me, drv, prop->size, mcHandle);
@@ -84,7 +90,12 @@ SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, cons
 	return rc;
 }
 
-SHIM_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
+SHIM_API CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
+{
+	SHIM_GATED(cuMulticastCreate_once(mcHandle, prop));
+}
+
+static CUresult cuMulticastAddDevice_once(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
 	struct shim_handle *h;
 	CUresult rc = tbl_lock_tracked("cuMulticastAddDevice", mcHandle, true, &h);
@@ -107,6 +118,11 @@ SHIM_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CU
 		mc->added[mc->nadded++] = dev;
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;
+}
+
+SHIM_API CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
+{
+	SHIM_GATED(cuMulticastAddDevice_once(mcHandle, dev));
 }
 
 /* The device of memory the shim does not track, from the driver. */
@@ -196,17 +212,24 @@ static CUresult bind(const char *call, CUmemGenericAllocationHandle mcHandle, si
 	return rc;
 }
 
-SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
-				     CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
-				     unsigned long long flags)
+static CUresult cuMulticastBindMem_once(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+					CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+					unsigned long long flags)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
 	return bind("cuMulticastBindMem", mcHandle, mcOffset, memHandle, 0, memOffset, size, flags);
 }
 
-SHIM_API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr,
-				      size_t size, unsigned long long flags)
+SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+				     CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+				     unsigned long long flags)
+{
+	SHIM_GATED(cuMulticastBindMem_once(mcHandle, mcOffset, memHandle, memOffset, size, flags));
+}
+
+static CUresult cuMulticastBindAddr_once(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr,
+					 size_t size, unsigned long long flags)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -215,7 +238,14 @@ SHIM_API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, siz
 	return bind("cuMulticastBindAddr", mcHandle, mcOffset, 0, memptr, 0, size, flags);
 }
 
-SHIM_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
+SHIM_API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr,
+				      size_t size, unsigned long long flags)
+{
+	SHIM_GATED(cuMulticastBindAddr_once(mcHandle, mcOffset, memptr, size, flags));
+}
+
+static CUresult cuMulticastUnbind_once(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+				       size_t size)
 {
 	struct shim_handle *h;
 	CUresult rc = tbl_lock_tracked("cuMulticastUnbind", mcHandle, true, &h);
@@ -241,4 +271,9 @@ SHIM_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdev
 	}
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;
+}
+
+SHIM_API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
+{
+	SHIM_GATED(cuMulticastUnbind_once(mcHandle, dev, mcOffset, size));
 }

@@ -242,10 +242,35 @@ CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const
 void ctx_leave_all(void);
 
 /* ---- the dispatch and the phase (dispatch.c; operations: include/cusnap/ops.def) ---- */
-/* The phase (enum proto_phase); tracked mutations are refused outside ACTIVE. */
+/* The phase (enum proto_phase); the application's tracked calls wait outside ACTIVE. */
 int shim_phase(void);
-/* CUDA_SUCCESS, or CUDA_ERROR_NOT_READY (logged) while a checkpoint is under way. */
+/* What a wrapped call's body answers when a lifecycle step began after the
+ * call passed the gate (before it changed anything): it is run again, from the
+ * gate. Never returned to the application (no CUresult has this value). */
+#define SHIM_RETRY ((CUresult)0x7fff5e7a)
+/* The gate: while a lifecycle step is under way (the phase is not ACTIVE) the
+ * application's tracked calls wait here, invisible to it, until the process is
+ * active again (a resume or an undo); CUDA_ERROR_NOT_READY (logged) once its
+ * rebuild failed. The shim's own threads pass. */
+CUresult shim_gate_wait(void);
+/* This thread is the shim's own (an endpoint thread): it never waits at the gate. */
+void shim_own_thread(void);
+/* Under tbl.lock, before a tracked call changes anything: CUDA_SUCCESS;
+ * SHIM_RETRY when a step began meanwhile; CUDA_ERROR_NOT_READY (logged) in
+ * FAILED, or on the shim's own threads while a step is under way. */
 CUresult shim_mutation_allowed(const char *call);
+/* The body of a wrapped call: body (an expression) run from the gate until
+ * no step began under it, its result returned. */
+#define SHIM_GATED(body)                            \
+	do {                                        \
+		CUresult gated_;                    \
+		do {                                \
+			gated_ = shim_gate_wait();  \
+			if (gated_ == CUDA_SUCCESS) \
+				gated_ = (body);    \
+		} while (gated_ == SHIM_RETRY);     \
+		return gated_;                      \
+	} while (0)
 struct proto_buf;
 /* What a lifecycle step reports: its failure, or bytes copied and objects handled. */
 struct life_result {

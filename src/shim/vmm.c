@@ -115,8 +115,8 @@ SHIM_API CUresult cuInit(unsigned int flags)
 	return rc;
 }
 
-SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-			      unsigned long long flags)
+static CUresult cuMemCreate_once(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+				 unsigned long long flags)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -129,7 +129,12 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		return allowed;
 	CUmemGenericAllocationHandle drv = 0;
 	pthread_mutex_lock(&tbl.lock);
-	CUresult rc = real.cuMemCreate(&drv, size, prop, flags);
+	CUresult rc = shim_mutation_allowed("cuMemCreate"); /* (a step may have begun since the gate) */
+	if (rc) {
+		pthread_mutex_unlock(&tbl.lock);
+		return rc;
+	}
+	rc = real.cuMemCreate(&drv, size, prop, flags);
 	if (rc == CUDA_SUCCESS) {
 		struct shim_alloc *a = track_created(me, drv, size, handle);
 		if (!a) {
@@ -143,7 +148,13 @@ SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	return rc;
 }
 
-SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			      unsigned long long flags)
+{
+	SHIM_GATED(cuMemCreate_once(handle, size, prop, flags));
+}
+
+static CUresult cuMemRelease_once(CUmemGenericAllocationHandle handle)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -181,7 +192,12 @@ SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 	return rc;
 }
 
-SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	SHIM_GATED(cuMemRelease_once(handle));
+}
+
+static CUresult cuMemRetainAllocationHandle_once(CUmemGenericAllocationHandle *handle, void *addr)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -218,8 +234,13 @@ SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *hand
 	return rc;
 }
 
-SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-			   unsigned long long flags)
+SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	SHIM_GATED(cuMemRetainAllocationHandle_once(handle, addr));
+}
+
+static CUresult cuMemMap_once(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			      unsigned long long flags)
 {
 	struct shim_handle *h;
 	CUresult rc = tbl_lock_tracked("cuMemMap", handle, false, &h);
@@ -273,6 +294,12 @@ SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGen
 	return rc;
 }
 
+SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			   unsigned long long flags)
+{
+	SHIM_GATED(cuMemMap_once(ptr, size, offset, handle, flags));
+}
+
 /* The tracked mappings overlapping [ptr, ptr + size) into *out (malloc'ed).
  * Returns the count, or -1 when one is only partly covered (the caller refuses
  * with CUDA_ERROR_NOT_SUPPORTED) or -2 when out of memory. */
@@ -299,7 +326,7 @@ static ssize_t overlapping(CUdeviceptr ptr, size_t size, struct shim_mapping ***
 	return (ssize_t)n;
 }
 
-SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+static CUresult cuMemUnmap_once(CUdeviceptr ptr, size_t size)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -339,12 +366,17 @@ SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	return rc;
 }
 
+SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	SHIM_GATED(cuMemUnmap_once(ptr, size));
+}
+
 static bool same_location(const CUmemLocation *a, const CUmemLocation *b)
 {
 	return a->type == b->type && a->id == b->id;
 }
 
-SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+static CUresult cuMemSetAccess_once(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -399,6 +431,11 @@ SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccess
 	return rc;
 }
 
+SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	SHIM_GATED(cuMemSetAccess_once(ptr, size, desc, count));
+}
+
 SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
 	if (!shim_resolve_driver())
@@ -451,7 +488,7 @@ static CUresult posix_capability(struct shim_alloc *a, unsigned long long flags,
 	return CUDA_SUCCESS;
 }
 
-CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle handle, struct shim_cap *cap)
+static CUresult shim_export_capability_once(const char *call, CUmemGenericAllocationHandle handle, struct shim_cap *cap)
 {
 	pthread_mutex_lock(&tbl.lock);
 	struct shim_handle *h = tbl_handle_get(handle);
@@ -466,8 +503,13 @@ CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle h
 	return rc;
 }
 
-SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
-					       CUmemAllocationHandleType type, unsigned long long flags)
+CUresult shim_export_capability(const char *call, CUmemGenericAllocationHandle handle, struct shim_cap *cap)
+{
+	SHIM_GATED(shim_export_capability_once(call, handle, cap));
+}
+
+static CUresult cuMemExportToShareableHandle_once(void *shareable, CUmemGenericAllocationHandle handle,
+						  CUmemAllocationHandleType type, unsigned long long flags)
 {
 	struct shim_handle *h;
 	CUresult rc = tbl_lock_tracked("cuMemExportToShareableHandle", handle, false, &h);
@@ -511,8 +553,14 @@ out:
 	return rc;
 }
 
-SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
-						 CUmemAllocationHandleType type)
+SHIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+					       CUmemAllocationHandleType type, unsigned long long flags)
+{
+	SHIM_GATED(cuMemExportToShareableHandle_once(shareable, handle, type, flags));
+}
+
+static CUresult cuMemImportFromShareableHandle_once(CUmemGenericAllocationHandle *handle, void *os_handle,
+						    CUmemAllocationHandleType type)
 {
 	if (!shim_resolve_driver())
 		return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
@@ -528,8 +576,14 @@ SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h
 	return rc;
 }
 
-CUresult shim_import_cap(const char *call, const struct shim_cap *capp, CUmemGenericAllocationHandle *handle,
-			 size_t *size)
+SHIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+						 CUmemAllocationHandleType type)
+{
+	SHIM_GATED(cuMemImportFromShareableHandle_once(handle, os_handle, type));
+}
+
+static CUresult shim_import_cap_once(const char *call, const struct shim_cap *capp,
+				     CUmemGenericAllocationHandle *handle, size_t *size)
 {
 	const struct shim_cap cap = *capp;
 	const CUmemAllocationHandleType type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -592,6 +646,12 @@ CUresult shim_import_cap(const char *call, const struct shim_cap *capp, CUmemGen
 	}
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;
+}
+
+CUresult shim_import_cap(const char *call, const struct shim_cap *capp, CUmemGenericAllocationHandle *handle,
+			 size_t *size)
+{
+	SHIM_GATED(shim_import_cap_once(call, capp, handle, size));
 }
 
 SHIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)

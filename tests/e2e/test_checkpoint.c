@@ -396,6 +396,26 @@ static void failed_over_good(void)
 	reap_all();
 }
 
+/* A workload that is not parked (VMM_GROUP_CHURN: every process allocates,
+ * maps and releases in a loop) checkpointed and restored: its calls wait
+ * across the dump and the restore, none fails, and it passes. */
+static void churning(void)
+{
+	char *env[] = {"VMM_GROUP_CHURN=1", NULL}, dir[PATH_MAX + 32], *out;
+	struct group g;
+	if (group_checkpointed(&g, "churn", env, dir) < 0)
+		return;
+	CHECK_SAYS(out, restore(dir, &out), 0, "restore complete");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	char *log = test_read_file(g.log);
+	CHECK_EQ(count_of(log, " 0 failed calls"), 2);
+	free(log);
+	reap_all();
+}
+
 static void vmm_restore_failing(void)
 {
 	/* The parent re-creates its shared allocations at restore (host content):
@@ -784,6 +804,7 @@ int main(void)
 		 restore_twice);
 	test_run("a CUDA workload without the interposer: native steps only", without_interposer);
 	test_run("CRIU failing: exit 1, the workload keeps running and healthy", criu_failing);
+	test_run("a churning workload (not parked) checkpointed and restored: its calls wait, none fails", churning);
 	test_run("a checkpoint failing into a directory with a good one: the good one stands and restores",
 		 failed_over_good);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);

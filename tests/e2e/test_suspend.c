@@ -462,6 +462,34 @@ static void native_only(void)
 	group_kill(&g);
 }
 
+/* A workload that is not parked: both processes allocate, map and release VMM
+ * memory in a loop while they are suspended and resumed in both contents
+ * (VMM_GROUP_CHURN). Their calls wait while the tree is not active and go on
+ * after: no call fails (they failed with CUDA_ERROR_NOT_READY within a second),
+ * and the group passes its own checks. */
+static void churning(void)
+{
+	char *env[] = {"VMM_GROUP_CHURN=1", NULL}, *out;
+	struct group g;
+	if (group_start(&g, "churn", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	static const char *const contents[] = {"host", "native"};
+	for (int c = 0; c < 2; c++) {
+		usleep(200000); /* (churning) */
+		CHECK_EQ(group_suspend(&g, contents[c], &out, NULL), 0);
+		free(out);
+		usleep(200000); /* (the churn waits) */
+		CHECK_EQ(group_resume(&g, &out, NULL), 0);
+		free(out);
+	}
+	CHECK_EQ(group_finish(&g), 2);
+	char *log = test_read_file(g.log);
+	CHECK_EQ(count_of(log, " 0 failed calls"), 2);
+	CHECK(!contains(log, "refused while a checkpoint is under way"));
+	free(log);
+	group_kill(&g);
+}
+
 int main(void)
 {
 	e2e_init("suspend");
@@ -481,5 +509,6 @@ int main(void)
 	test_run("--json is valid for a directory named with a quote, a backslash and a newline", json_odd_paths);
 	test_run("a control directory path longer than a socket address", long_control_dir);
 	test_run("a workload without the interposer: native steps only", native_only);
+	test_run("a churning workload (not parked) suspended and resumed: its calls wait, none fails", churning);
 	return e2e_done();
 }
