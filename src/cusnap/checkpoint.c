@@ -145,6 +145,23 @@ static void dump_argv(const struct args *a, char *pidstr, char *images, char *pl
 	argv[n] = NULL;
 }
 
+/* The checkpoint is built in dir/.partial beside the one dir holds (if any),
+ * put in its place once whole: that directory into work, its images
+ * directory made into images. 0, or -1 with errno (nothing left). */
+static int work_begin(const char *dir, char *work, size_t wlen, char *images, size_t ilen)
+{
+	int rc = ckptdir_begin(dir, work, wlen);
+	snprintf(images, ilen, "%s/images", work);
+	if (rc == 0 && mkdir(images, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc < 0) {
+		ckptdir_discard(dir);
+		errno = -rc;
+		return -1;
+	}
+	return 0;
+}
+
 static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 {
 	pid_t pid = a->pid;
@@ -153,14 +170,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
 	if (criu_find(a->criu, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
-	/* Built beside the checkpoint dir holds (if any), put in its place once whole. */
-	int wrc = ckptdir_begin(dir, work, sizeof(work));
-	snprintf(images, sizeof(images), "%s/images", work);
-	if (wrc < 0 || (mkdir(images, 0700) < 0 && errno != EEXIST)) {
-		wrc = wrc < 0 ? wrc : -errno;
-		ckptdir_discard(dir);
-		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(-wrc));
-	}
+	if (work_begin(dir, work, sizeof(work), images, sizeof(images)) < 0)
+		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(errno));
 	double start = now_ms(), t0;
 	if (a->wait_ready) {
 		t0 = now_ms();

@@ -44,7 +44,8 @@ static void lines(void)
 		{"device_map = everything\n", "f: line 1: device_map = everything: use auto, or OLD=NEW pairs"},
 		{"devices = auto\n", "f: line 1: unknown setting \"devices\""},
 		{"content = host\n# later\ncontent = native\n", "f: line 3: content is set again (first on line 1)"},
-		{"device_map = auto\ncuda.device-map = 0=1\n", "f: line 2: cuda.device-map is set again (first on line 1)"},
+		{"device_map = auto\ncuda.device-map = 0=1\n",
+		 "f: line 2: cuda.device-map is set again (first on line 1)"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct plugin_conf b = {0};
