@@ -48,7 +48,15 @@ static int topology(const char *kind, int devices)
 /* Start nccl_group with ranks ranks in mode m, one cuemu device each (NCCL puts
  * one rank on a GPU), under the interposer unless plain, and wait (at most
  * 120 s) until it is ready for a snapshot. */
+static int nccl_launch(struct group *g, const char *name, int ranks, const struct mode *m, bool plain, bool wait);
+
 static int nccl_start(struct group *g, const char *name, int ranks, const struct mode *m, bool plain)
+{
+	return nccl_launch(g, name, ranks, m, plain, true);
+}
+
+/* The same; wait: until it is ready for a snapshot, else not at all. */
+static int nccl_launch(struct group *g, const char *name, int ranks, const struct mode *m, bool plain, bool wait)
 {
 	static char n[16];
 	snprintf(n, sizeof(n), "%d", ranks);
@@ -80,6 +88,8 @@ static int nccl_start(struct group *g, const char *name, int ranks, const struct
 		full[f++] = env[i];
 	full[f] = NULL;
 	g->child = g->root = test_spawn((char *const *)argv, full, g->log);
+	if (!wait)
+		return 0;
 	char ready[PATH_MAX + 32];
 	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g->ctl);
 	if (test_wait_file(ready, 120000))
@@ -202,6 +212,41 @@ static void eight_ranks(void)
 {
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
 		suspend_resume(&modes[m], 8);
+}
+
+/* 4 ranks suspended during their init (ncclCommInitRank: cuMem allocations,
+ * exports, imports and proxy connections under way) and resumed: their calls
+ * wait while the tree is suspended, and every rank completes its init, gets
+ * ready and passes (they died or spun before the gate). The suspend is tried
+ * every 20 ms from the start until one succeeds before the group is ready. */
+static void suspended_in_init(void)
+{
+	struct group g;
+	if (nccl_launch(&g, "init", 4, &modes[0], false, false) < 0)
+		return;
+	char ready[PATH_MAX + 32], pid[16], *out = NULL;
+	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g.ctl);
+	snprintf(pid, sizeof(pid), "%d", g.root);
+	int rc = -1, tries = 0;
+	for (; rc != 0 && access(ready, F_OK) != 0 && tries < 3000; tries++) {
+		free(out);
+		out = NULL;
+		if (shared_objects(g.root) > 0) /* (importing under way: mid-init) */
+			rc = nccl_tool(&g, "suspend", "host", &out);
+		else
+			usleep(20000);
+	}
+	if (rc != 0) {
+		printf("  (the group got ready before a suspend could be made during its init: %d tries)\n", tries);
+	} else {
+		CHECK(access(ready, F_OK) != 0); /* suspended before it was ready */
+		usleep(300000);
+		CHECK_EQ(nccl_tool(&g, "resume", NULL, &out), 0);
+	}
+	free(out);
+	CHECK(test_wait_file(ready, 120000));
+	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), 4);
+	group_kill(&g);
 }
 
 /* Without the interposer: the native steps alone bring every import back as a
@@ -391,6 +436,8 @@ int main(void)
 	test_run("NVLS (multicast on an NVSwitch), 2 and 4 ranks: suspend/resume, both contents", nvls);
 	test_run("SHM (host memory), 2 and 4 ranks: suspend/resume, both contents", shm);
 	test_run("P2P, NVLS and SHM, 8 ranks: suspend/resume, both contents", eight_ranks);
+	test_run("4 ranks suspended during ncclCommInitRank and resumed: their calls wait, every rank passes",
+		 suspended_in_init);
 	test_run("without the interposer the sharing is lost: NCCL does not notice, the marks through imports do",
 		 without_interposer);
 	test_run("cusnap checkpoint --tcp-established, kill, restore at once: P2P, SHM, NVLS; 2 and 8 ranks; both "
