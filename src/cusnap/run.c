@@ -75,6 +75,44 @@ static int stale_release(const char *dir)
 	return rc;
 }
 
+/* Is name a file in one of the directories of the colon-separated list? */
+static bool in_dirs(const char *list, const char *name)
+{
+	for (const char *p = list; p && *p;) {
+		size_t l = strcspn(p, ":");
+		char path[PATH_MAX];
+		if (l && (size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)l, p, name) < sizeof(path) &&
+		    access(path, R_OK) == 0)
+			return true;
+		p += l + (p[l] == ':');
+	}
+	return false;
+}
+
+/* A CUDA program started without a driver its loader can find exits 127 with
+ * the loader's message alone: say what is missing before it runs (a warning:
+ * the program may find it its own way). */
+static void driver_reachable(void)
+{
+	static const char system_dirs[] = "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:"
+					  "/usr/local/lib:/lib:/usr/lib:/usr/lib/wsl/lib:/usr/local/nvidia/lib64";
+	if (getenv("CUSNAP_LIBCUDA") || in_dirs(getenv("LD_LIBRARY_PATH"), "libcuda.so.1") ||
+	    in_dirs(system_dirs, "libcuda.so.1"))
+		return;
+	FILE *f = popen("/sbin/ldconfig -p 2>/dev/null", "re");
+	char line[512];
+	bool cached = false;
+	while (f && fgets(line, sizeof(line), f))
+		cached |= strstr(line, "libcuda.so.1 ") != NULL;
+	if (f)
+		pclose(f);
+	if (!cached)
+		fprintf(stderr,
+			"cusnap: warning: no libcuda.so.1 where the loader looks (LD_LIBRARY_PATH, the "
+			"system's library directories): a CUDA program will not start; install the NVIDIA "
+			"driver, or without a GPU put cuemu first on LD_LIBRARY_PATH (LD_LIBRARY_PATH=build/emu)\n");
+}
+
 int cmd_run(const struct args *a)
 {
 	int argc = a->argc;
@@ -93,6 +131,7 @@ int cmd_run(const struct args *a)
 	int rc = stale_release(a->s->control_dir);
 	if (rc)
 		return rc;
+	driver_reachable();
 	char **args = calloc((size_t)argc + 4, sizeof(*args));
 	if (!args)
 		return fail(EX_LEFT_RUNNING, "out of memory");

@@ -16,8 +16,10 @@ int native_load(struct native *n, char *err, size_t errlen)
 	n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!n->lib) {
 		snprintf(err, errlen,
-			 "cannot load the CUDA driver (%s): %s; install the NVIDIA driver, or put cuemu "
-			 "(build/emu) on LD_LIBRARY_PATH (or name it in CUSNAP_LIBCUDA)",
+			 "cannot load the CUDA driver (%s): %s; install the NVIDIA driver, or name the driver's "
+			 "path in CUSNAP_LIBCUDA (the CRIU plugin: libcuda = PATH in its cusnap.conf, since a CRIU "
+			 "run through its own loader ignores LD_LIBRARY_PATH); without a GPU: cuemu, "
+			 "build/emu/libcuda.so.1",
 			 path, dlerror());
 		return -1;
 	}

@@ -267,6 +267,28 @@ static void all_gone(void)
 	waitpid(c, NULL, 0);
 }
 
+/* cusnap run where the loader finds no libcuda.so.1 (no driver, cuemu not on
+ * LD_LIBRARY_PATH): it says what is missing and how to give it, before the
+ * program's loader fails with its own message alone (exit 127). */
+static void run_without_driver(void)
+{
+	if (access("/usr/lib/x86_64-linux-gnu/libcuda.so.1", F_OK) == 0 ||
+	    access("/usr/lib64/libcuda.so.1", F_OK) == 0) {
+		printf("  (skipped: this machine has a driver)\n");
+		return;
+	}
+	char *env[] = {"LD_LIBRARY_PATH=/nonexistent", NULL}, *out;
+	CHECK_SAYS(out, tool(&out, env, cusnap, "run", "--", "/bin/true", NULL), 0,
+		   "no libcuda.so.1 where the loader looks");
+	char *with[] = {"LD_LIBRARY_PATH=", NULL};
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "LD_LIBRARY_PATH=%s", emu_dir);
+	with[0] = path;
+	CHECK_EQ(tool(&out, with, cusnap, "run", "--", "/bin/true", NULL), 0);
+	CHECK(!contains(out, "no libcuda.so.1"));
+	free(out);
+}
+
 /* A worker killed once every process is natively checkpointed (not by
  * cusnap): the suspend names it and exits 1 (the rest put back running) with
  * a message that does not say "as before" (it used to exit 0 over a tree it
@@ -371,6 +393,7 @@ int main(void)
 	test_run("restore without a state file", missing_state);
 	test_run("an import from a raw FD (not brokered) refused at QUIESCE until released", foreign_import);
 	test_run("every process gone during suspend: exit 2, not \"runs as before\"", all_gone);
+	test_run("cusnap run without a driver the loader finds: said, with the fix", run_without_driver);
 	test_run("cusnap run over a stale restore-complete: removed, the workload parks", stale_restore_complete);
 	test_run("a worker gone after the native checkpoint: named, the rest undone and running, exit 1", one_gone);
 	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
