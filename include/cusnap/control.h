@@ -15,6 +15,8 @@
  * contract): a CUDA process that carries it but has no endpoint is a partial
  * interposition (fail closed). */
 #define INTERPOSE_MARKER "DYN_SNAPSHOT_CUDA_VMM_INTERPOSE"
+/* NVIDIA's checkpoint job: the job file a workload in one carries in its environment (driver 590 and later). */
+#define CONTROL_JOB_ENV "CUDA_CHECKPOINT_JOB_FILE"
 
 /* $SNAPSHOT_CONTROL_DIR, else the deprecated $DYN_SNAPSHOT_CONTROL_DIR, else
  * /snapshot-control. The string belongs to the environment (or is static). */

@@ -22,11 +22,11 @@
 
 #include "internal.h"
 #include "cusnap/atomicfile.h"
+#include "cusnap/control.h"
 
-#define JOB_ENV "CUDA_CHECKPOINT_JOB_FILE"
 #define JOB_MAX (64u << 20) /* bytes: a job file larger than this is not one */
 
-/* What process pid's JOB_ENV value names, as a path from here. 0, or -1 with why. */
+/* What process pid's CONTROL_JOB_ENV value names, as a path from here. 0, or -1 with why. */
 static int resolve(pid_t pid, const char *value, char *out, size_t len, char *why, size_t wlen)
 {
 	unsigned fd;
@@ -39,7 +39,7 @@ static int resolve(pid_t pid, const char *value, char *out, size_t len, char *wh
 	else
 		w = -1;
 	if (w < 0 || (size_t)w >= len) {
-		snprintf(why, wlen, "%s=%s of process %d is not an absolute path", JOB_ENV, value, (int)pid);
+		snprintf(why, wlen, "%s=%s of process %d is not an absolute path", CONTROL_JOB_ENV, value, (int)pid);
 		return -1;
 	}
 	return 0;
@@ -92,7 +92,7 @@ int job_find(struct job *j, const struct proc *procs, size_t n, const char *give
 		j->uid = n ? proc_status_field("/proc", procs[0].pid, "Uid") : -1;
 	} else {
 		for (size_t i = 0; i < n && !j->owner; i++)
-			if (proc_environ_get(procs[i].pid, JOB_ENV, value, sizeof(value)) && value[0])
+			if (proc_environ_get(procs[i].pid, CONTROL_JOB_ENV, value, sizeof(value)) && value[0])
 				j->owner = procs[i].pid;
 		if (!j->owner)
 			return 0; /* no job */
@@ -106,7 +106,7 @@ int job_find(struct job *j, const struct proc *procs, size_t n, const char *give
 	}
 	close(fd);
 	/* Joined: the driver sees the job in cusnap's own environment. */
-	setenv(JOB_ENV, j->path, 1);
+	setenv(CONTROL_JOB_ENV, j->path, 1);
 	char from[64] = "";
 	if (j->owner)
 		snprintf(from, sizeof(from), " (named in the environment of process %d)", (int)j->owner);
@@ -200,6 +200,6 @@ int job_launch(char *why, size_t len)
 	}
 	char value[64];
 	snprintf(value, sizeof(value), "/proc/self/fd/%d", fd);
-	setenv(JOB_ENV, value, 1);
+	setenv(CONTROL_JOB_ENV, value, 1);
 	return 0;
 }

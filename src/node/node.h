@@ -323,7 +323,6 @@ int tree_suspend(struct tree *t, struct record *rec, enum proto_content content,
 int tree_prepare(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r);
 int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen);
 int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen);
-const char *state_name(int s);
 
 /* ---- criu.c ---- */
 /* The criu to run: --criu, $CRIU, the project's provisioned one, or PATH.

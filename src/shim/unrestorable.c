@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cusnap/control.h"
 #include "shim.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -64,7 +65,7 @@ bool unrestorable_refusal(char *why, size_t len)
 	pthread_mutex_unlock(&lock);
 	/* In a checkpoint job (driver 610) the native checkpoint carries raw
 	 * legacy IPC itself: the driver, not the shim, decides. */
-	const char *job = getenv("CUDA_CHECKPOINT_JOB_FILE");
+	const char *job = getenv(CONTROL_JOB_ENV);
 	if (job && *job)
 		n[UNRESTORABLE_LEGACY_IPC] = 0;
 	if (n[UNRESTORABLE_MULTICAST])

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* cusnap checkpoint / restore with CRIU (issue 5): the example group dumped,
+/* cusnap checkpoint / restore with CRIU: the example group dumped,
  * killed and restored in both content modes, in the host PID namespace and in
  * its own; --leave-running; no interposer; partial interposition; CRIU failing;
  * the VMM rebuild failing after the CRIU restore; inspect of the directory;
- * multicast groups (issue 6). */
+ * multicast groups. */
 #include <dirent.h>
 #include <pthread.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cusnap's CRIU plugin (issue 24, DESIGN.md §9): plain `criu dump` and
+/* cusnap's CRIU plugin (DESIGN.md §9.3): plain `criu dump` and
  * `criu restore` with build/lib/criu/cusnap_plugin.so, no cusnap command
  * involved: the example group (3 processes sharing 4 allocations) in its own
  * PID namespace in both content modes, a multicast group and a legacy-IPC

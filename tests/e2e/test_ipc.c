@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Legacy CUDA IPC made checkpointable (issue 14, DESIGN.md §4.4): vLLM-style
+/* Legacy CUDA IPC made checkpointable (DESIGN.md §4.4): vLLM-style
  * custom all-reduce groups (vmm_group --ipc) suspended and resumed in both
  * content modes; without the interposer the native checkpoint refuses them and
  * cusnap says why; event IPC and raw driver handles refused before anything

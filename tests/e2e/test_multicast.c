@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Multicast groups (issue 6, DESIGN.md §8) under cusnap suspend/resume:
+/* Multicast groups (DESIGN.md §8) under cusnap suspend/resume:
  * examples/vmm_group with VMM_GROUP_MULTICAST=1 (an NVLS-style object over the
  * devices, binds by handle and by address, mapped in every process).
  * Round trips of 2 and 4 processes; the teardown leaves no multicast object
