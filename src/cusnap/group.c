@@ -228,6 +228,13 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 			rc = -1, snprintf(reason, sizeof(reason), "member %s lost its etcd lease", g->member);
 			break;
 		}
+		if (signal_caught()) {
+			/* SIGINT, SIGTERM, SIGHUP: this member undoes at once, and the others learn it
+			 * as they learn of a failed member (the decision). */
+			rc = -1, snprintf(reason, sizeof(reason), "member %s was interrupted by %s at the boundary",
+					  g->member, strsignal(signal_caught()));
+			break;
+		}
 		int seen_now = look(g, seen, &nseen, reason, sizeof(reason));
 		if (seen_now) {
 			rc = seen_now < 0 ? -1 : 0;

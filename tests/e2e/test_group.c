@@ -5,6 +5,7 @@
  * (Debian's etcd-server, scripts/setup-etcd.sh) and stops. */
 #include <netinet/in.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #include "e2e_util.h"
@@ -182,6 +183,44 @@ static void restore_complete(struct group *g)
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	CHECK(fd >= 0);
 	close(fd);
+}
+
+/* A signal at the boundary: one member of two waits there (its peer never
+ * comes, the group timeout is long); SIGINT ends it at once (not at the group
+ * timeout), its tree untouched, and the decision says why. */
+static void signal_at_boundary(void)
+{
+	struct group g;
+	if (group_start_pair(&g, "sig") < 0)
+		return;
+	struct member m;
+	in_place(&m, &g, "suspend", "sig", 2, "m0", NULL, "60000");
+	/* (at the boundary once inspect --group shows it ready) */
+	for (int waited = 0; waited < 200; waited++) {
+		char *view = NULL;
+		tool(&view, NULL, cusnap, "inspect", "--group", "sig", "--etcd", etcd_url, NULL);
+		bool ready = contains(view, "member m0: suspend of 2 members, ready");
+		free(view);
+		if (ready)
+			break;
+		usleep(50000);
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	kill(m.pid, SIGINT);
+	char *out;
+	int rc = member_wait(&m, &out);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double took = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	CHECK_EQ(rc, 1);
+	CHECK_CONTAINS(out, "interrupted by Interrupt at the boundary");
+	CHECK_CONTAINS(out, "everything undone");
+	if (took > 10000)
+		test_fail(__FILE__, __LINE__, "the member took %.0f ms to end after SIGINT (the group timeout is 60 s)",
+			  took);
+	free(out);
+	untouched(&g);
+	group_done(&g, 2);
 }
 
 /* Run cmd on trees g[0..n) as one group at once (member names m0, m1, ...;
@@ -511,6 +550,7 @@ int main(void)
 		 member_fails);
 	test_run("a member killed at its boundary: its lease expires, the others undo", member_killed);
 	test_run("a member that never comes: the others time out, their trees untouched", member_missing);
+	test_run("SIGINT at the boundary: the member undoes at once, its tree untouched", signal_at_boundary);
 	test_run("etcd down: refused (69), nothing changed; a second operation on a busy group refused (75)", refusals);
 	test_run("restore: a member failing makes every restored tree die, no restore-complete", restore_member_fails);
 	etcd_stop();
