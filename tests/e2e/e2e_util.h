@@ -192,6 +192,16 @@ pid_t restored_root(const char *dir);
  * cusnap restore) and exits; it is our child now (we are a subreaper). */
 int restored_passes(struct group *g, pid_t root);
 
+/* The tree restored from dir (its pidfile) verifies itself: want PASS lines
+ * in g's log (a macro, so that a failure names the calling line). */
+#define RESTORED_PASSES(g, dir, want)                               \
+	do {                                                        \
+		pid_t r_ = restored_root(dir);                      \
+		CHECK(r_ > 0);                                      \
+		if (r_ > 0)                                         \
+			CHECK_EQ(restored_passes((g), r_), (want)); \
+	} while (0)
+
 /* After a restore that swapped GPUs 0 and 1 of gpu_pair_start's tree (the
  * checkpoint in ck): the creator's allocation lives on GPU 1, still shared
  * both ways; then the restored tree is killed. */

@@ -389,10 +389,7 @@ static void failed_over_good(void)
 	snprintf(partial, sizeof(partial), "%s/.partial", dir);
 	CHECK(access(partial, F_OK) != 0);
 	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&good, root), 2);
+	RESTORED_PASSES(&good, dir, 2);
 	reap_all();
 }
 
@@ -406,10 +403,7 @@ static void churning(void)
 	if (group_checkpointed(&g, "churn", env, dir) < 0)
 		return;
 	CHECK_SAYS(out, restore(dir, &out), 0, "restore complete");
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&g, root), 2);
+	RESTORED_PASSES(&g, dir, 2);
 	char *log = test_read_file(g.log);
 	CHECK_EQ(count_of(log, " 0 failed calls"), 2);
 	free(log);

@@ -106,10 +106,7 @@ static void dump_restore(const char *name, const char *content, int workers, int
 		CHECK_CONTAINS(out, "topology identical");
 	CHECK_CONTAINS(out, "restore-complete written");
 	free(out);
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&g, root), workers + 1);
+	RESTORED_PASSES(&g, dir, workers + 1);
 }
 
 static void group_own_ns(void)
@@ -190,10 +187,7 @@ static void both_crius(void)
 	CHECK(restored_root(dir) <= 0);
 	snprintf(criu, sizeof(criu), "%s", current);
 	CHECK_SAYS(out, restore(dir, getsid(g.root) != g.root, &out), 0, "topology identical");
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&g, root), 2);
+	RESTORED_PASSES(&g, dir, 2);
 }
 
 /* A dump that fails after the plugin prepared (at PAUSE_DEVICES, or once the
@@ -641,10 +635,7 @@ static void damaged_images(void)
 	CHECK(restored_root(dir) <= 0);
 	CHECK_EQ(rename(saved, pages), 0);
 	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&g, root), 2);
+	RESTORED_PASSES(&g, dir, 2);
 }
 
 int main(void)

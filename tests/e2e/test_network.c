@@ -213,10 +213,7 @@ static void newer_images(void)
 	CHECK(restored_root(dir) <= 0);
 	CHECK_EQ(restore(dir, &out), 0); /* (the images are unchanged) */
 	free(out);
-	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	if (root > 0)
-		CHECK_EQ(restored_passes(&g, root), 2);
+	RESTORED_PASSES(&g, dir, 2);
 }
 
 int main(void)
