@@ -423,18 +423,23 @@ static bool all_done(struct group *g)
 
 /* Every member's result: all of them, or those of the members that did not
  * go away, within the group timeout. */
-static json_t *results(struct group *g)
+static json_t *results(struct group *g, bool *timed_out)
 {
 	char prefix[600], why[512];
 	op_key(g, "results/", prefix, sizeof(prefix));
 	struct etcd_kv *kvs = NULL;
 	size_t n = 0;
+	*timed_out = false;
 	for (double start = now_ms();; usleep(POLL_US)) {
 		etcd_kvs_free(kvs, n);
 		if (etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) < 0)
 			kvs = NULL, n = 0;
-		if (n >= (size_t)g->a->members || now_ms() - start > g->a->group_timeout_ms || all_done(g))
+		if (n >= (size_t)g->a->members || all_done(g))
 			break;
+		if (now_ms() - start > g->a->group_timeout_ms) {
+			*timed_out = true;
+			break;
+		}
 	}
 	json_t *list = json_array();
 	for (size_t i = 0; i < n; i++) {
@@ -473,7 +478,8 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	free(text);
 	put_member(g, "done", why, sizeof(why));
 	fault_point(FAULT_GROUP_DONE);
-	json_t *all = results(g);
+	bool timed_out;
+	json_t *all = results(g, &timed_out);
 	size_t ok = 0;
 	for (size_t i = 0; i < json_array_size(all); i++) {
 		const json_t *r = json_array_get(all, i);
@@ -482,9 +488,14 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, field(r, "member"),
 			code == 0 ? "ok" : "failed", code == 0 ? "" : ": ", field(r, "error"));
 	}
-	if (json_array_size(all) < (size_t)g->a->members)
+	if (json_array_size(all) < (size_t)g->a->members && timed_out)
 		fprintf(stderr, "cusnap: group %s: %s: %zu of %d members reported within %d ms\n", g->a->group, g->op,
 			json_array_size(all), g->a->members, g->a->group_timeout_ms);
+	else if (json_array_size(all) < (size_t)g->a->members)
+		fprintf(stderr,
+			"cusnap: group %s: %s: %zu of %d members reported; the others are no longer in the group "
+			"(their commands ended without a result, or were killed)\n",
+			g->a->group, g->op, json_array_size(all), g->a->members);
 	if (json)
 		json_emit(stdout, json_pack("{s:b, s:s, s:s, s:s, s:s, s:i, s:i, s:o}", "ok", rc == 0, "group",
 					    g->a->group, "operation", g->op, "opid", g->opid, "member", g->member,
