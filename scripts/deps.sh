@@ -4,7 +4,7 @@
 # nothing is downloaded when everything is present.
 set -euo pipefail
 need=()
-for pkg in gcc make libc6-dev util-linux procps dpkg-dev apt ca-certificates clang-format libjansson-dev libcurl4-openssl-dev iproute2; do
+for pkg in gcc make libc6-dev util-linux procps dpkg-dev apt ca-certificates clang-format libjansson-dev libcurl4-openssl-dev iproute2 curl openssl; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then

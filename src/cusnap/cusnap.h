@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include "../node/node.h"
+#include "etcd.h"
 
 /* ---- commands: one file each (main.c parses the command line into struct args) ---- */
 struct checkpoint_result {
@@ -21,30 +22,31 @@ struct checkpoint_result {
 };
 /* A command's own arguments, parsed; what a command does not take stays zero. */
 struct args {
-	const struct settings *s;         /* --timeout, --control-dir, --job-file, --require-interposer */
-	bool json;                        /* --json: the summary, or the error, as JSON on stdout */
-	bool control_dir_given;           /* --control-dir (run: passed on to the program) */
-	pid_t pid;                        /* --pid */
-	const char *dir;                  /* --dir */
-	enum proto_content content;       /* --content */
-	const char *criu;                 /* --criu */
-	const char *device_map;           /* --device-map */
-	bool leave_running, wait_ready;   /* --leave-running, --wait-ready */
-	bool discard_state;               /* --discard-state */
-	bool launch_job;                  /* run: --launch-job */
-	bool tcp_established;             /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
-	const char *criu_config;          /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
-	int processes;                    /* demo: --processes */
-	unsigned long long size;          /* demo: --size */
-	bool in_place;                    /* demo: --in-place */
-	const char *keep;                 /* demo: --keep */
-	int argc;                         /* run: PROGRAM [ARG...] */
-	char **argv;                      /* */
-	const char *group;                /* --group: one worker over several nodes (group.c) */
-	int members;                      /* --members: how many nodes' commands meet */
-	const char *etcd;                 /* --etcd: where they meet */
-	int group_timeout_ms;             /* --group-timeout (default --timeout) */
-	const char *member;               /* --member: this node's name in the group (default HOST:PID or HOST:DIR) */
+	const struct settings *s;       /* --timeout, --control-dir, --job-file, --require-interposer */
+	bool json;                      /* --json: the summary, or the error, as JSON on stdout */
+	bool control_dir_given;         /* --control-dir (run: passed on to the program) */
+	pid_t pid;                      /* --pid */
+	const char *dir;                /* --dir */
+	enum proto_content content;     /* --content */
+	const char *criu;               /* --criu */
+	const char *device_map;         /* --device-map */
+	bool leave_running, wait_ready; /* --leave-running, --wait-ready */
+	bool discard_state;             /* --discard-state */
+	bool launch_job;                /* run: --launch-job */
+	bool tcp_established;           /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
+	const char *criu_config;        /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
+	int processes;                  /* demo: --processes */
+	unsigned long long size;        /* demo: --size */
+	bool in_place;                  /* demo: --in-place */
+	const char *keep;               /* demo: --keep */
+	int argc;                       /* run: PROGRAM [ARG...] */
+	char **argv;                    /* */
+	const char *group;              /* --group: one worker over several nodes (group.c) */
+	int members;                    /* --members: how many nodes' commands meet */
+	const char *etcd;               /* --etcd: where they meet */
+	struct etcd_auth etcd_auth;     /* --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password-file */
+	int group_timeout_ms;           /* --group-timeout (default --timeout) */
+	const char *member;             /* --member: this node's name in the group (default HOST:PID or HOST:DIR) */
 	struct checkpoint_result *result; /* checkpoint, restore: the figures for a caller (the
 						  demo) instead of the summary; NULL: printed */
 };

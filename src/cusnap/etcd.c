@@ -3,10 +3,14 @@
  * body; int64 values come back as strings, keys and values as base64. An
  * endpoint that cannot be reached passes the call to the next one. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -145,10 +149,68 @@ int etcd_global_init(char *why, size_t len)
 	return -1;
 }
 
-int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len)
+/* The password in file path (its first line): 0, or -1 with why. A secret:
+ * the file must be a regular file owned by the caller or root that no one
+ * else can read or write, as ssh wants of a private key. */
+static int password_read(const char *path, char *out, size_t len, char *why, size_t wlen)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(why, wlen, "--etcd-password-file %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	int rc = -1;
+	if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 077)) {
+		snprintf(why, wlen,
+			 "--etcd-password-file %s must be a regular file owned by you or root that no one else can "
+			 "read or write (chmod 600)",
+			 path);
+	} else {
+		ssize_t n = read(fd, out, len - 1);
+		if (n < 0) {
+			snprintf(why, wlen, "--etcd-password-file %s: %s", path, strerror(errno));
+		} else {
+			out[n] = '\0';
+			out[strcspn(out, "\r\n")] = '\0';
+			rc = 0;
+		}
+	}
+	close(fd);
+	return rc;
+}
+
+static int copy_opt(char *dst, size_t n, const char *src, const char *name, char *why, size_t len)
+{
+	if (!src || !*src)
+		return 0;
+	if (strlen(src) >= n || access(src, R_OK) != 0) {
+		snprintf(why, len, "%s %s: %s", name, src, strlen(src) >= n ? "too long" : strerror(errno));
+		return -1;
+	}
+	snprintf(dst, n, "%s", src);
+	return 0;
+}
+
+int etcd_init(struct etcd *e, const char *urls, const struct etcd_auth *auth, int timeout_ms, char *why, size_t len)
 {
 	memset(e, 0, sizeof(*e));
 	e->timeout_ms = timeout_ms;
+	if (auth && (copy_opt(e->cacert, sizeof(e->cacert), auth->cacert, "--etcd-cacert", why, len) < 0 ||
+		     copy_opt(e->cert, sizeof(e->cert), auth->cert, "--etcd-cert", why, len) < 0 ||
+		     copy_opt(e->key, sizeof(e->key), auth->key, "--etcd-key", why, len) < 0))
+		return -1;
+	if (auth && auth->user && *auth->user) {
+		if (!auth->password_file || !*auth->password_file) {
+			snprintf(why, len, "--etcd-user %s needs --etcd-password-file FILE", auth->user);
+			return -1;
+		}
+		snprintf(e->user, sizeof(e->user), "%s", auth->user);
+		if (password_read(auth->password_file, e->password, sizeof(e->password), why, len) < 0)
+			return -1;
+	}
 	const char *p = urls;
 	while (p && *p) {
 		const char *comma = strchr(p, ',');
@@ -157,7 +219,10 @@ int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_
 			n--;
 		if (e->nurls == ETCD_MAX_URLS || n == 0 || n >= sizeof(e->urls[0]) ||
 		    (strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0)) {
-			snprintf(why, len, "--etcd %s: a comma-separated list of at most %d http://HOST:PORT URLs",
+			snprintf(why, len,
+				 "--etcd %s: a comma-separated list of at most %d http://HOST:PORT or "
+				 "https://HOST:PORT "
+				 "URLs",
 				 urls, ETCD_MAX_URLS);
 			return -1;
 		}
@@ -206,8 +271,56 @@ static size_t collect(char *p, size_t size, size_t n, void *arg)
 	return add;
 }
 
+/* What a failed transfer means, named for whoever has to fix it. */
+static const char *transfer_cause(CURLcode rc)
+{
+	switch (rc) {
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CONNECT_ERROR:
+		return "TLS: etcd's certificate cannot be verified (--etcd-cacert names the CA that signed it)";
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER: return "TLS: the client certificate or key cannot be used (--etcd-cert, --etcd-key)";
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+		return "the connection was closed (with --client-cert-auth, etcd refuses a client without a "
+		       "certificate it trusts: --etcd-cert, --etcd-key)";
+	default: return "unreachable";
+	}
+}
+
+/* Is an error etcd answered a refusal of the token (expired, or none)? */
+static bool token_refused(const char *error)
+{
+	return error && (strstr(error, "invalid auth token") || strstr(error, "user name is empty") ||
+			 strstr(error, "auth: revision in header is old"));
+}
+
+static json_t *post(struct etcd *e, const char *path, const char *text, char *why, size_t len);
+
+/* A token for e->user: 0, or -1 with why. */
+static int authenticate(struct etcd *e, char *why, size_t len)
+{
+	json_t *body = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	e->token[0] = '\0';
+	json_t *r = text ? post(e, "/v3/auth/authenticate", text, why, len) : NULL;
+	free(text);
+	const char *error = json_string_value(json_object_get(r, "error"));
+	const char *token = json_string_value(json_object_get(r, "token"));
+	if (r && (error || !token || strlen(token) >= sizeof(e->token)))
+		snprintf(why, len, "authentication as %s refused by etcd: %s (--etcd-user, --etcd-password-file)",
+			 e->user, error ? error : "no token");
+	else if (token)
+		snprintf(e->token, sizeof(e->token), "%s", token);
+	json_decref(r);
+	return e->token[0] ? 0 : -1;
+}
+
 /* POST body to path at each endpoint in turn until one answers: its JSON
- * reply, or NULL with why (none reached, or etcd's own error). */
+ * reply, or NULL with why (none reached, or etcd's own error). A token etcd
+ * refuses is renewed once. */
 static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, size_t len)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -217,12 +330,48 @@ static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, s
 		return NULL;
 	}
 	json_t *reply = NULL;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (e->user[0] && !e->token[0] && authenticate(e, why, len) < 0)
+			break;
+		reply = post(e, path, text, why, len);
+		const char *error = json_string_value(json_object_get(reply, "error"));
+		if (!(e->user[0] && token_refused(error)) || attempt == 1)
+			break;
+		json_decref(reply);
+		reply = NULL;
+		e->token[0] = '\0'; /* (expired: again) */
+	}
+	free(text);
+	const char *error = json_string_value(json_object_get(reply, "error"));
+	if (reply && (error || json_object_get(reply, "code"))) {
+		const char *cause = !error                               ? ""
+				    : strstr(error, "permission denied") ? " (permission: the user is not granted "
+									   "/cusnap/groups/)"
+				    : token_refused(error) || strstr(error, "authentication failed")
+					    ? " (authentication: --etcd-user, --etcd-password-file)"
+					    : "";
+		snprintf(why, len, "etcd: %s%s", error ? error : "error", cause);
+		json_decref(reply);
+		return NULL;
+	}
+	return reply;
+}
+
+/* POST text to path at each endpoint in turn until one answers: its JSON
+ * reply (etcd's errors included), or NULL with why. */
+static json_t *post(struct etcd *e, const char *path, const char *text, char *why, size_t len)
+{
+	json_t *reply = NULL;
 	for (size_t k = 0; k < e->nurls && !reply; k++) {
 		size_t at = (e->cur + k) % e->nurls;
-		char url[320];
+		char url[320], authz[1100];
 		snprintf(url, sizeof(url), "%s%s", e->urls[at], path);
 		struct body got = {0};
 		struct curl_slist *h = curl.slist_append(NULL, "Content-Type: application/json");
+		if (e->token[0] && strcmp(path, "/v3/auth/authenticate") != 0) {
+			snprintf(authz, sizeof(authz), "Authorization: %s", e->token);
+			h = curl.slist_append(h, authz);
+		}
 		curl.easy_reset(e->curl);
 		curl.easy_setopt(e->curl, CURLOPT_URL, url);
 		curl.easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
@@ -233,25 +382,25 @@ static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, s
 		curl.easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
 				 (long)(e->timeout_ms < 2000 ? e->timeout_ms : 2000));
 		curl.easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+		if (e->cacert[0])
+			curl.easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
+		if (e->cert[0])
+			curl.easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
+		if (e->key[0])
+			curl.easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
 		CURLcode rc = curl.easy_perform(e->curl);
 		long status = 0;
 		curl.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 		curl.slist_free_all(h);
 		json_error_t je;
 		if (rc != CURLE_OK)
-			snprintf(why, len, "etcd at %s cannot be reached: %s", e->urls[at], curl.easy_strerror(rc));
+			snprintf(why, len, "etcd at %s: %s: %s", e->urls[at], transfer_cause(rc),
+				 curl.easy_strerror(rc));
 		else if (!(reply = got.data ? json_loads(got.data, JSON_DISABLE_EOF_CHECK, &je) : NULL))
 			snprintf(why, len, "etcd at %s answered %ld without JSON", e->urls[at], status);
 		else
 			e->cur = at;
 		free(got.data);
-	}
-	free(text);
-	const char *error = json_string_value(json_object_get(reply, "error"));
-	if (reply && (error || json_object_get(reply, "code"))) {
-		snprintf(why, len, "etcd: %s", error ? error : "error");
-		json_decref(reply);
-		return NULL;
 	}
 	return reply;
 }
@@ -275,7 +424,7 @@ static json_t *id_json(int64_t id)
 
 int etcd_ping(struct etcd *e, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json("/cusnap/", 8)), why, len);
+	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json("/cusnap/groups/", 15)), why, len);
 	json_decref(r);
 	return r ? 0 : -1;
 }

@@ -12,11 +12,23 @@
 
 #define ETCD_MAX_URLS 8
 
+/* How cusnap proves itself to etcd, and checks etcd (etcdctl's --cacert,
+ * --cert, --key, --user): NULL fields are not used. */
+struct etcd_auth {
+	const char *cacert;        /* the CA that signed etcd's certificate (https) */
+	const char *cert, *key;    /* a client certificate and its key (etcd's --client-cert-auth) */
+	const char *user;          /* etcd's authentication: the user */
+	const char *password_file; /* and a file holding the password (never on a command line) */
+};
+
 struct etcd {
 	char urls[ETCD_MAX_URLS][256]; /* http://HOST:PORT, no trailing slash */
 	size_t nurls, cur;             /* the endpoint that answered last is tried first */
 	int timeout_ms;                /* per request */
 	void *curl;
+	char cacert[4096], cert[4096], key[4096];
+	char user[256], password[256]; /* (read from the password file once) */
+	char token[1024];              /* etcd's token for user: sent with every request, renewed when refused */
 };
 
 /* One key, its value and its revisions. */
@@ -29,8 +41,10 @@ struct etcd_kv {
 /* Load libcurl and set it up, once per process (etcd_init does it too; call it
  * before starting threads that use etcd). 0, or -1 with why. */
 int etcd_global_init(char *why, size_t len);
-/* urls: "http://HOST:PORT[,http://...]". 0, or -1 with why (a malformed list). */
-int etcd_init(struct etcd *e, const char *urls, int timeout_ms, char *why, size_t len);
+/* urls: "http://HOST:PORT[,https://...]"; auth (NULL: none) as above, its
+ * password file checked (owned by the caller or root, readable by no one else)
+ * and read. 0, or -1 with why (a malformed list, a file refused). */
+int etcd_init(struct etcd *e, const char *urls, const struct etcd_auth *auth, int timeout_ms, char *why, size_t len);
 void etcd_free(struct etcd *e);
 /* Can an endpoint be reached (it answers a read)? 0, or -1 with why. */
 int etcd_ping(struct etcd *e, char *why, size_t len);

@@ -115,6 +115,26 @@ static const char *field(const json_t *j, const char *key)
 	return s ? s : "";
 }
 
+/* What to do about why etcd could not be used: only an etcd that cannot be
+ * reached is one to start (a refusal of TLS, authentication or permission
+ * names its own fix). */
+static const char *etcd_advice(const char *why)
+{
+	return strstr(why, ": unreachable:") ? "; start etcd there, or name one that answers with --etcd" : "";
+}
+
+/* Plain http:// with no authentication: anyone who can reach etcd can write
+ * the group's records, and so steer its members across their boundaries. */
+static void plain_http_warning(const struct args *a)
+{
+	if (strstr(a->etcd, "http://") && !a->etcd_auth.user)
+		fprintf(stderr,
+			"cusnap: warning: group %s: etcd over plain http:// without authentication: anyone who can "
+			"reach it can steer the group (https:// with --etcd-cacert, --etcd-cert/--etcd-key or "
+			"--etcd-user keep strangers out)\n",
+			a->group);
+}
+
 /* ---- the lease, kept alive while this cusnap runs ---- */
 
 static void *keep_alive(void *arg)
@@ -122,7 +142,7 @@ static void *keep_alive(void *arg)
 	struct group *g = arg;
 	struct etcd e; /* its own handle: one per thread */
 	char why[512];
-	if (etcd_init(&e, g->a->etcd, 5000, why, sizeof(why)) < 0)
+	if (etcd_init(&e, g->a->etcd, &g->a->etcd_auth, 5000, why, sizeof(why)) < 0)
 		e.curl = NULL;
 	while (!atomic_load(&g->stop)) {
 		for (int i = 0; i < 10 && !atomic_load(&g->stop); i++)
@@ -362,15 +382,14 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 	id_hex(&id, g->opid);
 	if (etcd_global_init(why, sizeof(why)) < 0)
 		return fail(EX_UNAVAILABLE, "group %s: %s; nothing done", a->group, why);
-	if (etcd_init(&g->e, a->etcd, 5000, why, sizeof(why)) < 0)
+	if (etcd_init(&g->e, a->etcd, &a->etcd_auth, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
+	plain_http_warning(a);
 	if (etcd_ping(&g->e, why, sizeof(why)) < 0 ||
 	    etcd_lease_grant(&g->e, MEMBER_TTL_S, &g->lease, why, sizeof(why)) < 0 ||
 	    etcd_lease_grant(&g->e, RESULT_TTL_S, &g->results_lease, why, sizeof(why)) < 0) {
 		etcd_free(&g->e);
-		return fail(EX_UNAVAILABLE,
-			    "group %s: %s; start etcd there, or name one that answers with --etcd; nothing done",
-			    a->group, why);
+		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", a->group, why, etcd_advice(why));
 	}
 	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
 	json_t *j = json_pack("{s:s, s:i, s:s, s:s}", "operation", op, "members", a->members, "opid", g->opid, "phase",
@@ -536,14 +555,13 @@ int group_inspect(const struct args *a)
 		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
 	if (etcd_global_init(why, sizeof(why)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", why);
-	if (etcd_init(&g.e, a->etcd, 5000, why, sizeof(why)) < 0)
+	if (etcd_init(&g.e, a->etcd, &a->etcd_auth, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	struct etcd_kv *kvs;
 	size_t n;
 	if (etcd_range(&g.e, g.prefix, &kvs, &n, why, sizeof(why)) < 0) {
 		etcd_free(&g.e);
-		return fail(EX_UNAVAILABLE, "group %s: %s; start etcd there, or name one that answers with --etcd",
-			    a->group, why);
+		return fail(EX_UNAVAILABLE, "group %s: %s%s", a->group, why, etcd_advice(why));
 	}
 	json_t *out = json_pack("{s:s, s:[], s:{}}", "group", a->group, "members", "operations");
 	for (size_t i = 0; i < n; i++) {

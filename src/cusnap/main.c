@@ -29,7 +29,8 @@ static const struct command commands[] = {
 	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
 	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file "
-	 "tcp-established criu-config group members etcd group-timeout member ",
+	 "tcp-established criu-config group members etcd etcd-cacert etcd-cert etcd-key etcd-user etcd-password-file "
+	 "group-timeout member ",
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
 	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json]",
@@ -41,15 +42,16 @@ static const struct command commands[] = {
 	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
 	 "writable by no one else)"},
 	{"restore", cmd_restore,
-	 "dir device-map criu json timeout job-file criu-config group members etcd group-timeout member ",
+	 "dir device-map criu json timeout job-file criu-config group members etcd etcd-cacert etcd-cert etcd-key "
+	 "etcd-user etcd-password-file group-timeout member ",
 	 "--dir DIR [--device-map auto|OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
 	 "            [GROUP] [--json]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs: OLD and NEW GPU UUIDs or\n"
 	 "ordinals, every GPU of the checkpoint named once; auto: those here keep theirs, the others\n"
 	 "go in order onto the GPUs left) and the shared memory, then write restore-complete"},
 	{"suspend", cmd_suspend,
-	 "pid dir content require-interposer json timeout control-dir job-file group members etcd group-timeout "
-	 "member ",
+	 "pid dir content require-interposer json timeout control-dir job-file group members etcd etcd-cacert "
+	 "etcd-cert etcd-key etcd-user etcd-password-file group-timeout member ",
 	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
 	 "            [GROUP] [--json]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
@@ -57,12 +59,14 @@ static const struct command commands[] = {
 	 "every CUDA process natively; the state goes to DIR (default a private directory\n"
 	 "under /run/cusnap for root, printed on stderr)"},
 	{"resume", cmd_resume,
-	 "pid dir discard-state json timeout control-dir job-file group members etcd group-timeout member ",
+	 "pid dir discard-state json timeout control-dir job-file group members etcd etcd-cacert etcd-cert etcd-key "
+	 "etcd-user etcd-password-file group-timeout member ",
 	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [GROUP] [--json]",
 	 "bring a suspended tree back, or finish what an interrupted command left: native\n"
 	 "restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
 	 "file, from each process's own records)"},
-	{"inspect", cmd_inspect, "pid dir json timeout control-dir group etcd ",
+	{"inspect", cmd_inspect,
+	 "pid dir json timeout control-dir group etcd etcd-cacert etcd-cert etcd-key etcd-user etcd-password-file ",
 	 "(--pid PID | --dir DIR | --group NAME --etcd URL[,URL...]) [--json]",
 	 "show the tree's CUDA processes and what they share, a command working on it, a\n"
 	 "checkpoint directory, or a group's members and its operations' results"},
@@ -101,6 +105,11 @@ static const struct option options[] = {
 	{"etcd", required_argument, NULL, 'e'},
 	{"group-timeout", required_argument, NULL, 'o'},
 	{"member", required_argument, NULL, 'n'},
+	{"etcd-cacert", required_argument, NULL, 'A'},
+	{"etcd-cert", required_argument, NULL, 'B'},
+	{"etcd-key", required_argument, NULL, 'E'},
+	{"etcd-user", required_argument, NULL, 'U'},
+	{"etcd-password-file", required_argument, NULL, 'X'},
 	{0, 0, 0, 0},
 };
 
@@ -128,7 +137,9 @@ static void usage(FILE *f)
 		   "         CUDA_CHECKPOINT_JOB_FILE names); with a job, cusnap joins it, takes one process at\n"
 		   "         a time in the job's order, and keeps a copy of the file with the checkpoint.\n"
 		   "         GROUP: --group NAME --members N --etcd URL[,URL...] [--group-timeout MS]\n"
-		   "         [--member NAME]: one worker over N nodes, each running this command on its own\n"
+		   "         [--member NAME] [--etcd-cacert F] [--etcd-cert F --etcd-key F]\n"
+		   "         [--etcd-user NAME --etcd-password-file F]: one worker over N nodes, each running this "
+		   "command on its own\n"
 		   "         tree; they meet in etcd (its v3 JSON gateway) and none crosses its destructive\n"
 		   "         boundary (suspend, checkpoint: the native checkpoint; restore: restore-complete)\n"
 		   "         until every one is ready; a member that fails, goes away or does not come within\n"
@@ -137,6 +148,12 @@ static void usage(FILE *f)
 		   "         member's is printed (--json: one object) and kept in etcd for an hour. --member\n"
 		   "         names this node in the group (default HOST:PID, or HOST:DIR for restore).\n"
 		   "         One operation per group at a time: another is refused (75); etcd unreachable: 69.\n"
+		   "         etcd as production runs it: https:// URLs with --etcd-cacert FILE (the CA of etcd's\n"
+		   "         certificate), --etcd-cert FILE --etcd-key FILE (a client certificate, for etcd's\n"
+		   "         --client-cert-auth), --etcd-user NAME --etcd-password-file FILE (etcd's\n"
+		   "         authentication; the file yours or root's, readable by no one else); plain http://\n"
+		   "         without a user is warned about: anyone who can reach etcd can steer the group.\n"
+		   "         SIGINT/SIGTERM/SIGHUP at the boundary: this member undoes at once, the others too.\n"
 		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
 		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
 		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
@@ -225,10 +242,20 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 	case 'e': a->etcd = arg; break;
 	case 'o': return int_option("group-timeout", arg, 1, 86400000, &a->group_timeout_ms);
 	case 'n':
-		if (!*arg || strlen(arg) > 200)
-			return fail(EX_USAGE, "--member %s: a name of 1 to 200 characters", arg);
+		if (!*arg || strlen(arg) > 200 ||
+		    strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != strlen(arg) ||
+		    arg[0] == '.')
+			return fail(EX_USAGE,
+				    "--member %s: a name of 1 to 200 letters, digits, '.', '_', ':' or '-', not "
+				    "starting with '.'",
+				    arg);
 		a->member = arg;
 		break;
+	case 'A': a->etcd_auth.cacert = arg; break;
+	case 'B': a->etcd_auth.cert = arg; break;
+	case 'E': a->etcd_auth.key = arg; break;
+	case 'U': a->etcd_auth.user = arg; break;
+	case 'X': a->etcd_auth.password_file = arg; break;
 	case 'S': {
 		char *end;
 		a->size = strtoull(arg, &end, 0);
