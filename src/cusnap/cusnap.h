@@ -43,6 +43,7 @@ struct args {
 	char **argv;                    /* */
 	const char *group;              /* --group: one worker over several nodes (group.c) */
 	int members;                    /* --members: how many nodes' commands meet */
+	const char *member_names;       /* --members NAME,NAME,...: which (NULL: any N) */
 	const char *etcd;               /* --etcd: where they meet */
 	struct etcd_auth etcd_auth;     /* --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password-file */
 	int group_timeout_ms;           /* --group-timeout (default --timeout) */
@@ -64,6 +65,15 @@ int cmd_demo(const struct args *a);
 int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
 int group_inspect(const struct args *a);
+/* ---- group_records.c: what a member trusts of the group's records ---- */
+/* Is kv a member's record (it parses as one, and a lease keeps it)? When not
+ * and warn, said once, with how to clear it. */
+bool record_valid(const char *group, const struct etcd_kv *kv, bool warn);
+/* The valid records of kvs[0..n) kept in order at the front (the others freed,
+ * each warned about once): how many. */
+size_t records_valid(const char *group, struct etcd_kv *kvs, size_t n);
+/* Is name one of the comma-separated list (--members NAME,NAME,...)? */
+bool name_listed(const char *list, const char *name);
 /* ---- ckptdir.c: a checkpoint directory replaced only by a whole checkpoint ---- */
 /* Settle dir (ckptdir_settle), then a fresh dir/.partial to build in: 0 with
  * its path in out, or -errno. */

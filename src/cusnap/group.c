@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cusnap/fault.h"
@@ -34,6 +35,8 @@
 #define MEMBER_TTL_S 5
 #define RESULT_TTL_S 3600
 #define POLL_US 50000
+/* How long a member tries to read the decision before it decides alone. */
+#define DECISION_RETRY_MS 10000
 
 struct group {
 	struct boundary boundary; /* first: settings.boundary points here */
@@ -49,6 +52,8 @@ struct group {
 	atomic_bool stop, lost;
 	bool crossed;      /* the decision was "go" and this member crossed */
 	char decided[600]; /* the decision when it was "abort" */
+	char (*seen)[256]; /* the members seen at the boundary (at most --members) */
+	size_t nseen;
 };
 
 /* Does op cross a destructive boundary that every member must be ready for? */
@@ -58,6 +63,8 @@ static bool has_boundary(const char *op)
 }
 
 static int group_fail(struct group *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int all_ready(struct group *g);
 
 /* ---- keys and records ---- */
 
@@ -78,8 +85,9 @@ static int put_member(struct group *g, const char *phase, char *why, size_t len)
 {
 	char key[600], host[256] = "";
 	gethostname(host, sizeof(host) - 1);
-	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:i}", "operation", g->op, "members", g->a->members, "opid",
-			      g->opid, "phase", phase, "host", json_text(host), "pid", (int)getpid());
+	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:i, s:s}", "operation", g->op, "members", g->a->members,
+			      "opid", g->opid, "phase", phase, "host", json_text(host), "pid", (int)getpid(), "names",
+			      g->a->member_names ? g->a->member_names : "");
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	member_key(g, key, sizeof(key));
@@ -95,7 +103,8 @@ static int members(struct group *g, struct etcd_kv **kvs, size_t *n, char *why, 
 	snprintf(prefix, sizeof(prefix), "%smembers/", g->prefix);
 	if (etcd_range(&g->e, prefix, kvs, n, why, len) < 0)
 		return -1;
-	for (size_t i = 1; i < *n; i++) /* (a handful: insertion sort) */
+	*n = records_valid(g->a->group, *kvs, *n); /* (the rest is ignored, said once) */
+	for (size_t i = 1; i < *n; i++)            /* (a handful: insertion sort) */
 		for (size_t k = i; k > 0 && (*kvs)[k].create_revision < (*kvs)[k - 1].create_revision; k--) {
 			struct etcd_kv t = (*kvs)[k];
 			(*kvs)[k] = (*kvs)[k - 1];
@@ -165,18 +174,44 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 	json_t *j = json_pack("{s:b, s:o, s:s}", "go", go, "why", json_text(reason ? reason : ""), "by", g->member);
 	char *value = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	int made = value ? etcd_create(&g->e, key, value, g->results_lease, text, sizeof(text)) : -1;
-	free(value);
+	/* etcd lost now could split the group (another member may have read "go"):
+	 * tried again within a bound before this member decides alone. */
+	int bound = g->a->group_timeout_ms < DECISION_RETRY_MS ? g->a->group_timeout_ms : DECISION_RETRY_MS;
 	struct etcd_kv kv;
-	int got = made < 0 ? -1 : etcd_get(&g->e, key, &kv, text, sizeof(text));
+	int got = -1;
+	for (double t0 = now_ms(); got <= 0; usleep(4 * POLL_US)) {
+		int made = value ? etcd_create(&g->e, key, value, g->results_lease, text, sizeof(text)) : -1;
+		got = made < 0 ? -1 : etcd_get(&g->e, key, &kv, text, sizeof(text));
+		if (got > 0 || !value || now_ms() - t0 > bound)
+			break;
+	}
+	free(value);
 	if (got <= 0) {
-		snprintf(why, len, "group %s: the decision cannot be read from etcd: %s", g->a->group, text);
+		snprintf(why, len,
+			 "group %s: the decision cannot be read from etcd within %d ms (%s): this member undoes alone; "
+			 "the group may be split if another member read \"go\"",
+			 g->a->group, bound, text);
 		return -2;
 	}
 	json_t *d = json_loads(kv.value, 0, NULL);
 	bool yes = json_is_true(json_object_get(d, "go"));
 	if (!yes)
 		snprintf(why, len, "group %s: %s (decided by member %s)", g->a->group, field(d, "why"), field(d, "by"));
+	int ready = yes ? all_ready(g) : 1;
+	for (double t0 = now_ms(); ready < 0 && now_ms() - t0 < bound; usleep(4 * POLL_US))
+		ready = all_ready(g); /* (etcd lost for a moment: tried again within the bound) */
+	if (yes && ready < 0)
+		yes = false,
+		snprintf(why, len,
+			 "group %s: the decision says go, but etcd cannot be read within %d ms to check that "
+			 "every member is ready: this member undoes alone; the group may be split",
+			 g->a->group, bound);
+	else if (yes && !ready) /* a "go" this member cannot check: never followed */
+		yes = false,
+		snprintf(why, len,
+			 "group %s: the decision says go (by member %s), but this member does not see every "
+			 "member ready: not followed",
+			 g->a->group, field(d, "by"));
 	json_decref(d);
 	free(kv.key);
 	free(kv.value);
@@ -204,14 +239,17 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
 		json_t *m = json_loads(kvs[i].value, 0, NULL);
-		if (m && !strcmp(field(m, "opid"), g->opid)) {
-			const char *name = member_name(g, &kvs[i]), *phase = field(m, "phase");
+		const char *name = member_name(g, &kvs[i]);
+		/* (with --members NAME,...: only the members named count) */
+		if (m && !strcmp(field(m, "opid"), g->opid) &&
+		    (!g->a->member_names || name_listed(g->a->member_names, name))) {
+			const char *phase = field(m, "phase");
 			bool known = false;
 			for (size_t s = 0; s < *nseen && !known; s++)
 				known = !strcmp(seen[s], name);
 			if (!known && *nseen < (size_t)g->a->members)
 				snprintf(seen[(*nseen)++], 256, "%s", name);
-			ready += !strcmp(phase, "ready") || !strcmp(phase, "crossed");
+			ready += !strcmp(phase, "ready") || !strcmp(phase, "crossed") || !strcmp(phase, "done");
 			if (!strcmp(phase, "failed"))
 				rc = -1, snprintf(reason, len, "member %s failed", name);
 		}
@@ -221,12 +259,32 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 	return rc ? rc : ready >= (size_t)g->a->members;
 }
 
+/* Does this member see every member of the operation ready (under a live
+ * lease, named as --members says)? What a "go" is followed on: 1 yes, 0 no,
+ * -1 etcd not reached (cannot tell). */
+static int all_ready(struct group *g)
+{
+	char scratch[4][256], reason[300];
+	struct etcd_kv *kvs;
+	size_t n = 0;
+	if (members(g, &kvs, &n, reason, sizeof(reason)) < 0)
+		return -1;
+	etcd_kvs_free(kvs, n);
+	n = 0;
+	char(*seen)[256] = (size_t)g->a->members <= 4 ? scratch : calloc((size_t)g->a->members, 256);
+	int rc = seen ? look(g, seen, &n, reason, sizeof(reason)) : 0;
+	if (seen != scratch)
+		free(seen);
+	return rc == 1;
+}
+
 static int at_boundary(struct boundary *b, char *why, size_t len)
 {
 	struct group *g = (struct group *)b;
 	char reason[1000] = "", err[512];
-	char(*seen)[256] = calloc((size_t)g->a->members, 256);
+	char(*seen)[256] = g->seen = calloc((size_t)g->a->members, 256);
 	size_t nseen = 0;
+	bool warned = false;
 	double start = now_ms();
 	fault_point(FAULT_GROUP_READY);
 	int rc = 0;
@@ -236,13 +294,24 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 		rc = -1, snprintf(reason, sizeof(reason), "member %s failed at its boundary (CUSNAP_FAULT)", g->member);
 	else if (put_member(g, "ready", err, sizeof(err)) < 0)
 		rc = -1, snprintf(reason, sizeof(reason), "member %s cannot say it is ready: %s", g->member, err);
+	fault_point(FAULT_GROUP_WAITING);
 	while (rc == 0) {
 		struct etcd_kv kv;
 		char key[600];
 		op_key(g, "decision", key, sizeof(key));
 		if (etcd_get(&g->e, key, &kv, err, sizeof(err)) == 1) {
+			json_t *d = json_loads(kv.value, 0, NULL);
+			bool go = json_is_true(json_object_get(d, "go"));
+			json_decref(d);
 			free(kv.key), free(kv.value);
-			break; /* decided: followed below */
+			if (!go || all_ready(g) != 0)
+				break; /* decided: followed (or not) below */
+			if (!warned)
+				fprintf(stderr,
+					"cusnap: warning: group %s: a decision \"go\" while not every member is ready: "
+					"not followed (written by whom?); waiting for the members\n",
+					g->a->group);
+			warned = true;
 		}
 		if (atomic_load(&g->lost)) {
 			rc = -1, snprintf(reason, sizeof(reason), "member %s lost its etcd lease", g->member);
@@ -270,7 +339,7 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 		}
 		usleep(POLL_US);
 	}
-	free(seen);
+	g->nseen = nseen;
 	/* One decision for all: whatever was decided first stands. */
 	int d = decide(g, rc == 0, reason, why, len);
 	g->crossed = d == 0;
@@ -300,6 +369,8 @@ static void leave(struct group *g)
 {
 	char key[600], why[512];
 	stop_keeping(g);
+	free(g->seen);
+	g->seen = NULL;
 	if (g->lease) {
 		member_key(g, key, sizeof(key));
 		etcd_delete(&g->e, key, why, sizeof(why));
@@ -325,13 +396,19 @@ static int group_fail(struct group *g, int code, const char *fmt, ...)
 static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 {
 	json_t *first = n ? json_loads(kvs[0].value, 0, NULL) : NULL;
-	char op[32];
+	char op[32], names[4096];
 	snprintf(op, sizeof(op), "%s", field(first, "operation"));
+	snprintf(names, sizeof(names), "%s", field(first, "names"));
 	int want = (int)json_member_number(first, "members", 0);
 	char from[256];
 	snprintf(from, sizeof(from), "%s", n ? member_name(g, &kvs[0]) : "");
 	snprintf(g->opid, sizeof(g->opid), "%s", field(first, "opid"));
 	json_decref(first);
+	if (strcmp(names, g->a->member_names ? g->a->member_names : "") != 0)
+		return group_fail(g, EX_BUSY,
+				  "another job uses this group name (its members: %s; begun by member %s): this one "
+				  "(%s) joins nothing; nothing done",
+				  names[0] ? names : "any", from, g->a->member_names ? g->a->member_names : "any");
 	if (strcmp(op, g->op) != 0 || want != g->a->members)
 		return group_fail(g, EX_BUSY, "busy with %s of %d members (begun by member %s); nothing done", op, want,
 				  from);
@@ -377,6 +454,9 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 		if (a->pid)
 			snprintf(g->member, sizeof(g->member), "%s:%d", host, (int)a->pid);
 	}
+	if (a->member_names && !name_listed(a->member_names, g->member))
+		return fail(EX_USAGE, "--member %s is not one of --members %s; nothing done", g->member,
+			    a->member_names);
 	struct cusnap_id id;
 	id_random(&id);
 	id_hex(&id, g->opid);
@@ -392,8 +472,8 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", a->group, why, etcd_advice(why));
 	}
 	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
-	json_t *j = json_pack("{s:s, s:i, s:s, s:s}", "operation", op, "members", a->members, "opid", g->opid, "phase",
-			      "arrived");
+	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:s}", "operation", op, "members", a->members, "opid", g->opid,
+			      "phase", "arrived", "names", a->member_names ? a->member_names : "");
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL, key[600];
 	json_decref(j);
 	member_key(g, key, sizeof(key));
@@ -449,12 +529,20 @@ static json_t *results(struct group *g, bool *timed_out)
 	struct etcd_kv *kvs = NULL;
 	size_t n = 0;
 	*timed_out = false;
+	double lost_since = 0;
 	for (double start = now_ms();; usleep(POLL_US)) {
 		etcd_kvs_free(kvs, n);
-		if (etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) < 0)
+		bool reached = etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) == 0;
+		if (!reached)
 			kvs = NULL, n = 0;
+		lost_since = reached ? 0 : lost_since ? lost_since : now_ms();
 		if (n >= (size_t)g->a->members || all_done(g))
 			break;
+		/* (etcd lost for a while: nothing more will come; one that did not cross stops at once) */
+		if (lost_since && (!g->crossed || now_ms() - lost_since > 5000)) {
+			*timed_out = true;
+			break;
+		}
 		if (now_ms() - start > g->a->group_timeout_ms) {
 			*timed_out = true;
 			break;
@@ -484,8 +572,11 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		put_member(g, "failed", why, sizeof(why));
 	}
 	bool holds = rc == 0 && !strcmp(g->op, "checkpoint");
-	json_t *mine = json_pack("{s:s, s:i, s:b, s:b, s:o}", "member", g->member, "exit", rc, "crossed",
-				 !boundary || g->crossed, "holds_checkpoint", holds, "error", json_text(error));
+	char host[256] = "";
+	gethostname(host, sizeof(host) - 1);
+	json_t *mine = json_pack("{s:s, s:i, s:b, s:b, s:o, s:s, s:o, s:I}", "member", g->member, "exit", rc, "crossed",
+				 !boundary || g->crossed, "holds_checkpoint", holds, "error", json_text(error),
+				 "operation", g->op, "host", json_text(host), "time", (json_int_t)time(NULL));
 	char *text = mine ? json_dumps(mine, JSON_COMPACT) : NULL;
 	json_decref(mine);
 	char tail[300];
@@ -507,7 +598,23 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, field(r, "member"),
 			code == 0 ? "ok" : "failed", code == 0 ? "" : ": ", field(r, "error"));
 	}
-	if (json_array_size(all) < (size_t)g->a->members && timed_out)
+	char unknown[1024] = "";
+	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
+		bool reported = false;
+		for (size_t i = 0; i < json_array_size(all) && !reported; i++)
+			reported = !strcmp(field(json_array_get(all, i), "member"), g->seen[s]);
+		if (!reported)
+			at += (size_t)snprintf(unknown + at, sizeof(unknown) - at, "%s%s", at ? ", " : "", g->seen[s]);
+	}
+	if (unknown[0]) {
+		/* This member crossed; whether the others did cannot be confirmed. */
+		fprintf(stderr,
+			"cusnap: group %s: %s: the group may be split: this member crossed, but no result came from "
+			"member(s) %s (etcd lost, or they failed after the boundary): check them (`cusnap inspect "
+			"--group %s`)\n",
+			g->a->group, g->op, unknown, g->a->group);
+		rc = EX_TERMINATED;
+	} else if (json_array_size(all) < (size_t)g->a->members && timed_out)
 		fprintf(stderr, "cusnap: group %s: %s: %zu of %d members reported within %d ms\n", g->a->group, g->op,
 			json_array_size(all), g->a->members, g->a->group_timeout_ms);
 	else if (json_array_size(all) < (size_t)g->a->members)
@@ -563,9 +670,14 @@ int group_inspect(const struct args *a)
 		etcd_free(&g.e);
 		return fail(EX_UNAVAILABLE, "group %s: %s%s", a->group, why, etcd_advice(why));
 	}
-	json_t *out = json_pack("{s:s, s:[], s:{}}", "group", a->group, "members", "operations");
+	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", a->group, "members", "operations", "ignored");
 	for (size_t i = 0; i < n; i++) {
 		const char *rest = kvs[i].key + strlen(g.prefix);
+		if (!strncmp(rest, "members/", 8) && !record_valid(a->group, &kvs[i], false)) {
+			/* (shown, with how to clear it: members ignore it) */
+			json_array_append_new(json_object_get(out, "ignored"), json_text(kvs[i].key));
+			continue;
+		}
 		json_t *v = json_loads(kvs[i].value, 0, NULL);
 		if (!v)
 			continue;
@@ -606,21 +718,34 @@ int group_inspect(const struct args *a)
 		       field(x, "operation"), (int)json_member_number(x, "members", 0), field(x, "phase"),
 		       field(x, "opid"));
 	}
+	const json_t *ignored = json_object_get(out, "ignored");
+	for (size_t i = 0; i < json_array_size(ignored); i++)
+		printf("  %s: not a member's record (malformed, or kept by no lease): members ignore it; "
+		       "`etcdctl del %s` clears it\n",
+		       json_string_value(json_array_get(ignored, i)), json_string_value(json_array_get(ignored, i)));
 	const char *opid;
 	json_t *o;
 	json_object_foreach(json_object_get(out, "operations"), opid, o)
 	{
 		const json_t *d = json_object_get(o, "decision");
-		printf("operation %.8s: %s\n", opid,
-		       !d                                       ? "undecided"
-		       : json_is_true(json_object_get(d, "go")) ? "every member ready: crossed"
-								: field(d, "why"));
 		const json_t *r = json_object_get(o, "results");
+		const json_t *first = json_array_get(r, 0);
+		const char *kind = first ? field(first, "operation") : "";
+		char when[64] = "";
+		time_t at = (time_t)json_member_number(first, "time", 0);
+		struct tm tm;
+		if (at > 0 && localtime_r(&at, &tm))
+			strftime(when, sizeof(when), ", %Y-%m-%d %H:%M:%S", &tm);
+		printf("operation %.8s (%s%s): %s\n", opid, kind[0] ? kind : "?", when,
+		       d && json_is_true(json_object_get(d, "go")) ? "every member ready: crossed"
+		       : d                                         ? field(d, "why")
+		       : !strcmp(kind, "resume")                   ? "no boundary (each member resumes its own tree)"
+								   : "undecided");
 		for (size_t i = 0; i < json_array_size(r); i++) {
 			const json_t *x = json_array_get(r, i);
 			int code = (int)json_member_number(x, "exit", -1);
-			printf("  member %s: %s%s%s%s\n", field(x, "member"), code ? "failed" : "ok", code ? ": " : "",
-			       field(x, "error"),
+			printf("  member %s%s%s: %s%s%s%s\n", field(x, "member"), field(x, "host")[0] ? " on " : "",
+			       field(x, "host"), code ? "failed" : "ok", code ? ": " : "", field(x, "error"),
 			       json_is_true(json_object_get(x, "holds_checkpoint")) ? " (holds a checkpoint)" : "");
 		}
 	}

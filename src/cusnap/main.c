@@ -201,6 +201,35 @@ static int int_option(const char *name, const char *arg, long lo, long hi, int *
 	return 0;
 }
 
+/* --members N, or --members NAME,NAME,... (the members expected, each once):
+ * 0, or 64 (said). */
+static int members_option(const char *arg, struct args *a)
+{
+	if (strspn(arg, "0123456789") == strlen(arg))
+		return int_option("members", arg, 1, 4096, &a->members);
+	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+	int n = 0;
+	for (const char *p = arg; *p; n++) {
+		size_t l = strcspn(p, ",");
+		char name[201];
+		bool bad = !l || l > 200 || strspn(p, ok) < l || p[0] == '.';
+		if (!bad) {
+			memcpy(name, p, l);
+			name[l] = '\0';
+			bad = name_listed(p + l + (p[l] == ','), name); /* (named twice) */
+		}
+		if (bad || n == 4096)
+			return fail(EX_USAGE,
+				    "--members %s: a number, or the members' names (letters, digits, . _ : -), each "
+				    "once, separated by commas",
+				    arg);
+		p += l + (p[l] == ',');
+	}
+	a->members = n;
+	a->member_names = arg;
+	return 0;
+}
+
 /* The option c with its argument into a and s; 0 or an exit code. */
 static int take(int c, const char *arg, struct args *a, struct settings *s)
 {
@@ -238,7 +267,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 			return fail(EX_USAGE, "--group %s: a name of 1 to 128 characters without '/'", arg);
 		a->group = arg;
 		break;
-	case 'm': return int_option("members", arg, 1, 4096, &a->members);
+	case 'm': return members_option(arg, a);
 	case 'e': a->etcd = arg; break;
 	case 'o': return int_option("group-timeout", arg, 1, 86400000, &a->group_timeout_ms);
 	case 'n':

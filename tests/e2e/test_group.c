@@ -8,106 +8,12 @@
 #include <time.h>
 #include <sys/socket.h>
 
-#include "e2e_util.h"
+#include "group_util.h"
 
-static char cusnap[PATH_MAX], criu[PATH_MAX], etcd_url[64];
+static char cusnap[PATH_MAX], criu[PATH_MAX];
 static const char *no_criu; /* why the CRIU cases skip, or NULL */
-static pid_t etcd_pid;
-/* cusnap's etcd flags for every member (the secured etcds' certificates, user). */
-static const char *etcd_extra[12];
-
-/* A port nothing listens on now (the kernel's pick). */
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int port = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-				   getsockname(s, (struct sockaddr *)&a, &len) == 0
-			   ? ntohs(a.sin_port)
-			   : -1;
-	if (s >= 0)
-		close(s);
-	return port;
-}
-
-static void etcd_stop(void)
-{
-	if (etcd_pid > 0) {
-		kill(etcd_pid, SIGKILL);
-		test_wait_child(etcd_pid, 10000);
-	}
-	etcd_pid = 0;
-}
 
 /* etcd on the loopback, its data in the scratch directory, answering. */
-/* The etcd server to run (build/etcd-path, else PATH) into out; skips without one. */
-static void etcd_binary(char out[PATH_MAX])
-{
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/../etcd-path", tests_dir);
-	char *given = test_read_file(path);
-	out[0] = '\0';
-	if (given && *given)
-		snprintf(out, PATH_MAX, "%.*s", (int)strcspn(given, "\n"), given);
-	free(given);
-	for (const char *d = getenv("PATH"); !out[0] && d && *d; d += strcspn(d, ":") + (d[strcspn(d, ":")] != 0)) {
-		snprintf(out, PATH_MAX, "%.*s/etcd", (int)strcspn(d, ":"), d);
-		if (access(out, X_OK) != 0)
-			out[0] = '\0';
-	}
-	if (!out[0] || access(out, X_OK) != 0)
-		SKIP("no etcd (scripts/setup-etcd.sh provides Debian's etcd-server; see build/etcd-setup.log)\n");
-}
-
-/* etcd NAME on the loopback (scheme http or https; extra: more of its flags,
- * NULL-ended), its client URL into url, started tied to this test; once
- * `cusnap inspect --group` with probe (cusnap's etcd flags) answers. */
-static pid_t etcd_launch(const char *name, const char *scheme, const char *const *extra, const char *const *probe,
-			 char url[64])
-{
-	char etcd[PATH_MAX];
-	etcd_binary(etcd);
-	int client = free_port(), peer = free_port();
-	char data[PATH_MAX + 32], client_url[64], peer_url[64], log[PATH_MAX + 32], cluster[128];
-	snprintf(data, sizeof(data), "%s/etcd-%s", e2e_root, name);
-	snprintf(log, sizeof(log), "%s/etcd-%s.log", e2e_root, name);
-	snprintf(client_url, sizeof(client_url), "%s://127.0.0.1:%d", scheme, client);
-	snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", peer);
-	snprintf(cluster, sizeof(cluster), "%s=%s", name, peer_url);
-	snprintf(url, 64, "%s", client_url);
-	const char *argv[40] = {etcd,       "--name",
-				name,       "--data-dir",
-				data,       "--listen-client-urls",
-				client_url, "--advertise-client-urls",
-				client_url, "--listen-peer-urls",
-				peer_url,   "--initial-advertise-peer-urls",
-				peer_url,   "--initial-cluster",
-				cluster};
-	int k = 15;
-	for (int i = 0; extra && extra[i] && k < 38; i++)
-		argv[k++] = extra[i];
-	argv[k] = NULL;
-	pid_t pid = test_spawn_tied((char *const *)argv, NULL, log);
-	for (int i = 0; i < 200; i++) {
-		const char *q[24] = {cusnap, "inspect", "--group", "probe", "--etcd", url};
-		int n = 6;
-		for (int j = 0; probe && probe[j] && n < 23; j++)
-			q[n++] = probe[j];
-		q[n] = NULL;
-		char *out = NULL;
-		int rc = tool(&out, NULL, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11],
-			      q[12], NULL);
-		free(out);
-		if (rc == 0)
-			return pid;
-		usleep(100000);
-	}
-	char *text = test_read_file(log);
-	printf("etcd %s did not answer within 20 s; its log:\n%s\n", name, text ? text : "");
-	free(text);
-	exit(1);
-}
 
 static void etcd_start(void)
 {
@@ -116,164 +22,6 @@ static void etcd_start(void)
 }
 
 /* ---- members: each its own cusnap, run at once ---- */
-
-struct member {
-	pid_t pid;
-	char log[PATH_MAX + 32];
-};
-
-/* cusnap args... --group NAME --members N --etcd URL --member NAME, started (its
- * output into a log). */
-static void member_start(struct member *m, const char *group, int members, const char *name, char *const env[],
-			 const char *const args[])
-{
-	static int runs;
-	char n[16];
-	const char *argv[40] = {cusnap};
-	int k = 1;
-	for (int i = 0; args[i]; i++)
-		argv[k++] = args[i];
-	snprintf(n, sizeof(n), "%d", members);
-	const char *tail[] = {"--group", group, "--members", n, "--etcd", etcd_url, "--member", name, NULL};
-	for (int i = 0; tail[i]; i++)
-		argv[k++] = tail[i];
-	for (int i = 0; etcd_extra[i] && k < 38; i++)
-		argv[k++] = etcd_extra[i];
-	argv[k] = NULL;
-	snprintf(m->log, sizeof(m->log), "%s/member-%s-%d.log", e2e_root, name, ++runs);
-	m->pid = test_spawn((char *const *)argv, env, m->log);
-}
-
-/* Its exit code (-1: did not end within 90 s); *out: what it printed (malloc'ed). */
-static int member_wait(struct member *m, char **out)
-{
-	int status = test_wait_child(m->pid, 90000);
-	*out = test_read_file(m->log);
-	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-#define MEMBER_OK(m)                                                                                   \
-	do {                                                                                           \
-		char *out_;                                                                            \
-		int rc_ = member_wait((m), &out_);                                                     \
-		if (rc_ != 0)                                                                          \
-			test_fail(__FILE__, __LINE__, "member exited %d:\n%s", rc_, out_ ? out_ : ""); \
-		free(out_);                                                                            \
-	} while (0)
-
-static void tree_args(const struct group *g, const char *cmd, char pid[16], char dir[PATH_MAX + 16],
-		      const char *argv[12])
-{
-	snprintf(pid, 16, "%d", g->root);
-	snprintf(dir, PATH_MAX + 16, "%s/state", g->ctl);
-	const char *a[] = {cmd, "--pid", pid, "--dir", dir, "--control-dir", g->ctl, "--timeout", "20000", NULL};
-	memcpy(argv, a, sizeof(a));
-}
-
-static void in_place(struct member *m, const struct group *g, const char *cmd, const char *group, int members,
-		     const char *name, char *const env[], const char *timeout)
-{
-	char pid[16], dir[PATH_MAX + 16];
-	const char *argv[16];
-	tree_args(g, cmd, pid, dir, argv);
-	int k = 9;
-	if (timeout) {
-		argv[k++] = "--group-timeout";
-		argv[k++] = timeout;
-	}
-	argv[k] = NULL;
-	member_start(m, group, members, name, env, argv);
-}
-
-/* Every CUDA process of g running and every participant active. */
-static void untouched(struct group *g)
-{
-	char *j = group_inspect(g);
-	if (count_of(j, "\"state\":\"running\"") != 2 || count_of(j, "\"phase\":\"active\"") != 2)
-		test_fail(__FILE__, __LINE__, "the tree of %d is not as it was:\n%s", (int)g->root, j ? j : "");
-	free(j);
-}
-
-/* Does pid no longer run (none, or a zombie)? */
-static bool gone(pid_t pid)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	char *text = test_read_file(path);
-	const char *end = text ? strrchr(text, ')') : NULL;
-	bool dead = !end || end[1] != ' ' || end[2] == 'Z' || end[2] == 'X';
-	free(text);
-	return dead;
-}
-
-static void restore_complete(struct group *g)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof(path), "%s/restore-complete", g->ctl);
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-	CHECK(fd >= 0);
-	close(fd);
-}
-
-/* A signal at the boundary: one member of two waits there (its peer never
- * comes, the group timeout is long); SIGINT ends it at once (not at the group
- * timeout), its tree untouched, and the decision says why. */
-static void signal_at_boundary(void)
-{
-	struct group g;
-	if (group_start_pair(&g, "sig") < 0)
-		return;
-	struct member m;
-	in_place(&m, &g, "suspend", "sig", 2, "m0", NULL, "60000");
-	/* (at the boundary once inspect --group shows it ready) */
-	for (int waited = 0; waited < 200; waited++) {
-		char *view = NULL;
-		tool(&view, NULL, cusnap, "inspect", "--group", "sig", "--etcd", etcd_url, NULL);
-		bool ready = contains(view, "member m0: suspend of 2 members, ready");
-		free(view);
-		if (ready)
-			break;
-		usleep(50000);
-	}
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	kill(m.pid, SIGINT);
-	char *out;
-	int rc = member_wait(&m, &out);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double took = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	CHECK_EQ(rc, 1);
-	CHECK_CONTAINS(out, "interrupted by Interrupt at the boundary");
-	CHECK_CONTAINS(out, "everything undone");
-	if (took > 10000)
-		test_fail(__FILE__, __LINE__, "the member took %.0f ms to end after SIGINT (the group timeout is 60 s)",
-			  took);
-	free(out);
-	untouched(&g);
-	group_done(&g, 2);
-}
-
-/* Run cmd on trees g[0..n) as one group at once (member names m0, m1, ...;
- * env[i] for member i, NULL: none); every member's exit code into rc[i],
- * what it printed into out[i] (malloc'ed). */
-static void group_cmd(struct group *g, int n, const char *cmd, const char *group, char *const *env[],
-		      const char *timeout, int rc[], char *out[])
-{
-	struct member m[4];
-	for (int i = 0; i < n; i++) {
-		char name[8];
-		snprintf(name, sizeof(name), "m%d", i);
-		in_place(&m[i], &g[i], cmd, group, n, name, env ? env[i] : NULL, timeout);
-	}
-	for (int i = 0; i < n; i++)
-		rc[i] = member_wait(&m[i], &out[i]);
-}
-
-static void free_all(char *out[], int n)
-{
-	for (int i = 0; i < n; i++)
-		free(out[i]);
-}
 
 /* Two trees linked by TCP suspended and resumed as one group; the ranks still
  * talk; every member prints every member's result; inspect --group shows them. */
@@ -307,7 +55,14 @@ static void suspend_resume_two(void)
 	char *view = NULL;
 	CHECK_EQ(tool(&view, NULL, cusnap, "inspect", "--group", "pair", "--etcd", etcd_url, NULL), 0);
 	CHECK_CONTAINS(view, "0 member(s) at work");
-	CHECK_EQ(count_of(view, "member m0: ok"), 2); /* (the suspend's and the resume's results) */
+	char host[256] = "", m0[300];
+	gethostname(host, sizeof(host) - 1);
+	snprintf(m0, sizeof(m0), "member m0 on %s: ok", host);
+	CHECK_EQ(count_of(view, m0), 2); /* (the suspend's and the resume's results, with their host) */
+	CHECK_CONTAINS(view, "(suspend, ");
+	CHECK_CONTAINS(view, "(resume, ");
+	CHECK_CONTAINS(view, "no boundary (each member resumes its own tree)");
+	CHECK(!contains(view, "undecided"));
 	free(view);
 	for (int i = 0; i < 2; i++) {
 		untouched(&g[i]);
@@ -318,16 +73,6 @@ static void suspend_resume_two(void)
 		char *log = test_read_file(g[i].log);
 		CHECK_CONTAINS(log, "token restored exchanged with the other tree");
 		free(log);
-	}
-}
-
-/* n trees of one worker each, named TAG0, TAG1, ... */
-static void trees_start(struct group *g, int n, const char *tag)
-{
-	for (int i = 0; i < n; i++) {
-		char name[16];
-		snprintf(name, sizeof(name), "%s%d", tag, i);
-		CHECK_EQ(group_start(&g[i], name, 1, 2, false, NULL, NULL, NULL), 0);
 	}
 }
 
@@ -567,170 +312,6 @@ static void restore_member_fails(void)
 	reap_all();
 }
 
-/* ---- etcd as production runs it: TLS, client certificates, authentication ---- */
-
-static char pki[PATH_MAX];
-
-/* A CA, a server certificate for 127.0.0.1 and a client certificate (openssl),
- * in e2e_root/pki: 0, or -1. */
-static int pki_make(void)
-{
-	snprintf(pki, sizeof(pki), "%s/pki", e2e_root);
-	mkdir(pki, 0700);
-	char script[PATH_MAX * 2 + 1400];
-	snprintf(script, sizeof(script),
-		 "set -e; cd '%s'; o() { openssl \"$@\" 2>/dev/null; }\n"
-		 "o req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -subj /CN=cusnap-test-ca -days 2\n"
-		 "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > server.ext\n"
-		 "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
-		 "for w in server client; do\n"
-		 "  o req -newkey rsa:2048 -nodes -keyout $w.key -out $w.csr -subj /CN=cusnap-$w\n"
-		 "  o x509 -req -in $w.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $w.crt -days 2 -extfile "
-		 "$w.ext\n"
-		 "done\n"
-		 "chmod 600 *.key\n",
-		 pki);
-	char *argv[] = {"/bin/sh", "-c", script, NULL};
-	char log[PATH_MAX + 16];
-	snprintf(log, sizeof(log), "%s/pki.log", e2e_root);
-	return test_run_cmd(argv, log, 60000) == 0 ? 0 : -1;
-}
-
-/* One of etcd's gateway calls as curl makes it (the root user's token, when
- * given): 0, or -1. */
-static int gateway(const char *url, const char *path, const char *body, const char *token)
-{
-	char ca[PATH_MAX + 16], full[160], auth[600] = "";
-	snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
-	snprintf(full, sizeof(full), "%s%s", url, path);
-	if (token)
-		snprintf(auth, sizeof(auth), "Authorization: %s", token);
-	char *argv[] = {"/usr/bin/curl", "-sf", "--cacert", ca, "-H", auth[0] ? auth : "X-None: 1", "-d",
-			(char *)body,    full,  NULL};
-	return test_run_cmd(argv, "/dev/null", 20000) == 0 ? 0 : -1;
-}
-
-/* Authentication on in the etcd at url: root, and a user "node" (password
- * "node-pw") granted read and write of /cusnap/groups/ alone. 0, or -1. */
-static int auth_enable(const char *url)
-{
-	/* ("L2N1c25hcC9ncm91cHMv" and "L2N1c25hcC9ncm91cHMw": /cusnap/groups/ and the key past its range) */
-	const char *steps[][2] = {
-		{"/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"root-pw\"}"},
-		{"/v3/auth/role/add", "{\"name\":\"root\"}"},
-		{"/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}"},
-		{"/v3/auth/role/add", "{\"name\":\"groups\"}"},
-		{"/v3/auth/role/grant", "{\"name\":\"groups\",\"perm\":{\"permType\":\"READWRITE\",\"key\":"
-					"\"L2N1c25hcC9ncm91cHMv\",\"range_end\":\"L2N1c25hcC9ncm91cHMw\"}}"},
-		{"/v3/auth/user/add", "{\"name\":\"node\",\"password\":\"node-pw\"}"},
-		{"/v3/auth/user/grant", "{\"user\":\"node\",\"role\":\"groups\"}"},
-		{"/v3/auth/enable", "{}"},
-	};
-	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
-		if (gateway(url, steps[i][0], steps[i][1], NULL) < 0) {
-			printf("  etcd's gateway refused %s\n", steps[i][0]);
-			return -1;
-		}
-	return 0;
-}
-
-/* Two trees as one group through the etcd at url with flags: suspended and
- * resumed, both members ok, both trees then passing. */
-static void pair_through(const char *tag, const char *url, const char *const *flags)
-{
-	char saved[64];
-	snprintf(saved, sizeof(saved), "%s", etcd_url);
-	snprintf(etcd_url, sizeof(etcd_url), "%s", url);
-	for (int i = 0; flags[i]; i++)
-		etcd_extra[i] = flags[i];
-	struct group g[2];
-	int rc[2];
-	char *out[2];
-	trees_start(g, 2, tag);
-	group_cmd(g, 2, "suspend", tag, NULL, NULL, rc, out);
-	for (int i = 0; i < 2; i++) {
-		CHECK_EQ(rc[i], 0);
-		CHECK(!contains(out[i], "plain http://"));
-	}
-	free_all(out, 2);
-	group_cmd(g, 2, "resume", tag, NULL, NULL, rc, out);
-	CHECK_EQ(rc[0], 0);
-	CHECK_EQ(rc[1], 0);
-	free_all(out, 2);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
-	memset(etcd_extra, 0, sizeof(etcd_extra));
-	snprintf(etcd_url, sizeof(etcd_url), "%s", saved);
-}
-
-/* inspect --group through url with flags: its exit code, what it printed in *out. */
-static int inspect_through(const char *url, const char *const *flags, char **out)
-{
-	const char *q[16] = {"inspect", "--group", "g", "--etcd", url};
-	int n = 5;
-	for (int i = 0; flags[i] && n < 15; i++)
-		q[n++] = flags[i];
-	q[n] = NULL;
-	return tool(out, NULL, cusnap, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12],
-		    q[13], q[14], NULL);
-}
-
-/* etcd with mutual TLS (--client-cert-auth), and etcd with TLS and
- * authentication on (a user granted /cusnap/groups/ alone): a 2-member
- * suspend and resume through each; each refusal names its cause. */
-static void tls_and_auth(void)
-{
-	if (access("/usr/bin/openssl", X_OK) || access("/usr/bin/curl", X_OK)) {
-		printf("  (skipped: openssl and curl make the certificates and set etcd up)\n");
-		return;
-	}
-	CHECK_EQ(pki_make(), 0);
-	char ca[PATH_MAX + 16], scrt[PATH_MAX + 16], skey[PATH_MAX + 16], ccrt[PATH_MAX + 16], ckey[PATH_MAX + 16],
-		pw[PATH_MAX + 16], bad[PATH_MAX + 16], open_pw[PATH_MAX + 16], mtls[64], authed[64], *out;
-	snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
-	snprintf(scrt, sizeof(scrt), "%s/server.crt", pki);
-	snprintf(skey, sizeof(skey), "%s/server.key", pki);
-	snprintf(ccrt, sizeof(ccrt), "%s/client.crt", pki);
-	snprintf(ckey, sizeof(ckey), "%s/client.key", pki);
-	const char *tls[] = {"--cert-file",       scrt, "--key-file",         skey,
-			     "--trusted-ca-file", ca,   "--client-cert-auth", NULL};
-	const char *mine[] = {"--etcd-cacert", ca, "--etcd-cert", ccrt, "--etcd-key", ckey, NULL};
-	pid_t a = etcd_launch("mtls", "https", tls, mine, mtls);
-	pair_through("mtls", mtls, mine);
-	const char *no_client[] = {"--etcd-cacert", ca, NULL},
-		   *no_ca[] = {"--etcd-cert", ccrt, "--etcd-key", ckey, NULL};
-	CHECK_SAYS(out, inspect_through(mtls, no_client, &out), 69, "client");
-	CHECK_SAYS(out, inspect_through(mtls, no_ca, &out), 69, "etcd's certificate cannot be verified");
-	kill(a, SIGKILL);
-	test_wait_child(a, 10000);
-
-	const char *tls_only[] = {"--cert-file", scrt, "--key-file", skey, NULL},
-		   *ca_only[] = {"--etcd-cacert", ca, NULL};
-	pid_t b = etcd_launch("auth", "https", tls_only, ca_only, authed);
-	CHECK_EQ(auth_enable(authed), 0);
-	snprintf(pw, sizeof(pw), "%s/node.pw", pki);
-	snprintf(bad, sizeof(bad), "%s/bad.pw", pki);
-	snprintf(open_pw, sizeof(open_pw), "%s/open.pw", pki);
-	test_write_file(pw, "node-pw\n");
-	test_write_file(bad, "guess\n");
-	test_write_file(open_pw, "node-pw\n");
-	chmod(pw, 0600);
-	chmod(bad, 0600);
-	chmod(open_pw, 0644);
-	const char *user[] = {"--etcd-cacert", ca, "--etcd-user", "node", "--etcd-password-file", pw, NULL};
-	pair_through("authed", authed, user);
-	const char *wrong[] = {"--etcd-cacert", ca, "--etcd-user", "node", "--etcd-password-file", bad, NULL};
-	CHECK_SAYS(out, inspect_through(authed, wrong, &out), 69, "authentication");
-	CHECK_SAYS(out, inspect_through(authed, ca_only, &out), 69, "(authentication");
-	const char *readable[] = {"--etcd-cacert", ca, "--etcd-user", "node", "--etcd-password-file", open_pw, NULL};
-	CHECK_SAYS(out, inspect_through(authed, readable, &out), 64, "no one else can read");
-	kill(b, SIGKILL);
-	test_wait_child(b, 10000);
-}
-
 int main(void)
 {
 	no_criu = getenv("CUSNAP_SANITIZER")           ? "CRIU does not dump sanitizer runtimes' shadow memory"
@@ -738,6 +319,7 @@ int main(void)
 		  : test_find_criu(criu, sizeof(criu)) ? "no CRIU (scripts/setup-criu.sh)"
 						       : NULL;
 	e2e_init("group");
+	group_util_init();
 	snprintf(cusnap, sizeof(cusnap), "%s/cusnap", bin_dir);
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	etcd_start();
@@ -747,10 +329,6 @@ int main(void)
 		 member_fails);
 	test_run("a member killed at its boundary: its lease expires, the others undo", member_killed);
 	test_run("a member that never comes: the others time out, their trees untouched", member_missing);
-	test_run("SIGINT at the boundary: the member undoes at once, its tree untouched", signal_at_boundary);
-	test_run("etcd with mutual TLS, and with TLS and a user granted its prefix: a group through each; refusals "
-		 "named",
-		 tls_and_auth);
 	test_run("etcd down: refused (69), nothing changed; a second operation on a busy group refused (75)", refusals);
 	test_run("restore: a member failing makes every restored tree die, no restore-complete", restore_member_fails);
 	etcd_stop();
