@@ -347,9 +347,11 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 		put_member(g, "crossed", err, sizeof(err));
 		progress("group", now_ms() - start, "%s: every one of the %d members ready: crossing", g->a->group,
 			 g->a->members);
-	} else if (d == -1) {
+	} else {
+		/* (the decision, or why it cannot be read: the end does not try again) */
 		snprintf(g->decided, sizeof(g->decided), "%s", why);
-		put_member(g, "failed", err, sizeof(err));
+		if (d == -1)
+			put_member(g, "failed", err, sizeof(err));
 	}
 	return d == 0 ? 0 : -1;
 }
