@@ -233,6 +233,12 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 			    "gone (not by cusnap)",
 			    what, gone, gone > 1 ? "es" : "");
 	if (verified) {
+		/* (its state file describes a prepare that is undone: nothing to resume from) */
+		if (rec->changed && rec->dir) {
+			char state[PATH_MAX + 32];
+			snprintf(state, sizeof(state), "%s/" STATE_FILE, rec->dir);
+			unlink(state);
+		}
 		state_dir_end(rec->root, NULL);
 		return fail(EX_LEFT_RUNNING, "%s: everything undone, the workload runs as before%s", what, lost);
 	}

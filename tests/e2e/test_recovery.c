@@ -150,6 +150,14 @@ static void sigterm_undoes(void)
 		if (rc != 1 || !contains(out, "everything undone"))
 			test_fail(__FILE__, __LINE__, "%s: SIGTERM: suspend exited %d:\n%s", fault_name(boundaries[i]),
 				  rc, out);
+		/* Undone: no state file left behind to resume from. */
+		const char *at = out ? strstr(out, "state directory ") : NULL;
+		char state[PATH_MAX + 48] = "";
+		if (at)
+			snprintf(state, sizeof(state), "%.*s/cuda-vmm.state", (int)strcspn(at + 16, "\n"), at + 16);
+		if (!state[0] || access(state, F_OK) == 0)
+			test_fail(__FILE__, __LINE__, "%s: SIGTERM: the undone suspend left %s",
+				  fault_name(boundaries[i]), state[0] ? state : "(no state directory said)");
 		free(out);
 		group_back_and_passing(&g, 1, "SIGTERM %s", fault_name(boundaries[i]));
 	}
