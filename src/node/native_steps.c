@@ -13,6 +13,15 @@
 #include "cusnap/fault.h"
 #include "internal.h"
 
+/* Why the native call on target i failed: the driver's error, or that the
+ * process is gone (the driver answers a process that no longer exists with an
+ * error that would mislead: CUDA_ERROR_NOT_INITIALIZED, say). */
+static const char *failure_of(const struct tree *t, size_t i, CUresult r)
+{
+	return coord_process_gone(t->targets[i].obs) ? "the process is gone (it exited, or was killed)"
+						     : native_error(&t->nat, r);
+}
+
 /* Step over the processes i with want[i], one at a time, from the end of the
  * tree's list (root first, every child after its parent) back to the root:
  * children before their parents. rc[i] for each wanted i; 0, -ETIMEDOUT
@@ -88,8 +97,8 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 							"cusnap run --launch-job)")
 					   : "";
 		snprintf(err, errlen, "%s of process %d failed: %s%s",
-			 step == NATIVE_LOCK ? "lock" : "native checkpoint", t->targets[i].obs,
-			 native_error(&t->nat, rc[i]), hint);
+			 step == NATIVE_LOCK ? "lock" : "native checkpoint", t->targets[i].obs, failure_of(t, i, rc[i]),
+			 hint);
 		ret = -1;
 	}
 	free(rc);
@@ -181,7 +190,7 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 		}
 		snprintf(err, errlen, "%s of process %d failed: %s",
 			 step == NATIVE_RESTORE ? "native restore" : "unlock", t->targets[i].obs,
-			 native_error(&t->nat, rc[i]));
+			 failure_of(t, i, rc[i]));
 		ret = -1;
 		break;
 	}

@@ -290,34 +290,41 @@ static void run_without_driver(void)
 }
 
 /* A worker killed once every process is natively checkpointed (not by
- * cusnap): the suspend names it and exits 1 (the rest put back running) with
- * a message that does not say "as before" (it used to exit 0 over a tree it
- * no longer had). */
+ * cusnap), then one killed once locked: the suspend names it and exits 1 (the
+ * rest put back running) with a message that does not say "as before" (it used
+ * to exit 0 over a tree it no longer had), nor a driver error for a process
+ * that is gone (CUDA_ERROR_NOT_INITIALIZED). */
 static void one_gone(void)
 {
-	struct group g;
-	if (group_start_pair(&g, "one-gone") < 0)
-		return;
-	pid_t pids[8];
-	if (group_pids(&g, pids, 2) != 2)
-		return;
-	pid_t worker = pids[0] == g.root ? pids[1] : pids[0];
-	char fault[64], *out;
-	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-checkpoint:%d", (int)worker);
-	char *env[] = {fault, NULL};
-	CHECK_EQ(group_suspend(&g, "host", &out, env), 1);
-	char named[64];
-	snprintf(named, sizeof(named), "CUDA process %d (namespace PID", (int)worker);
-	CHECK_CONTAINS(out, named);
-	CHECK_CONTAINS(out, "died during the operation");
-	CHECK_CONTAINS(out, "not as before");
-	CHECK(!contains(out, "runs as before"));
-	free(out);
-	char *json = group_inspect(&g);
-	CHECK_EQ(count_of(json, "\"state\":\"running\""), 1);
-	CHECK_CONTAINS(json, "\"half_done\":false");
-	free(json);
-	group_kill(&g);
+	for (int after_lock = 0; after_lock < 2; after_lock++) {
+		struct group g;
+		if (group_start_pair(&g, "one-gone") < 0)
+			return;
+		pid_t pids[8];
+		if (group_pids(&g, pids, 2) != 2)
+			return;
+		pid_t worker = pids[0] == g.root ? pids[1] : pids[0];
+		char fault[64], *out;
+		snprintf(fault, sizeof(fault), "CUSNAP_FAULT=%s:%d",
+			 after_lock ? "kill-after-lock" : "kill-after-checkpoint", (int)worker);
+		char *env[] = {fault, NULL};
+		CHECK_EQ(group_suspend(&g, "host", &out, env), 1);
+		char named[64];
+		snprintf(named, sizeof(named),
+			 after_lock ? "native checkpoint of process %d failed: the process is gone"
+				    : "CUDA process %d (namespace PID",
+			 (int)worker);
+		CHECK_CONTAINS(out, named);
+		CHECK_CONTAINS(out, after_lock ? "not as before" : "died during the operation");
+		CHECK(!contains(out, "runs as before"));
+		CHECK(!contains(out, "CUDA_ERROR_NOT_INITIALIZED"));
+		free(out);
+		char *json = group_inspect(&g);
+		CHECK_EQ(count_of(json, "\"state\":\"running\""), 1);
+		CHECK_CONTAINS(json, "\"half_done\":false");
+		free(json);
+		group_kill(&g);
+	}
 }
 
 /* cusnap run over a control directory an earlier restore left its
