@@ -15,6 +15,11 @@ bool path_self_dir(char *out, size_t len);
 /* An absolute path with no "." or ".." component: what a path read from a
  * checkpoint (input) must be before cusnap acts in that directory. */
 bool path_plain_absolute(const char *p);
+/* name in the first directory of list (colon-separated, as PATH) where
+ * access(mode) allows it: true with its path in out. */
+bool path_search(const char *list, const char *name, int mode, char *out, size_t len);
+/* Process pid's command name (/proc/PID/comm) into out, "?" when unreadable. */
+void proc_comm(pid_t pid, char *out, size_t len);
 /* Field (Tgid, PPid, ...) of PROC/PID/status as a number (proc: the proc
  * mount, "/proc"), or -1. */
 long proc_status_field(const char *proc, pid_t pid, const char *field);

@@ -92,3 +92,29 @@ bool path_plain_absolute(const char *p)
 	}
 	return true;
 }
+
+bool path_search(const char *list, const char *name, int mode, char *out, size_t len)
+{
+	for (const char *p = list ? list : ""; *p;) {
+		size_t l = strcspn(p, ":");
+		if (l && (size_t)snprintf(out, len, "%.*s/%s", (int)l, p, name) < len && access(out, mode) == 0)
+			return true;
+		p += l + (p[l] == ':');
+	}
+	return false;
+}
+
+void proc_comm(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	snprintf(out, len, "?");
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = '\0';
+	else
+		snprintf(out, len, "?");
+	fclose(f);
+}

@@ -22,6 +22,7 @@
 #include "cusnap/ids.h"
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
+#include "cusnap/paths.h"
 
 /* Wait until the workload wrote control file name: 0, or -1 after --timeout. */
 static int wait_for(pid_t pid, const struct settings *set, const char *name)
@@ -400,14 +401,8 @@ static int pids_free(const struct manifest *m)
 		}
 		if (!st)
 			continue;
-		char comm[64] = "?", path[64];
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-		FILE *f = fopen(path, "re");
-		if (f) {
-			if (fgets(comm, sizeof(comm), f))
-				comm[strcspn(comm, "\n")] = '\0';
-			fclose(f);
-		}
+		char comm[64];
+		proc_comm(pid, comm, sizeof(comm));
 		if (st == 'Z')
 			return fail(EX_LEFT_RUNNING,
 				    "PID %d, which the checkpoint's process must have again, is held by a zombie that "

@@ -12,6 +12,7 @@
 
 #include "cusnap.h"
 #include "cusnap/control.h"
+#include "cusnap/paths.h"
 
 /* NVIDIA's cuda-checkpoint: $CUSNAP_CUDA_CHECKPOINT ("" for none), else the first on PATH. */
 static bool cuda_checkpoint_tool(char *out, size_t len)
@@ -21,14 +22,7 @@ static bool cuda_checkpoint_tool(char *out, size_t len)
 		snprintf(out, len, "%s", given);
 		return *given && access(out, X_OK) == 0;
 	}
-	const char *path = getenv("PATH");
-	for (const char *p = path ? path : ""; *p;) {
-		size_t l = strcspn(p, ":");
-		if (l && (size_t)snprintf(out, len, "%.*s/cuda-checkpoint", (int)l, p) < len && access(out, X_OK) == 0)
-			return true;
-		p += l + (p[l] == ':');
-	}
-	return false;
+	return path_search(getenv("PATH"), "cuda-checkpoint", X_OK, out, len);
 }
 
 /* A restore-complete left in the control directory releases a new workload
@@ -75,20 +69,6 @@ static int stale_release(const char *dir)
 	return rc;
 }
 
-/* Is name a file in one of the directories of the colon-separated list? */
-static bool in_dirs(const char *list, const char *name)
-{
-	for (const char *p = list; p && *p;) {
-		size_t l = strcspn(p, ":");
-		char path[PATH_MAX];
-		if (l && (size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)l, p, name) < sizeof(path) &&
-		    access(path, R_OK) == 0)
-			return true;
-		p += l + (p[l] == ':');
-	}
-	return false;
-}
-
 /* A CUDA program started without a driver its loader can find exits 127 with
  * the loader's message alone: say what is missing before it runs (a warning:
  * the program may find it its own way). */
@@ -96,8 +76,10 @@ static void driver_reachable(void)
 {
 	static const char system_dirs[] = "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:"
 					  "/usr/local/lib:/lib:/usr/lib:/usr/lib/wsl/lib:/usr/local/nvidia/lib64";
-	if (getenv("CUSNAP_LIBCUDA") || in_dirs(getenv("LD_LIBRARY_PATH"), "libcuda.so.1") ||
-	    in_dirs(system_dirs, "libcuda.so.1"))
+	char found[PATH_MAX];
+	if (getenv("CUSNAP_LIBCUDA") ||
+	    path_search(getenv("LD_LIBRARY_PATH"), "libcuda.so.1", R_OK, found, sizeof(found)) ||
+	    path_search(system_dirs, "libcuda.so.1", R_OK, found, sizeof(found)))
 		return;
 	FILE *f = popen("/sbin/ldconfig -p 2>/dev/null", "re");
 	char line[512];

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cusnap/paths.h"
 #include "internal.h"
 
 /* How much of a CRIU log is read for its errors. */
@@ -26,17 +27,7 @@ static bool executable(const char *p)
 static bool on_path(const char *name, char *out, size_t len)
 {
 	const char *path = getenv("PATH");
-	char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
-	bool found = false;
-	for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d && !found;
-	     d = strtok_r(NULL, ":", &save)) {
-		char cand[PATH_MAX + 64];
-		snprintf(cand, sizeof(cand), "%s/%s", d, name);
-		if ((found = executable(cand)))
-			snprintf(out, len, "%s", cand);
-	}
-	free(copy);
-	return found;
+	return path_search(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin", name, X_OK, out, len);
 }
 
 const char *criu_network_lock(void)

@@ -21,6 +21,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "cusnap/paths.h"
 #include "internal.h"
 
 /* The kernel's TCP states (include/net/tcp_states.h). */
@@ -403,14 +404,8 @@ static pid_t owner_of(unsigned long inode, char *comm, size_t len, unsigned *uid
 	*uid = (unsigned)-1;
 	if (!found)
 		return 0;
+	proc_comm(found, comm, len);
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)found);
-	FILE *f = fopen(path, "re");
-	if (f) {
-		if (fgets(comm, (int)len, f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
 	struct stat st;
 	snprintf(path, sizeof(path), "/proc/%d", (int)found);
 	if (stat(path, &st) == 0)
