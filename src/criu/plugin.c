@@ -287,6 +287,9 @@ static int write_image(void)
 				  .network = P.nsocks ? inet_record(P.socks, P.nsocks, tw, ntw > 0 ? (size_t)ntw : 0)
 						      : NULL};
 	free(tw);
+	im.pids = json_array();
+	for (size_t i = 0; im.pids && i < P.t.nprocs; i++)
+		json_array_append_new(im.pids, json_pack("[i,i]", (int)P.t.procs[i].pid, (int)P.t.procs[i].nspid));
 	criu_self_version(im.criu_version, sizeof(im.criu_version));
 	char why[PATH_MAX + 200];
 	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.control);
@@ -435,6 +438,27 @@ static void dump_exit(int ret)
 
 /* ---- restore ---- */
 
+/* CRIU makes each process of a tree dumped in the host's PID namespace at its
+ * old PID: a zombie of the dumped tree still holding one (its parent, often
+ * init, has not reaped it yet) is waited for, a live process holding one is
+ * named. A tree dumped in a PID namespace of its own is restored in a new one.
+ * 0, or -1 (said). */
+static int pids_free(const json_t *pids)
+{
+	char why[512];
+	for (size_t i = 0; i < json_array_size(pids); i++) {
+		const json_t *p = json_array_get(pids, i);
+		pid_t pid = (pid_t)json_integer_value(json_array_get(p, 0));
+		if (pid <= 0 || pid != (pid_t)json_integer_value(json_array_get(p, 1)))
+			continue;
+		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, "cusnap-plugin", why, sizeof(why)) < 0) {
+			fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* The configuration's device_map against the checkpoint's GPUs (the image's
  * list) and this machine's, into P.map: 0, or -1 (said). */
 static int restore_map(const json_t *gpus)
@@ -475,6 +499,9 @@ static int read_image(char *here, size_t len)
 			im.criu_version, mine);
 		rc = -1;
 	}
+	/* Its PIDs free (a zombie of the dumped tree its parent has not reaped yet waited for). */
+	if (rc > 0 && pids_free(im.pids) < 0)
+		rc = -1;
 	/* The ports the tree bound, free again (its own TIME_WAIT entries cleared). */
 	if (rc > 0 && im.network && inet_record_ports_free(im.network, INET_PORT_WAIT_MS, why, sizeof(why)) < 0) {
 		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);

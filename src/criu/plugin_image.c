@@ -25,6 +25,8 @@ int plugin_image_write(const char *dir, const struct plugin_image *im, char *why
 			      im->gpus ? im->gpus : json_array());
 	if (j && im->network)
 		json_object_set(j, "network", im->network);
+	if (j && im->pids)
+		json_object_set(j, "pids", im->pids);
 	if (j && im->criu_version[0])
 		json_object_set_new(j, "criu_version", json_text(im->criu_version));
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -60,6 +62,8 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 			  : !json_is_array(json_object_get(j, "gpus")) ? "no GPU list"
 			  : json_object_get(j, "network") && !json_is_object(json_object_get(j, "network"))
 				  ? "a malformed network record"
+			  : json_object_get(j, "pids") && !json_is_array(json_object_get(j, "pids"))
+				  ? "a malformed PID list"
 				  : NULL;
 	if (bad) {
 		snprintf(why, len, "%s: %s", path, bad);
@@ -73,6 +77,7 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	im->cuda_processes = (size_t)json_member_number(j, "cuda_processes", 0);
 	im->gpus = json_incref(json_object_get(j, "gpus"));
 	im->network = json_incref(json_object_get(j, "network"));
+	im->pids = json_incref(json_object_get(j, "pids"));
 	const char *criu = json_string_value(json_object_get(j, "criu_version"));
 	snprintf(im->criu_version, sizeof(im->criu_version), "%s", criu ? criu : "");
 	json_decref(j);
@@ -83,5 +88,6 @@ void plugin_image_free(struct plugin_image *im)
 {
 	json_decref(im->gpus);
 	json_decref(im->network);
-	im->gpus = im->network = NULL;
+	json_decref(im->pids);
+	im->gpus = im->network = im->pids = NULL;
 }

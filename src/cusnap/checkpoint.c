@@ -388,32 +388,9 @@ static int pids_free(const struct manifest *m)
 		pid_t pid = (pid_t)json_member_number(p, "pid", -1), ns = (pid_t)json_member_number(p, "nspid", -1);
 		if (pid <= 0 || pid != ns)
 			continue; /* dumped in a PID namespace of its own: restored in a new one */
-		pid_t parent = 0;
-		char st = proc_state(pid, &parent);
-		for (int waited = 0; st == 'Z' && waited < 10000; waited += 20) {
-			if (waited == 0)
-				fprintf(stderr,
-					"cusnap: PID %d is still held by a zombie (its parent %d has not reaped it): "
-					"waiting\n",
-					(int)pid, (int)parent);
-			usleep(20000);
-			st = proc_state(pid, &parent);
-		}
-		if (!st)
-			continue;
-		char comm[64];
-		proc_comm(pid, comm, sizeof(comm));
-		if (st == 'Z')
-			return fail(EX_LEFT_RUNNING,
-				    "PID %d, which the checkpoint's process must have again, is held by a zombie that "
-				    "its "
-				    "parent %d has not reaped in 10 s; nothing done",
-				    (int)pid, (int)parent);
-		return fail(EX_LEFT_RUNNING,
-			    "PID %d, which the checkpoint's process must have again, is taken by process %d (%s, "
-			    "parent %d): CRIU restores every process at its old PID; is the checkpointed tree still "
-			    "running? nothing done",
-			    (int)pid, (int)pid, comm, (int)parent);
+		char why[512];
+		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, "cusnap", why, sizeof(why)) < 0)
+			return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	}
 	return 0;
 }

@@ -2,10 +2,13 @@
 /* cusnap: the node tool (DESIGN.md §9). This file parses the command line and
  * dispatches; each command lives in a file of its own, and its row below says
  * what it takes and how its usage line reads. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cusnap/fault.h"
 #include "cusnap.h"
@@ -230,6 +233,22 @@ static int members_option(const char *arg, struct args *a)
 	return 0;
 }
 
+/* A path option made absolute (CRIU runs in its image directory, so a
+ * relative --dir would name another place there); kept for the process's life. */
+static int absolute(const char *name, const char *arg, const char **out)
+{
+	char cwd[PATH_MAX], *full = NULL;
+	if (!*arg)
+		return fail(EX_USAGE, "--%s: an empty path", name);
+	if (arg[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+		return fail(EX_USAGE, "--%s %s: a relative path, and the current directory is unknown: %s", name, arg,
+			    strerror(errno));
+	if (arg[0] == '/' ? !(full = strdup(arg)) : asprintf(&full, "%s/%s", cwd, arg) < 0)
+		return fail(EX_LEFT_RUNNING, "out of memory; nothing done");
+	*out = full;
+	return 0;
+}
+
 /* The option c with its argument into a and s; 0 or an exit code. */
 static int take(int c, const char *arg, struct args *a, struct settings *s)
 {
@@ -240,7 +259,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 			return fail(EX_USAGE, "--pid %s: not a PID", arg);
 		a->pid = (pid_t)v;
 		break;
-	case 'd': a->dir = arg; break;
+	case 'd': return absolute("dir", arg, &a->dir);
 	case 'c':
 		if (!(a->content = proto_content_parse(arg)))
 			return fail(EX_USAGE, "--content %s: use host or native", arg);
@@ -261,7 +280,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 	case 'J': s->job_file = arg; break;
 	case 'G': a->launch_job = true; break;
 	case 'T': a->tcp_established = true; break;
-	case 'F': a->criu_config = arg; break;
+	case 'F': return absolute("criu-config", arg, &a->criu_config);
 	case 'g':
 		if (!*arg || strchr(arg, '/') || strlen(arg) > 128)
 			return fail(EX_USAGE, "--group %s: a name of 1 to 128 characters without '/'", arg);
@@ -297,7 +316,7 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 		break;
 	}
 	case 'I': a->in_place = true; break;
-	case 'K': a->keep = arg; break;
+	case 'K': return absolute("keep", arg, &a->keep);
 	default: usage(stderr); return EX_USAGE;
 	}
 	return 0;

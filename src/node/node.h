@@ -40,6 +40,12 @@ void proc_children_kill(void);
 char proc_state(pid_t pid, pid_t *parent);
 /* The same, and the kernel's flags of the process (PF_*) into *flags. */
 char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
+/* A restore needs pid free (CRIU makes each process at its old PID): a zombie
+ * holding it (a dumped process its parent has not reaped yet) is waited for,
+ * at most wait_ms, saying so once on stderr as who. 0 when free; -1 with why
+ * naming the zombie's parent or the live process that holds it. */
+int pid_free_wait(pid_t pid, int wait_ms, const char *who, char *why, size_t len);
+#define PID_ZOMBIE_WAIT_MS 10000
 
 /* ---- inet.c: a tree's network sockets (DESIGN.md §9.4) ---- */
 struct inet_sock {

@@ -195,3 +195,33 @@ char proc_state(pid_t pid, pid_t *parent)
 {
 	return proc_stat(pid, parent, NULL);
 }
+
+int pid_free_wait(pid_t pid, int wait_ms, const char *who, char *why, size_t len)
+{
+	pid_t parent = 0;
+	char st = proc_state(pid, &parent);
+	for (int waited = 0; st == 'Z' && waited < wait_ms; waited += 20) {
+		if (waited == 0)
+			fprintf(stderr,
+				"%s: PID %d is still held by a zombie (its parent %d has not reaped it): waiting\n",
+				who, (int)pid, (int)parent);
+		usleep(20000);
+		st = proc_state(pid, &parent);
+	}
+	if (!st)
+		return 0;
+	char comm[64];
+	proc_comm(pid, comm, sizeof(comm));
+	if (st == 'Z')
+		snprintf(why, len,
+			 "PID %d, which the checkpoint's process must have again, is held by a zombie that its parent "
+			 "%d "
+			 "has not reaped in %d s",
+			 (int)pid, (int)parent, wait_ms / 1000);
+	else
+		snprintf(why, len,
+			 "PID %d, which the checkpoint's process must have again, is taken by process %d (%s, parent "
+			 "%d): CRIU restores every process at its old PID; is the checkpointed tree still running?",
+			 (int)pid, (int)pid, comm, (int)parent);
+	return -1;
+}
