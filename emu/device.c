@@ -56,8 +56,8 @@ static CUresult device_name(char *name, int len, CUdevice dev)
 	CUresult rc = check_dev(dev);
 	if (rc)
 		return rc;
-	/* Never to be mistaken for a GPU. */
-	strncpy(name, "cuemu", (size_t)len - 1);
+	/* Never to be mistaken for a GPU ("cuemu", or CUEMU_MODEL's name). */
+	strncpy(name, emu.dev[dev].model, (size_t)len - 1);
 	name[len - 1] = '\0';
 	return CUDA_SUCCESS;
 }

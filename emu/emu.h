@@ -50,6 +50,7 @@ struct emu_device {
 	CUuuid uuid;
 	size_t capacity; /* bytes */
 	size_t used;     /* bytes of device backing held by this process */
+	char model[64];  /* cuDeviceGetName's answer: "cuemu", or CUEMU_MODEL's */
 	struct emu_ctx *primary;
 	unsigned primary_refs;
 };
@@ -139,6 +140,7 @@ struct emu_state {
 	bool forked_after_init; /* a fork child of an initialised process */
 	enum emu_profile profile;
 	int ndev;
+	int driver_version; /* cuDriverGetVersion: EMU_DRIVER_VERSION, or CUEMU_DRIVER_VERSION */
 	size_t granularity;
 	unsigned mc_timeout_ms;
 	bool require_context; /* CUEMU_REQUIRE_CONTEXT=1: EMU_NEEDCTX calls need a current context */

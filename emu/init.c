@@ -97,6 +97,29 @@ static void atfork_child(void)
 	pthread_mutex_unlock(&emu.lock);
 }
 
+/* CUEMU_MODEL=NAME[,NAME...]: each device's model (cuDeviceGetName; the last
+ * name goes on for the devices after it), CUEMU_DRIVER_VERSION=N: what
+ * cuDriverGetVersion answers (a restore on another machine is gated on both). */
+static void read_env_identity(void)
+{
+	const char *v = getenv("CUEMU_MODEL"), *p = v && *v ? v : "cuemu";
+	for (int i = 0; i < emu.ndev; i++) {
+		size_t len = strcspn(p, ",");
+		snprintf(emu.dev[i].model, sizeof(emu.dev[i].model), "%.*s", (int)len, p);
+		if (p[len] == ',' && p[len + 1])
+			p += len + 1;
+	}
+	emu.driver_version = EMU_DRIVER_VERSION;
+	if ((v = getenv("CUEMU_DRIVER_VERSION")) && *v) {
+		int n = atoi(v);
+		if (n > 0)
+			emu.driver_version = n;
+		else
+			LOG_AT(LOG_WARN, "CUEMU_DRIVER_VERSION=%s is not a version (13000: CUDA 13.0); using %d", v,
+			       EMU_DRIVER_VERSION);
+	}
+}
+
 /* Read CUEMU_* once per process. Invalid values fall back to defaults with a warning. */
 static void read_env(void)
 {
@@ -166,6 +189,7 @@ static void read_env(void)
 				p++;
 		}
 	}
+	read_env_identity();
 	emu_fault_parse(getenv("CUEMU_FAULT"));
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
@@ -233,7 +257,7 @@ EMU_API CUresult cuInit(unsigned int flags)
 	EMU_CALL(cuInit, emu_init(flags));
 }
 
-EMU_ANSWER(cuDriverGetVersion, int, EMU_DRIVER_VERSION)
+EMU_ANSWER(cuDriverGetVersion, int, emu.driver_version)
 
 /* ---- errors ---- */
 

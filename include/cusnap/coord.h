@@ -68,7 +68,10 @@ extern const char *const coord_stage_label[COORD_STAGE_COUNT];
 struct coord_report {
 	char op[16];
 	size_t participants, allocations, mappings, shared;
-	uint64_t bytes;               /* copied by host-mode prepare or restore */
+	uint64_t bytes; /* copied by host-mode prepare or restore */
+	/* The VMM memory the tree holds on each device (ordinal), each allocation
+	 * counted once (at its creator, or the importer that carries it). */
+	uint64_t device_bytes[PROTO_MAX_DEVICES];
 	double ms[COORD_STAGE_COUNT]; /* per stage (0: not run) */
 	double ms_total;
 	bool nothing_to_do;    /* restore: no state file */

@@ -135,11 +135,17 @@ void count_records(const struct topo_participant *p, size_t n, struct coord_repo
 {
 	r->participants = n;
 	r->allocations = r->mappings = r->shared = 0;
+	memset(r->device_bytes, 0, sizeof(r->device_bytes));
 	for (size_t i = 0; i < n; i++) {
 		r->allocations += p[i].nallocs;
 		r->mappings += p[i].nmaps;
-		for (size_t j = 0; j < p[i].nallocs; j++)
-			r->shared += p[i].allocs[j].shared != 0;
+		for (size_t j = 0; j < p[i].nallocs; j++) {
+			const struct topo_alloc *a = &p[i].allocs[j];
+			r->shared += a->shared != 0;
+			if (((a->role == 1 && !a->detached) || a->holder) && a->device >= 0 &&
+			    a->device < PROTO_MAX_DEVICES)
+				r->device_bytes[a->device] += a->size;
+		}
 	}
 }
 

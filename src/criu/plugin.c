@@ -74,9 +74,10 @@ static struct {
 	struct settings s;               /* what the node library is given (settings_for) */
 	pid_t root;
 	enum proto_content content;
-	int *restore_tid;        /* each CUDA process's restore thread, asked while it runs */
-	struct devmap map;       /* restore: the GPUs the checkpoint's are restored onto */
-	struct inet_sock *socks; /* dump: the tree's sockets, read while it runs */
+	int *restore_tid;                         /* each CUDA process's restore thread, asked while it runs */
+	struct devmap map;                        /* restore: the GPUs the checkpoint's are restored onto */
+	uint64_t device_bytes[PROTO_MAX_DEVICES]; /* dump: the tree's VMM memory per GPU (prepare's count) */
+	struct inet_sock *socks;                  /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;
 	bool criu_fails; /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
@@ -262,6 +263,7 @@ static int pause_devices(int pid)
 	struct coord_report r;
 	if (tree_prepare(&P.t, &P.rec, P.content, &r))
 		return -1; /* (undone and said) */
+	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	char err[1600] = "";
 	if (native_lock(&P.t, &P.rec, err, sizeof(err)) < 0 || fault_fails(FAULT_PLUGIN_PAUSE)) {
 		/* The tree still runs: undone here, at once. */
@@ -287,6 +289,7 @@ static int write_image(void)
 				  .network = P.nsocks ? inet_record(P.socks, P.nsocks, tw, ntw > 0 ? (size_t)ntw : 0)
 						      : NULL};
 	free(tw);
+	im.needs = compat_record(&P.t.nat, P.t.nshim ? P.device_bytes : NULL);
 	im.pids = json_array();
 	for (size_t i = 0; im.pids && i < P.t.nprocs; i++)
 		json_array_append_new(im.pids, json_pack("[i,i]", (int)P.t.procs[i].pid, (int)P.t.procs[i].nspid));
@@ -459,6 +462,33 @@ static int pids_free(const json_t *pids)
 	return 0;
 }
 
+/* Every reason this machine cannot take the checkpoint (its GPUs, models,
+ * memory, driver, the state format, a CRIU older than the one that dumped)
+ * said at once: 0, or -1. */
+static int restore_gate(const struct plugin_image *im)
+{
+	char mine[64], why[1024];
+	criu_self_version(mine, sizeof(mine));
+	json_t *none = json_object();
+	json_t *reasons = compat_check(im->needs ? im->needs : none, &P.map, im->criu_version, mine, why, sizeof(why));
+	json_decref(none);
+	if (!reasons) {
+		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		return -1;
+	}
+	size_t n = json_array_size(reasons);
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, "cusnap-plugin: cannot restore here: %s\n",
+			json_string_value(json_array_get(reasons, i)));
+	if (n)
+		fprintf(stderr,
+			"cusnap-plugin: this machine cannot restore the checkpoint (%zu reason%s above): restore "
+			"refused, nothing made\n",
+			n, n == 1 ? "" : "s");
+	json_decref(reasons);
+	return n ? -1 : 0;
+}
+
 /* The configuration's device_map against the checkpoint's GPUs (the image's
  * list) and this machine's, into P.map: 0, or -1 (said). */
 static int restore_map(const json_t *gpus)
@@ -489,16 +519,9 @@ static int read_image(char *here, size_t len)
 	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
 	snprintf(here, len, "%s", im.control_dir_here);
 	int rc = restore_map(im.gpus) < 0 ? -1 : 1;
-	/* A CRIU reads its own version's images and older ones (4.1.1 cannot read 4.2's page maps). */
-	char mine[64];
-	criu_self_version(mine, sizeof(mine));
-	if (rc > 0 && im.criu_version[0] && mine[0] && criu_version_cmp(im.criu_version, mine) > 0) {
-		fprintf(stderr,
-			"cusnap-plugin: the images were written by CRIU %s; this is CRIU %s, which cannot read a newer "
-			"CRIU's images: restore refused, nothing made\n",
-			im.criu_version, mine);
+	/* This machine able to take the checkpoint (DESIGN.md §9.5), CRIU included. */
+	if (rc > 0 && restore_gate(&im) < 0)
 		rc = -1;
-	}
 	/* Its PIDs free (a zombie of the dumped tree its parent has not reaped yet waited for). */
 	if (rc > 0 && pids_free(im.pids) < 0)
 		rc = -1;

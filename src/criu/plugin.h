@@ -56,6 +56,7 @@ struct plugin_image {
 	json_t *network;       /* the tree's sockets (inet_record's form; NULL: none recorded) */
 	char criu_version[64]; /* the CRIU that dumped ("" when it could not be told) */
 	json_t *pids;          /* the tree's processes, [[PID, namespace PID], ...] (NULL: not recorded) */
+	json_t *needs;         /* what a restore needs of its machine (compat_record's form; NULL: not recorded) */
 };
 /* dir/cusnap-plugin.json, atomically: 0, or -1 with why. */
 int plugin_image_write(const char *dir, const struct plugin_image *im, char *why, size_t len);

@@ -27,6 +27,8 @@ int plugin_image_write(const char *dir, const struct plugin_image *im, char *why
 		json_object_set(j, "network", im->network);
 	if (j && im->pids)
 		json_object_set(j, "pids", im->pids);
+	if (j && im->needs)
+		json_object_set(j, "needs", im->needs);
 	if (j && im->criu_version[0])
 		json_object_set_new(j, "criu_version", json_text(im->criu_version));
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -64,6 +66,8 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 				  ? "a malformed network record"
 			  : json_object_get(j, "pids") && !json_is_array(json_object_get(j, "pids"))
 				  ? "a malformed PID list"
+			  : json_object_get(j, "needs") && !json_is_object(json_object_get(j, "needs"))
+				  ? "a malformed record of what a restore needs"
 				  : NULL;
 	if (bad) {
 		snprintf(why, len, "%s: %s", path, bad);
@@ -78,6 +82,7 @@ int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_
 	im->gpus = json_incref(json_object_get(j, "gpus"));
 	im->network = json_incref(json_object_get(j, "network"));
 	im->pids = json_incref(json_object_get(j, "pids"));
+	im->needs = json_incref(json_object_get(j, "needs"));
 	const char *criu = json_string_value(json_object_get(j, "criu_version"));
 	snprintf(im->criu_version, sizeof(im->criu_version), "%s", criu ? criu : "");
 	json_decref(j);
@@ -89,5 +94,6 @@ void plugin_image_free(struct plugin_image *im)
 	json_decref(im->gpus);
 	json_decref(im->network);
 	json_decref(im->pids);
-	im->gpus = im->network = im->pids = NULL;
+	json_decref(im->needs);
+	im->gpus = im->network = im->pids = im->needs = NULL;
 }

@@ -204,6 +204,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
+	memcpy(r->device_bytes, cr.device_bytes, sizeof(r->device_bytes));
 	r->ms_prepare = vmm ? cr.ms_total : 0;
 	r->ms_checkpoint = now_ms() - t0 - r->ms_prepare;
 	/* CRIU: explicit argv, the log in the images directory. */
@@ -413,24 +414,8 @@ static int images_whole(const struct manifest *m, const char *images)
 	return 0;
 }
 
-/* A CRIU reads the images of its own version and older ones, not a newer one's
- * (4.1.1 cannot read 4.2's page maps): 0, or the exit code (reported). */
-static int criu_reads_images(const struct manifest *m, const char *criu)
-{
-	const json_t *c = json_object_get(m->root, "criu");
-	const char *made = json_is_object(c) ? json_member_string(c, "version") : NULL;
-	char here[64];
-	criu_version(criu, here, sizeof(here));
-	if (!made || !made[0] || !here[0] || criu_version_cmp(made, here) <= 0)
-		return 0;
-	return fail(EX_UNAVAILABLE,
-		    "the images were written by CRIU %s; %s is CRIU %s, which cannot read a newer CRIU's images: "
-		    "restore with CRIU %s or later (--criu, scripts/setup-criu.sh); nothing done",
-		    made, criu, here, made);
-}
-
-/* Before CRIU creates anything: the manifest, the device map, a CRIU, whole
- * images, a clean control directory, free PIDs. 0, or the exit code (reported;
+/* Before CRIU creates anything: the manifest, the device map, a CRIU, this
+ * machine able to take the checkpoint (the gate), whole images, a clean control directory, free PIDs. 0, or the exit code (reported;
  * m freed). */
 static int restore_ready(const struct args *a, struct manifest *m, struct devmap *map, char criu[PATH_MAX])
 {
@@ -442,7 +427,7 @@ static int restore_ready(const struct args *a, struct manifest *m, struct devmap
 	if (!rc && criu_find(a->criu, criu, PATH_MAX, err, sizeof(err)) < 0)
 		rc = fail(EX_UNAVAILABLE, "%s", err);
 	if (!rc)
-		rc = criu_reads_images(m, criu);
+		rc = restore_gate(m, map, criu);
 	if (!rc) {
 		snprintf(images, sizeof(images), "%s/images", dir);
 		rc = images_whole(m, images);

@@ -18,6 +18,7 @@ struct checkpoint_result {
 	double ms_criu_restore, ms_native_restore, ms_vmm_restore, ms_total;
 	unsigned long long bytes_copied, image_bytes;
 	size_t processes, cuda, shared;
+	uint64_t device_bytes[PROTO_MAX_DEVICES]; /* the tree's VMM memory on each GPU (prepare's count) */
 	pid_t restored_root;
 };
 /* A command's own arguments, parsed; what a command does not take stays zero. */
@@ -55,6 +56,19 @@ int cmd_suspend(const struct args *a); /* suspend.c */
 int cmd_resume(const struct args *a);  /* suspend.c */
 int cmd_inspect(const struct args *a); /* inspect.c */
 int cmd_run(const struct args *a);     /* run.c */
+/* gate.c: can this machine restore a checkpoint (DESIGN.md §9.5)? */
+struct manifest;
+/* The reasons it cannot restore m with map (NULL: none) and CRIU criu (NULL:
+ * not checked): an array of texts, empty when it can; NULL when the driver
+ * cannot be asked (why says). */
+json_t *restore_verdict(const struct manifest *m, const struct devmap *map, const char *criu, char *why, size_t len);
+/* The same as restore's gate: 0, or exit 69 (reported) naming every reason. */
+int restore_gate(const struct manifest *m, const struct devmap *map, const char *criu);
+/* inspect --dir: DIR's verdict here (the default CRIU, no --device-map),
+ * printed "restorable here: ..." unless json; the reasons (the caller frees),
+ * or NULL when DIR has no readable manifest. */
+json_t *restore_verdict_print(const char *dir, bool json);
+
 int cmd_checkpoint(const struct args *a);
 int cmd_restore(const struct args *a);
 int cmd_demo(const struct args *a);

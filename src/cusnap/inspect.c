@@ -20,24 +20,34 @@ int cmd_inspect(const struct args *a)
 	if (dir) {
 		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
+		json_t *verdict = restore_verdict_print(dir, a->json);
 		char path[PATH_MAX + 32], err[1200];
 		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 		struct state st;
-		if (state_read(path, &st, err, sizeof(err)) < 0)
+		if (state_read(path, &st, err, sizeof(err)) < 0) {
+			json_decref(verdict);
 			return fail(EX_LEFT_RUNNING, "%s", err);
+		}
 		struct coord_target *t;
 		struct topo_participant *p;
 		if (coord_state_view(&st, &t, &p) < 0) {
+			json_decref(verdict);
 			state_free(&st);
 			return fail(EX_LEFT_RUNNING, "out of memory");
 		}
 		if (a->json) {
-			json_emit(stdout, coord_topology_json(t, p, st.n));
+			json_t *out = coord_topology_json(t, p, st.n);
+			if (json_is_object(out) && verdict)
+				json_object_set_new(out, "restorable",
+						    json_pack("{s:b, s:O}", "here", json_array_size(verdict) == 0,
+							      "reasons", verdict));
+			json_emit(stdout, out);
 		} else {
 			printf("state %s: content %s, %zu participant(s)\n", path,
 			       proto_content_name(st.content) ? proto_content_name(st.content) : "?", st.n);
 			coord_print_text(stdout, t, p, st.n);
 		}
+		json_decref(verdict);
 		free(t);
 		free(p);
 		state_free(&st);

@@ -61,6 +61,8 @@ int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto
 			      (json_int_t)r->bytes_copied, "images", (json_int_t)r->image_bytes);
 	if (!m)
 		return -ENOMEM;
+	/* What a restore needs of its machine (DESIGN.md §9.5). */
+	json_object_set_new(m, "needs", compat_record(&t->nat, prepared ? r->device_bytes : NULL));
 	if (images)
 		json_object_set(m, "image_files", (json_t *)images);
 	if (net)

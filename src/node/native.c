@@ -36,6 +36,8 @@ int native_load(struct native *n, char *err, size_t errlen)
 	SYM(device_get, "cuDeviceGet");
 	SYM(device_uuid, "cuDeviceGetUuid_v2");
 	SYM(device_name, "cuDeviceGetName");
+	SYM(device_memory, "cuDeviceTotalMem_v2");
+	SYM(driver_version, "cuDriverGetVersion");
 #undef SYM
 	if (!n->init || !n->restore_tid || !n->get_state || !n->lock || !n->checkpoint || !n->restore || !n->unlock) {
 		snprintf(err, errlen,

@@ -117,6 +117,8 @@ struct native {
 	CUresult (*device_get)(CUdevice *, int);
 	CUresult (*device_uuid)(CUuuid *, CUdevice);
 	CUresult (*device_name)(char *, int, CUdevice);
+	CUresult (*device_memory)(size_t *, CUdevice); /* cuDeviceTotalMem */
+	CUresult (*driver_version)(int *);
 };
 
 /* Load libcuda.so.1 (no cuInit: the checkpoint API needs none). Returns 0, or
@@ -253,6 +255,19 @@ int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid 
  * and this machine's GPUs (the driver loaded to ask): 0, -EINVAL (the map or
  * the list, why says), -ENODEV (no driver, why says). */
 int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len);
+
+/* ---- compat.c: what a restore needs of a machine (DESIGN.md §9.5) ---- */
+/* The record a checkpoint keeps: the driver's version, cusnap's state format,
+ * and each GPU of this machine (UUID, model, memory) with, when used is not
+ * NULL, the tree's VMM bytes on it (used[ordinal]). */
+json_t *compat_record(const struct native *n, const uint64_t *used);
+/* Every reason this machine cannot restore a checkpoint that recorded needs,
+ * its GPUs put where map says (NULL or empty: each onto the GPU of its UUID),
+ * its images written by CRIU criu_had for CRIU criu_here (either NULL or "":
+ * not checked): an array of texts, empty when there is none; NULL when the
+ * driver cannot be asked (why says). */
+json_t *compat_check(const json_t *needs, const struct devmap *map, const char *criu_had, const char *criu_here,
+		     char *why, size_t len);
 
 /* ---- finish.c: how far a command got, and the one way it ends ---- */
 struct record {

@@ -209,7 +209,7 @@ static void newer_images(void)
 	if (!group_dump_ok(&g, rc, out))
 		return;
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "restore", "--dir", dir, "--criu", old, NULL), 69,
-		   "which cannot read a newer CRIU's images");
+		   "cannot read a newer CRIU's images");
 	CHECK(restored_root(dir) <= 0);
 	CHECK_EQ(restore(dir, &out), 0); /* (the images are unchanged) */
 	free(out);

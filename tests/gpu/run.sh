@@ -379,6 +379,15 @@ else
 		for p in $(grep -o '"pid": [0-9]*' "$work/g6/manifest.json" | grep -o '[0-9]*$'); do
 			for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
 		done
+		# The restore gate (DESIGN.md §9.5) on the machine the checkpoint was made on:
+		# restorable, and what the driver calls its GPUs (the model a restore must match).
+		if run g6-gate 60 "$cusnap" inspect --dir "$work/g6" && grep -q '^restorable here: yes' "$logs/g6-gate.log"; then
+			result G6g PASS "inspect --dir: restorable here; models $(grep -o '"model": "[^"]*"' "$work/g6/manifest.json" | sort -u | cut -d'"' -f4 | paste -sd,)"
+		else
+			result G6g FAIL "inspect --dir on the machine of the checkpoint: $(grep -m1 restorable "$logs/g6-gate.log")"
+		fi
+		# Open question: is cuCheckpointProcessRestore onto a newer driver (and only a
+		# newer one) accepted? The gate assumes so; one machine cannot ask.
 		# every GPU mapped onto itself (a restore must list each checkpointed GPU)
 		map=$(grep -o '"GPU-[0-9a-f-]*"' "$work/g6/manifest.json" | tr -d '"' | sort -u | sed 's/.*/&=&/' | paste -sd,)
 		if run g6-restore 120 "$cusnap" restore --dir "$work/g6" --criu "$criu" --device-map "$map"; then
