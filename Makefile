@@ -342,6 +342,7 @@ test: deps
 	@# CRIU 4.1.1 beside it: the plugin must load in both (test_criu_plugin).
 	-@scripts/setup-criu.sh --suite trixie build > build/criu-old-path 2>> build/criu-setup.log || { echo "Debian trixie's CRIU unavailable: the plugin is checked in one CRIU only"; rm -f build/criu-old-path; }
 	-@scripts/setup-etcd.sh build > build/etcd-path 2> build/etcd-setup.log || { echo "etcd unavailable (see build/etcd-setup.log): the group tests will skip"; cat build/etcd-setup.log; }
+	-@scripts/setup-node-exporter.sh build > build/node-exporter-path 2> build/node-exporter-setup.log || { echo "node_exporter unavailable (see build/node-exporter-setup.log): the metrics scrape will skip"; cat build/node-exporter-setup.log; }
 	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
 	@# priority, while the rest of the suite runs; its test runs last.
 	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \

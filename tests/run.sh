@@ -17,7 +17,7 @@ build=${1:?build dir}
 label=${2:-$build}
 limit=${TEST_TIMEOUT:-300}
 jobs_max=${TEST_JOBS:-2}
-alone='^(check_readme|e2e/test_gate|e2e/test_checkpoint|e2e/test_network|e2e/test_criu_plugin|e2e/test_sweep_checkpoint|e2e/test_nccl|emu/test_criu|criu/check_zdtm|criu/check_podman|e2e/test_group)$'
+alone='^(check_readme|e2e/test_gate|e2e/test_operator|e2e/test_checkpoint|e2e/test_network|e2e/test_criu_plugin|e2e/test_sweep_checkpoint|e2e/test_nccl|emu/test_criu|criu/check_zdtm|criu/check_podman|e2e/test_group)$'
 export TMPDIR=${TMPDIR:-/tmp}
 logs=$build/test-logs
 mkdir -p "$logs"

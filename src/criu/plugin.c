@@ -80,8 +80,21 @@ static struct {
 	struct inet_sock *socks;                  /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;
-	bool criu_fails; /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool criu_fails;  /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool restoring;   /* restore: the images are this plugin's */
+	bool dump_failed; /* dump: CRIU's status was not 0 */
+	double t0;        /* when CRIU loaded the plugin (the operation's start, for the metrics) */
 } P;
+
+/* metrics_dir: the dump's or restore's result for node_exporter (a warning
+ * when it cannot be written). */
+static void plugin_metrics(const char *op, int code)
+{
+	char why[PATH_MAX + 200];
+	if (P.conf.metrics_dir[0] &&
+	    metrics_write(P.conf.metrics_dir, op, code, (now_ms() - P.t0) / 1000.0, P.dir, why, sizeof(why)) < 0)
+		fprintf(stderr, "cusnap-plugin: warning: metrics not written: %s\n", why);
+}
 
 /* ---- what every hook needs ---- */
 
@@ -388,6 +401,9 @@ static void criu_exit_waits(void)
 				"(it goes on; `cusnap inspect --pid %d` shows where it is)\n",
 				(int)P.root, helper_bound_ms(), (int)P.root);
 		P.criu_fails |= code != 0;
+		/* A failed dump put back is a failure left running (1); one not put back, 2. */
+		if (P.stage == CRIU_STAGE_DUMP)
+			plugin_metrics("checkpoint", code == 0 && !P.dump_failed ? 0 : code == 0 || code == 1 ? 1 : 2);
 	}
 	plugin_log_stop();
 	if (P.criu_fails)
@@ -419,8 +435,12 @@ static void dump_exit(int ret)
 {
 	if (P.owner == OWNER_MINE && ret == 0 && P.checkpointed)
 		write_digests();
-	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed))
+	P.dump_failed = ret != 0;
+	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed)) {
+		if (P.owner == OWNER_MINE)
+			plugin_metrics("checkpoint", ret ? 1 : 0);
 		return;
+	}
 	int h = helper_start(&P.helper);
 	if (h == 0) { /* (in the helper) */
 		int code = after_dump(ret);
@@ -578,6 +598,7 @@ static int restore_begin(void)
 {
 	char here[PATH_MAX], why[PATH_MAX + 128];
 	int got = read_image(here, sizeof(here));
+	P.restoring = got != 0;
 	if (got <= 0) {
 		P.owner = OWNER_NONE;
 		return got;
@@ -670,9 +691,13 @@ static int resume_devices_late(int pid)
 
 static void restore_exit(int ret)
 {
-	if (!P.helper.pid)
+	if (!P.helper.pid) {
+		if (P.restoring)
+			plugin_metrics("restore", ret ? 1 : 0); /* (refused before anything was made) */
 		return;
+	}
 	int code = helper_wait(&P.helper, helper_bound_ms());
+	plugin_metrics("restore", code == 0 && ret == 0 ? 0 : 2);
 	if (code != 0 && ret == 0) {
 		if (code < 0)
 			fprintf(stderr, "cusnap-plugin: the restore of the tree of %d did not finish within %d ms\n",
@@ -689,6 +714,7 @@ static int plugin_init(int stage)
 	memset(&P, 0, sizeof(P));
 	P.helper = keep;
 	P.stage = stage;
+	P.t0 = now_ms();
 	/* CRIU unloads a plugin right after its exit; the native steps' worker
 	 * threads (detached: a call stuck in the driver is left behind) may still
 	 * be on their way out of its code then, which was a SIGSEGV in about one
@@ -704,7 +730,13 @@ static int plugin_init(int stage)
 	if (P.conf.libcuda[0])
 		setenv("CUSNAP_LIBCUDA", P.conf.libcuda, 1); /* (native_load reads it) */
 	peer_attach(CR_PLUGIN_DESC.hooks);                   /* (loaded before this plugin: its hooks come first) */
-	return stage == CRIU_STAGE_RESTORE ? restore_begin() : 0;
+	int rc = stage == CRIU_STAGE_RESTORE ? restore_begin() : 0;
+	if (rc < 0 && P.restoring) {
+		/* Refused before anything was made; CRIU calls no exit hook after a failed init. */
+		plugin_metrics("restore", 1);
+		P.restoring = false;
+	}
+	return rc;
 }
 
 static void plugin_exit(int stage, int ret)

@@ -31,11 +31,13 @@ struct plugin_conf {
 	char control_dir[4096];     /* "": not set */
 	char libcuda[PATH_MAX];     /* "": not set */
 	char device_map[2048];      /* "": GPUs as they were (checked at restore: devmap.c) */
+	char metrics_dir[PATH_MAX]; /* "": no metrics (metrics.c) */
 };
 
 /* The first of $CUSNAP_PLUGIN_CONFIG, own_dir/cusnap.conf, PLUGIN_CONF_SYSTEM
  * that exists, read into c, then the environment over it (CUSNAP_CONTENT,
- * CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA, CUSNAP_DEVICE_MAP). 0, or -1 with why
+ * CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA, CUSNAP_DEVICE_MAP,
+ * CUSNAP_METRICS_DIR). 0, or -1 with why
  * (an untrusted or malformed file: nothing of it is used). */
 int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size_t len);
 /* The same, from one file's text (name: for messages). */

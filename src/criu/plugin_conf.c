@@ -12,9 +12,11 @@
  *   libcuda = /usr/lib/x86_64-linux-gnu/libcuda.so.1
  *   device_map = auto | 0=1,1=0 | GPU-...=GPU-...   at restore (devmap.c);
  *                also spelt cuda.device-map, as CRIU's plugin option will be
+ *   metrics_dir = /var/lib/prometheus/node-exporter   cusnap.prom after each
+ *                dump and restore, for node_exporter's textfile collector
  *
- * CUSNAP_CONTENT, CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA and
- * CUSNAP_DEVICE_MAP override it where they reach. CRIU runs as root and the file steers it, so it
+ * CUSNAP_CONTENT, CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA,
+ * CUSNAP_DEVICE_MAP and CUSNAP_METRICS_DIR override it where they reach. CRIU runs as root and the file steers it, so it
  * is hostile input: a regular file owned by root (or by CRIU's user), writable
  * by no one else, on a path only they can change, opened without following a
  * symlink, 64 KiB at most; a line that is not understood refuses the whole. */
@@ -55,12 +57,14 @@ static int conf_set(struct plugin_conf *c, const char *key, const char *value, c
 		if (*value == '\0' || *end || v <= 0 || v > 24L * 3600 * 1000)
 			return snprintf(why, len, "timeout_ms = %s: use milliseconds, 1 to 86400000", value), -1;
 		c->timeout_ms = (int)v;
-	} else if (!strcmp(key, "control_dir") || !strcmp(key, "libcuda")) {
-		bool dir = key[0] == 'c';
-		size_t cap = dir ? sizeof(c->control_dir) : sizeof(c->libcuda);
+	} else if (!strcmp(key, "control_dir") || !strcmp(key, "libcuda") || !strcmp(key, "metrics_dir")) {
+		char *to = key[0] == 'c' ? c->control_dir : key[0] == 'l' ? c->libcuda : c->metrics_dir;
+		size_t cap = key[0] == 'c'   ? sizeof(c->control_dir)
+			     : key[0] == 'l' ? sizeof(c->libcuda)
+					     : sizeof(c->metrics_dir);
 		if (value[0] != '/' || strlen(value) >= cap)
 			return snprintf(why, len, "%s = %s: use an absolute path", key, value), -1;
-		snprintf(dir ? c->control_dir : c->libcuda, cap, "%s", value);
+		snprintf(to, cap, "%s", value);
 	} else if (!strcmp(key, "device_map") || !strcmp(key, "cuda.device-map")) {
 		bool pairs = strspn(value, "GPUgpu0123456789abcdefABCDEF-=,") == strlen(value) && strchr(value, '=');
 		if (strlen(value) >= sizeof(c->device_map) || (strcmp(value, "auto") && !pairs))
@@ -70,7 +74,8 @@ static int conf_set(struct plugin_conf *c, const char *key, const char *value, c
 		snprintf(c->device_map, sizeof(c->device_map), "%s", value);
 	} else {
 		return snprintf(why, len,
-				"unknown setting \"%s\" (known: content, timeout_ms, control_dir, libcuda, device_map)",
+				"unknown setting \"%s\" (known: content, timeout_ms, control_dir, libcuda, device_map, "
+				"metrics_dir)",
 				key),
 		       -1;
 	}
@@ -84,7 +89,8 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 		return snprintf(why, len, "%s: out of memory", name), -1;
 	int lineno = 0, rc = 0;
 	/* Each setting once: a repeated one is refused (which would win is a guess). */
-	static const char *const keys[] = {"content", "timeout_ms", "control_dir", "libcuda", "device_map"};
+	static const char *const keys[] = {"content", "timeout_ms", "control_dir",
+					   "libcuda", "device_map", "metrics_dir"};
 	int seen[sizeof(keys) / sizeof(keys[0])] = {0};
 	for (char *line = copy, *next; line && rc == 0; line = next) {
 		lineno++;
@@ -170,7 +176,8 @@ static int conf_environment(struct plugin_conf *c, char *why, size_t len)
 					      {"CUSNAP_TIMEOUT_MS", "timeout_ms"},
 					      {"CUSNAP_CONTROL_DIR", "control_dir"},
 					      {"CUSNAP_LIBCUDA", "libcuda"},
-					      {"CUSNAP_DEVICE_MAP", "device_map"}};
+					      {"CUSNAP_DEVICE_MAP", "device_map"},
+					      {"CUSNAP_METRICS_DIR", "metrics_dir"}};
 	char err[512];
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *v = getenv(vars[i][0]);

@@ -51,6 +51,30 @@ static unsigned long long dir_bytes(const char *dir)
 	return total;
 }
 
+/* The ticker's look at a directory CRIU writes into. */
+static uint64_t images_written(void *dir)
+{
+	return dir_bytes(dir);
+}
+
+/* What CRIU will write, about: the tree's resident memory. */
+static uint64_t tree_resident(const struct tree *t)
+{
+	uint64_t total = 0;
+	long page = sysconf(_SC_PAGESIZE);
+	for (size_t i = 0; i < t->nprocs; i++) {
+		char path[64];
+		unsigned long long size, resident;
+		snprintf(path, sizeof(path), "/proc/%d/statm", (int)t->procs[i].pid);
+		FILE *f = fopen(path, "re");
+		if (f && fscanf(f, "%llu %llu", &size, &resident) == 2)
+			total += resident * (uint64_t)page;
+		if (f)
+			fclose(f);
+	}
+	return total;
+}
+
 static bool session_leader_inside(pid_t root)
 {
 	return getsid(root) == root;
@@ -163,6 +187,35 @@ static int work_begin(const char *dir, char *work, size_t wlen, char *images, si
 	return 0;
 }
 
+/* The images' digests for the manifest (NULL, warned: a restore cannot verify them). */
+static json_t *digest_images(const char *images, uint64_t bytes)
+{
+	char err[PATH_MAX + 256];
+	double t0 = now_ms();
+	json_t *digests = images_digest(images, err, sizeof(err));
+	if (digests) {
+		progress("image digests", now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
+		progress_bytes("image digests", bytes);
+	} else {
+		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
+	}
+	return digests;
+}
+
+/* checkpoint --json: the summary. */
+static void checkpoint_json(const struct args *a, const struct tree *t, const struct checkpoint_result *r)
+{
+	json_emit(stdout,
+		  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}, s:o}",
+			    "ok", 1, "operation", "checkpoint", "pid", (int)a->pid, "dir", json_text(a->dir),
+			    "processes", (json_int_t)t->nprocs, "cuda_processes", (json_int_t)t->ncuda, "vmm",
+			    t->nshim > 0, "leave_running", a->leave_running, "bytes_copied",
+			    (json_int_t)r->bytes_copied, "image_bytes", (json_int_t)r->image_bytes, "timings_ms",
+			    "prepare", r->ms_prepare, "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump,
+			    "restore_in_place", r->ms_restore_in_place, "total", r->ms_total, "phases",
+			    progress_json()));
+}
+
 static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 {
 	pid_t pid = a->pid;
@@ -200,7 +253,10 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = work};
 	struct coord_report cr;
-	if ((rc = tree_suspend(&t, &rec, a->content, &cr)))
+	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
+	rc = tree_suspend(&t, &rec, a->content, &cr);
+	ticker_stop(k);
+	if (rc)
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
@@ -231,7 +287,9 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
 	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s->timeout_ms);
+	k = ticker_start("(criu dump)", tree_resident(&t), images_written, images);
 	int crc = criu_run(criu, argv, log, &dump_bounds);
+	ticker_stop(k);
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
 		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
@@ -244,12 +302,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	}
 	r->image_bytes = dir_bytes(images);
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
-	t0 = now_ms();
-	digests = images_digest(images, err, sizeof(err));
-	if (digests)
-		progress("image digests", now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
-	else
-		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
+	progress_bytes("criu dump", r->image_bytes);
+	digests = digest_images(images, r->image_bytes);
 	if (!leave_running) {
 		dumped_tree_gone(&t);
 		network_after_dump(&net);
@@ -295,14 +349,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	}
 	r->ms_total = now_ms() - start;
 	if (a->json && !a->result)
-		json_emit(stdout,
-			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f}}",
-				    "ok", 1, "operation", "checkpoint", "pid", (int)pid, "dir", json_text(dir),
-				    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda, "vmm",
-				    vmm, "leave_running", leave_running, "bytes_copied", (json_int_t)r->bytes_copied,
-				    "image_bytes", (json_int_t)r->image_bytes, "timings_ms", "prepare", r->ms_prepare,
-				    "checkpoint", r->ms_checkpoint, "criu_dump", r->ms_dump, "restore_in_place",
-				    r->ms_restore_in_place, "total", r->ms_total));
+		checkpoint_json(a, &t, r);
 	rc = EX_OK;
 out:
 	if (!published)
@@ -408,9 +455,17 @@ static int images_whole(const struct manifest *m, const char *images)
 	}
 	char why[PATH_MAX + 256];
 	double t0 = now_ms();
-	if (images_verify(images, files, why, sizeof(why)) < 0)
+	uint64_t bytes = 0;
+	const char *name;
+	const json_t *f;
+	json_object_foreach((json_t *)files, name, f) bytes += (uint64_t)json_member_number(f, "size", 0);
+	struct ticker *k = ticker_start("(verify images)", bytes, NULL, NULL);
+	int rc = images_verify(images, files, why, sizeof(why));
+	ticker_stop(k);
+	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
 	progress("verify images", now_ms() - t0, "%zu files as written", json_object_size(files));
+	progress_bytes("verify images", bytes);
 	return 0;
 }
 
@@ -479,7 +534,10 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
 	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s->timeout_ms);
+	r->image_bytes = dir_bytes(images);
+	struct ticker *k = ticker_start("(criu restore)", r->image_bytes, NULL, NULL);
 	int crc = criu_run(criu, argv, log, &restore_bounds);
+	ticker_stop(k);
 	r->ms_criu_restore = now_ms() - t0;
 	FILE *pf = fopen(pidfile, "re");
 	int v = 0;
@@ -491,6 +549,7 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 	*root = v;
 	if (crc == 0 && *root > 0) {
 		progress("criu restore", r->ms_criu_restore, "root process %d", (int)*root);
+		progress_bytes("criu restore", r->image_bytes);
 		return 0;
 	}
 	if (*root > 0)
@@ -563,10 +622,12 @@ static int restore_from(const struct args *a, struct checkpoint_result *r)
 	struct recovery rec;
 	memset(&rec, 0, sizeof(rec));
 	rc = restore_matches(&m, &t);
+	struct ticker *k = ticker_start("(native restore, rebuild)", 0, NULL, NULL);
 	if (!rc && !(rc = restore_interrupted(a->dir, "the CRIU restore")) &&
 	    tree_release(&t, a->dir, m.prepared ? RECOVER_STATE : RECOVER_ANY, &map, RELEASE_RESTORED, &rec, err,
 			 sizeof(err)) < 0)
 		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
+	ticker_stop(k);
 	if (rc)
 		proc_tree_kill(root, true); /* a half-restored workload must never run */
 	r->ms_native_restore = rec.ms_thaw;
@@ -574,12 +635,12 @@ static int restore_from(const struct args *a, struct checkpoint_result *r)
 	r->bytes_copied = rec.report.bytes;
 	r->ms_total = now_ms() - start;
 	if (!rc && a->json && !a->result)
-		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}}", "ok", 1,
+		json_emit(stdout, json_pack("{s:b, s:s, s:o, s:i, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:f}, s:o}", "ok", 1,
 					    "operation", "restore", "dir", json_text(a->dir), "root_pid", (int)root,
 					    "processes", (json_int_t)t.nprocs, "cuda_processes", (json_int_t)t.ncuda,
 					    "bytes_copied", (json_int_t)r->bytes_copied, "timings_ms", "criu_restore",
 					    r->ms_criu_restore, "native_restore", r->ms_native_restore, "vmm_restore",
-					    r->ms_vmm_restore, "total", r->ms_total));
+					    r->ms_vmm_restore, "total", r->ms_total, "phases", progress_json()));
 	tree_free(&t);
 	manifest_free(&m);
 	return rc;

@@ -40,6 +40,8 @@ struct args {
 	unsigned long long size;        /* demo: --size */
 	bool in_place;                  /* demo: --in-place */
 	const char *keep;               /* demo: --keep */
+	bool quiet;                     /* --quiet: no progress lines */
+	const char *metrics_dir;        /* --metrics-dir: node_exporter's textfile directory */
 	int argc;                       /* run: PROGRAM [ARG...] */
 	char **argv;                    /* */
 	const char *group;              /* --group: one worker over several nodes (group.c) */

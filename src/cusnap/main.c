@@ -33,10 +33,10 @@ static const struct command commands[] = {
 	{"checkpoint", cmd_checkpoint,
 	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file "
 	 "tcp-established criu-config group members etcd etcd-cacert etcd-cert etcd-key etcd-user etcd-password-file "
-	 "group-timeout member ",
+	 "group-timeout member quiet metrics-dir ",
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
-	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json]",
+	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
 	 "and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
 	 "--leave-running (then it is resumed in place and snapshot-complete is written);\n"
@@ -46,25 +46,26 @@ static const struct command commands[] = {
 	 "writable by no one else)"},
 	{"restore", cmd_restore,
 	 "dir device-map criu json timeout job-file criu-config group members etcd etcd-cacert etcd-cert etcd-key "
-	 "etcd-user etcd-password-file group-timeout member ",
+	 "etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
 	 "--dir DIR [--device-map auto|OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
-	 "            [GROUP] [--json]",
+	 "            [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs: OLD and NEW GPU UUIDs or\n"
 	 "ordinals, every GPU of the checkpoint named once; auto: those here keep theirs, the others\n"
 	 "go in order onto the GPUs left) and the shared memory, then write restore-complete"},
 	{"suspend", cmd_suspend,
 	 "pid dir content require-interposer json timeout control-dir job-file group members etcd etcd-cacert "
-	 "etcd-cert etcd-key etcd-user etcd-password-file group-timeout member ",
+	 "etcd-cert etcd-key etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
 	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
-	 "            [GROUP] [--json]",
+	 "            [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
 	 "VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"
 	 "every CUDA process natively; the state goes to DIR (default a private directory\n"
 	 "under /run/cusnap for root, printed on stderr)"},
 	{"resume", cmd_resume,
 	 "pid dir discard-state json timeout control-dir job-file group members etcd etcd-cacert etcd-cert etcd-key "
-	 "etcd-user etcd-password-file group-timeout member ",
-	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [GROUP] [--json]",
+	 "etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
+	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [GROUP] [--json] [--quiet]\n"
+	 "            [--metrics-dir DIR]",
 	 "bring a suspended tree back, or finish what an interrupted command left: native\n"
 	 "restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
 	 "file, from each process's own records)"},
@@ -113,6 +114,8 @@ static const struct option options[] = {
 	{"etcd-key", required_argument, NULL, 'E'},
 	{"etcd-user", required_argument, NULL, 'U'},
 	{"etcd-password-file", required_argument, NULL, 'X'},
+	{"quiet", no_argument, NULL, 'q'},
+	{"metrics-dir", required_argument, NULL, 'Z'},
 	{0, 0, 0, 0},
 };
 
@@ -132,6 +135,11 @@ static void usage(FILE *f)
 		   "         --timeout MS (per participant and step, and for every native state query; default\n"
 		   "         30000), --json (summary on stdout), --require-interposer (refuse a tree whose CUDA\n"
 		   "         processes run without the interposer: what they share would come back as copies)\n"
+		   "         --quiet: no progress lines (errors and warnings only); on a terminal a long step\n"
+		   "         shows one line that moves (time, bytes, rate), elsewhere a plain line each second\n"
+		   "         --metrics-dir DIR: after the operation, DIR/cusnap.prom for node_exporter's textfile\n"
+		   "         collector (counters by operation and result, failures by reason, each phase's time\n"
+		   "         and bytes, the last success per tree or checkpoint); DIR as --dir's rule says\n"
 		   "         --timeout and --control-dir go with every command that works on a tree (run takes\n"
 		   "         --control-dir only); any other option a command's line does not show is refused (64).\n"
 		   "         DIR, and every directory on the way to it, must be owned by you or root and\n"
@@ -316,10 +324,36 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 		break;
 	}
 	case 'I': a->in_place = true; break;
+	case 'q': a->quiet = true; break;
+	case 'Z': {
+		char why[PATH_MAX + 160];
+		int rc = absolute("metrics-dir", arg, &a->metrics_dir), fd;
+		if (rc == 0 && (fd = dir_open_trusted(a->metrics_dir, false, why, sizeof(why))) < 0)
+			return fail(EX_USAGE,
+				    "--metrics-dir: %s (as ssh's StrictModes: owned by you or root, writable by "
+				    "no one else); nothing done",
+				    why);
+		if (rc == 0)
+			close(fd);
+		return rc;
+	}
 	case 'K': return absolute("keep", arg, &a->keep);
 	default: usage(stderr); return EX_USAGE;
 	}
 	return 0;
+}
+
+/* --metrics-dir: the operation's result for node_exporter (a warning when it
+ * cannot be written: the operation's own result stands). */
+static void metrics_after(const struct args *a, const char *op, int rc, double seconds)
+{
+	char target[PATH_MAX + 32], why[PATH_MAX + 200];
+	if (a->dir && (!strcmp(op, "checkpoint") || !strcmp(op, "restore")))
+		snprintf(target, sizeof(target), "%s", a->dir);
+	else
+		snprintf(target, sizeof(target), "pid %d", (int)a->pid);
+	if (metrics_write(a->metrics_dir, op, rc, seconds, target, why, sizeof(why)) < 0)
+		fprintf(stderr, "cusnap: warning: metrics not written: %s\n", why);
 }
 
 /* The command line's command, run; with --json, its error too as a JSON
@@ -363,11 +397,14 @@ static int run(int argc, char **argv, bool *json)
 		a.group_timeout_ms = s.timeout_ms;
 	if (a.group && cmd->run == cmd_inspect)
 		return group_inspect(&a);
-	if (a.group)
-		return group_run(cmd->run, &a, cmd->name);
-	if (a.members || a.etcd || a.member)
+	if (!a.group && (a.members || a.etcd || a.member))
 		return fail(EX_USAGE, "--members, --etcd and --member go with --group NAME");
-	return cmd->run(&a);
+	progress_quiet(a.quiet);
+	double t0 = now_ms();
+	rc = a.group ? group_run(cmd->run, &a, cmd->name) : cmd->run(&a);
+	if (a.metrics_dir)
+		metrics_after(&a, cmd->name, rc, (now_ms() - t0) / 1000.0);
+	return rc;
 }
 
 int main(int argc, char **argv)

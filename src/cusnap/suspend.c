@@ -37,21 +37,25 @@ static int suspend_tree(const struct args *a, struct tree *t)
 		run_dir_state_path(t->procs[0].pid, dir, sizeof(dir));
 	if ((rc = use_dir(dir, true, NULL)))
 		return rc;
-	if (!a->dir)
+	if (!a->dir && !a->quiet)
 		fprintf(stderr, "cusnap: state directory %s\n", dir);
 	bool vmm = t->nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t->nprocs, t->ncuda,
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
 	struct record rec = {.root = t->procs[0].pid, .dir = dir};
 	struct coord_report r;
-	if ((rc = tree_suspend(t, &rec, a->content, &r)))
+	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
+	rc = tree_suspend(t, &rec, a->content, &r);
+	ticker_stop(k);
+	if (rc)
 		return rc;
 	if (a->json)
-		json_emit(stdout, json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:f}", "ok", 1, "operation",
-					    "suspend", "pid", (int)a->pid, "dir", json_text(dir), "processes",
-					    (json_int_t)t->nprocs, "cuda_processes", (json_int_t)t->ncuda, "vmm", vmm,
-					    "shared_allocations", (json_int_t)r.shared, "bytes_copied",
-					    (json_int_t)r.bytes, "total_ms", now_ms() - start));
+		json_emit(stdout,
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:f, s:o}", "ok", 1, "operation",
+				    "suspend", "pid", (int)a->pid, "dir", json_text(dir), "processes",
+				    (json_int_t)t->nprocs, "cuda_processes", (json_int_t)t->ncuda, "vmm", vmm,
+				    "shared_allocations", (json_int_t)r.shared, "bytes_copied", (json_int_t)r.bytes,
+				    "total_ms", now_ms() - start, "phases", progress_json()));
 	return EX_OK;
 }
 
@@ -98,9 +102,10 @@ static int resume_tree(const struct args *a, struct tree *t)
 	}
 	if (a->json)
 		json_emit(stdout,
-			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:f}", "ok", 1, "operation", "resume", "pid",
-				    (int)a->pid, "dir", json_text(dir), "cuda_processes", (json_int_t)t->ncuda, "vmm",
-				    vmm, "bytes_copied", (json_int_t)r.report.bytes, "total_ms", now_ms() - start));
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:f, s:o}", "ok", 1, "operation", "resume",
+				    "pid", (int)a->pid, "dir", json_text(dir), "cuda_processes", (json_int_t)t->ncuda,
+				    "vmm", vmm, "bytes_copied", (json_int_t)r.report.bytes, "total_ms",
+				    now_ms() - start, "phases", progress_json()));
 	return EX_OK;
 }
 

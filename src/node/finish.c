@@ -145,6 +145,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 		o.require_state = true;
 		int rc = coord_restore(t->targets, t->ncuda, &o, r);
 		out->ms_rebuild = now_ms() - t0;
+		progress_bytes(coord_stage_label[COORD_STAGE_RESTORE_CREATORS], r->bytes);
 		if (rc < 0)
 			snprintf(err, errlen, "rebuilding shared memory failed: %s%s", r->error,
 				 r->state_unreadable ? "; while the processes still hold their own records, `cusnap "

@@ -25,6 +25,7 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 		rec->changed = !r->unchanged;
 		return finish(t, rec, "prepare failed: %s", r->error);
 	}
+	progress_bytes(coord_stage_label[COORD_STAGE_PREPARE], r->bytes);
 	return 0;
 }
 

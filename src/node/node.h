@@ -155,8 +155,28 @@ struct settings {
 struct settings settings_default(void);
 
 /* ---- report.c: what a step tells its user ---- */
-/* One progress line on stderr: step, duration, details. */
+/* One progress line on stderr: step, duration, details; the step is kept as
+ * one of this command's phases. */
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* No progress lines from now on (--quiet): errors and warnings only. */
+void progress_quiet(bool quiet);
+/* The bytes the last phase named step moved (its rate in --json and the metrics). */
+void progress_bytes(const char *step, uint64_t bytes);
+struct phase {
+	char name[48];
+	double ms;
+	uint64_t bytes; /* 0: none counted */
+};
+/* This command's phases so far, in order: how many, into *out. */
+size_t progress_phases(const struct phase **out);
+/* The same as JSON: [{"phase", "seconds", "bytes", "gib_per_s"}, ...]. */
+json_t *progress_json(void);
+/* While a long step waits: one line that moves on a terminal (5 times a
+ * second), a plain line each second elsewhere (none in the first), nothing
+ * when quiet: the time so far, and done(arg) bytes of ~total (either may be
+ * absent: NULL, 0) with the rate. ticker_stop clears it; NULL is a no-op. */
+struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(void *arg), void *arg);
+void ticker_stop(struct ticker *k);
 /* Print the error on stderr and keep it as this command's (report_error);
  * returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -255,6 +275,14 @@ int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid 
  * and this machine's GPUs (the driver loaded to ask): 0, -EINVAL (the map or
  * the list, why says), -ENODEV (no driver, why says). */
 int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len);
+
+/* ---- metrics.c: what node_exporter's textfile collector reads (DESIGN.md §12.1) ---- */
+/* After operation op ("checkpoint", ...) ended with exit status code after
+ * seconds, on target (the tree's root PID or the checkpoint directory; NULL:
+ * none): DIR/cusnap.prom rewritten with the counters carried on, this
+ * operation's phases (progress_phases) and, on success, the target's time.
+ * DIR must follow ssh's StrictModes. 0, or -1 with why. */
+int metrics_write(const char *dir, const char *op, int code, double seconds, const char *target, char *why, size_t len);
 
 /* ---- compat.c: what a restore needs of a machine (DESIGN.md §9.5) ---- */
 /* The record a checkpoint keeps: the driver's version, cusnap's state format,

@@ -1,9 +1,46 @@
 /* SPDX-License-Identifier: MIT */
-/* What a step tells its user: progress lines and errors on stderr. */
+/* What a step tells its user: progress lines and errors on stderr, the phases
+ * a command went through (for --json and the metrics), and a line that moves
+ * while a long step waits. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+
+#define PHASES_MAX 96
+
+/* One command runs per process: its phases, in order. */
+static struct phase phases[PHASES_MAX];
+static size_t nphases;
+static bool quiet;
+/* stderr's lines, whole: the ticker's thread writes too. */
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool line_open; /* a ticker's line is on the terminal, not ended */
+
+void progress_quiet(bool q)
+{
+	quiet = q;
+}
+
+/* A line on stderr, over a ticker's line if one is open. */
+static void say(bool progress_line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(bool progress_line, const char *fmt, ...)
+{
+	if (progress_line && quiet)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	pthread_mutex_lock(&out_lock);
+	if (line_open)
+		fputs("\r\033[K", stderr);
+	vfprintf(stderr, fmt, ap);
+	pthread_mutex_unlock(&out_lock);
+	va_end(ap);
+}
 
 void progress(const char *step, double ms, const char *fmt, ...)
 {
@@ -12,18 +49,176 @@ void progress(const char *step, double ms, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(extra, sizeof(extra), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
+	if (nphases < PHASES_MAX) {
+		struct phase *p = &phases[nphases++];
+		snprintf(p->name, sizeof(p->name), "%s", step);
+		p->ms = ms;
+		p->bytes = 0;
+	}
+	say(true, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
+}
+
+void progress_bytes(const char *step, uint64_t bytes)
+{
+	for (size_t i = nphases; i-- > 0;)
+		if (!strcmp(phases[i].name, step)) {
+			phases[i].bytes = bytes;
+			return;
+		}
+}
+
+size_t progress_phases(const struct phase **out)
+{
+	*out = phases;
+	return nphases;
+}
+
+json_t *progress_json(void)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < nphases; i++) {
+		const struct phase *p = &phases[i];
+		json_t *o = json_pack("{s:s, s:f}", "phase", p->name, "seconds", p->ms / 1000.0);
+		if (o && p->bytes) {
+			json_object_set_new(o, "bytes", json_integer((json_int_t)p->bytes));
+			if (p->ms > 0)
+				json_object_set_new(o, "gib_per_s",
+						    json_real((double)p->bytes / (double)(1ull << 30) /
+							      (p->ms / 1000.0)));
+		}
+		json_array_append_new(a, o);
+	}
+	return a;
 }
 
 void progress_warning(const char *what)
 {
-	fprintf(stderr, "cusnap: warning: %s\n", what);
+	say(false, "cusnap: warning: %s\n", what);
 }
 
 void progress_stage(const char *stage, double ms, const char *note)
 {
 	progress(stage, ms, "%s", note);
 }
+
+/* ---- the ticker ---- */
+
+struct ticker {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, tty;
+	char step[48];
+	uint64_t total;
+	uint64_t (*done)(void *arg);
+	void *arg;
+	double t0;
+};
+
+static void size_text(double b, char *out, size_t len)
+{
+	if (b >= 1 << 30)
+		snprintf(out, len, "%.2f GiB", b / (1 << 30));
+	else
+		snprintf(out, len, "%.1f MiB", b / (1 << 20));
+}
+
+/* One look at the step: "criu dump  3.2 s  1.20 GiB of ~3.00 GiB, 0.38 GiB/s". */
+static void tick(struct ticker *k)
+{
+	double s = (now_ms() - k->t0) / 1000.0;
+	char line[256], a[32], b[32];
+	int n = snprintf(line, sizeof(line), "cusnap: %-22s %7.1f s", k->step, s);
+	if (k->done) {
+		double d = (double)k->done(k->arg);
+		size_text(d, a, sizeof(a));
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "  %s", a);
+		if (k->total) {
+			size_text((double)k->total, b, sizeof(b));
+			n += snprintf(line + n, sizeof(line) - (size_t)n, " of ~%s", b);
+		}
+		if (s > 0)
+			snprintf(line + n, sizeof(line) - (size_t)n, ", %.2f GiB/s", d / (1 << 30) / s);
+	} else if (k->total) {
+		size_text((double)k->total, b, sizeof(b));
+		snprintf(line + n, sizeof(line) - (size_t)n, "  (%s)", b);
+	}
+	pthread_mutex_lock(&out_lock);
+	if (k->tty) {
+		fprintf(stderr, "\r\033[K%s", line);
+		line_open = true;
+	} else {
+		fprintf(stderr, "%s\n", line);
+	}
+	fflush(stderr);
+	pthread_mutex_unlock(&out_lock);
+}
+
+static void *ticker_main(void *arg)
+{
+	struct ticker *k = arg;
+	/* A terminal moves five times a second; a log gets a line a second,
+	 * from the first second on (short steps stay one line). */
+	int period_ms = k->tty ? 200 : 1000;
+	pthread_mutex_lock(&k->lock);
+	while (!k->stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += (long)period_ms * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		if (pthread_cond_timedwait(&k->cond, &k->lock, &until) != 0 && !k->stop) {
+			pthread_mutex_unlock(&k->lock);
+			tick(k);
+			pthread_mutex_lock(&k->lock);
+		}
+	}
+	pthread_mutex_unlock(&k->lock);
+	return NULL;
+}
+
+struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(void *arg), void *arg)
+{
+	if (quiet)
+		return NULL;
+	struct ticker *k = calloc(1, sizeof(*k));
+	if (!k)
+		return NULL;
+	snprintf(k->step, sizeof(k->step), "%s", step);
+	k->total = total;
+	k->done = done;
+	k->arg = arg;
+	k->tty = isatty(STDERR_FILENO) == 1;
+	k->t0 = now_ms();
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_cond_init(&k->cond, NULL);
+	if (pthread_create(&k->thread, NULL, ticker_main, k) != 0) {
+		free(k);
+		return NULL;
+	}
+	return k;
+}
+
+void ticker_stop(struct ticker *k)
+{
+	if (!k)
+		return;
+	pthread_mutex_lock(&k->lock);
+	k->stop = true;
+	pthread_cond_signal(&k->cond);
+	pthread_mutex_unlock(&k->lock);
+	pthread_join(k->thread, NULL);
+	pthread_mutex_lock(&out_lock);
+	if (line_open)
+		fputs("\r\033[K", stderr);
+	line_open = false;
+	pthread_mutex_unlock(&out_lock);
+	pthread_cond_destroy(&k->cond);
+	pthread_mutex_destroy(&k->lock);
+	free(k);
+}
+
+/* ---- errors ---- */
 
 /* What fail() printed last: one command runs per process. */
 static char last_error[2600];
@@ -40,7 +235,7 @@ int fail(int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "cusnap: %s\n", msg);
+	say(false, "cusnap: %s\n", msg);
 	snprintf(last_error, sizeof(last_error), "%s", msg);
 	return code;
 }

@@ -598,26 +598,40 @@ static void device_map(void)
 /* The gate at CRIU's init (DESIGN.md §9.5): a machine whose GPU is of
  * another model and whose driver is older than the dump's (cuemu told so in
  * CRIU's environment) is refused with both reasons, nothing made; the same
- * images then restore here and pass. */
+ * images then restore here and pass. The plugin's metrics_dir counts the
+ * dump, the refused restore and the one that passed. */
 static void restore_gate(void)
 {
 	struct group g;
 	if (group_start(&g, "plug-gate", 1, 2, false, NULL, NULL, NULL) < 0)
 		return;
-	char dir[PATH_MAX + 32], *out;
+	char dir[PATH_MAX + 32], metrics[PATH_MAX + 32], env_metrics[PATH_MAX + 64], *out;
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, NULL, &out), 0, "native checkpoint");
+	/* (its metrics too: metrics_dir, here through the environment) */
+	snprintf(metrics, sizeof(metrics), "%s/metrics", g.ctl);
+	CHECK_EQ(mkdir(metrics, 0700), 0);
+	snprintf(env_metrics, sizeof(env_metrics), "CUSNAP_METRICS_DIR=%s", metrics);
+	char *with_metrics[] = {env_metrics, NULL};
+	CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, with_metrics, &out), 0, "native checkpoint");
 	group_dumped(&g);
 	bool shell = getsid(g.root) != g.root;
-	char *other[] = {"CUEMU_MODEL=cuemu,H200", "CUEMU_DRIVER_VERSION=12080", NULL};
+	char *other[] = {"CUEMU_MODEL=cuemu,H200", "CUEMU_DRIVER_VERSION=12080", env_metrics, NULL};
 	CHECK(restore_with(dir, plugins, shell, true, other, &out) != 0);
 	CHECK_CONTAINS(out, "cannot restore here: driver: CUDA 12.8 here, the checkpoint's was CUDA 13.0");
 	CHECK_CONTAINS(out, "cannot restore here: GPU 1 of the checkpoint is a cuemu, GPU 1 here a H200");
 	CHECK_CONTAINS(out, "(2 reasons above): restore refused, nothing made");
 	free(out);
 	CHECK(restored_root(dir) <= 0);
-	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
+	CHECK_SAYS(out, restore_with(dir, plugins, shell, true, with_metrics, &out), 0, "topology identical");
 	RESTORED_PASSES(&g, dir, 2);
+	char file[PATH_MAX + 48];
+	snprintf(file, sizeof(file), "%s/cusnap.prom", metrics);
+	char *text = test_read_file(file);
+	CHECK_CONTAINS(text, "\ncusnap_operations_total{operation=\"checkpoint\",result=\"ok\"} 1\n");
+	CHECK_CONTAINS(text, "\ncusnap_operations_total{operation=\"restore\",result=\"failed\"} 1\n");
+	CHECK_CONTAINS(text, "\ncusnap_operations_total{operation=\"restore\",result=\"ok\"} 1\n");
+	CHECK_CONTAINS(text, "\ncusnap_last_phase_bytes{operation=\"checkpoint\",phase=\"PREPARE\"} ");
+	free(text);
 }
 
 /* The plugin's digests: a page image truncated after a plain criu dump is
