@@ -73,7 +73,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/test
 # archive: each test links the objects it uses.
 HARNESS := $(BUILD)/lib/libtest-harness.a
 
-.PHONY: all tests test check clean deps criu help bench install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
+.PHONY: all tests test check clean deps criu help bench bench-datapath install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -306,6 +306,15 @@ bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/copy $(B
 	$(BUILD)/bench/intercept
 	$(BUILD)/bench/lifecycle
 	$(BUILD)/bench/copy
+
+# The bytes of a checkpoint and a restore, leg by leg, against CRIU's floor
+# (root; minutes: BENCH_SIZES, BENCH_PLACES, BENCH_CONTENTS narrow it).
+bench-datapath: $(BUILD)/bench/hold all
+	@BUILD=$(BUILD) bench/datapath.sh
+
+$(BUILD)/bench/hold: $(BUILD)/obj/bench/hold.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
 
 $(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)

@@ -51,11 +51,11 @@ static int suspend_tree(const struct args *a, struct tree *t)
 		return rc;
 	if (a->json)
 		json_emit(stdout,
-			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:f, s:o}", "ok", 1, "operation",
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:I, s:b, s:I, s:I, s:{s:f}, s:o}", "ok", 1, "operation",
 				    "suspend", "pid", (int)a->pid, "dir", json_text(dir), "processes",
 				    (json_int_t)t->nprocs, "cuda_processes", (json_int_t)t->ncuda, "vmm", vmm,
 				    "shared_allocations", (json_int_t)r.shared, "bytes_copied", (json_int_t)r.bytes,
-				    "total_ms", now_ms() - start, "phases", progress_json()));
+				    "timings_ms", "total", now_ms() - start, "phases", progress_json()));
 	return EX_OK;
 }
 
@@ -102,9 +102,9 @@ static int resume_tree(const struct args *a, struct tree *t)
 	}
 	if (a->json)
 		json_emit(stdout,
-			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:f, s:o}", "ok", 1, "operation", "resume",
+			  json_pack("{s:b, s:s, s:i, s:o, s:I, s:b, s:I, s:{s:f}, s:o}", "ok", 1, "operation", "resume",
 				    "pid", (int)a->pid, "dir", json_text(dir), "cuda_processes", (json_int_t)t->ncuda,
-				    "vmm", vmm, "bytes_copied", (json_int_t)r.report.bytes, "total_ms",
+				    "vmm", vmm, "bytes_copied", (json_int_t)r.report.bytes, "timings_ms", "total",
 				    now_ms() - start, "phases", progress_json()));
 	return EX_OK;
 }
