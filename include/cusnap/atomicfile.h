@@ -24,4 +24,10 @@ int atomic_write_at(int dirfd, const char *name, const void *data, size_t len, m
 /* The same in directory dir (opened O_NOFOLLOW: a symlink there is refused). */
 int atomic_write(const char *dir, const char *name, const void *data, size_t len, mode_t mode, const char **step);
 
+/* A text (NULL: it could not be made) into dir/name the same way, through
+ * dirfd when it is an open descriptor of dir (else dir is opened): 0, or -1
+ * with why naming the file and the step. */
+int atomic_write_text(int dirfd, const char *dir, const char *name, const char *text, mode_t mode, char *why,
+		      size_t len);
+
 #endif

@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,4 +84,16 @@ int atomic_write(const char *dir, const char *name, const void *data, size_t len
 	int rc = atomic_write_at(dfd, name, data, len, mode, step);
 	close(dfd);
 	return rc;
+}
+
+int atomic_write_text(int dirfd, const char *dir, const char *name, const char *text, mode_t mode, char *why,
+		      size_t len)
+{
+	const char *step = "encode";
+	int rc = !text        ? -ENOMEM
+		 : dirfd >= 0 ? atomic_write_at(dirfd, name, text, strlen(text), mode, &step)
+			      : atomic_write(dir, name, text, strlen(text), mode, &step);
+	if (rc < 0)
+		snprintf(why, len, "writing %s/%s: %s failed: %s", dir, name, step, strerror(-rc));
+	return rc < 0 ? -1 : 0;
 }

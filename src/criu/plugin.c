@@ -418,15 +418,10 @@ static void criu_exit_waits(void)
 static void write_digests(void)
 {
 	char err[PATH_MAX + 256];
-	const char *step = "encode";
 	json_t *files = images_digest(P.dir, err, sizeof(err));
 	char *text = files ? json_dumps(files, JSON_COMPACT) : NULL;
-	int rc = text ? atomic_write(P.dir, IMAGES_DIGESTS, text, strlen(text), 0600, &step) : -ENOMEM;
-	if (!files)
+	if (!files || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
 		fprintf(stderr, "cusnap-plugin: warning: %s: the images get no digests\n", err);
-	else if (rc < 0)
-		fprintf(stderr, "cusnap-plugin: warning: writing %s/%s: %s failed: %s: the images get no digests\n",
-			P.dir, IMAGES_DIGESTS, step, strerror(-rc));
 	free(text);
 	json_decref(files);
 }

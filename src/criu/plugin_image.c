@@ -33,12 +33,9 @@ int plugin_image_write(const char *dir, const struct plugin_image *im, char *why
 		json_object_set_new(j, "criu_version", json_text(im->criu_version));
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	const char *step = "encode";
-	int rc = text ? atomic_write(dir, PLUGIN_IMAGE, text, strlen(text), 0600, &step) : -ENOMEM;
+	int rc = atomic_write_text(-1, dir, PLUGIN_IMAGE, text, 0600, why, len);
 	free(text);
-	if (rc < 0)
-		snprintf(why, len, "writing %s/%s: %s failed: %s", dir, PLUGIN_IMAGE, step, strerror(-rc));
-	return rc < 0 ? -1 : 0;
+	return rc;
 }
 
 int plugin_image_read(const char *dir, struct plugin_image *im, char *why, size_t len)

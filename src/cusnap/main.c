@@ -17,23 +17,74 @@
 #include "cusnap/json.h"
 #include "cusnap/request.h"
 
+/* Every option of every command, once: its name, whether it takes an
+ * argument, and its letter for take(). A command's row names those it takes as
+ * a mask of these (O(PID) | ...): a misspelt option does not compile. */
+#define CUSNAP_OPTIONS(X)                                                   \
+	X(PID, "pid", required_argument, 'p')                               \
+	X(DIR, "dir", required_argument, 'd')                               \
+	X(CONTENT, "content", required_argument, 'c')                       \
+	X(JSON, "json", no_argument, 'j')                                   \
+	X(TIMEOUT, "timeout", required_argument, 't')                       \
+	X(CONTROL_DIR, "control-dir", required_argument, 'C')               \
+	X(HELP, "help", no_argument, 'h')                                   \
+	X(LEAVE_RUNNING, "leave-running", no_argument, 'L')                 \
+	X(CRIU, "criu", required_argument, 'R')                             \
+	X(WAIT_READY, "wait-ready", no_argument, 'W')                       \
+	X(DEVICE_MAP, "device-map", required_argument, 'M')                 \
+	X(PROCESSES, "processes", required_argument, 'P')                   \
+	X(SIZE, "size", required_argument, 'S')                             \
+	X(IN_PLACE, "in-place", no_argument, 'I')                           \
+	X(KEEP, "keep", required_argument, 'K')                             \
+	X(DISCARD_STATE, "discard-state", no_argument, 'D')                 \
+	X(REQUIRE_INTERPOSER, "require-interposer", no_argument, 'N')       \
+	X(JOB_FILE, "job-file", required_argument, 'J')                     \
+	X(LAUNCH_JOB, "launch-job", no_argument, 'G')                       \
+	X(TCP_ESTABLISHED, "tcp-established", no_argument, 'T')             \
+	X(CRIU_CONFIG, "criu-config", required_argument, 'F')               \
+	X(GROUP, "group", required_argument, 'g')                           \
+	X(MEMBERS, "members", required_argument, 'm')                       \
+	X(ETCD, "etcd", required_argument, 'e')                             \
+	X(GROUP_TIMEOUT, "group-timeout", required_argument, 'o')           \
+	X(MEMBER, "member", required_argument, 'n')                         \
+	X(ETCD_CACERT, "etcd-cacert", required_argument, 'A')               \
+	X(ETCD_CERT, "etcd-cert", required_argument, 'B')                   \
+	X(ETCD_KEY, "etcd-key", required_argument, 'E')                     \
+	X(ETCD_USER, "etcd-user", required_argument, 'U')                   \
+	X(ETCD_PASSWORD_FILE, "etcd-password-file", required_argument, 'X') \
+	X(QUIET, "quiet", no_argument, 'q')                                 \
+	X(METRICS_DIR, "metrics-dir", required_argument, 'Z')
+
+enum option_id {
+#define X(id, name, arg, letter) OPTION_##id,
+	CUSNAP_OPTIONS(X)
+#undef X
+		OPTION_COUNT
+};
+_Static_assert(OPTION_COUNT <= 64, "a command's options are a 64-bit mask");
+#define O(id) (1ull << OPTION_##id)
+/* What every command that works with a group takes. */
+#define GROUP_OPTIONS                                                                                   \
+	(O(GROUP) | O(MEMBERS) | O(ETCD) | O(ETCD_CACERT) | O(ETCD_CERT) | O(ETCD_KEY) | O(ETCD_USER) | \
+	 O(ETCD_PASSWORD_FILE) | O(GROUP_TIMEOUT) | O(MEMBER))
+
 struct command {
 	const char *name;
 	int (*run)(const struct args *a);
-	const char *takes; /* its options, by name, each followed by a space */
-	const char *usage; /* its usage line, after the name */
-	const char *help;  /* what it does */
+	unsigned long long takes; /* its options, a mask of O(...) */
+	const char *usage;        /* its usage line, after the name */
+	const char *help;         /* what it does */
 };
 
 static const struct command commands[] = {
-	{"run", cmd_run, "control-dir launch-job ", "[--control-dir DIR] [--launch-job] -- PROGRAM [ARG...]",
+	{"run", cmd_run, O(CONTROL_DIR) | O(LAUNCH_JOB), "[--control-dir DIR] [--launch-job] -- PROGRAM [ARG...]",
 	 "start PROGRAM under the CUDA VMM interposer (snapshot-cuda-vmm-launch); --launch-job: in\n"
 	 "a new checkpoint job (CUDA_CHECKPOINT_JOB_FILE; through NVIDIA's cuda-checkpoint when it\n"
 	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
-	 "pid dir leave-running content criu wait-ready require-interposer json timeout control-dir job-file "
-	 "tcp-established criu-config group members etcd etcd-cacert etcd-cert etcd-key etcd-user etcd-password-file "
-	 "group-timeout member quiet metrics-dir ",
+	 O(PID) | O(DIR) | O(LEAVE_RUNNING) | O(CONTENT) | O(CRIU) | O(WAIT_READY) | O(REQUIRE_INTERPOSER) | O(JSON) |
+		 O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) | O(TCP_ESTABLISHED) | O(CRIU_CONFIG) | GROUP_OPTIONS |
+		 O(QUIET) | O(METRICS_DIR),
 	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
 	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
@@ -45,16 +96,16 @@ static const struct command commands[] = {
 	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
 	 "writable by no one else)"},
 	{"restore", cmd_restore,
-	 "dir device-map criu json timeout job-file criu-config group members etcd etcd-cacert etcd-cert etcd-key "
-	 "etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
+	 O(DIR) | O(DEVICE_MAP) | O(CRIU) | O(JSON) | O(TIMEOUT) | O(JOB_FILE) | O(CRIU_CONFIG) | GROUP_OPTIONS |
+		 O(QUIET) | O(METRICS_DIR),
 	 "--dir DIR [--device-map auto|OLD=NEW,...] [--criu PATH] [--job-file F] [--criu-config FILE]\n"
 	 "            [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "restore DIR with CRIU, then the GPU state (--device-map remaps GPUs: OLD and NEW GPU UUIDs or\n"
 	 "ordinals, every GPU of the checkpoint named once; auto: those here keep theirs, the others\n"
 	 "go in order onto the GPUs left) and the shared memory, then write restore-complete"},
 	{"suspend", cmd_suspend,
-	 "pid dir content require-interposer json timeout control-dir job-file group members etcd etcd-cacert "
-	 "etcd-cert etcd-key etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
+	 O(PID) | O(DIR) | O(CONTENT) | O(REQUIRE_INTERPOSER) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) |
+		 GROUP_OPTIONS | O(QUIET) | O(METRICS_DIR),
 	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
 	 "            [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
@@ -62,61 +113,31 @@ static const struct command commands[] = {
 	 "every CUDA process natively; the state goes to DIR (default a private directory\n"
 	 "under /run/cusnap for root, printed on stderr)"},
 	{"resume", cmd_resume,
-	 "pid dir discard-state json timeout control-dir job-file group members etcd etcd-cacert etcd-cert etcd-key "
-	 "etcd-user etcd-password-file group-timeout member quiet metrics-dir ",
+	 O(PID) | O(DIR) | O(DISCARD_STATE) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) | GROUP_OPTIONS |
+		 O(QUIET) | O(METRICS_DIR),
 	 "--pid PID [--dir DIR] [--discard-state] [--job-file F] [GROUP] [--json] [--quiet]\n"
 	 "            [--metrics-dir DIR]",
 	 "bring a suspended tree back, or finish what an interrupted command left: native\n"
 	 "restore and unlock, then rebuild the sharing (--discard-state: without the state\n"
 	 "file, from each process's own records)"},
 	{"inspect", cmd_inspect,
-	 "pid dir json timeout control-dir group etcd etcd-cacert etcd-cert etcd-key etcd-user etcd-password-file ",
+	 O(PID) | O(DIR) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(GROUP) | O(ETCD) | O(ETCD_CACERT) | O(ETCD_CERT) |
+		 O(ETCD_KEY) | O(ETCD_USER) | O(ETCD_PASSWORD_FILE),
 	 "(--pid PID | --dir DIR | --group NAME --etcd URL[,URL...]) [--json]",
 	 "show the tree's CUDA processes and what they share, a command working on it, a\n"
 	 "checkpoint directory, or a group's members and its operations' results"},
-	{"demo", cmd_demo, "processes size in-place keep criu timeout ",
+	{"demo", cmd_demo, O(PROCESSES) | O(SIZE) | O(IN_PLACE) | O(KEEP) | O(CRIU) | O(TIMEOUT),
 	 "[--processes N] [--size BYTES] [--in-place] [--keep DIR] [--criu PATH]",
 	 "run the example process group under the interposer, checkpoint, kill and restore it\n"
 	 "(on cuemu when there is no GPU) and print the phases"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-/* Every option of every command; a command takes those its row names. */
 static const struct option options[] = {
-	{"pid", required_argument, NULL, 'p'},
-	{"dir", required_argument, NULL, 'd'},
-	{"content", required_argument, NULL, 'c'},
-	{"json", no_argument, NULL, 'j'},
-	{"timeout", required_argument, NULL, 't'},
-	{"control-dir", required_argument, NULL, 'C'},
-	{"help", no_argument, NULL, 'h'},
-	{"leave-running", no_argument, NULL, 'L'},
-	{"criu", required_argument, NULL, 'R'},
-	{"wait-ready", no_argument, NULL, 'W'},
-	{"device-map", required_argument, NULL, 'M'},
-	{"processes", required_argument, NULL, 'P'},
-	{"size", required_argument, NULL, 'S'},
-	{"in-place", no_argument, NULL, 'I'},
-	{"keep", required_argument, NULL, 'K'},
-	{"discard-state", no_argument, NULL, 'D'},
-	{"require-interposer", no_argument, NULL, 'N'},
-	{"job-file", required_argument, NULL, 'J'},
-	{"launch-job", no_argument, NULL, 'G'},
-	{"tcp-established", no_argument, NULL, 'T'},
-	{"criu-config", required_argument, NULL, 'F'},
-	{"group", required_argument, NULL, 'g'},
-	{"members", required_argument, NULL, 'm'},
-	{"etcd", required_argument, NULL, 'e'},
-	{"group-timeout", required_argument, NULL, 'o'},
-	{"member", required_argument, NULL, 'n'},
-	{"etcd-cacert", required_argument, NULL, 'A'},
-	{"etcd-cert", required_argument, NULL, 'B'},
-	{"etcd-key", required_argument, NULL, 'E'},
-	{"etcd-user", required_argument, NULL, 'U'},
-	{"etcd-password-file", required_argument, NULL, 'X'},
-	{"quiet", no_argument, NULL, 'q'},
-	{"metrics-dir", required_argument, NULL, 'Z'},
-	{0, 0, 0, 0},
+#define X(id, name, arg, letter) {name, arg, NULL, letter},
+	CUSNAP_OPTIONS(X)
+#undef X
+		{0, 0, 0, 0},
 };
 
 static void usage(FILE *f)
@@ -185,13 +206,9 @@ static void usage(FILE *f)
 		   "working on the tree (nothing done)\n");
 }
 
-static bool takes(const struct command *c, const char *option)
+static bool takes(const struct command *c, int index)
 {
-	size_t n = strlen(option);
-	for (const char *p = strstr(c->takes, option); p; p = strstr(p + 1, option))
-		if ((p == c->takes || p[-1] == ' ') && p[n] == ' ')
-			return true;
-	return false;
+	return index >= 0 && index < OPTION_COUNT && (c->takes >> index & 1);
 }
 
 /* A whole number from lo to hi, or -1. */
@@ -242,18 +259,25 @@ static int members_option(const char *arg, struct args *a)
 }
 
 /* A path option made absolute (CRIU runs in its image directory, so a
- * relative --dir would name another place there); kept for the process's life. */
+ * relative --dir would name another place there), kept for the process's life
+ * in one of a few slots (an option given again takes another). */
 static int absolute(const char *name, const char *arg, const char **out)
 {
-	char cwd[PATH_MAX], *full = NULL;
+	static char kept[8][PATH_MAX];
+	static size_t used;
+	char cwd[PATH_MAX];
 	if (!*arg)
 		return fail(EX_USAGE, "--%s: an empty path", name);
+	if (used == sizeof(kept) / sizeof(kept[0]))
+		return fail(EX_USAGE, "--%s %s: too many path options", name, arg);
 	if (arg[0] != '/' && !getcwd(cwd, sizeof(cwd)))
 		return fail(EX_USAGE, "--%s %s: a relative path, and the current directory is unknown: %s", name, arg,
 			    strerror(errno));
-	if (arg[0] == '/' ? !(full = strdup(arg)) : asprintf(&full, "%s/%s", cwd, arg) < 0)
-		return fail(EX_LEFT_RUNNING, "out of memory; nothing done");
-	*out = full;
+	int n = arg[0] == '/' ? snprintf(kept[used], PATH_MAX, "%s", arg)
+			      : snprintf(kept[used], PATH_MAX, "%s/%s", cwd, arg);
+	if (n < 0 || n >= PATH_MAX)
+		return fail(EX_USAGE, "--%s %s: the path is too long", name, arg);
+	*out = kept[used++];
 	return 0;
 }
 
@@ -383,7 +407,7 @@ static int run(int argc, char **argv, bool *json)
 			usage(stdout);
 			return EX_OK;
 		}
-		if (c != '?' && !takes(cmd, options[index].name))
+		if (c != '?' && !takes(cmd, index))
 			return fail(EX_USAGE, "%s does not take --%s (cusnap --help)", cmd->name, options[index].name);
 		if ((rc = take(c, optarg, &a, &s)))
 			return rc;

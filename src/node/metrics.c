@@ -236,13 +236,10 @@ int metrics_write(const char *dir, const char *op, int code, double seconds, con
 	record(s, op, code, seconds, target);
 	char *text = render(s);
 	json_decref(s);
-	const char *step = "render";
 	/* 0644: node_exporter runs as a user of its own. */
-	int rc = text ? atomic_write_at(dfd, METRICS_FILE, text, strlen(text), 0644, &step) : -ENOMEM;
+	int rc = atomic_write_text(dfd, dir, METRICS_FILE, text, 0644, why, len);
 	free(text);
-	if (rc < 0)
-		snprintf(why, len, "writing %s/%s: %s failed: %s", dir, METRICS_FILE, step, strerror(-rc));
 	close(lk);
 	close(dfd);
-	return rc < 0 ? -1 : 0;
+	return rc;
 }

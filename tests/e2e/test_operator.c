@@ -7,7 +7,9 @@
  * checkpoint), read back through node_exporter's own HTTP endpoint on the
  * loopback; a metrics directory others may write is refused before anything
  * is done. The native checkpoint of the group is made to take 1.2 s
- * (CUEMU_CKPT_STALL_MS) so that there is a long step to watch. */
+ * (CUEMU_CKPT_STALL_MS) so that there is a long step to watch. Without CRIU
+ * (the sanitizer passes: CRIU cannot dump their runtimes) the checkpoint and
+ * what the metrics say of it are left out; the rest runs. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include "e2e_util.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];
+static bool have_criu;
 static char *stall[] = {"CUEMU_CKPT_STALL_MS=1200", NULL};
 
 /* cusnap VERB for g's tree with more arguments (NULL-ended, at most 6). */
@@ -84,8 +87,12 @@ static void metrics_say(const char *text, const char *ckpt)
 	CHECK_EQ(value_of(text, "cusnap_operations_total{operation=\"suspend\",result=\"failed\"}"), 1);
 	CHECK_EQ(value_of(text, "cusnap_failures_total{operation=\"suspend\",reason=\"left_running\"}"), 1);
 	CHECK_EQ(value_of(text, "cusnap_operations_total{operation=\"resume\",result=\"ok\"}"), 1);
-	CHECK_EQ(value_of(text, "cusnap_operations_total{operation=\"checkpoint\",result=\"ok\"}"), 1);
 	CHECK_EQ(value_of(text, "cusnap_last_exit_code{operation=\"suspend\"}"), 1);
+	CHECK(value_of(text, "cusnap_last_phase_bytes{operation=\"resume\",phase=\"RESTORE_CREATORS\"}") > 0);
+	CHECK_CONTAINS(text, "# TYPE cusnap_operations_total counter\n");
+	if (!have_criu)
+		return;
+	CHECK_EQ(value_of(text, "cusnap_operations_total{operation=\"checkpoint\",result=\"ok\"}"), 1);
 	CHECK(value_of(text, "cusnap_last_phase_bytes{operation=\"checkpoint\",phase=\"criu dump\"}") > 0);
 	CHECK(value_of(text, "cusnap_last_phase_bytes{operation=\"checkpoint\",phase=\"PREPARE\"}") > 0);
 	CHECK(value_of(text, "cusnap_last_phase_duration_seconds{operation=\"checkpoint\",phase=\"native "
@@ -95,7 +102,6 @@ static void metrics_say(const char *text, const char *ckpt)
 	snprintf(series, sizeof(series),
 		 "cusnap_last_success_timestamp_seconds{operation=\"checkpoint\",target=\"%s\"}", ckpt);
 	CHECK(value_of(text, series) > 1.7e9);
-	CHECK_CONTAINS(text, "# TYPE cusnap_operations_total counter\n");
 }
 
 /* node_exporter (build/node-exporter-path, as make test provides it), or "". */
@@ -195,10 +201,15 @@ static void metrics(void)
 	snprintf(ckpt, sizeof(ckpt), "%s/ckpt", dir);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)g.root);
-	int rc = tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ckpt, "--control-dir", g.ctl, "--criu",
-		      criu, "--metrics-dir", m, NULL);
-	if (!group_dump_ok(&g, rc, out))
-		return;
+	if (have_criu) {
+		int rc = tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", ckpt, "--control-dir", g.ctl,
+			      "--criu", criu, "--metrics-dir", m, NULL);
+		if (!group_dump_ok(&g, rc, out))
+			return;
+	} else {
+		printf("  (no checkpoint: %s)\n",
+		       getenv("CUSNAP_SANITIZER") ? "CRIU cannot dump a sanitizer's runtime" : "no CRIU");
+	}
 	char file[PATH_MAX + 32];
 	snprintf(file, sizeof(file), "%s/cusnap.prom", m);
 	char *text = test_read_file(file);
@@ -208,11 +219,15 @@ static void metrics(void)
 	struct stat st;
 	CHECK(stat(file, &st) == 0 && (st.st_mode & 0777) == 0644); /* node_exporter runs as a user of its own */
 	scraped(m, ckpt);
+	if (!have_criu) {
+		CHECK_EQ(group_finish(&g), 2);
+		group_kill(&g);
+	}
 }
 
 int main(void)
 {
-	test_require_criu(criu, sizeof(criu));
+	have_criu = !getenv("CUSNAP_SANITIZER") && geteuid() == 0 && test_find_criu(criu, sizeof(criu)) == 0;
 	e2e_init("operator");
 	cusnap_path(cusnap, sizeof(cusnap));
 	test_run("progress: a line that moves on a terminal, plain lines off one, none with --quiet; --json phases",
