@@ -484,9 +484,7 @@ static int restore_gate(const struct plugin_image *im)
 {
 	char mine[64], why[1024];
 	criu_self_version(mine, sizeof(mine));
-	json_t *none = json_object();
-	json_t *reasons = compat_check(im->needs ? im->needs : none, &P.map, im->criu_version, mine, why, sizeof(why));
-	json_decref(none);
+	json_t *reasons = compat_check(im->needs, &P.map, im->criu_version, mine, why, sizeof(why));
 	if (!reasons) {
 		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
 		return -1;

@@ -253,10 +253,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = work};
 	struct coord_report cr;
-	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
-	rc = tree_suspend(&t, &rec, a->content, &cr);
-	ticker_stop(k);
-	if (rc)
+	if ((rc = tree_suspend(&t, &rec, a->content, &cr)))
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
@@ -287,7 +284,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
 	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s->timeout_ms);
-	k = ticker_start("(criu dump)", tree_resident(&t), images_written, images);
+	struct ticker *k = ticker_start("(criu dump)", tree_resident(&t), images_written, images);
 	int crc = criu_run(criu, argv, log, &dump_bounds);
 	ticker_stop(k);
 	r->ms_dump = now_ms() - t0;

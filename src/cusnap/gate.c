@@ -16,11 +16,7 @@ json_t *restore_verdict(const struct manifest *m, const struct devmap *map, cons
 	char here[64] = "";
 	if (criu)
 		criu_version(criu, here, sizeof(here));
-	json_t *none = json_object();
-	const json_t *needs = json_object_get(m->root, "needs");
-	json_t *reasons = compat_check(needs ? needs : none, map, made, here, why, len);
-	json_decref(none);
-	return reasons;
+	return compat_check(json_object_get(m->root, "needs"), map, made, here, why, len);
 }
 
 /* The reasons as one text: "a; b; c". */

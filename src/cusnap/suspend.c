@@ -37,17 +37,14 @@ static int suspend_tree(const struct args *a, struct tree *t)
 		run_dir_state_path(t->procs[0].pid, dir, sizeof(dir));
 	if ((rc = use_dir(dir, true, NULL)))
 		return rc;
-	if (!a->dir && !a->quiet)
-		fprintf(stderr, "cusnap: state directory %s\n", dir);
+	if (!a->dir)
+		progress_note("state directory %s", dir);
 	bool vmm = t->nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t->nprocs, t->ncuda,
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
 	struct record rec = {.root = t->procs[0].pid, .dir = dir};
 	struct coord_report r;
-	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
-	rc = tree_suspend(t, &rec, a->content, &r);
-	ticker_stop(k);
-	if (rc)
+	if ((rc = tree_suspend(t, &rec, a->content, &r)))
 		return rc;
 	if (a->json)
 		json_emit(stdout,

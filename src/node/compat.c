@@ -11,44 +11,6 @@
 #include "internal.h"
 #include "cusnap/state.h"
 
-/* 1.50 GiB, 8.0 MiB: bytes as an operator reads them. */
-static const char *size_text(uint64_t b, char out[32])
-{
-	if (b >= 1ull << 30)
-		snprintf(out, 32, "%.2f GiB", (double)b / (double)(1ull << 30));
-	else
-		snprintf(out, 32, "%.1f MiB", (double)b / (double)(1ull << 20));
-	return out;
-}
-
-/* This machine's GPUs as the driver lists them. */
-struct gpu_here {
-	CUuuid uuid;
-	char model[128];
-	size_t memory;
-};
-
-/* The driver's GPUs into g (at most max): how many, or -1 when it cannot be asked. */
-static int gpus_here(const struct native *n, struct gpu_here *g, int max)
-{
-	int ndev = 0, got = 0;
-	if (!native_devices(n) || n->device_count(&ndev) != CUDA_SUCCESS)
-		return -1;
-	for (int d = 0; d < ndev && got < max; d++) {
-		CUdevice dev;
-		struct gpu_here *h = &g[got];
-		memset(h, 0, sizeof(*h));
-		if (n->device_get(&dev, d) != CUDA_SUCCESS || n->device_uuid(&h->uuid, dev) != CUDA_SUCCESS)
-			continue;
-		if (!n->device_name || n->device_name(h->model, sizeof(h->model), dev) != CUDA_SUCCESS)
-			h->model[0] = '\0';
-		if (!n->device_memory || n->device_memory(&h->memory, dev) != CUDA_SUCCESS)
-			h->memory = 0;
-		got++;
-	}
-	return got;
-}
-
 static int driver_version(const struct native *n)
 {
 	int v = 0;
@@ -58,7 +20,7 @@ static int driver_version(const struct native *n)
 json_t *compat_record(const struct native *n, const uint64_t *used)
 {
 	struct gpu_here g[PROTO_MAX_DEVICES];
-	int got = gpus_here(n, g, PROTO_MAX_DEVICES);
+	int got = native_gpus(n, g, PROTO_MAX_DEVICES);
 	json_t *gpus = json_array();
 	for (int d = 0; d < got; d++) {
 		char uuid[48];
@@ -110,8 +72,8 @@ static void gpu_reasons(json_t *out, size_t d, const json_t *had, const struct g
 	uint64_t used = (uint64_t)json_member_number(had, "used", 0);
 	char a[32], b[32];
 	if (used && g[t].memory && used > g[t].memory)
-		REASON("GPU %zu of the checkpoint held %s, GPU %d here has %s", d, size_text(used, a), t,
-		       size_text(g[t].memory, b));
+		REASON("GPU %zu of the checkpoint held %s, GPU %d here has %s", d, bytes_text(used, a), t,
+		       bytes_text(g[t].memory, b));
 }
 
 json_t *compat_check(const json_t *needs, const struct devmap *map, const char *criu_had, const char *criu_here,
@@ -121,7 +83,7 @@ json_t *compat_check(const json_t *needs, const struct devmap *map, const char *
 	struct gpu_here g[PROTO_MAX_DEVICES];
 	if (native_load(&nat, why, len) < 0)
 		return NULL;
-	int nhere = gpus_here(&nat, g, PROTO_MAX_DEVICES);
+	int nhere = native_gpus(&nat, g, PROTO_MAX_DEVICES);
 	if (nhere < 0) {
 		snprintf(why, len, "the driver (cuInit) does not list this machine's GPUs");
 		return NULL;

@@ -18,19 +18,34 @@
 #include "internal.h"
 #include "cusnap/ids.h"
 
+int native_gpus(const struct native *n, struct gpu_here *g, int max)
+{
+	int ndev = 0, got = 0;
+	if (!native_devices(n) || n->device_count(&ndev) != CUDA_SUCCESS)
+		return -1;
+	for (int d = 0; d < ndev && got < max; d++) {
+		CUdevice dev;
+		struct gpu_here *h = &g[got];
+		memset(h, 0, sizeof(*h));
+		if (n->device_get(&dev, d) != CUDA_SUCCESS || n->device_uuid(&h->uuid, dev) != CUDA_SUCCESS)
+			continue;
+		if (n->device_name && n->device_name(h->model, sizeof(h->model), dev) != CUDA_SUCCESS)
+			h->model[0] = '\0';
+		if (n->device_memory && n->device_memory(&h->memory, dev) != CUDA_SUCCESS)
+			h->memory = 0;
+		got++;
+	}
+	return got;
+}
+
 /* The GPUs the driver lists, by ordinal, into out: how many. */
 static int devmap_gpus(const struct native *n, CUuuid *out, size_t max)
 {
-	int ndev = 0;
-	if (!native_devices(n) || n->device_count(&ndev) != CUDA_SUCCESS)
-		return 0;
-	size_t got = 0;
-	for (int d = 0; d < ndev && got < max; d++) {
-		CUdevice dev;
-		if (n->device_get(&dev, d) == CUDA_SUCCESS && n->device_uuid(&out[got], dev) == CUDA_SUCCESS)
-			got++;
-	}
-	return (int)got;
+	struct gpu_here g[PROTO_MAX_DEVICES];
+	int got = native_gpus(n, g, max < PROTO_MAX_DEVICES ? (int)max : PROTO_MAX_DEVICES);
+	for (int d = 0; d < got; d++)
+		out[d] = g[d].uuid;
+	return got > 0 ? got : 0;
 }
 
 void devmap_uuid_text(const CUuuid *u, char out[48])

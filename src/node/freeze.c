@@ -29,7 +29,7 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 	return 0;
 }
 
-int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
+static int suspend_steps(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
 {
 	signals_arm();
 	int rc = tree_prepare(t, rec, content, r);
@@ -47,4 +47,13 @@ int tree_suspend(struct tree *t, struct record *rec, enum proto_content content,
 			return finish(t, rec, "CUDA process %d (namespace PID %d) died during the operation",
 				      t->targets[i].obs, t->targets[i].ns);
 	return interrupted(t, rec, "the native checkpoint");
+}
+
+int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
+{
+	/* (a line that moves while it waits: the copies, a group's boundary, the driver) */
+	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
+	int rc = suspend_steps(t, rec, content, r);
+	ticker_stop(k);
+	return rc;
 }

@@ -62,6 +62,17 @@ int job_put_back(const struct job *j, const char *dir, char *why, size_t len);
 /* A freeze begins: an old copy in dir goes (it must never be written back). */
 void job_forget(const char *dir);
 
+/* ---- devmap.c ---- */
+/* A GPU as the driver lists it (model "" and memory 0 when it does not say). */
+struct gpu_here {
+	CUuuid uuid;
+	char model[128];
+	size_t memory;
+};
+/* The driver's GPUs, by ordinal, into g (at most max): how many, or -1 when
+ * it cannot be asked (cuInit failed). */
+int native_gpus(const struct native *n, struct gpu_here *g, int max);
+
 /* ---- the rest ---- */
 /* progress() for the coordinator's stages (coord_options.on_stage). */
 void progress_stage(const char *stage, double ms, const char *note);

@@ -160,6 +160,10 @@ struct settings settings_default(void);
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* No progress lines from now on (--quiet): errors and warnings only. */
 void progress_quiet(bool quiet);
+/* A line of information ("cusnap: ..."), not printed when quiet. */
+void progress_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1.50 GiB, 8.0 MiB: bytes as an operator reads them (into out, returned). */
+const char *bytes_text(uint64_t b, char out[32]);
 /* The bytes the last phase named step moved (its rate in --json and the metrics). */
 void progress_bytes(const char *step, uint64_t bytes);
 struct phase {
@@ -289,7 +293,8 @@ int metrics_write(const char *dir, const char *op, int code, double seconds, con
  * and each GPU of this machine (UUID, model, memory) with, when used is not
  * NULL, the tree's VMM bytes on it (used[ordinal]). */
 json_t *compat_record(const struct native *n, const uint64_t *used);
-/* Every reason this machine cannot restore a checkpoint that recorded needs,
+/* Every reason this machine cannot restore a checkpoint that recorded needs
+ * (NULL: a checkpoint from before the gate, CRIU's version alone checked),
  * its GPUs put where map says (NULL or empty: each onto the GPU of its UUID),
  * its images written by CRIU criu_had for CRIU criu_here (either NULL or "":
  * not checked): an array of texts, empty when there is none; NULL when the

@@ -91,6 +91,16 @@ json_t *progress_json(void)
 	return a;
 }
 
+void progress_note(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	say(true, "cusnap: %s\n", msg);
+}
+
 void progress_warning(const char *what)
 {
 	say(false, "cusnap: warning: %s\n", what);
@@ -115,12 +125,13 @@ struct ticker {
 	double t0;
 };
 
-static void size_text(double b, char *out, size_t len)
+const char *bytes_text(uint64_t b, char out[32])
 {
-	if (b >= 1 << 30)
-		snprintf(out, len, "%.2f GiB", b / (1 << 30));
+	if (b >= 1ull << 30)
+		snprintf(out, 32, "%.2f GiB", (double)b / (double)(1ull << 30));
 	else
-		snprintf(out, len, "%.1f MiB", b / (1 << 20));
+		snprintf(out, 32, "%.1f MiB", (double)b / (double)(1ull << 20));
+	return out;
 }
 
 /* One look at the step: "criu dump  3.2 s  1.20 GiB of ~3.00 GiB, 0.38 GiB/s". */
@@ -130,18 +141,14 @@ static void tick(struct ticker *k)
 	char line[256], a[32], b[32];
 	int n = snprintf(line, sizeof(line), "cusnap: %-22s %7.1f s", k->step, s);
 	if (k->done) {
-		double d = (double)k->done(k->arg);
-		size_text(d, a, sizeof(a));
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "  %s", a);
-		if (k->total) {
-			size_text((double)k->total, b, sizeof(b));
-			n += snprintf(line + n, sizeof(line) - (size_t)n, " of ~%s", b);
-		}
+		uint64_t d = k->done(k->arg);
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "  %s", bytes_text(d, a));
+		if (k->total)
+			n += snprintf(line + n, sizeof(line) - (size_t)n, " of ~%s", bytes_text(k->total, b));
 		if (s > 0)
-			snprintf(line + n, sizeof(line) - (size_t)n, ", %.2f GiB/s", d / (1 << 30) / s);
+			snprintf(line + n, sizeof(line) - (size_t)n, ", %.2f GiB/s", (double)d / (1 << 30) / s);
 	} else if (k->total) {
-		size_text((double)k->total, b, sizeof(b));
-		snprintf(line + n, sizeof(line) - (size_t)n, "  (%s)", b);
+		snprintf(line + n, sizeof(line) - (size_t)n, "  (%s)", bytes_text(k->total, b));
 	}
 	pthread_mutex_lock(&out_lock);
 	if (k->tty) {
