@@ -36,7 +36,8 @@ bool path_self_dir(char *out, size_t len)
 	return true;
 }
 
-long proc_status_field(const char *proc, pid_t pid, const char *field)
+/* FIELD's first value on its line of PROC/PID/status, or its last (innermost). */
+static long status_value(const char *proc, pid_t pid, const char *field, bool innermost)
 {
 	char path[PATH_MAX], line[512];
 	snprintf(path, sizeof(path), "%s/%d/status", proc, (int)pid);
@@ -47,11 +48,22 @@ long proc_status_field(const char *proc, pid_t pid, const char *field)
 	size_t len = strlen(field);
 	while (fgets(line, sizeof(line), f))
 		if (strncmp(line, field, len) == 0 && line[len] == ':') {
-			v = atol(line + len + 1);
+			char *at = innermost ? strrchr(line + len + 1, '\t') : NULL;
+			v = atol(at ? at : line + len + 1);
 			break;
 		}
 	fclose(f);
 	return v;
+}
+
+long proc_status_field(const char *proc, pid_t pid, const char *field)
+{
+	return status_value(proc, pid, field, false);
+}
+
+long proc_status_inner(const char *proc, pid_t pid, const char *field)
+{
+	return status_value(proc, pid, field, true);
 }
 
 bool proc_environ_get(pid_t pid, const char *name, char *out, size_t len)

@@ -80,6 +80,22 @@ static bool session_leader_inside(pid_t root)
 	return getsid(root) == root;
 }
 
+/* CRIU names a tree's session in the tree's own PID namespace: a session
+ * whose leader lies outside it (a tree started under `unshare --pid` without
+ * setsid, or in a sandbox run that way) reads 0 there, and CRIU refuses the
+ * dump after the prepare. Refused before anything is done. 0, or the exit
+ * code (reported). */
+static int session_dumpable(pid_t root)
+{
+	if (proc_status_inner("/proc", root, "NSsid") != 0)
+		return 0;
+	return fail(EX_USAGE,
+		    "checkpoint: the session of %d has its leader outside the tree's PID namespace, where CRIU "
+		    "cannot dump it; start the workload in a session of its own (setsid; 'cusnap run' does so "
+		    "there); nothing done",
+		    (int)root);
+}
+
 /* After a dump that ended the tree: wait until its processes have exited (a
  * large one takes a while to release its memory: at most 10 s), then briefly
  * for their parents to reap them; a zombie left holding its PID (a restore
@@ -242,7 +258,8 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		return rc;
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
-	if ((rc = tree_hold(&t, "checkpoint")) || (rc = check_freezable(&t)) || (rc = check_interposer(&t)) ||
+	if ((rc = tree_hold(&t, "checkpoint")) || (rc = session_dumpable(pid)) || (rc = check_freezable(&t)) ||
+	    (rc = check_interposer(&t)) ||
 	    (rc = network_check(&t, criu, a->tcp_established, a->criu_config != NULL, &net)))
 		goto out;
 	bool vmm = t.nshim > 0;

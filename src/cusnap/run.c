@@ -95,6 +95,24 @@ static void driver_reachable(void)
 			"driver, or without a GPU put cuemu first on LD_LIBRARY_PATH (LD_LIBRARY_PATH=build/emu)\n");
 }
 
+/* A workload whose session leader is outside its PID namespace (started
+ * under `unshare --pid` without setsid, or in a sandbox run that way) cannot
+ * be dumped by CRIU: it gets a session of its own, and with it no controlling
+ * terminal. Where that is refused (this process leads its process group: an
+ * interactive shell's job) it is said. */
+static void session_of_its_own(void)
+{
+	if (getsid(0) != 0)
+		return;
+	if (setsid() >= 0)
+		fprintf(stderr, "cusnap: the workload starts a session of its own (its session's leader is "
+				"outside its PID namespace, where CRIU could not dump it)\n");
+	else
+		fprintf(stderr, "cusnap: warning: its session's leader is outside its PID namespace and it leads its "
+				"process group, so it cannot start a session of its own: CRIU will refuse to "
+				"checkpoint it (start it with setsid)\n");
+}
+
 int cmd_run(const struct args *a)
 {
 	int argc = a->argc;
@@ -114,6 +132,7 @@ int cmd_run(const struct args *a)
 	if (rc)
 		return rc;
 	driver_reachable();
+	session_of_its_own();
 	char **args = calloc((size_t)argc + 4, sizeof(*args));
 	if (!args)
 		return fail(EX_LEFT_RUNNING, "out of memory");

@@ -14,21 +14,7 @@
 
 pid_t proc_nspid(pid_t pid)
 {
-	char path[64], line[512];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	pid_t ns = -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6) != 0)
-			continue;
-		char *last = strrchr(line, '\t');
-		ns = last ? (pid_t)atoi(last + 1) : -1;
-		break;
-	}
-	fclose(f);
-	return ns;
+	return (pid_t)proc_status_inner("/proc", pid, "NSpid");
 }
 
 pid_t proc_tgid(pid_t pid)

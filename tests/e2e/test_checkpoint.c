@@ -201,6 +201,31 @@ static void own_pidns(void)
 	dump_kill_restore("native", wrapper, "nsn");
 }
 
+/* A tree whose session leader lies outside its PID namespace (started under
+ * `unshare --pid --fork` without setsid, as some sandboxes run everything):
+ * through cusnap run it gets a session of its own and is dumped and restored;
+ * started without it, its checkpoint is refused before anything is done (CRIU
+ * would refuse it after the prepare), and it runs on. */
+static void session_outside(void)
+{
+	if (access("/usr/bin/unshare", X_OK))
+		SKIP("unshare missing");
+	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", NULL};
+	dump_kill_restore("host", wrapper, "sess");
+	struct group g;
+	if (group_start(&g, "sess-plain", 1, 2, true, wrapper, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], manifest[PATH_MAX + 64], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	CHECK_EQ(checkpoint(&g, dir, "host", false, criu, &out), 64);
+	CHECK_CONTAINS(out, "outside the tree's PID namespace");
+	CHECK(!contains(out, "QUIESCE") && !contains(out, "lock"));
+	free(out);
+	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, dir);
+	CHECK(access(manifest, F_OK) < 0);
+	CHECK_EQ(group_finish(&g), 2);
+}
+
 /* A group started and checkpointed (host content) into ctl/ckpt, the dump
  * having ended it and its processes reaped: 0, or -1 (reported). */
 static int group_checkpointed(struct group *g, const char *name, char *const *env, char dir[PATH_MAX + 32])
@@ -792,6 +817,8 @@ int main(void)
 	test_run("checkpoint, kill, restore: host content, host PID namespace", host_pidns_host_content);
 	test_run("checkpoint, kill, restore: native content, host PID namespace", host_pidns_native_content);
 	test_run("checkpoint, kill, restore in the workload's own PID namespace, both contents", own_pidns);
+	test_run("a session led from outside the PID namespace: cusnap run gives its own; else refused, nothing done",
+		 session_outside);
 	test_run("--leave-running: keeps running, snapshot-complete, a restore over it refused, restorable later",
 		 leave_running);
 	test_run("two restores of one checkpoint: one at a time; the stale restore-complete removed first",
