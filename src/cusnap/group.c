@@ -430,8 +430,20 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 	char key[600], why[512];
 	op_key(g, "decision", key, sizeof(key));
 	int decided = etcd_get(&g->e, key, &kv, why, sizeof(why));
-	if (decided == 1)
+	char undone[800] = "";
+	if (decided == 1) {
+		/* Decided "undo" before this member came (one failed early): the
+		 * group's operation failed, and this member says why. */
+		json_t *d = json_loads(kv.value, 0, NULL);
+		if (d && !json_is_true(json_object_get(d, "go")))
+			snprintf(undone, sizeof(undone), "%s (decided by member %s)", field(d, "why"), field(d, "by"));
+		json_decref(d);
 		free(kv.key), free(kv.value);
+	}
+	if (has_boundary(g->op) && undone[0])
+		return group_fail(g, 1,
+				  "its %s (begun by member %s) failed before this member came: %s; nothing done here",
+				  g->op, from, undone);
 	if (has_boundary(g->op) && (late || decided == 1))
 		return group_fail(g, EX_BUSY, "its %s (begun by member %s) is finishing; nothing done", g->op, from);
 	return put_member(g, "arrived", why, sizeof(why)) < 0 ? group_fail(g, EX_UNAVAILABLE, "%s", why) : 0;

@@ -137,7 +137,8 @@ static void member_fails(void)
 	for (int i = 0; i < 2; i++) {
 		CHECK_EQ(rc[i], 1);
 		CHECK_CONTAINS(out[i], "member m1 failed");
-		CHECK_CONTAINS(out[i], "everything undone");
+		/* (m0 came after m1 had failed, on a busy machine: nothing done there) */
+		CHECK(strstr(out[i], "everything undone") || strstr(out[i], "failed before this member came"));
 		untouched(&g[i]);
 	}
 	free_all(out, 2);

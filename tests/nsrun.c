@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/* nsrun_helper LOG PROGRAM [ARG...]: run one test program in namespaces of
+ * its own, so that the CRIU programs can run beside each other (tests/run.sh):
+ * - a PID namespace: a restore needs its dumped PIDs free, and here no other
+ *   program's processes can take them; this helper is its init and reaps
+ *   every orphan, the test runs as its child;
+ * - a mount namespace with its own /proc (the PIDs the test reads are its
+ *   namespace's) and its own /run/cusnap (cusnap's locks and state
+ *   directories are named by PID, which other namespaces repeat);
+ * - a network namespace with its loopback up: ports, and the firewall rules
+ *   CRIU's network lock adds, are its own.
+ * LOG is opened after the mount namespace is made (CRIU cannot dump a file
+ * opened through another namespace's mount) and takes the program's output;
+ * stdin is /dev/null. Exits with the program's status (128 + signal when
+ * killed); SIGTERM, SIGINT or SIGHUP to the helper ends the whole namespace. */
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static pid_t init_pid;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "nsrun_helper: %s: %s\n", what, strerror(errno));
+	exit(125);
+}
+
+static void loopback_up(void)
+{
+	struct ifreq ifr = {0};
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		die("the loopback's flags");
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		die("the loopback up");
+	close(s);
+}
+
+/* In the new namespaces, as their init: the mounts, the output, the program. */
+static void mounts(void)
+{
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("mounts private");
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		die("/proc of the PID namespace");
+	if (mkdir("/run/cusnap", 0700) < 0 && errno != EEXIST)
+		die("/run/cusnap");
+	if (mount("tmpfs", "/run/cusnap", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
+		die("a /run/cusnap of its own");
+}
+
+static void output(const char *log)
+{
+	int in = open("/dev/null", O_RDONLY);
+	int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	if (in < 0 || out < 0)
+		die(log);
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+		die("dup2");
+	syscall(SYS_close_range, 3U, ~0U, 0U);
+}
+
+static void forward(int sig)
+{
+	(void)sig;
+	if (init_pid > 0)
+		kill(init_pid, SIGKILL); /* the namespace's init: every process in it ends */
+}
+
+/* The namespace's init: the program as its child, every orphan reaped. */
+static int init(char **argv)
+{
+	pid_t test = fork();
+	if (test < 0)
+		die("fork");
+	if (test == 0) {
+		signal(SIGTERM, SIG_DFL);
+		execv(argv[0], argv);
+		fprintf(stderr, "nsrun_helper: %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	for (;;) {
+		int st;
+		pid_t p = wait(&st);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			return 125;
+		if (p == test)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: nsrun_helper LOG PROGRAM [ARG...]\n");
+		return 64;
+	}
+	if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET) < 0)
+		die("unshare");
+	loopback_up();
+	struct sigaction sa = {.sa_handler = forward};
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	init_pid = fork();
+	if (init_pid < 0)
+		die("fork");
+	if (init_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		mounts();
+		output(argv[1]);
+		exit(init(argv + 2));
+	}
+	int st;
+	while (waitpid(init_pid, &st, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid");
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
