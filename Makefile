@@ -68,7 +68,7 @@ CUDART_TESTS := $(patsubst tests/cudart/%.c,$(BUILD)/tests/cudart/%,$(wildcard t
 	$(patsubst tests/cudart/%.cu,$(BUILD)/tests/cudart/test_%,$(wildcard tests/cudart/*.cu))
 SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/tests/criu/cuda_plugin.so $(BUILD)/tests/criu/check_zdtm $(BUILD)/tests/criu/check_podman $(BUILD)/tests/check_format $(BUILD)/tests/check_fault_names $(BUILD)/tests/check_readme $(BUILD)/tests/shim/check_exports $(BUILD)/tests/shim/check_launcher \
 	$(BUILD)/tests/shim/check_resolver_mutation \
-	$(BUILD)/tests/gpu/check_gpu_build
+	$(BUILD)/tests/gpu/check_gpu_build $(BUILD)/tests/nsrun_helper
 # The test harness and the helpers the tests share (tests/harness/*.c), as an
 # archive: each test links the objects it uses.
 HARNESS := $(BUILD)/lib/libtest-harness.a
@@ -243,6 +243,11 @@ $(BUILD)/tests/cudart/test_%: tests/cudart/%.cu $(CUDART) $(EMU)
 		$(NVCC) -arch=sm_90 -cudart none -o $@ $< -L$(BUILD)/lib -lcudart -Xlinker -rpath='$$ORIGIN/../../lib'; \
 	else printf '#!/bin/sh\necho "SKIP: no nvcc at $(NVCC)"\nexit 77\n' > $@ && chmod +x $@; fi
 
+# tests/run.sh runs the CRIU programs in namespaces of their own through it.
+$(BUILD)/tests/nsrun_helper: tests/nsrun.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
+
 $(BUILD)/tests/check_%: tests/check_%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
@@ -352,11 +357,13 @@ test: deps
 	-@scripts/setup-criu.sh --suite trixie build > build/criu-old-path 2>> build/criu-setup.log || { echo "Debian trixie's CRIU unavailable: the plugin is checked in one CRIU only"; rm -f build/criu-old-path; }
 	-@scripts/setup-etcd.sh build > build/etcd-path 2> build/etcd-setup.log || { echo "etcd unavailable (see build/etcd-setup.log): the group tests will skip"; cat build/etcd-setup.log; }
 	-@scripts/setup-node-exporter.sh build > build/node-exporter-path 2> build/node-exporter-setup.log || { echo "node_exporter unavailable (see build/node-exporter-setup.log): the metrics scrape will skip"; cat build/node-exporter-setup.log; }
+	@# zdtm runs in a network namespace with the loopback only: its source first.
+	-@scripts/zdtm.sh --prepare build > build/zdtm-prepare.log 2>&1 || { echo "zdtm not prepared (see build/zdtm-prepare.log): check_zdtm will say why"; tail -n 3 build/zdtm-prepare.log; }
 	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
 	@# priority, while the rest of the suite runs; its test runs last.
 	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \
 		echo $$? > build/nccl-status) &
-	TESTS_SKIP='^e2e/test_nccl$$' tests/run.sh build normal || true
+	TESTS_SKIP='^e2e/test_nccl$$' tests/run.sh build plain || true
 	$(MAKE) -j$(JOBS) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true
 	$(MAKE) -j$(JOBS) tests BUILD=build-tsan SANITIZE=thread

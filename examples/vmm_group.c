@@ -14,6 +14,10 @@
  *   vmm_group [--workers N] [--allocs K] [--size BYTES] [--timeout SECONDS] [--multicast] [--ipc]
  *             [--release] [--contiguous]
  *
+ * --size (or VMM_GROUP_SIZE) is each shared allocation's size, 4 MiB unless
+ * told: a multiple of the driver's granularity (2 MiB on a GPU; the sweeps ask
+ * cuemu for 64 KiB and use 256 KiB, since they start hundreds of groups).
+ *
  * --multicast adds what NVLS collectives do: the parent creates a multicast
  * object over the devices in use, exports it to the workers, the first process
  * on each device adds that device, every process binds memory of its own at
@@ -684,11 +688,14 @@ int main(int argc, char **argv)
 			return 64;
 		}
 	}
+	const char *sizeenv = getenv("VMM_GROUP_SIZE"); /* (the sweeps: small, on a small granularity) */
+	if (sizeenv && *sizeenv)
+		size = strtoull(sizeenv, NULL, 0);
 	if (workers < 0 || workers > MAX_WORKERS || nallocs < 1 || nallocs > MAX_ALLOCS ||
-	    size < (size_t)(workers + 4) * PAGE || size % (2u << 20)) {
+	    size < (size_t)(workers + 4) * PAGE || size % (64u << 10)) {
 		fprintf(stderr,
-			"vmm_group: 0..%d workers, 1..%d allocations, a size that is a multiple of 2 MiB and holds "
-			"a page per process\n",
+			"vmm_group: 0..%d workers, 1..%d allocations, a size that is a multiple of 64 KiB (and of "
+			"the driver's granularity, 2 MiB on a GPU) and holds a page per process\n",
 			MAX_WORKERS, MAX_ALLOCS);
 		return 64;
 	}

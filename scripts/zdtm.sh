@@ -4,6 +4,10 @@
 # plugin leaves processes without CUDA alone.
 #
 #   scripts/zdtm.sh [BUILD_DIR]        (make zdtm; make test runs it too)
+#   scripts/zdtm.sh --prepare [BUILD_DIR]   only what needs the network: the
+#                                           packages and the source, made ready
+#                                           (make test, before its programs run
+#                                           in namespaces with the loopback only)
 #
 # The source of the CRIU in use (scripts/setup-criu.sh: Debian's 4.2.1) is
 # fetched with apt-get source --download-only from the archive apt already uses
@@ -27,6 +31,8 @@
 # Exit 0 all passed, 1 a failure, 77 skipped (no CRIU, no source, no root).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+prepare=0
+[ "${1:-}" = --prepare ] && prepare=1 && shift
 build=${1:-$here/build}
 build=$(cd "$build" && pwd)
 say() { echo "zdtm: $*" >&2; }
@@ -117,6 +123,7 @@ if [ ! -f "$src/.cusnap-ready" ]; then
 	make -C "$src/test/zdtm/lib" -j"$(nproc)" >"$dest/make.log" 2>&1 || { say "cannot build zdtm's library (see $dest/make.log)"; exit 1; }
 	touch "$src/.cusnap-ready"
 fi
+[ $prepare = 1 ] && { echo "zdtm: CRIU $version's tests ready in $src"; exit 0; }
 
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin # zdtm.py runs python3 itself: Debian's
 cap_eff=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
