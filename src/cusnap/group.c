@@ -546,21 +546,17 @@ static json_t *results(struct group *g, bool *timed_out)
 	double lost_since = 0;
 	for (double start = now_ms();; usleep(POLL_US)) {
 		etcd_kvs_free(kvs, n);
+		/* Whether every member is done or gone, asked before the results are
+		 * read: each writes its result before it says it is done, so none is
+		 * missed (asked after, a result written in between was, and this member
+		 * said the group may be split, exit 2, on a busy machine). */
+		bool done = all_done(g);
 		bool reached = etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) == 0;
 		if (!reached)
 			kvs = NULL, n = 0;
 		lost_since = reached ? 0 : lost_since ? lost_since : now_ms();
-		if (n >= (size_t)g->a->members)
+		if (n >= (size_t)g->a->members || done)
 			break;
-		if (all_done(g)) {
-			/* Every member done or gone: each wrote its result before, maybe after
-			 * the read above (a member read as missing made this one say the group
-			 * may be split, exit 2, on a busy machine). Read them once more. */
-			etcd_kvs_free(kvs, n);
-			if (etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) != 0)
-				kvs = NULL, n = 0;
-			break;
-		}
 		/* (etcd lost for a while: nothing more will come; one that did not cross stops at once) */
 		if (lost_since && (!g->crossed || now_ms() - lost_since > 5000)) {
 			*timed_out = true;

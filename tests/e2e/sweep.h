@@ -42,14 +42,15 @@ extern const char *const sweep_op_names[];
 extern const char *const sweep_calls[];
 
 /* Is this part of the sweep run here? All of it with CUSNAP_SWEEP_ALL=1 or in
- * the plain pass; under ASan a sample (index even), under TSan the first only. */
+ * the plain pass; under ASan a sample (index even). TSan's pass runs no sweep
+ * (tests/suite.def). */
 bool sweep_selected(int index);
 
 /* Within a selected combination, is the driver call at this index of
  * sweep_calls swept? The suite shares the calls out: the plain pass sweeps the
  * even ones, the ASan pass (half the combinations) the odd ones, so that every
- * call is swept once per suite; TSan (some 15 times slower a case) one in
- * eight; a program that sets CUSNAP_SWEEP_STRIDE=N one in N (the CRIU sweep,
+ * call is swept once per suite; a program that sets CUSNAP_SWEEP_STRIDE=N
+ * one in N (the CRIU sweep,
  * whose cases run one at a time).
  * `make sweep` (CUSNAP_SWEEP_ALL) sweeps every call in every combination. */
 bool sweep_call_selected(size_t call);

@@ -6,12 +6,6 @@
 
 static void sweeps(void)
 {
-	/* Under TSan the shim's paths are swept by test_sweep_suspend (the same
-	 * steps, the same threads); one more sweep here would take minutes. */
-	if (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL")) {
-		printf("     not under TSan: test_sweep_suspend sweeps the same steps\n");
-		return;
-	}
 	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .ipc = true}, SWEEP_RESUME, false, " (legacy IPC)");
 }
 

@@ -15,13 +15,6 @@ static void sweeps(void)
  * that carries it (DESIGN.md §6.2), suspend then resume, both content modes. */
 static void sweeps_let_go(void)
 {
-	if (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL")) {
-		/* Races in the holders' paths (forwarded EXPORTs on endpoint threads) are
-		 * covered by test_suspend and test_caps under TSan; this sweep would
-		 * double the program's time there (152 s of its 300 s). */
-		printf("     skipped under TSan: the creator-let-go sweep runs in the plain and ASan passes\n");
-		return;
-	}
 	static const char *const contents[] = {"host", "native"};
 	static const enum sweep_op ops[] = {SWEEP_SUSPEND, SWEEP_RESUME};
 	int cases = 0, k = 0;
@@ -42,13 +35,6 @@ static void sweeps_let_go(void)
  * grant fails is unmapped again before the rebuild is retried). */
 static void sweeps_contiguous(void)
 {
-	if (getenv("TSAN_OPTIONS") && !getenv("CUSNAP_SWEEP_ALL")) {
-		/* The grant and its undo run inside one request in each process; the
-		 * threads around them (redemptions, fan-out) are swept under TSan by
-		 * the first sweep. Here this one took 40-50 s. */
-		printf("     skipped under TSan: the contiguous sweep runs in the plain and ASan passes\n");
-		return;
-	}
 	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
 	int cases = 0, k = 0;
 	for (int r = 0; r < 2; r++)

@@ -19,8 +19,6 @@ bool sweep_selected(int index)
 {
 	if (getenv("CUSNAP_SWEEP_ALL") || !getenv("CUSNAP_SANITIZER"))
 		return true;
-	if (getenv("TSAN_OPTIONS"))
-		return index == 0;
 	return index % 2 == 0;
 }
 
@@ -28,8 +26,6 @@ bool sweep_call_selected(size_t call)
 {
 	if (getenv("CUSNAP_SWEEP_ALL"))
 		return true;
-	if (getenv("TSAN_OPTIONS"))
-		return call % 8 == 0;
 	const char *stride = getenv("CUSNAP_SWEEP_STRIDE");
 	if (stride && atoi(stride) > 1)
 		return call % (size_t)atoi(stride) == 0;
@@ -335,7 +331,6 @@ void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_fi
 			}
 	printf("     countdown sweeps%s: %s %d fault cases, %s %d\n", label, sweep_op_names[base->op], cases[0],
 	       sweep_op_names[second], cases[1]);
-	bool tsan = getenv("TSAN_OPTIONS") && !all; /* one combination, one call in four */
-	CHECK(cases[0] > (tsan ? 3 : 10));
-	CHECK(cases[1] > 10 || tsan);
+	CHECK(cases[0] > 10);
+	CHECK(cases[1] > 10);
 }
