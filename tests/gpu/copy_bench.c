@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* copy_bench: the pinned cuMemcpyDtoH rate of this GPU (the baseline host-mode
- * copies are compared with), in GB/s, for SIZE bytes of VMM memory.
+/* copy_bench: this GPU's cuMemcpy rates in GB/s for SIZE bytes of VMM memory,
+ * one line each: device to host and host to device, into pinned memory
+ * (cuMemHostAlloc; dtoh_pinned is the baseline host-mode copies are compared
+ * with) and into pageable memory (what a copy gets when the arena cannot be
+ * registered).
  *   copy_bench [BYTES] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cuda.h>
@@ -16,6 +21,24 @@
 			return 1;                                        \
 		}                                                        \
 	} while (0)
+
+/* GB/s of three copies of SIZE bytes one way, after one to warm up (0 on an error). */
+static double rate(CUdeviceptr va, void *host, size_t size, bool to_device)
+{
+	struct timespec a, b;
+	for (int i = 0; i < 4; i++) {
+		if (i == 1)
+			clock_gettime(CLOCK_MONOTONIC, &a);
+		CUresult rc = to_device ? cuMemcpyHtoD(va, host, size) : cuMemcpyDtoH(host, va, size);
+		if (rc) {
+			fprintf(stderr, "copy_bench: cuMemcpy%s failed: %d\n", to_device ? "HtoD" : "DtoH", (int)rc);
+			return 0;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	return 3.0 * (double)size / s / 1e9;
+}
 
 int main(int argc, char **argv)
 {
@@ -36,15 +59,27 @@ int main(int argc, char **argv)
 	CU(cuMemMap(va, size, 0, h, 0));
 	CUmemAccessDesc d = {.location = p.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	CU(cuMemSetAccess(va, size, &d, 1));
-	void *host;
-	CU(cuMemHostAlloc(&host, size, 0));
-	CU(cuMemcpyDtoH(host, va, size)); /* warm up */
+	void *pinned, *pageable = aligned_alloc(4096, size);
+	CU(cuMemHostAlloc(&pinned, size, 0));
+	if (!pageable) {
+		fprintf(stderr, "copy_bench: no %zu bytes of host memory\n", size);
+		return 1;
+	}
+	memset(pageable, 1, size); /* fault it in: the rate is the copy's, not the first touch's */
+	static const char *name[] = {"dtoh_pinned", "htod_pinned", "dtoh_pageable", "htod_pageable"};
+	int failed = 0;
+	for (int i = 0; i < 4; i++) {
+		double r = rate(va, i < 2 ? pinned : pageable, size, i % 2);
+		printf("%s %.2f\n", name[i], r);
+		failed |= r == 0;
+	}
+	/* The host-mode arena's way: pageable memory registered (PORTABLE), timed apart. */
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (int i = 0; i < 3; i++)
-		CU(cuMemcpyDtoH(host, va, size));
+	CU(cuMemHostRegister(pageable, size, CU_MEMHOSTREGISTER_PORTABLE));
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-	printf("%.2f\n", 3.0 * (double)size / s / 1e9);
-	return 0;
+	printf("register_ms %.1f\n", (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+	printf("dtoh_registered %.2f\n", rate(va, pageable, size, false));
+	CU(cuMemHostUnregister(pageable));
+	return failed;
 }

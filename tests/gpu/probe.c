@@ -53,6 +53,7 @@
 	F(cuMemExportToShareableHandle) \
 	F(cuMemImportFromShareableHandle) \
 	F(cuMemGetAllocationGranularity) \
+	F(cuMemGetAllocationPropertiesFromHandle) \
 	F(cuPointerGetAttribute) \
 	F(cuPointerGetAttributes) \
 	F(cuMemAllocAsync) \
@@ -182,6 +183,15 @@ static int resolvers(void)
 		}
 	}
 	printf("resolver_pointers_differ %d\n", differ);
+	/* An old ABI version asked for with the per-thread flag (examples/clients did
+	 * this: the driver refused it here once): the answer and the query's status. */
+	for (int f = 0; f < 2; f++) {
+		void *p = NULL;
+		CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+		CUresult rc = d.cuGetProcAddress_v2("cuMemcpyHtoD", &p, 3020,
+						    f ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &st);
+		printf("resolver_3020%s %s status %d\n", f ? "_ptds" : "", name_of(rc), (int)st);
+	}
 	return 0;
 }
 
@@ -258,6 +268,14 @@ static int handles(void)
 	CUresult r2 = rc ? rc
 			 : d.cuMemImportFromShareableHandle(&i2, (void *)(intptr_t)fd,
 							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	/* What the driver reports of an import: the rebuild recreates from records. */
+	CUmemAllocationProp ip = {0};
+	CUresult rp = r1 ? r1 : d.cuMemGetAllocationPropertiesFromHandle(&ip, i1);
+	if (rp)
+		printf("import_handle_types %s\n", name_of(rp));
+	else
+		printf("import_handle_types %#x\nimport_location %d:%d\n", (unsigned)ip.requestedHandleTypes,
+		       (int)ip.location.type, ip.location.id);
 	printf("own_import_same_as_created %s\n", r1 ? name_of(r1) : i1 == h ? "yes" : "no");
 	printf("second_import_same_handle %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : i1 == i2 ? "yes" : "no");
 	/* An imported allocation exported again (a holder's rebuild, DESIGN.md
@@ -336,15 +354,18 @@ static int ipc_open(const char *hex)
 			return 1;
 		h.reserved[i] = (char)v;
 	}
-	CUdeviceptr a = 0, b = 0, base = 0;
+	CUdeviceptr z = 0, a = 0, b = 0, base = 0;
 	size_t size = 0;
-	CUresult r1 = d.cuIpcOpenMemHandle_v2(&a, h, 0);
-	printf("ipc_open_flags0 %s\n", name_of(r1));
-	CUresult r2 = d.cuIpcOpenMemHandle_v2(&b, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	CUresult r0 = d.cuIpcOpenMemHandle_v2(&z, h, 0);
+	printf("ipc_open_flags0 %s\n", name_of(r0));
+	if (!r0)
+		d.cuIpcCloseMemHandle(z);
+	CUresult r1 = d.cuIpcOpenMemHandle_v2(&a, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	CUresult r2 = r1 ? r1 : d.cuIpcOpenMemHandle_v2(&b, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 	printf("ipc_open_twice_same %s\n", r1 || r2 ? name_of(r1 ? r1 : r2) : a == b ? "yes" : "no");
 	CUresult r3 = r1 ? r1 : d.cuMemGetAddressRange_v2(&base, &size, a + 100);
 	printf("ipc_opened_range %s\n", r3 ? name_of(r3) : base == a && size == IPC_BYTES ? "as_allocated" : "other");
-	if (!r2)
+	if (!r1 && !r2)
 		d.cuIpcCloseMemHandle(b);
 	if (!r1)
 		d.cuIpcCloseMemHandle(a);
