@@ -82,8 +82,8 @@ static void read_log(const char *dir, struct host_run *h)
 	char line[1024];
 	int out = 0, back = 0;
 	while (f && fgets(line, sizeof(line), f)) {
-		const char *in = strstr(line, " in ");
-		double ms = in ? atof(in + 4) : 0;
+		const char *in = strstr(line, " in "), *pin = strstr(line, "pinning the arena took ");
+		double ms = (in ? atof(in + 4) : 0) + (pin ? atof(pin + 23) : 0); /* the whole step */
 		if (strstr(line, "host-mode arena of")) {
 			h->arena_ms += ms;
 			h->arenas++;

@@ -52,15 +52,9 @@ static CUresult do_checkpoint(void)
 		       emu.multicast_objects);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	/* Legacy IPC outside a job: r580 checkpoints it and refuses the restore
+	 * (restorable). */
 	bool job = emu_job_rules(); /* legacy IPC carried by the driver (job.c) */
-	if (emu.ipc_opened && !job) {
-		/* r580 cannot checkpoint legacy IPC; what it does is undocumented: fail loudly. */
-		LOG_AT(LOG_ERROR,
-		       "native checkpoint of a process holding %zu opened legacy IPC mapping(s) "
-		       "(cuIpcOpenMemHandle) is not supported; failing with CUDA_ERROR_NOT_SUPPORTED",
-		       emu.ipc_opened);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	for (size_t i = 0; i < emu.allocs.cap; i++) {
 		struct emu_alloc *a = emu.allocs.vals[i];
 		if (!emu.allocs.keys[i] || !is_mem(a) || a->fd < 0 || (job && a->ipc_peer))
@@ -163,6 +157,32 @@ static CUresult resolve_pairs(const uint8_t *pairs, unsigned npairs, int *map)
 	return CUDA_SUCCESS;
 }
 
+/* What r580 checkpoints but will not restore (GPU script E3, G7, E7): an
+ * imported allocation (CUDA_ERROR_NOT_SUPPORTED) and memory opened through
+ * legacy IPC (CUDA_ERROR_INVALID_VALUE). The process stays CHECKPOINTED.
+ * Caller holds emu.lock. */
+static CUresult restorable(void)
+{
+	if (emu.ipc_opened && !emu_job_rules()) {
+		LOG_AT(LOG_ERROR,
+		       "native restore of a process holding %zu opened legacy IPC mapping(s): "
+		       "CUDA_ERROR_INVALID_VALUE (r580)",
+		       emu.ipc_opened);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct emu_alloc *a;
+	hmap_for_each(&emu.allocs, a) {
+		if (is_mem(a) && a->imported && !a->ipc_peer) {
+			LOG_AT(LOG_ERROR,
+			       "native restore of a process holding an imported allocation (%zu bytes): "
+			       "CUDA_ERROR_NOT_SUPPORTED (r580)",
+			       a->size);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
 /* Recreate device backing from the saved bytes at the same addresses, on the
  * devices given by map. Caller holds emu.lock. A failure here is final: the
  * process goes to FAILED (as the driver leaves it unrestorable). */
@@ -213,7 +233,6 @@ static CUresult do_restore(const int *map)
 		a->saved = NULL;
 		a->fd = fd;
 		a->prop.location.id = dev;
-		/* An import comes back as a private copy: its sharing is lost. */
 		a->native_restored = true;
 		if (!host) {
 			a->counted = true;
@@ -288,6 +307,12 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, uint64_t job, con
 			return rc;
 		int map[EMU_MAX_DEVICES];
 		pthread_mutex_lock(&emu.lock);
+		rc = restorable();
+		if (rc != CUDA_SUCCESS) { /* refused before anything changed: still CHECKPOINTED */
+			pthread_mutex_unlock(&emu.lock);
+			emu_job_end();
+			return rc;
+		}
 		rc = resolve_pairs(pairs, npairs, map);
 		if (rc == CUDA_SUCCESS) {
 			rc = do_restore(map);

@@ -266,12 +266,14 @@ static struct emu_legacy *ipc_find(int32_t pid, uint64_t ino)
 static CUresult ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned flags)
 {
 	struct ipc_wire w;
-	if (!out || !ipc_unpack(h, &w) || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+	/* cuda.h: Flags "must be specified as CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS"
+	 * (r580 refuses 0 with CUDA_ERROR_INVALID_VALUE). */
+	if (!out || !ipc_unpack(h, &w) || flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!emu_current || !emu_current->active)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (w.pid == getpid())
-		return CUDA_ERROR_INVALID_VALUE; /* the exporter itself (assumed: undocumented) */
+		return CUDA_ERROR_INVALID_CONTEXT; /* the exporter itself: r580's answer */
 	pthread_mutex_lock(&emu.lock);
 	struct emu_legacy *known = ipc_find(w.pid, w.ino);
 	if (known) {

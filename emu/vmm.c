@@ -622,9 +622,11 @@ CUresult emu_import_fd(CUmemGenericAllocationHandle *handle, int fd)
 	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (own < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* r580 reports no handle types for an imported allocation, and refuses
+	 * to export it again (CUDA_ERROR_INVALID_VALUE): GPU script G1, E. */
 	CUmemAllocationProp prop = {
 		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-		.requestedHandleTypes = (CUmemAllocationHandleType)types,
+		.requestedHandleTypes = (CUmemAllocationHandleType)(mc ? types : 0),
 		.location = {.type = where, .id = dev},
 	};
 	CUresult rc = CUDA_SUCCESS;

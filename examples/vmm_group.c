@@ -144,6 +144,8 @@ static uint32_t rd32(CUdeviceptr at)
 static void wr32(CUdeviceptr at, uint32_t v)
 {
 	CUresult rc = cuMemcpyHtoD(at, &v, sizeof(v));
+	if (rc == CUDA_SUCCESS)
+		rc = cuCtxSynchronize(); /* a pageable copy may return before it lands; a peer reads next */
 	check(rc == CUDA_SUCCESS, "cuMemcpyHtoD(%#llx) failed: %s", (unsigned long long)at, cuname(rc));
 }
 
@@ -573,6 +575,7 @@ static int parent_main(int *socks, pid_t *pids)
 		for (size_t i = 0; i < size; i++)
 			buf[i] = pattern(i, k);
 		CU(cuMemcpyHtoD(allocs[k].va, buf, size));
+		CU(cuCtxSynchronize());
 		free(buf);
 		wr32(slot(&allocs[k], 0), 0x5100u);
 		int fd = -1;

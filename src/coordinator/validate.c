@@ -127,8 +127,9 @@ static int check_participant(const struct coord_target *ti, const struct topo_pa
 		if (a->role == PROTO_ROLE_IMPORTER) {
 			const struct creator_ref *c = ref_of(creators, a);
 			c = c ? c : ref_of(holders, a);
+			/* Handle types: an import's are what came through (POSIX FD), a subset. */
 			if (c && (c->alloc->size != a->size || c->alloc->device != a->device ||
-				  c->alloc->handle_types != a->handle_types)) {
+				  (a->handle_types & ~c->alloc->handle_types))) {
 				snprintf(err, errlen,
 					 "participant %d (ns %d): allocation %s: importer and %s disagree "
 					 "(size %" PRIu64 "/%" PRIu64 ", device %d/%d)",

@@ -231,8 +231,8 @@ int tree_hold(struct tree *t, const char *what);
 bool tree_held(const struct tree *t, char *out, size_t len);
 void tree_free(struct tree *t);
 /* CUDA processes without the interposer: refused with --require-interposer
- * (exit 1, reported), else a warning that what they share comes back as
- * private copies. 0 or the exit code. */
+ * (exit 1, reported), else a warning that the driver will not restore a
+ * process that imported what another shares. 0 or the exit code. */
 int check_interposer(const struct tree *t);
 /* Partial interposition: refused (exit 1, reported). */
 int check_interposition(const struct tree *t);

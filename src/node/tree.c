@@ -220,8 +220,9 @@ int check_interposer(const struct tree *t)
 			    (int)t->procs[0].pid);
 	if (t->ncuda > 1)
 		fprintf(stderr,
-			"cusnap: warning: %zu CUDA processes without the interposer: memory they share by file "
-			"descriptor export (cuMemExportToShareableHandle) comes back as a private copy in each; "
+			"cusnap: warning: %zu CUDA processes without the interposer: if they share memory "
+			"(cuMemExportToShareableHandle, cuIpcOpenMemHandle), the driver checkpoints them and then "
+			"refuses to restore the importer (r580: CUDA_ERROR_NOT_SUPPORTED), and the tree is lost; "
 			"run them under `cusnap run`, or refuse such trees with --require-interposer\n",
 			t->ncuda);
 	return 0;

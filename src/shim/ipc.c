@@ -254,8 +254,8 @@ SHIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handl
 			unrestorable_add(UNRESTORABLE_LEGACY_IPC, *pdptr);
 		return rc;
 	}
-	if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-		return CUDA_ERROR_INVALID_VALUE;
+	if (!pdptr || Flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+		return CUDA_ERROR_INVALID_VALUE; /* cuda.h: it must be the lazy flag; r580 refuses 0 */
 	pthread_mutex_lock(&legacy_lock);
 	CUresult rc = open_ours(pdptr, &h);
 	pthread_mutex_unlock(&legacy_lock);

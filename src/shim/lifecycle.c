@@ -152,23 +152,39 @@ static struct shim_alloc **collect(bool creators, bool shared_only, size_t *n, s
 	return list;
 }
 
+/* How an allocation this process carries goes through the checkpoint. A holder
+ * that imported it carries its bytes in host content whatever was asked: the
+ * driver restores no import natively (r580: CUDA_ERROR_NOT_SUPPORTED, GPU
+ * script E3 and G7), and an import cannot be exported again. */
+static enum proto_content content_of(const struct shim_alloc *a, enum proto_content mode)
+{
+	return a->role == SHIM_ROLE_CREATOR ? mode : PROTO_CONTENT_HOST;
+}
+
 /* Every shared allocation this process created or carries: anchored, its bytes copied out
  * together (host), then taken down. On a failure, what was taken down stays so
  * for the abort; an allocation left untouched gives back the reference taken for it
  * and its copy. */
 static CUresult prepare_creators(enum proto_content mode, struct life_result *r)
 {
-	size_t n;
+	size_t n, nhost = 0;
 	struct shim_alloc **list = collect(true, true, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < n; i++) { /* those copied out first, in device order still */
+		if (content_of(list[i], mode) == PROTO_CONTENT_HOST) {
+			struct shim_alloc *t = list[i];
+			memmove(list + nhost + 1, list + nhost, (i - nhost) * sizeof(*list));
+			list[nhost++] = t;
+		}
+	}
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = anchor(list[i], r);
-	if (!rc && mode == PROTO_CONTENT_HOST)
-		rc = hostcopy_save(list, n, r);
+	if (!rc && nhost)
+		rc = hostcopy_save(list, nhost, r);
 	for (size_t i = 0; !rc && i < n; i++) {
-		rc = take_down_creator(list[i], mode, r);
+		rc = take_down_creator(list[i], content_of(list[i], mode), r);
 		r->count += !rc;
 	}
 	for (size_t i = 0; rc && i < n; i++) {

@@ -307,7 +307,7 @@ void shim_error_reply(struct proto_buf *out, const char *fmt, ...) __attribute__
 /* ---- unrestorable.c: what QUIESCE refuses while it is held ---- */
 enum unrestorable {
 	UNRESTORABLE_MULTICAST,  /* a multicast handle from a raw FD (a native checkpoint would hang on it) */
-	UNRESTORABLE_FOREIGN,    /* memory imported from a raw FD (it would come back a private copy) */
+	UNRESTORABLE_FOREIGN,    /* memory imported from a raw FD (the driver would not restore it) */
 	UNRESTORABLE_LEGACY_IPC, /* a legacy IPC handle opened from the driver's handle */
 	UNRESTORABLE_KINDS
 };

@@ -75,11 +75,11 @@ bool unrestorable_refusal(char *why, size_t len)
 			 "capabilities: they cannot be taken down and rebuilt",
 			 n[UNRESTORABLE_MULTICAST]);
 	else if (n[UNRESTORABLE_FOREIGN])
-		/* A native restore would bring these back as private copies. */
+		/* The driver checkpoints these and refuses to restore them (r580). */
 		snprintf(why, len,
 			 "%zu allocation(s) imported from raw file descriptors (cuMemImportFromShareableHandle of an "
-			 "FD the shim did not broker, e.g. from a process without the interposer): they would come "
-			 "back as private copies; release them first",
+			 "FD the shim did not broker, e.g. from a process without the interposer): the driver would "
+			 "not restore them (r580: CUDA_ERROR_NOT_SUPPORTED); release them first",
 			 n[UNRESTORABLE_FOREIGN]);
 	else if (n[UNRESTORABLE_LEGACY_IPC])
 		snprintf(why, len,

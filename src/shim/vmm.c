@@ -569,7 +569,7 @@ static CUresult cuMemImportFromShareableHandle_once(CUmemGenericAllocationHandle
 		return shim_import_cap("cuMemImportFromShareableHandle", &cap, handle, NULL);
 	/* A raw FD (from a process without the interposer, a memory service): the
 	 * driver's import, untracked, and remembered so that QUIESCE refuses while
-	 * it is held (a native restore would bring it back as a private copy). */
+	 * it is held (the driver would not restore it natively). */
 	CUresult rc = real.cuMemImportFromShareableHandle(handle, os_handle, type);
 	if (rc == CUDA_SUCCESS && handle)
 		unrestorable_add(UNRESTORABLE_FOREIGN, *handle);
@@ -633,6 +633,11 @@ static CUresult shim_import_cap_once(const char *call, const struct shim_cap *ca
 			a->shared = true;
 			a->shared_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 			a->size = info.size;
+			/* r580 reports no handle types for an import (it cannot be
+			 * exported again); it came by file descriptor, so its creator
+			 * asked for that, and a holder's rebuild needs it. */
+			if (!mc)
+				prop.requestedHandleTypes |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 			a->prop = prop;
 			a->mc = mc;
 			a->granularity = mc ? mc_granularity(&mc->prop) : granularity_of(&prop);

@@ -340,20 +340,17 @@ static void without_interposer(void)
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, criu, &out), 0, "native steps only");
 	group_dumped(&g);
-	CHECK_EQ(restore(dir, &out), 0);
+	/* Native only: the driver refuses the importer's restore (r580, as cuemu
+	 * models it); the restored tree is killed, never left half-restored. */
+	CHECK_EQ(restore(dir, &out), 2);
+	CHECK_CONTAINS(out, "CUDA_ERROR_NOT_SUPPORTED");
+	CHECK_CONTAINS(out, "restored tree killed");
 	free(out);
 	pid_t root = restored_root(dir);
-	CHECK(root > 0);
-	/* Native only: the device memory is back in every process (the emulated
-	 * driver restores imports as private copies, so the workload's own sharing
-	 * check is not the point here). */
-	pid_t pids[8];
-	int n = root > 0 ? tree_pids(root, pids, 8) : 0;
-	CHECK_EQ(n, 2);
-	for (int i = 0; i < n; i++)
-		CHECK(test_count_maps(pids[i], "memfd:cuemu") > 0);
-	for (int i = n - 1; i >= 0; i--)
-		kill(pids[i], SIGKILL);
+	if (root > 0) {
+		test_wait_child(root, 10000);
+		CHECK(kill(root, 0) != 0);
+	}
 	reap_all();
 }
 
