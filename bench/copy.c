@@ -82,8 +82,10 @@ static void read_log(const char *dir, struct host_run *h)
 	char line[1024];
 	int out = 0, back = 0;
 	while (f && fgets(line, sizeof(line), f)) {
-		const char *in = strstr(line, " in "), *pin = strstr(line, "pinning the arena took ");
-		double ms = (in ? atof(in + 4) : 0) + (pin ? atof(pin + 23) : 0); /* the whole step */
+		const char *in = strstr(line, " in "), *pin = strstr(line, "pinning the arena took "),
+			   *unpin = strstr(line, "unpinning it ");
+		/* the whole step: pinning, copies, unpinning */
+		double ms = (in ? atof(in + 4) : 0) + (pin ? atof(pin + 23) : 0) + (unpin ? atof(unpin + 13) : 0);
 		if (strstr(line, "host-mode arena of")) {
 			h->arena_ms += ms;
 			h->arenas++;

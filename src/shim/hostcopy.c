@@ -346,19 +346,21 @@ static CUresult copy_batch(struct shim_alloc **list, size_t n, bool to_device, s
 		rc = lane_start(list, &lanes[started++], items, to_device, r);
 	for (size_t i = 0; i < started; i++)
 		rc = lane_finish(list, &lanes[i], items, rc, r);
+	double t1 = now_ms();
 	if (pinned)
 		arena_unregister(list[0]);
+	double t_unreg = now_ms() - t1;
 	size_t bytes = 0;
 	for (size_t i = 0; i < n; i++)
 		bytes += list[i]->size;
 	if (!rc) {
 		r->bytes += bytes;
-		double ms = now_ms() - t0;
+		double ms = t1 - t0;
 		LOG_AT(LOG_INFO,
 		       "host-mode copy %s: %zu bytes of %zu allocations on %zu device(s)%s in %.1f ms (%.2f GB/s; "
-		       "pinning the arena took %.1f ms more)",
+		       "pinning the arena took %.1f ms more, unpinning it %.1f ms)",
 		       to_device ? "back" : "out", bytes, n, nlanes, pinned ? ", pinned" : "", ms,
-		       ms > 0 ? (double)bytes / (ms * 1e6) : 0.0, t0 - t_reg);
+		       ms > 0 ? (double)bytes / (ms * 1e6) : 0.0, t0 - t_reg, t_unreg);
 	}
 	free(items);
 	free(lanes);

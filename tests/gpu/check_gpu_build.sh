@@ -43,7 +43,8 @@ fi
 rm -f /tmp/gpu-check.$$
 # The rehearsal: every step on cuemu, to test the script itself.
 rep=$(mktemp -d)
-CUSNAP_GPU_REHEARSAL=1 GPU_DATAPATH_BYTES=$((16 << 20)) OUT=$rep LD_LIBRARY_PATH=$build/emu timeout 200 bash "$run" "$build" >"$rep/stdout" 2>"$rep/stderr"
+CUSNAP_GPU_REHEARSAL=1 GPU_DATAPATH_BYTES=$((16 << 20)) GPU_COPY_BYTES=$((64 << 20)) GPU_RUN_BUDGET_S=270 OUT=$rep \
+	LD_LIBRARY_PATH=$build/emu timeout 300 bash "$run" "$build" >"$rep/stdout" 2>"$rep/stderr"
 for f in report.txt report.json logs.tar.gz; do
 	[ -s "$rep/$f" ] || { echo "FAIL: the rehearsal wrote no $f"; status=1; }
 done
