@@ -28,6 +28,12 @@ void run_dir_path(char *out, size_t len);
 /* The private default state directory of the tree of pid, in the run
  * directory (removed by its sweep once pid is gone). */
 void run_dir_state_path(pid_t pid, char *out, size_t len);
+/* The file in a default state directory naming the PID namespace its PID is
+ * of (this process's: /proc/self/ns/pid's link), so that a command in another
+ * PID namespace sharing the run directory never takes it for a dead tree's. */
+#define RUN_DIR_PIDNS_FILE "pid-namespace"
+/* Write it into the directory open at dfd. 0 or -errno. */
+int run_dir_tag_pidns(int dfd);
 
 /* The locks one command holds on the processes of a tree. */
 struct tree_lock {

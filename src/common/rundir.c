@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/atomicfile.h"
 #include "cusnap/paths.h"
 #include "cusnap/rundir.h"
 
@@ -133,6 +134,41 @@ void run_dir_state_path(pid_t pid, char *out, size_t len)
 	snprintf(out, len, "%s/" STATE_DIR_PREFIX "%d", run, (int)pid);
 }
 
+/* This process's PID namespace as its link reads ("pid:[4026531836]"), or "". */
+static void own_pidns(char *out, size_t len)
+{
+	ssize_t n = readlink("/proc/self/ns/pid", out, len - 1);
+	out[n > 0 ? n : 0] = '\0';
+}
+
+int run_dir_tag_pidns(int dfd)
+{
+	char ns[64], text[80];
+	own_pidns(ns, sizeof(ns));
+	if (!ns[0])
+		return -ENOENT;
+	int n = snprintf(text, sizeof(text), "%s\n", ns);
+	const char *step;
+	return atomic_write_at(dfd, RUN_DIR_PIDNS_FILE, text, (size_t)n, 0600, &step);
+}
+
+/* Was state directory name of dirfd made in this PID namespace? An untagged
+ * one is taken as this namespace's (made before the tag existed). */
+static bool same_pidns(int dirfd, const char *name)
+{
+	char path[NAME_MAX + sizeof("/" RUN_DIR_PIDNS_FILE) + 1], theirs[80], ours[64];
+	snprintf(path, sizeof(path), "%s/" RUN_DIR_PIDNS_FILE, name);
+	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	ssize_t n = read(fd, theirs, sizeof(theirs) - 1);
+	close(fd);
+	theirs[n > 0 ? n : 0] = '\0';
+	theirs[strcspn(theirs, "\n")] = '\0';
+	own_pidns(ours, sizeof(ours));
+	return ours[0] && !strcmp(theirs, ours);
+}
+
 void run_dir_path(char *out, size_t len)
 {
 	const char *env = getenv("CUSNAP_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
@@ -206,11 +242,17 @@ static void remove_flat_dir(int dirfd, const char *name)
 	unlinkat(dirfd, name, AT_REMOVEDIR);
 }
 
+/* Is an flock held on the file open at fd? (defined below) */
+static bool flock_held(int fd);
+
 /* What processes that no longer exist left behind (a holder killed before it
  * could remove its own lock, a suspended tree killed instead of resumed):
  * removed, so that nothing piles up. A live process's lock file is named after
  * its start time, so a dead one's is never locked again; the state of a tree
- * whose root is gone cannot be resumed. */
+ * whose root is gone cannot be resumed. What a command in another PID
+ * namespace made (the run directory shared with a container, a suite's
+ * namespaces) names PIDs this /proc does not show: its state directory is
+ * tagged with its namespace and left alone, and no lock still held is removed. */
 static void sweep_stale(int dirfd, const char *proc)
 {
 	DIR *d = dir_stream(fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
@@ -221,21 +263,24 @@ static void sweep_stale(int dirfd, const char *proc)
 		int pid;
 		unsigned long long start;
 		char now[64], tail;
-		if (sscanf(e->d_name, STATE_DIR_PREFIX "%d%c", &pid, &tail) == 1 && pid > 0 &&
-		    !process_exists(proc, pid)) {
-			remove_flat_dir(dirfd, e->d_name);
+		if (sscanf(e->d_name, STATE_DIR_PREFIX "%d%c", &pid, &tail) == 1 && pid > 0) {
+			if (!process_exists(proc, pid) && same_pidns(dirfd, e->d_name))
+				remove_flat_dir(dirfd, e->d_name);
 			continue;
 		}
 		if (sscanf(e->d_name, "proc-%d-%llu.loc%c", &pid, &start, &tail) != 3 || tail != 'k')
 			continue;
-		if (lock_name(proc, pid, now) < 0 || strcmp(now, e->d_name) != 0)
+		if (lock_name(proc, pid, now) == 0 && strcmp(now, e->d_name) == 0)
+			continue;
+		int fd = openat(dirfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		bool held = fd >= 0 && flock_held(fd);
+		if (fd >= 0)
+			close(fd);
+		if (!held)
 			unlinkat(dirfd, e->d_name, 0);
 	}
 	closedir(d);
 }
-
-/* Is an flock held on the file open at fd? (defined below) */
-static bool flock_held(int fd);
 
 /* The run directories of the other party that may hold a lock of pid: for
  * root, its owner's (/run/user/UID/cusnap, /tmp/cusnap-UID); for a user, root's

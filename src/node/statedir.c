@@ -55,6 +55,7 @@ int state_dir_begin(pid_t pid, const char *dir)
 	int dfd = dir_open_trusted(def, true, why, sizeof(why));
 	if (dfd < 0)
 		return -EACCES;
+	run_dir_tag_pidns(dfd); /* (untagged, it is taken as this namespace's) */
 	int rc = 0;
 	if (!strcmp(def, dir)) {
 		unlinkat(dfd, NOTE, 0);
@@ -82,8 +83,12 @@ void state_dir_end(pid_t pid, const char *dir)
 	unlinkat(dfd, NOTE, 0);
 	if (dir && !strcmp(def, dir))
 		unlinkat(dfd, STATE_FILE, 0); /* the tree runs again: nothing to resume from */
+	/* When nothing but the namespace tag is left, the directory goes: nothing
+	 * piles up (and a directory still holding more keeps its tag). */
+	unlinkat(dfd, RUN_DIR_PIDNS_FILE, 0);
+	if (rmdir(def) < 0)
+		run_dir_tag_pidns(dfd);
 	close(dfd);
-	rmdir(def); /* when empty: nothing piles up */
 }
 
 /* ---- the check ---- */

@@ -194,6 +194,18 @@ static void foreign_dirs(void)
 	snprintf(dead_state, sizeof(dead_state), "%s/cuda-vmm.state", dead_dir);
 	CHECK_EQ(mkdir(dead_dir, 0700), 0);
 	test_write_file(dead_state, "state");
+	/* What a command in another PID namespace made in the same run directory
+	 * (its PIDs mean nothing in this /proc): its tagged state directory and a
+	 * lock it still holds stay. */
+	char other_dir[PATH_MAX + 32], other_tag[PATH_MAX + 64], held[PATH_MAX + 48];
+	snprintf(other_dir, sizeof(other_dir), "%s/suspend-%d", run, dead + 1000000);
+	snprintf(other_tag, sizeof(other_tag), "%s/pid-namespace", other_dir);
+	CHECK_EQ(mkdir(other_dir, 0700), 0);
+	test_write_file(other_tag, "pid:[1]\n");
+	snprintf(held, sizeof(held), "%s/proc-%d-1.lock", run, dead + 1000000);
+	test_write_file(held, "cusnap suspend --pid 7 (pid 7, since 0)\n");
+	int held_fd = open(held, O_RDONLY | O_CLOEXEC);
+	CHECK(held_fd >= 0 && flock(held_fd, LOCK_EX | LOCK_NB) == 0);
 	test_write_file(victim, "keep");
 	CHECK_EQ(symlink(victim, note), 0);
 	snprintf(env_run, sizeof(env_run), "CUSNAP_RUN_DIR=%s", run);
@@ -204,6 +216,9 @@ static void foreign_dirs(void)
 	free(text);
 	CHECK(access(stale, F_OK) != 0);
 	CHECK(access(dead_dir, F_OK) != 0);
+	CHECK(access(other_tag, F_OK) == 0);
+	CHECK(access(held, F_OK) == 0);
+	close(held_fd);
 	/* resume --pid alone finds the state through the note, then the note goes. */
 	CHECK_SAYS(out, tool(&out, run_env, cusnap, "resume", "--pid", pid, "--control-dir", g.ctl, NULL), 0,
 		   "topology identical");
