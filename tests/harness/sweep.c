@@ -67,13 +67,20 @@ pid_t sweep_restored_root(struct group *g)
 	return pid;
 }
 
-bool sweep_group_whole(struct group *g, int procs, const char *what)
+/* Every one of procs processes active and running (else a failure, said). */
+static bool all_running(struct group *g, int procs, const char *what)
 {
 	char *json = group_inspect(g);
 	bool ok = count_of(json, "\"phase\":\"active\"") == procs && count_of(json, "\"state\":\"running\"") == procs;
 	if (!ok)
 		test_fail(__FILE__, __LINE__, "%s: not every process is active and running:\n%s", what, json);
 	free(json);
+	return ok;
+}
+
+bool sweep_group_whole(struct group *g, int procs, const char *what)
+{
+	bool ok = all_running(g, procs, what);
 	if (ok && group_finish(g) != procs) {
 		test_fail(__FILE__, __LINE__, "%s: the workload did not pass afterwards", what);
 		ok = false;
@@ -88,11 +95,7 @@ bool sweep_group_whole(struct group *g, int procs, const char *what)
  * a creator would; the workload cannot pass its own check here. */
 static bool let_go_undone(struct group *g, int procs, const char *what)
 {
-	char *json = group_inspect(g);
-	bool ok = count_of(json, "\"phase\":\"active\"") == procs && count_of(json, "\"state\":\"running\"") == procs;
-	if (!ok)
-		test_fail(__FILE__, __LINE__, "%s: not every process is active and running:\n%s", what, json);
-	free(json);
+	bool ok = all_running(g, procs, what);
 	if (ok && group_finish(g) >= 0) {
 		test_fail(__FILE__, __LINE__, "%s: the cached exports resolved with no rebuild", what);
 		ok = false;
