@@ -152,11 +152,11 @@ int run_dir_tag_pidns(int dfd)
 	return atomic_write_at(dfd, RUN_DIR_PIDNS_FILE, text, (size_t)n, 0600, &step);
 }
 
-/* Was state directory name of dirfd made in this PID namespace? An untagged
- * one is taken as this namespace's (made before the tag existed). */
-static bool same_pidns(int dirfd, const char *name)
+/* Was state directory name of dirfd made in PID namespace ours (own_pidns)?
+ * An untagged one is taken as ours (made before the tag existed). */
+static bool same_pidns(int dirfd, const char *name, const char *ours)
 {
-	char path[NAME_MAX + sizeof("/" RUN_DIR_PIDNS_FILE) + 1], theirs[80], ours[64];
+	char path[NAME_MAX + sizeof("/" RUN_DIR_PIDNS_FILE) + 1], theirs[80];
 	snprintf(path, sizeof(path), "%s/" RUN_DIR_PIDNS_FILE, name);
 	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
@@ -165,7 +165,6 @@ static bool same_pidns(int dirfd, const char *name)
 	close(fd);
 	theirs[n > 0 ? n : 0] = '\0';
 	theirs[strcspn(theirs, "\n")] = '\0';
-	own_pidns(ours, sizeof(ours));
 	return ours[0] && !strcmp(theirs, ours);
 }
 
@@ -258,13 +257,15 @@ static void sweep_stale(int dirfd, const char *proc)
 	DIR *d = dir_stream(fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
 	if (!d)
 		return;
+	char ours[64];
+	own_pidns(ours, sizeof(ours));
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		int pid;
 		unsigned long long start;
 		char now[64], tail;
 		if (sscanf(e->d_name, STATE_DIR_PREFIX "%d%c", &pid, &tail) == 1 && pid > 0) {
-			if (!process_exists(proc, pid) && same_pidns(dirfd, e->d_name))
+			if (!process_exists(proc, pid) && same_pidns(dirfd, e->d_name, ours))
 				remove_flat_dir(dirfd, e->d_name);
 			continue;
 		}
