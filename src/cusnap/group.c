@@ -165,6 +165,21 @@ static void *keep_alive(void *arg)
 
 /* ---- the decision ---- */
 
+/* A decision record's value: 1 "go"; 0 an abort, -1 no record that reads,
+ * each with its reason ("WHY (decided by member M)") into why when given. The
+ * member that wrote it into by when given. */
+static int decision_of(const char *value, char *why, size_t len, char *by, size_t bylen)
+{
+	json_t *d = json_loads(value, 0, NULL);
+	int go = !d ? -1 : json_is_true(json_object_get(d, "go")) ? 1 : 0;
+	if (why && go != 1)
+		snprintf(why, len, "%s (decided by member %s)", field(d, "why"), field(d, "by"));
+	if (by)
+		snprintf(by, bylen, "%s", field(d, "by"));
+	json_decref(d);
+	return go;
+}
+
 /* Decide go or abort (why) unless someone decided first; then follow what is
  * decided: 0 go, -1 abort (why), -2 etcd not reached. */
 static int decide(struct group *g, bool go, const char *reason, char *why, size_t len)
@@ -193,10 +208,10 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 			 g->a->group, bound, text);
 		return -2;
 	}
-	json_t *d = json_loads(kv.value, 0, NULL);
-	bool yes = json_is_true(json_object_get(d, "go"));
+	char by[128];
+	bool yes = decision_of(kv.value, text, sizeof(text), by, sizeof(by)) == 1;
 	if (!yes)
-		snprintf(why, len, "group %s: %s (decided by member %s)", g->a->group, field(d, "why"), field(d, "by"));
+		snprintf(why, len, "group %s: %s", g->a->group, text);
 	int ready = yes ? all_ready(g) : 1;
 	for (double t0 = now_ms(); ready < 0 && now_ms() - t0 < bound; usleep(4 * POLL_US))
 		ready = all_ready(g); /* (etcd lost for a moment: tried again within the bound) */
@@ -211,8 +226,7 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 		snprintf(why, len,
 			 "group %s: the decision says go (by member %s), but this member does not see every "
 			 "member ready: not followed",
-			 g->a->group, field(d, "by"));
-	json_decref(d);
+			 g->a->group, by);
 	free(kv.key);
 	free(kv.value);
 	return yes ? 0 : -1;
@@ -300,9 +314,7 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 		char key[600];
 		op_key(g, "decision", key, sizeof(key));
 		if (etcd_get(&g->e, key, &kv, err, sizeof(err)) == 1) {
-			json_t *d = json_loads(kv.value, 0, NULL);
-			bool go = json_is_true(json_object_get(d, "go"));
-			json_decref(d);
+			bool go = decision_of(kv.value, NULL, 0, NULL, 0) == 1;
 			free(kv.key), free(kv.value);
 			if (!go || all_ready(g) != 0)
 				break; /* decided: followed (or not) below */
@@ -434,10 +446,8 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 	if (decided == 1) {
 		/* Decided "undo" before this member came (one failed early): the
 		 * group's operation failed, and this member says why. */
-		json_t *d = json_loads(kv.value, 0, NULL);
-		if (d && !json_is_true(json_object_get(d, "go")))
-			snprintf(undone, sizeof(undone), "%s (decided by member %s)", field(d, "why"), field(d, "by"));
-		json_decref(d);
+		if (decision_of(kv.value, undone, sizeof(undone), NULL, 0) != 0)
+			undone[0] = '\0';
 		free(kv.key), free(kv.value);
 	}
 	if (has_boundary(g->op) && undone[0])
