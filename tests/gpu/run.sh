@@ -570,13 +570,16 @@ fi
 # host to device); beside them copy_bench's cuMemcpy rates into pinned,
 # pageable and freshly registered memory (the first copy apart: a suspend's). Figures, not a
 # verdict: FAIL only when the group does not come back whole.
+# phase_field LOG NAME FIELD: FIELD of phase NAME in the --json line in LOG.
+phase_field() {
+	grep -o "{\"phase\":\"$2\",[^}]*}" "$logs/$1.log" | head -1 | grep -o "\"$3\":[0-9.e+-]*" | cut -d: -f2
+}
 # leg LOG NAME [BYTES]: "NAME S s G GiB/s" from the --json line in LOG (BYTES
 # when the phase gives none).
 leg() {
-	local j s b
-	j=$(grep -o "{\"phase\":\"$2\",[^}]*}" "$logs/$1.log" | head -1)
-	s=$(grep -o '"seconds":[0-9.e+-]*' <<<"$j" | cut -d: -f2)
-	b=$(grep -o '"bytes":[0-9]*' <<<"$j" | cut -d: -f2)
+	local s b
+	s=$(phase_field "$1" "$2" seconds)
+	b=$(phase_field "$1" "$2" bytes)
 	awk -v n="$2" -v s="${s:-0}" -v b="${b:-${3:-0}}" 'BEGIN {
 		printf "%s %.2f s", n, s; if (s > 0 && b > 0) printf " %.2f GiB/s", b / 1073741824 / s }'
 }
@@ -591,7 +594,7 @@ if start d "$cusnap" run -- "$group" --workers 1 --allocs 4 --size $((dp_bytes /
 			after=$(gpu_used)
 			# What the native checkpoint released: the drop less what PREPARE
 			# released first (host content).
-			prep=$(grep -o '{"phase":"PREPARE",[^}]*}' "$logs/d-$content-suspend.log" | grep -o '"bytes":[0-9]*' | cut -d: -f2)
+			prep=$(phase_field "d-$content-suspend" PREPARE bytes)
 			freed=$((((${before:-0} - ${after:-0}) << 20) - ${prep:-0}))
 			[ "$freed" -gt 0 ] || freed=
 			legs+="$content: $(leg "d-$content-suspend" PREPARE), $(leg "d-$content-suspend" "native checkpoint" "$freed")"
