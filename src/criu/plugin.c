@@ -73,7 +73,6 @@ static struct {
 	char control[4096];              /* the workload's control directory */
 	struct settings s;               /* what the node library is given (settings_for) */
 	pid_t root;
-	enum proto_content content;
 	int *restore_tid;                         /* each CUDA process's restore thread, asked while it runs */
 	struct devmap map;                        /* restore: the GPUs the checkpoint's are restored onto */
 	uint64_t device_bytes[PROTO_MAX_DEVICES]; /* dump: the tree's VMM memory per GPU (prepare's count) */
@@ -91,8 +90,8 @@ static struct {
 static void plugin_metrics(const char *op, int code)
 {
 	char why[PATH_MAX + 200];
-	if (P.conf.metrics_dir[0] &&
-	    metrics_write(P.conf.metrics_dir, op, code, (now_ms() - P.t0) / 1000.0, P.dir, why, sizeof(why)) < 0)
+	if (P.conf.s.metrics_dir[0] &&
+	    metrics_write(P.conf.s.metrics_dir, op, code, (now_ms() - P.t0) / 1000.0, P.dir, why, sizeof(why)) < 0)
 		fprintf(stderr, "cusnap-plugin: warning: metrics not written: %s\n", why);
 }
 
@@ -135,16 +134,13 @@ static void stay_loaded(void)
  * then the workload's own SNAPSHOT_CONTROL_DIR, then the defaults. */
 static void settings_for(pid_t root)
 {
-	P.s = settings_default();
-	if (P.conf.timeout_ms)
-		P.s.timeout_ms = P.conf.timeout_ms;
-	if (P.conf.control_dir[0])
-		snprintf(P.control, sizeof(P.control), "%s", P.conf.control_dir);
+	P.s = P.conf.s;
+	if (P.s.control_dir[0])
+		snprintf(P.control, sizeof(P.control), "%s", P.s.control_dir);
 	else if (!P.control[0] &&
 		 !(proc_environ_get(root, "SNAPSHOT_CONTROL_DIR", P.control, sizeof(P.control)) && P.control[0] == '/'))
 		snprintf(P.control, sizeof(P.control), "%s", CONTROL_DIR_DEFAULT);
-	P.s.control_dir = P.control;
-	P.content = P.conf.content ? P.conf.content : PROTO_CONTENT_HOST;
+	snprintf(P.s.control_dir, sizeof(P.s.control_dir), "%s", P.control);
 }
 
 /* Does pid map a library whose name holds name? */
@@ -274,7 +270,7 @@ static int pause_devices(int pid)
 	P.root = pid;
 	P.rec = (struct record){.root = pid, .dir = P.dir};
 	struct coord_report r;
-	if (tree_prepare(&P.t, &P.rec, P.content, &r))
+	if (tree_prepare(&P.t, &P.rec, P.s.content, &r))
 		return -1; /* (undone and said) */
 	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	char err[1600] = "";
@@ -295,7 +291,7 @@ static int write_image(void)
 	 * restore on this host clears them (DESIGN.md §9.4). */
 	struct inet_sock *tw = NULL;
 	ssize_t ntw = P.nsocks ? inet_time_wait_of(P.socks, P.nsocks, &tw) : 0;
-	struct plugin_image im = {.content = P.content,
+	struct plugin_image im = {.content = P.s.content,
 				  .vmm = P.t.nshim > 0,
 				  .cuda_processes = P.t.ncuda,
 				  .gpus = devmap_gpus_json(&P.t.nat),
@@ -484,7 +480,7 @@ static int restore_gate(const struct plugin_image *im)
 {
 	char mine[64], why[1024];
 	criu_self_version(mine, sizeof(mine));
-	json_t *reasons = compat_check(im->needs, &P.map, im->criu_version, mine, why, sizeof(why));
+	json_t *reasons = compat_check(P.conf.s.libcuda, im->needs, &P.map, im->criu_version, mine, why, sizeof(why));
 	if (!reasons) {
 		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
 		return -1;
@@ -507,9 +503,9 @@ static int restore_gate(const struct plugin_image *im)
 static int restore_map(const json_t *gpus)
 {
 	char why[1200];
-	if (devmap_for(P.conf.device_map, gpus, &P.map, why, sizeof(why)) == 0)
+	if (devmap_for(&P.conf.s, gpus, &P.map, why, sizeof(why)) == 0)
 		return 0;
-	fprintf(stderr, "cusnap-plugin: device_map = %s (%s): %s: restore refused, nothing made\n", P.conf.device_map,
+	fprintf(stderr, "cusnap-plugin: device_map = %s (%s): %s: restore refused, nothing made\n", P.conf.s.device_map,
 		P.conf.path[0] ? P.conf.path : "CUSNAP_DEVICE_MAP", why);
 	return -1;
 }
@@ -720,9 +716,7 @@ static int plugin_init(int stage)
 		snprintf(P.conf_error, sizeof(P.conf_error), "the plugin's configuration is refused: %s", why);
 	else if (fault_check(why, sizeof(why)) < 0)
 		snprintf(P.conf_error, sizeof(P.conf_error), "%s", why);
-	if (P.conf.libcuda[0])
-		setenv("CUSNAP_LIBCUDA", P.conf.libcuda, 1); /* (native_load reads it) */
-	peer_attach(CR_PLUGIN_DESC.hooks);                   /* (loaded before this plugin: its hooks come first) */
+	peer_attach(CR_PLUGIN_DESC.hooks); /* (loaded before this plugin: its hooks come first) */
 	int rc = stage == CRIU_STAGE_RESTORE ? restore_begin() : 0;
 	if (rc < 0 && P.restoring) {
 		/* Refused before anything was made; CRIU calls no exit hook after a failed init. */

@@ -16,6 +16,7 @@
 
 #include "criu_abi.h"
 #include "cusnap/proto.h"
+#include "../node/node.h"
 
 /* ---- plugin_conf.c ---- */
 
@@ -25,22 +26,16 @@
 #define PLUGIN_CONF_BESIDE "cusnap.conf"
 
 struct plugin_conf {
-	char path[PATH_MAX];        /* the file read; "" when there was none */
-	enum proto_content content; /* 0: not set */
-	int timeout_ms;             /* 0: not set */
-	char control_dir[4096];     /* "": not set */
-	char libcuda[PATH_MAX];     /* "": not set */
-	char device_map[2048];      /* "": GPUs as they were (checked at restore: devmap.c) */
-	char metrics_dir[PATH_MAX]; /* "": no metrics (metrics.c) */
+	char path[PATH_MAX]; /* the file read; "" when there was none */
+	struct settings s;   /* settings.def's rows: the defaults, the file, the environment */
 };
 
 /* The first of $CUSNAP_PLUGIN_CONFIG, own_dir/cusnap.conf, PLUGIN_CONF_SYSTEM
- * that exists, read into c, then the environment over it (CUSNAP_CONTENT,
- * CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA, CUSNAP_DEVICE_MAP,
- * CUSNAP_METRICS_DIR). 0, or -1 with why
- * (an untrusted or malformed file: nothing of it is used). */
+ * that exists, read into c over the defaults, then the environment over it
+ * (settings.def's variables). 0, or -1 with why (an untrusted or malformed
+ * file: nothing of it is used). */
 int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size_t len);
-/* The same, from one file's text (name: for messages). */
+/* One file's text over c->s (name: for messages). */
 int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text, char *why, size_t len);
 
 /* ---- plugin_image.c ---- */

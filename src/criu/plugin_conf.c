@@ -4,20 +4,18 @@
  * reads a file: $CUSNAP_PLUGIN_CONFIG where the environment reaches, else
  * cusnap.conf beside the plugin (the libdir that CRIU's own configuration
  * names), else /etc/cusnap/criu-plugin.conf. Lines of "key = value", '#' starts
- * a comment:
+ * a comment; the keys are the rows of src/node/settings.def (cusnap --help
+ * lists them), for example:
  *
  *   content = host | native     how shared memory is saved
  *   timeout_ms = 30000          per participant and step
- *   control_dir = /snapshot-control   in the workload's root
  *   libcuda = /usr/lib/x86_64-linux-gnu/libcuda.so.1
  *   device_map = auto | 0=1,1=0 | GPU-...=GPU-...   at restore (devmap.c);
  *                also spelt cuda.device-map, as CRIU's plugin option will be
- *   metrics_dir = /var/lib/prometheus/node-exporter   cusnap.prom after each
- *                dump and restore, for node_exporter's textfile collector
  *
- * CUSNAP_CONTENT, CUSNAP_TIMEOUT_MS, CUSNAP_CONTROL_DIR, CUSNAP_LIBCUDA,
- * CUSNAP_DEVICE_MAP and CUSNAP_METRICS_DIR override it where they reach. CRIU runs as root and the file steers it, so it
- * is hostile input: a regular file owned by root (or by CRIU's user), writable
+ * The rows' environment variables (CUSNAP_CONTENT, ...) override it where
+ * they reach. CRIU runs as root and the file steers it, so it is hostile
+ * input: a regular file owned by root (or by CRIU's user), writable
  * by no one else, on a path only they can change, opened without following a
  * symlink, 64 KiB at most; a line that is not understood refuses the whole. */
 #include <errno.h>
@@ -44,42 +42,11 @@ static char *trim(char *s)
 	return s;
 }
 
-/* One "key = value" into c: 0, or -1 with why. */
-static int conf_set(struct plugin_conf *c, const char *key, const char *value, char *why, size_t len)
+/* A key as the file spells it: its row of settings.def (cuda.device-map is
+ * device_map, as CRIU's plugin option will be spelt), or NULL. */
+static const struct setting *conf_row(const char *key)
 {
-	if (!strcmp(key, "content")) {
-		c->content = (int)proto_content_parse(value);
-		if (!c->content)
-			return snprintf(why, len, "content = %s: use host or native", value), -1;
-	} else if (!strcmp(key, "timeout_ms")) {
-		char *end;
-		long v = strtol(value, &end, 10);
-		if (*value == '\0' || *end || v <= 0 || v > 24L * 3600 * 1000)
-			return snprintf(why, len, "timeout_ms = %s: use milliseconds, 1 to 86400000", value), -1;
-		c->timeout_ms = (int)v;
-	} else if (!strcmp(key, "control_dir") || !strcmp(key, "libcuda") || !strcmp(key, "metrics_dir")) {
-		char *to = key[0] == 'c' ? c->control_dir : key[0] == 'l' ? c->libcuda : c->metrics_dir;
-		size_t cap = key[0] == 'c'   ? sizeof(c->control_dir)
-			     : key[0] == 'l' ? sizeof(c->libcuda)
-					     : sizeof(c->metrics_dir);
-		if (value[0] != '/' || strlen(value) >= cap)
-			return snprintf(why, len, "%s = %s: use an absolute path", key, value), -1;
-		snprintf(to, cap, "%s", value);
-	} else if (!strcmp(key, "device_map") || !strcmp(key, "cuda.device-map")) {
-		bool pairs = strspn(value, "GPUgpu0123456789abcdefABCDEF-=,") == strlen(value) && strchr(value, '=');
-		if (strlen(value) >= sizeof(c->device_map) || (strcmp(value, "auto") && !pairs))
-			return snprintf(why, len, "%s = %s: use auto, or OLD=NEW pairs of GPU ordinals or UUIDs", key,
-					value),
-			       -1;
-		snprintf(c->device_map, sizeof(c->device_map), "%s", value);
-	} else {
-		return snprintf(why, len,
-				"unknown setting \"%s\" (known: content, timeout_ms, control_dir, libcuda, device_map, "
-				"metrics_dir)",
-				key),
-		       -1;
-	}
-	return 0;
+	return setting_by_key(!strcmp(key, "cuda.device-map") ? "device_map" : key);
 }
 
 int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text, char *why, size_t len)
@@ -89,9 +56,11 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 		return snprintf(why, len, "%s: out of memory", name), -1;
 	int lineno = 0, rc = 0;
 	/* Each setting once: a repeated one is refused (which would win is a guess). */
-	static const char *const keys[] = {"content", "timeout_ms", "control_dir",
-					   "libcuda", "device_map", "metrics_dir"};
-	int seen[sizeof(keys) / sizeof(keys[0])] = {0};
+	struct {
+		const struct setting *row;
+		int line;
+	} seen[64];
+	size_t nseen = 0;
 	for (char *line = copy, *next; line && rc == 0; line = next) {
 		lineno++;
 		next = strchr(line, '\n');
@@ -110,20 +79,26 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 			break;
 		}
 		*eq = '\0';
-		const char *key = trim(s);
-		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]) && rc == 0; k++) {
-			bool same = !strcmp(key, keys[k]) || (k == 4 && !strcmp(key, "cuda.device-map"));
-			if (same && seen[k]) {
-				snprintf(why, len, "%s: line %d: %s is set again (first on line %d)", name, lineno, key,
-					 seen[k]);
-				rc = -1;
-			} else if (same) {
-				seen[k] = lineno;
-			}
-		}
-		if (rc == 0 && conf_set(c, key, trim(eq + 1), err, sizeof(err)) < 0) {
-			snprintf(why, len, "%s: line %d: %s", name, lineno, err);
+		const char *key = trim(s), *value = trim(eq + 1);
+		const struct setting *row = conf_row(key);
+		int first = 0;
+		for (size_t k = 0; k < nseen; k++)
+			if (seen[k].row == row)
+				first = seen[k].line;
+		if (!row) {
+			snprintf(why, len,
+				 "%s: line %d: unknown setting \"%s\" (cusnap --help lists the plugin's keys)", name,
+				 lineno, key);
 			rc = -1;
+		} else if (first) {
+			snprintf(why, len, "%s: line %d: %s is set again (first on line %d)", name, lineno, key, first);
+			rc = -1;
+		} else if (setting_set(&c->s, row, value, err, sizeof(err)) < 0) {
+			snprintf(why, len, "%s: line %d: %s = %s: %s", name, lineno, key, value, err);
+			rc = -1;
+		} else if (nseen < sizeof(seen) / sizeof(seen[0])) {
+			seen[nseen].row = row;
+			seen[nseen++].line = lineno;
 		}
 	}
 	free(copy);
@@ -169,27 +144,9 @@ static int conf_read(const char *path, char **text, char *why, size_t len)
 	return rc;
 }
 
-/* The environment over the file, where it reaches. */
-static int conf_environment(struct plugin_conf *c, char *why, size_t len)
-{
-	static const char *const vars[][2] = {{"CUSNAP_CONTENT", "content"},
-					      {"CUSNAP_TIMEOUT_MS", "timeout_ms"},
-					      {"CUSNAP_CONTROL_DIR", "control_dir"},
-					      {"CUSNAP_LIBCUDA", "libcuda"},
-					      {"CUSNAP_DEVICE_MAP", "device_map"},
-					      {"CUSNAP_METRICS_DIR", "metrics_dir"}};
-	char err[512];
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i][0]);
-		if (v && *v && conf_set(c, vars[i][1], v, err, sizeof(err)) < 0)
-			return snprintf(why, len, "%s: %s", vars[i][0], err), -1;
-	}
-	return 0;
-}
-
 int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size_t len)
 {
-	*c = (struct plugin_conf){0};
+	*c = (struct plugin_conf){.s = settings_default()};
 	char beside[PATH_MAX + 32];
 	snprintf(beside, sizeof(beside), "%s/" PLUGIN_CONF_BESIDE, own_dir ? own_dir : "");
 	const char *named = getenv("CUSNAP_PLUGIN_CONFIG");
@@ -210,10 +167,11 @@ int plugin_conf_load(struct plugin_conf *c, const char *own_dir, char *why, size
 		int rc = plugin_conf_parse(c, paths[i], text, why, len);
 		free(text);
 		if (rc < 0) {
-			*c = (struct plugin_conf){0};
+			*c = (struct plugin_conf){.s = settings_default()};
 			return -1;
 		}
 		break;
 	}
-	return conf_environment(c, why, len);
+	/* The environment over the file, where it reaches. */
+	return settings_environment(&c->s, environ, why, len);
 }

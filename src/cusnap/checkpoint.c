@@ -238,7 +238,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	const char *dir = a->dir;
 	bool leave_running = a->leave_running, published = false;
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
-	if (criu_find(a->criu, criu, sizeof(criu), err, sizeof(err)) < 0)
+	if (criu_find(a->s, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	if (work_begin(dir, work, sizeof(work), images, sizeof(images)) < 0)
 		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(errno));
@@ -270,7 +270,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = work};
 	struct coord_report cr;
-	if ((rc = tree_suspend(&t, &rec, a->content, &cr)))
+	if ((rc = tree_suspend(&t, &rec, a->s->content, &cr)))
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
@@ -293,14 +293,14 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	char manifest[PATH_MAX + 48];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
-	if (manifest_write(work, &t, pid, a->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
+	if (manifest_write(work, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
 	t0 = now_ms();
 	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
 	 * dump end and then finishes. */
-	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s->timeout_ms);
+	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s);
 	struct ticker *k = ticker_start("(criu dump)", tree_resident(&t), images_written, images);
 	int crc = criu_run(criu, argv, log, &dump_bounds);
 	ticker_stop(k);
@@ -338,7 +338,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(work, &t, pid, a->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
+	if (manifest_write(work, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
 			"dump stands, and a restore cannot verify the images\n",
@@ -428,10 +428,11 @@ static int clear_control_dir(const struct manifest *m)
 /* --device-map against the checkpoint's GPUs and this machine's (the driver
  * loaded for the question alone), before CRIU creates anything: 0, or the exit
  * code (reported). */
-static int device_map_for(const struct manifest *m, const char *spec, struct devmap *map)
+static int device_map_for(const struct settings *s, const struct manifest *m, struct devmap *map)
 {
 	char why[1024];
-	int rc = devmap_for(spec, json_object_get(m->root, "gpus"), map, why, sizeof(why));
+	const char *spec = s->device_map;
+	int rc = devmap_for(s, json_object_get(m->root, "gpus"), map, why, sizeof(why));
 	if (rc == -ENODEV)
 		return fail(EX_UNAVAILABLE, "--device-map: %s", why);
 	if (rc < 0)
@@ -492,11 +493,11 @@ static int restore_ready(const struct args *a, struct manifest *m, struct devmap
 	char err[PATH_MAX + 1200], images[PATH_MAX + 16];
 	if (manifest_load(dir, m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
-	int rc = device_map_for(m, a->device_map, map);
-	if (!rc && criu_find(a->criu, criu, PATH_MAX, err, sizeof(err)) < 0)
+	int rc = device_map_for(a->s, m, map);
+	if (!rc && criu_find(a->s, criu, PATH_MAX, err, sizeof(err)) < 0)
 		rc = fail(EX_UNAVAILABLE, "%s", err);
 	if (!rc)
-		rc = restore_gate(m, map, criu);
+		rc = restore_gate(a->s, m, map, criu);
 	if (!rc) {
 		snprintf(images, sizeof(images), "%s/images", dir);
 		rc = images_whole(m, images);
@@ -547,7 +548,7 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
-	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s->timeout_ms);
+	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s);
 	r->image_bytes = dir_bytes(images);
 	struct ticker *k = ticker_start("(criu restore)", r->image_bytes, NULL, NULL);
 	int crc = criu_run(criu, argv, log, &restore_bounds);
@@ -624,7 +625,7 @@ static int restore_from(const struct args *a, struct checkpoint_result *r)
 	r->restored_root = root;
 	/* The restored processes see the control directory the checkpoint recorded. */
 	struct settings s = *a->s;
-	s.control_dir = m.control_dir;
+	snprintf(s.control_dir, sizeof(s.control_dir), "%s", m.control_dir);
 	struct tree t;
 	if ((rc = tree_load(root, &s, &t))) {
 		proc_tree_kill(root, true);

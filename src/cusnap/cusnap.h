@@ -23,14 +23,11 @@ struct checkpoint_result {
 };
 /* A command's own arguments, parsed; what a command does not take stays zero. */
 struct args {
-	const struct settings *s;       /* --timeout, --control-dir, --job-file, --require-interposer */
+	const struct settings *s;       /* settings.def's rows: --timeout, --content, --criu, ... */
 	bool json;                      /* --json: the summary, or the error, as JSON on stdout */
 	bool control_dir_given;         /* --control-dir (run: passed on to the program) */
 	pid_t pid;                      /* --pid */
 	const char *dir;                /* --dir */
-	enum proto_content content;     /* --content */
-	const char *criu;               /* --criu */
-	const char *device_map;         /* --device-map */
 	bool leave_running, wait_ready; /* --leave-running, --wait-ready */
 	bool discard_state;             /* --discard-state */
 	bool launch_job;                /* run: --launch-job */
@@ -41,7 +38,6 @@ struct args {
 	bool in_place;                  /* demo: --in-place */
 	const char *keep;               /* demo: --keep */
 	bool quiet;                     /* --quiet: no progress lines */
-	const char *metrics_dir;        /* --metrics-dir: node_exporter's textfile directory */
 	int argc;                       /* run: PROGRAM [ARG...] */
 	char **argv;                    /* */
 	const char *group;              /* --group: one worker over several nodes (group.c) */
@@ -63,13 +59,14 @@ struct manifest;
 /* The reasons it cannot restore m with map (NULL: none) and CRIU criu (NULL:
  * not checked): an array of texts, empty when it can; NULL when the driver
  * cannot be asked (why says). */
-json_t *restore_verdict(const struct manifest *m, const struct devmap *map, const char *criu, char *why, size_t len);
+json_t *restore_verdict(const struct settings *s, const struct manifest *m, const struct devmap *map, const char *criu,
+			char *why, size_t len);
 /* The same as restore's gate: 0, or exit 69 (reported) naming every reason. */
-int restore_gate(const struct manifest *m, const struct devmap *map, const char *criu);
+int restore_gate(const struct settings *s, const struct manifest *m, const struct devmap *map, const char *criu);
 /* inspect --dir: DIR's verdict here (the default CRIU, no --device-map),
  * printed "restorable here: ..." unless json; the reasons (the caller frees),
  * or NULL when DIR has no readable manifest. */
-json_t *restore_verdict_print(const char *dir, bool json);
+json_t *restore_verdict_print(const struct settings *s, const char *dir, bool json);
 
 int cmd_checkpoint(const struct args *a);
 int cmd_restore(const struct args *a);

@@ -97,8 +97,8 @@ static int demo_reexec(const struct demo *d)
 		argv[k++] = "--in-place";
 	if (d->a->keep)
 		argv[k++] = "--keep", argv[k++] = d->a->keep;
-	if (d->a->criu)
-		argv[k++] = "--criu", argv[k++] = d->a->criu;
+	if (d->a->s->criu[0])
+		argv[k++] = "--criu", argv[k++] = d->a->s->criu;
 	argv[k] = NULL;
 	execv(self, (char *const *)argv);
 	return fail(EX_UNAVAILABLE, "cannot re-run %s: %s", self, strerror(errno));
@@ -126,7 +126,9 @@ static int demo_start(struct demo *d)
 	path_mkdirs(d->ctl);
 	setenv("SNAPSHOT_CONTROL_DIR", d->ctl, 1);
 	d->s = *d->a->s;
-	d->s.control_dir = d->ctl;
+	if ((size_t)snprintf(d->s.control_dir, sizeof(d->s.control_dir), "%s", d->ctl) >= sizeof(d->s.control_dir))
+		return fail(EX_USAGE, "%s: the path is too long", d->ctl);
+	d->s.content = PROTO_CONTENT_HOST;
 	/* Restored trees are reparented to us: we wait for them to verify. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n",
@@ -170,8 +172,7 @@ static int demo_cycle(struct demo *d)
 	double t0 = now_ms();
 	int rc;
 	if (d->a->in_place) {
-		rc = cmd_suspend(
-			&(struct args){.s = &d->s, .pid = d->root, .dir = d->ckpt, .content = PROTO_CONTENT_HOST});
+		rc = cmd_suspend(&(struct args){.s = &d->s, .pid = d->root, .dir = d->ckpt});
 		d->ms_suspend = now_ms() - t0;
 		if (rc != EX_OK)
 			return rc;
@@ -183,12 +184,7 @@ static int demo_cycle(struct demo *d)
 			rc = fail(EX_TERMINATED, "cannot write %s", why);
 		return rc;
 	}
-	rc = cmd_checkpoint(&(struct args){.s = &d->s,
-					   .pid = d->root,
-					   .dir = d->ckpt,
-					   .content = PROTO_CONTENT_HOST,
-					   .criu = d->a->criu,
-					   .result = &d->c});
+	rc = cmd_checkpoint(&(struct args){.s = &d->s, .pid = d->root, .dir = d->ckpt, .result = &d->c});
 	if (rc != EX_OK)
 		return rc;
 	/* CRIU stopped the tree after the dump; reap all of it (the workers were
@@ -198,7 +194,7 @@ static int demo_cycle(struct demo *d)
 	while (waitpid(-1, NULL, 0) > 0)
 		;
 	d->ms_kill = now_ms() - t0;
-	rc = cmd_restore(&(struct args){.s = &d->s, .dir = d->ckpt, .criu = d->a->criu, .result = &d->r});
+	rc = cmd_restore(&(struct args){.s = &d->s, .dir = d->ckpt, .result = &d->r});
 	d->root = d->r.restored_root;
 	return rc;
 }

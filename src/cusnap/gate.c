@@ -9,14 +9,15 @@
 #include "cusnap.h"
 #include "cusnap/manifest.h"
 
-json_t *restore_verdict(const struct manifest *m, const struct devmap *map, const char *criu, char *why, size_t len)
+json_t *restore_verdict(const struct settings *s, const struct manifest *m, const struct devmap *map, const char *criu,
+			char *why, size_t len)
 {
 	const json_t *c = json_object_get(m->root, "criu");
 	const char *made = json_is_object(c) ? json_member_string(c, "version") : NULL;
 	char here[64] = "";
 	if (criu)
 		criu_version(criu, here, sizeof(here));
-	return compat_check(json_object_get(m->root, "needs"), map, made, here, why, len);
+	return compat_check(s->libcuda, json_object_get(m->root, "needs"), map, made, here, why, len);
 }
 
 /* The reasons as one text: "a; b; c". */
@@ -29,10 +30,10 @@ static void reasons_text(const json_t *reasons, char *out, size_t len)
 				       json_string_value(json_array_get(reasons, i)));
 }
 
-int restore_gate(const struct manifest *m, const struct devmap *map, const char *criu)
+int restore_gate(const struct settings *s, const struct manifest *m, const struct devmap *map, const char *criu)
 {
 	char why[1024], text[4096];
-	json_t *reasons = restore_verdict(m, map, criu, why, sizeof(why));
+	json_t *reasons = restore_verdict(s, m, map, criu, why, sizeof(why));
 	if (!reasons)
 		return fail(EX_UNAVAILABLE, "%s; nothing done", why);
 	size_t n = json_array_size(reasons);
@@ -44,14 +45,14 @@ int restore_gate(const struct manifest *m, const struct devmap *map, const char 
 		    n == 1 ? "" : "s", text);
 }
 
-json_t *restore_verdict_print(const char *dir, bool json)
+json_t *restore_verdict_print(const struct settings *s, const char *dir, bool json)
 {
 	struct manifest m;
 	char err[PATH_MAX + 1200], criu[PATH_MAX], text[4096];
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return NULL;
-	bool have_criu = criu_find(NULL, criu, sizeof(criu), err, sizeof(err)) == 0;
-	json_t *reasons = restore_verdict(&m, NULL, have_criu ? criu : NULL, err, sizeof(err));
+	bool have_criu = criu_find(s, criu, sizeof(criu), err, sizeof(err)) == 0;
+	json_t *reasons = restore_verdict(s, &m, NULL, have_criu ? criu : NULL, err, sizeof(err));
 	manifest_free(&m);
 	if (!reasons)
 		reasons = json_pack("[s]", err);

@@ -20,7 +20,7 @@ int cmd_inspect(const struct args *a)
 	if (dir) {
 		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
-		json_t *verdict = restore_verdict_print(dir, a->json);
+		json_t *verdict = restore_verdict_print(a->s, dir, a->json);
 		char path[PATH_MAX + 32], err[1200];
 		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 		struct state st;

@@ -152,22 +152,17 @@ static void usage(FILE *f)
 		fputc('\n', f);
 	}
 	fprintf(f, "\n"
-		   "options: --control-dir DIR (endpoints; default $SNAPSHOT_CONTROL_DIR or /snapshot-control),\n"
-		   "         --timeout MS (per participant and step, and for every native state query; default\n"
-		   "         30000), --json (summary on stdout), --require-interposer (refuse a tree whose CUDA\n"
-		   "         processes run without the interposer: what they share would come back as copies)\n"
+		   "options: --json (summary on stdout)\n"
 		   "         --quiet: no progress lines (errors and warnings only); on a terminal a long step\n"
 		   "         shows one line that moves (time, bytes, rate), elsewhere a plain line each second\n"
-		   "         --metrics-dir DIR: after the operation, DIR/cusnap.prom for node_exporter's textfile\n"
-		   "         collector (counters by operation and result, failures by reason, each phase's time\n"
-		   "         and bytes, the last success per tree or checkpoint); DIR as --dir's rule says\n"
+		   "         --metrics-dir DIR: cusnap.prom holds counters by operation and result, failures by\n"
+		   "         reason, each phase's time and bytes, the last success per tree or checkpoint\n"
 		   "         --timeout and --control-dir go with every command that works on a tree (run takes\n"
 		   "         --control-dir only); any other option a command's line does not show is refused (64).\n"
 		   "         DIR, and every directory on the way to it, must be owned by you or root and\n"
 		   "         writable by no one else (ssh's StrictModes; /tmp's sticky bit is accepted on the way).\n"
-		   "         --job-file F: the workload's checkpoint job (default: the file its\n"
-		   "         CUDA_CHECKPOINT_JOB_FILE names); with a job, cusnap joins it, takes one process at\n"
-		   "         a time in the job's order, and keeps a copy of the file with the checkpoint.\n"
+		   "         With a checkpoint job (--job-file), cusnap joins it, takes one process at a time in\n"
+		   "         the job's order, and keeps a copy of the file with the checkpoint.\n"
 		   "         GROUP: --group NAME --members N --etcd URL[,URL...] [--group-timeout MS]\n"
 		   "         [--member NAME] [--etcd-cacert F] [--etcd-cert F --etcd-key F]\n"
 		   "         [--etcd-user NAME --etcd-password-file F]: one worker over N nodes, each running this "
@@ -186,19 +181,16 @@ static void usage(FILE *f)
 		   "         authentication; the file yours or root's, readable by no one else); plain http://\n"
 		   "         without a user is warned about: anyone who can reach etcd can steer the group.\n"
 		   "         SIGINT/SIGTERM/SIGHUP at the boundary: this member undoes at once, the others too.\n"
-		   "environment: CUSNAP_NATIVE_TIMEOUT_MS (default 300000): how long one native lock/checkpoint/\n"
-		   "         restore/unlock may take before cusnap names the stuck process and step and exits 2\n"
-		   "         CUSNAP_NATIVE_PARALLEL (default: the number of cores): how many processes' native\n"
-		   "         steps run at once (1: one after another)\n"
-		   "         CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap (root)\n"
+		   "environment: CUSNAP_RUN_DIR: the run directory (locks, state notes) instead of /run/cusnap (root)\n"
 		   "         or $XDG_RUNTIME_DIR/cusnap or /tmp/cusnap-UID; root's and a tree owner's commands\n"
 		   "         see each other's locks\n"
-		   "         CUSNAP_CRIU_TIMEOUT_MS (default 10 x --timeout, at least 120000) and\n"
-		   "         CUSNAP_CRIU_LOG_MAX (bytes, default 1 GiB): CRIU is killed past either (a restore's\n"
-		   "         CRIU also on SIGINT/SIGTERM/SIGHUP, with what it had made)\n"
 		   "         CUSNAP_CUDA_CHECKPOINT: NVIDIA's cuda-checkpoint for run --launch-job (default: the\n"
 		   "         first on PATH; empty: none, cusnap makes the job file itself)\n"
 		   "\n"
+		   "settings (the option where a command takes it, the CRIU plugin's key, the environment\n"
+		   "variable; an option wins over the environment):\n");
+	settings_help(f);
+	fprintf(f, "\n"
 		   "exit status: 0 success; 1 failed, the workload was left or put back running as before;\n"
 		   "2 failed, the workload was terminated or its state is unknown; 64 usage error (a directory\n"
 		   "others control, another user's tree and CRIU without root included); 69 a required\n"
@@ -259,30 +251,55 @@ static int members_option(const char *arg, struct args *a)
 }
 
 /* A path option made absolute (CRIU runs in its image directory, so a
- * relative --dir would name another place there), kept for the process's life
- * in one of a few slots (an option given again takes another). */
+ * relative --dir would name another place there) into out: 0, or 64 (said). */
+static int absolute_into(const char *name, const char *arg, char out[PATH_MAX])
+{
+	char cwd[PATH_MAX];
+	if (!*arg)
+		return fail(EX_USAGE, "--%s: an empty path", name);
+	if (arg[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+		return fail(EX_USAGE, "--%s %s: a relative path, and the current directory is unknown: %s", name, arg,
+			    strerror(errno));
+	int n = arg[0] == '/' ? snprintf(out, PATH_MAX, "%s", arg) : snprintf(out, PATH_MAX, "%s/%s", cwd, arg);
+	if (n < 0 || n >= PATH_MAX)
+		return fail(EX_USAGE, "--%s %s: the path is too long", name, arg);
+	return 0;
+}
+
+/* The same, kept for the process's life in one of a few slots (an option
+ * given again takes another). */
 static int absolute(const char *name, const char *arg, const char **out)
 {
 	static char kept[8][PATH_MAX];
 	static size_t used;
-	char cwd[PATH_MAX];
-	if (!*arg)
-		return fail(EX_USAGE, "--%s: an empty path", name);
 	if (used == sizeof(kept) / sizeof(kept[0]))
 		return fail(EX_USAGE, "--%s %s: too many path options", name, arg);
-	if (arg[0] != '/' && !getcwd(cwd, sizeof(cwd)))
-		return fail(EX_USAGE, "--%s %s: a relative path, and the current directory is unknown: %s", name, arg,
-			    strerror(errno));
-	int n = arg[0] == '/' ? snprintf(kept[used], PATH_MAX, "%s", arg)
-			      : snprintf(kept[used], PATH_MAX, "%s/%s", cwd, arg);
-	if (n < 0 || n >= PATH_MAX)
-		return fail(EX_USAGE, "--%s %s: the path is too long", name, arg);
-	*out = kept[used++];
+	int rc = absolute_into(name, arg, kept[used]);
+	if (rc == 0)
+		*out = kept[used++];
+	return rc;
+}
+
+/* --option ARG for a row of settings.def (a path made absolute first): 0, or
+ * 64 (said). */
+static int setting_option_take(const struct setting *d, const char *name, const char *arg, struct settings *s)
+{
+	char path[PATH_MAX], why[256];
+	const char *value = setting_is_flag(d) ? "yes" : arg;
+	if (setting_is_path(d) && arg[0] != '/') {
+		int rc = absolute_into(name, arg, path);
+		if (rc)
+			return rc;
+		value = path;
+	}
+	if (setting_set(s, d, value, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "--%s %s: %s", name, arg ? arg : "", why);
 	return 0;
 }
 
-/* The option c with its argument into a and s; 0 or an exit code. */
-static int take(int c, const char *arg, struct args *a, struct settings *s)
+/* The option c with its argument into a (those of settings.def go by
+ * setting_option_take); 0 or an exit code. */
+static int take(int c, const char *arg, struct args *a)
 {
 	long v;
 	switch (c) {
@@ -292,24 +309,11 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 		a->pid = (pid_t)v;
 		break;
 	case 'd': return absolute("dir", arg, &a->dir);
-	case 'c':
-		if (!(a->content = proto_content_parse(arg)))
-			return fail(EX_USAGE, "--content %s: use host or native", arg);
-		break;
 	case 'j': a->json = true; break;
-	case 't': return int_option("timeout", arg, 1, 86400000, &s->timeout_ms);
-	case 'C':
-		s->control_dir = arg;
-		a->control_dir_given = true;
-		break;
 	case 'L': a->leave_running = true; break;
-	case 'R': a->criu = arg; break;
 	case 'W': a->wait_ready = true; break;
-	case 'M': a->device_map = arg; break;
 	case 'P': return int_option("processes", arg, 1, 64, &a->processes);
 	case 'D': a->discard_state = true; break;
-	case 'N': s->require_interposer = true; break;
-	case 'J': s->job_file = arg; break;
 	case 'G': a->launch_job = true; break;
 	case 'T': a->tcp_established = true; break;
 	case 'F': return absolute("criu-config", arg, &a->criu_config);
@@ -349,18 +353,6 @@ static int take(int c, const char *arg, struct args *a, struct settings *s)
 	}
 	case 'I': a->in_place = true; break;
 	case 'q': a->quiet = true; break;
-	case 'Z': {
-		char why[PATH_MAX + 160];
-		int rc = absolute("metrics-dir", arg, &a->metrics_dir), fd;
-		if (rc == 0 && (fd = dir_open_trusted(a->metrics_dir, false, why, sizeof(why))) < 0)
-			return fail(EX_USAGE,
-				    "--metrics-dir: %s (as ssh's StrictModes: owned by you or root, writable by "
-				    "no one else); nothing done",
-				    why);
-		if (rc == 0)
-			close(fd);
-		return rc;
-	}
 	case 'K': return absolute("keep", arg, &a->keep);
 	default: usage(stderr); return EX_USAGE;
 	}
@@ -376,7 +368,7 @@ static void metrics_after(const struct args *a, const char *op, int rc, double s
 		snprintf(target, sizeof(target), "%s", a->dir);
 	else
 		snprintf(target, sizeof(target), "pid %d", (int)a->pid);
-	if (metrics_write(a->metrics_dir, op, rc, seconds, target, why, sizeof(why)) < 0)
+	if (metrics_write(a->s->metrics_dir, op, rc, seconds, target, why, sizeof(why)) < 0)
 		fprintf(stderr, "cusnap: warning: metrics not written: %s\n", why);
 }
 
@@ -399,8 +391,11 @@ static int run(int argc, char **argv, bool *json)
 	if (!cmd)
 		return fail(EX_USAGE, "unknown command '%s' (cusnap --help)", argv[1]);
 	struct settings s = settings_default();
-	struct args a = {.s = &s, .content = PROTO_CONTENT_HOST, .processes = 3, .size = 64ull << 20};
+	struct args a = {.s = &s, .processes = 3, .size = 64ull << 20};
 	int c, index, rc;
+	char why[PATH_MAX + 256];
+	if (settings_environment(&s, environ, why, sizeof(why)) < 0)
+		return fail(EX_USAGE, "the environment: %s", why);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "+", options, &index)) != -1) {
 		if (c == 'h') {
@@ -409,9 +404,21 @@ static int run(int argc, char **argv, bool *json)
 		}
 		if (c != '?' && !takes(cmd, index))
 			return fail(EX_USAGE, "%s does not take --%s (cusnap --help)", cmd->name, options[index].name);
-		if ((rc = take(c, optarg, &a, &s)))
+		const struct setting *d = c == '?' ? NULL : setting_by_option(options[index].name);
+		if ((rc = d ? setting_option_take(d, options[index].name, optarg, &s) : take(c, optarg, &a)))
 			return rc;
+		a.control_dir_given |= c == 'C';
 	}
+	if (!s.control_dir[0])
+		snprintf(s.control_dir, sizeof(s.control_dir), "%s", control_dir_from_env());
+	int fd = s.metrics_dir[0] ? dir_open_trusted(s.metrics_dir, false, why, sizeof(why)) : -1;
+	if (s.metrics_dir[0] && fd < 0)
+		return fail(EX_USAGE,
+			    "--metrics-dir: %s (as ssh's StrictModes: owned by you or root, writable by no one else); "
+			    "nothing done",
+			    why);
+	if (fd >= 0)
+		close(fd);
 	*json = a.json && !a.group; /* (a group prints its own result) */
 	a.argc = argc - optind;
 	a.argv = argv + optind;
@@ -426,7 +433,7 @@ static int run(int argc, char **argv, bool *json)
 	progress_quiet(a.quiet);
 	double t0 = now_ms();
 	rc = a.group ? group_run(cmd->run, &a, cmd->name) : cmd->run(&a);
-	if (a.metrics_dir)
+	if (s.metrics_dir[0])
 		metrics_after(&a, cmd->name, rc, (now_ms() - t0) / 1000.0);
 	return rc;
 }

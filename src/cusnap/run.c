@@ -72,13 +72,12 @@ static int stale_release(const char *dir)
 /* A CUDA program started without a driver its loader can find exits 127 with
  * the loader's message alone: say what is missing before it runs (a warning:
  * the program may find it its own way). */
-static void driver_reachable(void)
+static void driver_reachable(const struct settings *s)
 {
 	static const char system_dirs[] = "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:"
 					  "/usr/local/lib:/lib:/usr/lib:/usr/lib/wsl/lib:/usr/local/nvidia/lib64";
 	char found[PATH_MAX];
-	if (getenv("CUSNAP_LIBCUDA") ||
-	    path_search(getenv("LD_LIBRARY_PATH"), "libcuda.so.1", R_OK, found, sizeof(found)) ||
+	if (s->libcuda[0] || path_search(getenv("LD_LIBRARY_PATH"), "libcuda.so.1", R_OK, found, sizeof(found)) ||
 	    path_search(system_dirs, "libcuda.so.1", R_OK, found, sizeof(found)))
 		return;
 	FILE *f = popen("/sbin/ldconfig -p 2>/dev/null", "re");
@@ -131,7 +130,7 @@ int cmd_run(const struct args *a)
 	int rc = stale_release(a->s->control_dir);
 	if (rc)
 		return rc;
-	driver_reachable();
+	driver_reachable(a->s);
 	session_of_its_own();
 	char **args = calloc((size_t)argc + 4, sizeof(*args));
 	if (!args)

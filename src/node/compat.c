@@ -76,12 +76,12 @@ static void gpu_reasons(json_t *out, size_t d, const json_t *had, const struct g
 		       bytes_text(g[t].memory, b));
 }
 
-json_t *compat_check(const json_t *needs, const struct devmap *map, const char *criu_had, const char *criu_here,
-		     char *why, size_t len)
+json_t *compat_check(const char *libcuda, const json_t *needs, const struct devmap *map, const char *criu_had,
+		     const char *criu_here, char *why, size_t len)
 {
 	struct native nat = {0};
 	struct gpu_here g[PROTO_MAX_DEVICES];
-	if (native_load(&nat, why, len) < 0)
+	if (native_load(&nat, libcuda, why, len) < 0)
 		return NULL;
 	int nhere = native_gpus(&nat, g, PROTO_MAX_DEVICES);
 	if (nhere < 0) {

@@ -36,23 +36,14 @@ const char *criu_network_lock(void)
 	return on_path("iptables-restore", path, sizeof(path)) ? NULL : "nftables";
 }
 
-int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen)
+int criu_find(const struct settings *s, char *out, size_t len, char *err, size_t errlen)
 {
-	if (arg) {
-		if (!executable(arg)) {
-			snprintf(err, errlen, "--criu %s: not an executable", arg);
+	if (s->criu[0]) {
+		if (!executable(s->criu)) {
+			snprintf(err, errlen, "%s (--criu or $CRIU): not an executable", s->criu);
 			return -1;
 		}
-		snprintf(out, len, "%s", arg);
-		return 0;
-	}
-	const char *env = getenv("CRIU");
-	if (env && *env) {
-		if (!executable(env)) {
-			snprintf(err, errlen, "CRIU=%s: not an executable", env);
-			return -1;
-		}
-		snprintf(out, len, "%s", env);
+		snprintf(out, len, "%s", s->criu);
 		return 0;
 	}
 	/* The project's provisioned wrapper (scripts/setup-criu.sh), beside cusnap. */
@@ -190,22 +181,16 @@ static void show_errors(const char *log_path)
 		fprintf(stderr, "  %s", lines[i % 8]);
 }
 
-static long long env_ll(const char *name, long long def)
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, const struct settings *s)
 {
-	const char *e = getenv(name);
-	char *end;
-	long long v = e && *e ? strtoll(e, &end, 0) : 0;
-	return e && *e && !*end && v > 0 ? v : def;
-}
-
-struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, int timeout_ms)
-{
-	long long t = 10LL * timeout_ms;
+	long long t = 10LL * s->timeout_ms;
 	return (struct criu_bounds){
 		.own_group = own_group,
 		.stop_on_signal = stop_on_signal,
-		.time_ms = env_ll("CUSNAP_CRIU_TIMEOUT_MS", t < 120000 ? 120000 : t),
-		.log_max = env_ll("CUSNAP_CRIU_LOG_MAX", 1LL << 30),
+		.time_ms = s->criu_timeout_ms ? s->criu_timeout_ms
+			   : t < 120000       ? 120000
+					      : t,
+		.log_max = s->criu_log_max,
 	};
 }
 

@@ -186,8 +186,9 @@ static int devmap_uuids(const json_t *list, CUuuid *out, size_t max)
 	return (int)n;
 }
 
-int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len)
+int devmap_for(const struct settings *s, const json_t *gpus, struct devmap *m, char *why, size_t len)
 {
+	const char *spec = s->device_map;
 	*m = (struct devmap){0};
 	if (!spec || !*spec)
 		return 0;
@@ -196,7 +197,7 @@ int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why
 	if (nhad < 0)
 		return snprintf(why, len, "the checkpoint's GPU list is not a list of GPU UUIDs"), -EINVAL;
 	struct native nat = {0};
-	if (native_load(&nat, why, len) < 0)
+	if (native_load(&nat, s->libcuda, why, len) < 0)
 		return -ENODEV;
 	/* (the driver stays loaded: the restore needs it next) */
 	int nhere = devmap_gpus(&nat, here, PROTO_MAX_DEVICES);

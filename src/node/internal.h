@@ -21,9 +21,9 @@ bool native_devices(const struct native *n);
 enum native_step { NATIVE_QUERY, NATIVE_LOCK, NATIVE_CHECKPOINT, NATIVE_RESTORE, NATIVE_UNLOCK };
 const char *native_step_name(enum native_step s);
 /* How long one native call may take before it is reported stuck, ms
- * (CUSNAP_NATIVE_TIMEOUT_MS, default 300000; a lock: at least timeout_ms + 5 s;
+ * (native_timeout_ms, default 300000; a lock: at least timeout_ms + 5 s;
  * a state query: timeout_ms). */
-int native_watchdog_ms(enum native_step s, int timeout_ms);
+int native_watchdog_ms(const struct settings *set, enum native_step s);
 /* Run step on every CUDA process i of t with want[i] (NULL: all) concurrently;
  * results[i] gets each call's result (CUDA_SUCCESS for those not run). Returns
  * 0, -ETIMEDOUT when a call did not return within the watchdog (*stuck: its
@@ -33,7 +33,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 /* Mark which processes hold a CUDA context, and their state, under the query
  * watchdog: 0, -ETIMEDOUT (*stuck: the index of a process that did not
  * answer) or -ENOMEM. */
-int native_classify(const struct native *n, struct proc *p, size_t count, int timeout_ms, size_t *stuck);
+int native_classify(const struct native *n, struct proc *p, size_t count, const struct settings *set, size_t *stuck);
 /* The state of every CUDA process of t, read again (into t->procs[].state)
  * under the query watchdog: 0, or -1 with err naming a process that did not
  * answer. */

@@ -7,12 +7,11 @@
 #include "internal.h"
 #include "cusnap/fdcheck.h"
 
-int native_load(struct native *n, char *err, size_t errlen)
+int native_load(struct native *n, const char *libcuda, char *err, size_t errlen)
 {
-	/* CUSNAP_LIBCUDA: the driver by path, where the library path cannot say
-	 * (the CRIU plugin, inside a CRIU run through its own loader). */
-	const char *path = getenv("CUSNAP_LIBCUDA");
-	path = path && *path ? path : "libcuda.so.1";
+	/* The driver by path where the library path cannot say (the CRIU plugin,
+	 * inside a CRIU run through its own loader). */
+	const char *path = libcuda && *libcuda ? libcuda : "libcuda.so.1";
 	n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!n->lib) {
 		snprintf(err, errlen,

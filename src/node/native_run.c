@@ -26,14 +26,14 @@ const char *native_step_name(enum native_step s)
 	return step_names[s];
 }
 
-int native_watchdog_ms(enum native_step s, int timeout_ms)
+int native_watchdog_ms(const struct settings *set, enum native_step s)
 {
+	int timeout_ms = set->timeout_ms;
 	/* A query does no work: a process that does not answer is stopped or stuck
 	 * (or starved on a busy machine: never under 2 s). */
 	if (s == NATIVE_QUERY)
 		return timeout_ms < 2000 ? 2000 : timeout_ms;
-	const char *e = getenv("CUSNAP_NATIVE_TIMEOUT_MS");
-	int ms = e && atoi(e) > 0 ? atoi(e) : 300000;
+	int ms = set->native_timeout_ms;
 	/* A lock waits up to its own timeout for the process's work: never less. */
 	if (s == NATIVE_LOCK && ms < timeout_ms + 5000)
 		ms = timeout_ms + 5000;
@@ -127,9 +127,9 @@ static void *worker(void *arg)
  * (CUDA_ERROR_TIMEOUT for a call still in the driver), and for NATIVE_QUERY
  * cuda_out[i] and state_out[i]. 0, -ETIMEDOUT (*stuck: the first index still
  * in the driver) or -ENOMEM. */
-static int run_calls(const struct native *nat, enum native_step step, int timeout_ms, bool query_tid, const int *pids,
-		     size_t n, const CUcheckpointGpuPair *pairs, unsigned npairs, CUresult *rc_out, bool *cuda_out,
-		     int *state_out, size_t *stuck)
+static int run_calls(const struct native *nat, enum native_step step, const struct settings *set, bool query_tid,
+		     const int *pids, size_t n, const CUcheckpointGpuPair *pairs, unsigned npairs, CUresult *rc_out,
+		     bool *cuda_out, int *state_out, size_t *stuck)
 {
 	struct run *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -141,7 +141,7 @@ static int run_calls(const struct native *nat, enum native_step step, int timeou
 	r->query_tid = query_tid;
 	r->restore_args.gpuPairs = (CUcheckpointGpuPair *)pairs;
 	r->restore_args.gpuPairsCount = npairs;
-	r->lock_timeout_ms = (unsigned)timeout_ms;
+	r->lock_timeout_ms = (unsigned)set->timeout_ms;
 	r->n = n;
 	r->pids = calloc(n + 1, sizeof(*r->pids));
 	r->rc = calloc(n + 1, sizeof(*r->rc));
@@ -155,9 +155,8 @@ static int run_calls(const struct native *nat, enum native_step step, int timeou
 	}
 	memcpy(r->pids, pids, n * sizeof(*pids));
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	const char *cap = getenv("CUSNAP_NATIVE_PARALLEL"); /* 1: one process after another */
-	if (cap && atol(cap) > 0)
-		cores = atol(cap);
+	if (set->native_parallel > 0) /* 1: one process after another */
+		cores = set->native_parallel;
 	size_t limit = cores > 0 ? (size_t)cores : 1;
 	if (step == NATIVE_QUERY && limit < 8)
 		limit = 8; /* queries wait, they do not work: more of them at once */
@@ -183,7 +182,7 @@ static int run_calls(const struct native *nat, enum native_step step, int timeou
 	}
 	struct timespec deadline;
 	clock_gettime(CLOCK_REALTIME, &deadline);
-	long ms = native_watchdog_ms(step, timeout_ms);
+	long ms = native_watchdog_ms(set, step);
 	deadline.tv_sec += ms / 1000;
 	deadline.tv_nsec += (ms % 1000) * 1000000L;
 	if (deadline.tv_nsec >= 1000000000L) {
@@ -233,7 +232,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 			}
 		}
 		size_t at = 0;
-		ret = run_calls(&t->nat, step, t->s->timeout_ms, false, pids, n, pairs, npairs, rc, NULL, NULL, &at);
+		ret = run_calls(&t->nat, step, t->s, false, pids, n, pairs, npairs, rc, NULL, NULL, &at);
 		if (ret == -ETIMEDOUT)
 			*stuck = index[at];
 		for (size_t i = 0; ret != -ENOMEM && i < n; i++)
@@ -245,7 +244,7 @@ int native_run(struct tree *t, enum native_step step, const bool *want, const CU
 	return ret;
 }
 
-int native_classify(const struct native *n, struct proc *p, size_t count, int timeout_ms, size_t *stuck)
+int native_classify(const struct native *n, struct proc *p, size_t count, const struct settings *set, size_t *stuck)
 {
 	int *pids = calloc(count + 1, sizeof(*pids));
 	bool *cuda = calloc(count + 1, sizeof(*cuda));
@@ -256,7 +255,7 @@ int native_classify(const struct native *n, struct proc *p, size_t count, int ti
 		for (size_t i = 0; i < count; i++)
 			pids[i] = p[i].pid;
 		/* Succeeds only for processes that hold a CUDA context. */
-		ret = run_calls(n, NATIVE_QUERY, timeout_ms, true, pids, count, NULL, 0, rc, cuda, state, stuck);
+		ret = run_calls(n, NATIVE_QUERY, set, true, pids, count, NULL, 0, rc, cuda, state, stuck);
 		for (size_t i = 0; ret != -ENOMEM && i < count; i++) {
 			p[i].cuda = cuda[i];
 			p[i].state = state[i];
@@ -279,15 +278,13 @@ int tree_states(struct tree *t, char *err, size_t errlen)
 	if (pids && state && rc) {
 		for (size_t i = 0; i < t->ncuda; i++)
 			pids[i] = t->targets[i].obs;
-		ret = run_calls(&t->nat, NATIVE_QUERY, t->s->timeout_ms, false, pids, t->ncuda, NULL, 0, rc, NULL,
-				state, &stuck);
+		ret = run_calls(&t->nat, NATIVE_QUERY, t->s, false, pids, t->ncuda, NULL, 0, rc, NULL, state, &stuck);
 		for (size_t i = 0; ret != -ENOMEM && i < t->ncuda; i++)
 			t->procs[t->cuda_index[i]].state = state[i];
 	}
 	if (ret == -ETIMEDOUT)
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (stopped, or starved of CPU?)",
-			 pids[stuck], native_step_name(NATIVE_QUERY),
-			 native_watchdog_ms(NATIVE_QUERY, t->s->timeout_ms));
+			 pids[stuck], native_step_name(NATIVE_QUERY), native_watchdog_ms(t->s, NATIVE_QUERY));
 	else if (ret < 0)
 		snprintf(err, errlen, "out of memory");
 	free(pids);

@@ -75,7 +75,7 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 	if (run == -ETIMEDOUT) {
 		rec->stuck = true;
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
-			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step, t->s->timeout_ms));
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(t->s, step));
 		ret = -1;
 	} else if (run < 0) {
 		snprintf(err, errlen, "%s: out of memory", native_step_name(step));
@@ -164,7 +164,7 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 	int ran = ordered_run(t, step, want, pairs, npairs, rc, &stuck);
 	if (ran == -ETIMEDOUT) {
 		snprintf(err, errlen, "process %d: %s did not return within %d ms (it cannot be cancelled)",
-			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(step, t->s->timeout_ms));
+			 t->targets[stuck].obs, native_step_name(step), native_watchdog_ms(t->s, step));
 		ret = -1;
 		goto out;
 	}

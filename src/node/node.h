@@ -123,15 +123,17 @@ struct native {
 
 /* Load libcuda.so.1 (no cuInit: the checkpoint API needs none). Returns 0, or
  * -1 with err naming the fix. */
-int native_load(struct native *n, char *err, size_t errlen);
+int native_load(struct native *n, const char *libcuda, char *err, size_t errlen);
 const char *native_error(const struct native *n, CUresult r);
 
 /* ---- what the caller decides: built once (the tool from its command line,
  * the plugin from its settings file) and passed down; a tree keeps a pointer ---- */
+#include <limits.h>
 #include <stdio.h>
 
 #include "cusnap/coord.h"
 #include "cusnap/paths.h"
+#include "cusnap/proto.h"
 #include "cusnap/rundir.h"
 
 /* Where a command meets the other members of a group (one worker over several
@@ -144,15 +146,49 @@ struct boundary {
 	int (*ready)(struct boundary *b, char *why, size_t len);
 };
 
+#define SETTING_TYPE_MS int
+#define SETTING_TYPE_COUNT int
+#define SETTING_TYPE_BYTES long long
+#define SETTING_TYPE_FLAG bool
+#define SETTING_TYPE_CONTENT enum proto_content
+#define SETTING_DIM_MS
+#define SETTING_DIM_COUNT
+#define SETTING_DIM_BYTES
+#define SETTING_DIM_FLAG
+#define SETTING_DIM_CONTENT
+#define SETTING_TYPE_PATH char
+#define SETTING_DIM_PATH [PATH_MAX]
+#define SETTING_TYPE_DEVMAP char
+#define SETTING_DIM_DEVMAP [2048]
 struct settings {
-	bool require_interposer;   /* refuse CUDA processes without the interposer */
+#define SETTING(field, kind, min, max, def, option, key, env, help) SETTING_TYPE_##kind field SETTING_DIM_##kind;
+#include "settings.def"
+#undef SETTING
 	struct boundary *boundary; /* NULL: no group */
-	int timeout_ms;            /* per participant and step, and per native state query */
-	const char *control_dir;   /* the workloads' control directory, as they see it */
-	const char *job_file;      /* the checkpoint job (NULL: the workload's environment says) */
 };
-/* The defaults: 30 s, the control directory the environment names (control_dir_from_env). */
+/* ---- settings.c: the rows of settings.def ---- */
+struct setting;
+/* Each row's defaults (a path's is "": not set). */
 struct settings settings_default(void);
+/* The row the tool's --option or the plugin's key names; NULL when none does. */
+const struct setting *setting_by_option(const char *option);
+const struct setting *setting_by_key(const char *key);
+/* Its key, option and environment spellings (NULL: none), whether it takes
+ * no value as an option (a FLAG) and whether it is a path. */
+const char *setting_key(const struct setting *d);
+const char *setting_option(const struct setting *d);
+const char *setting_env(const struct setting *d);
+bool setting_is_flag(const struct setting *d);
+bool setting_is_path(const struct setting *d);
+/* value into d's field of s, checked against its kind and bounds: 0, or -1
+ * with why ("use milliseconds, 1 to 86400000"; the caller names the spelling). */
+int setting_set(struct settings *s, const struct setting *d, const char *value, char *why, size_t len);
+/* The rows' environment variables found in env (NAME=VALUE strings, NULL
+ * ended; the caller's environment or any other), over s: 0, or -1 with why
+ * naming the variable. */
+int settings_environment(struct settings *s, char *const *env, char *why, size_t len);
+/* One row per setting, for --help: its spellings, bounds, default and help. */
+void settings_help(FILE *out);
 
 /* ---- report.c: what a step tells its user ---- */
 /* One progress line on stderr: step, duration, details; the step is kept as
@@ -275,10 +311,10 @@ json_t *devmap_gpus_json(const struct native *n);
  * checkpoint made on the GPUs had, restored onto here: 0, or -1 with why. */
 int devmap_parse(const char *spec, const CUuuid *had, size_t nhad, const CUuuid *here, size_t nhere, struct devmap *m,
 		 char *why, size_t len);
-/* spec against a checkpoint's GPU list (gpus, as devmap_gpus_json wrote it)
- * and this machine's GPUs (the driver loaded to ask): 0, -EINVAL (the map or
- * the list, why says), -ENODEV (no driver, why says). */
-int devmap_for(const char *spec, const json_t *gpus, struct devmap *m, char *why, size_t len);
+/* s->device_map against a checkpoint's GPU list (gpus, as devmap_gpus_json
+ * wrote it) and this machine's GPUs (s->libcuda loaded to ask): 0, -EINVAL
+ * (the map or the list, why says), -ENODEV (no driver, why says). */
+int devmap_for(const struct settings *s, const json_t *gpus, struct devmap *m, char *why, size_t len);
 
 /* ---- metrics.c: what node_exporter's textfile collector reads (DESIGN.md §12.1) ---- */
 /* After operation op ("checkpoint", ...) ended with exit status code after
@@ -298,9 +334,9 @@ json_t *compat_record(const struct native *n, const uint64_t *used);
  * its GPUs put where map says (NULL or empty: each onto the GPU of its UUID),
  * its images written by CRIU criu_had for CRIU criu_here (either NULL or "":
  * not checked): an array of texts, empty when there is none; NULL when the
- * driver cannot be asked (why says). */
-json_t *compat_check(const json_t *needs, const struct devmap *map, const char *criu_had, const char *criu_here,
-		     char *why, size_t len);
+ * driver (libcuda, NULL: the loader's) cannot be asked (why says). */
+json_t *compat_check(const char *libcuda, const json_t *needs, const struct devmap *map, const char *criu_had,
+		     const char *criu_here, char *why, size_t len);
 
 /* ---- finish.c: how far a command got, and the one way it ends ---- */
 struct record {
@@ -379,9 +415,9 @@ int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen);
 int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen);
 
 /* ---- criu.c ---- */
-/* The criu to run: --criu, $CRIU, the project's provisioned one, or PATH.
- * Returns 0, or -1 with err naming the fix (exit 69). */
-int criu_find(const char *arg, char *out, size_t len, char *err, size_t errlen);
+/* The criu to run: s->criu (--criu, $CRIU), the project's provisioned one, or
+ * PATH. Returns 0, or -1 with err naming the fix (exit 69). */
+int criu_find(const struct settings *s, char *out, size_t len, char *err, size_t errlen);
 /* Its version string ("4.2.1"), or "". */
 void criu_version(const char *criu, char *out, size_t len);
 /* Inside CRIU (the plugin): the version of the CRIU this process runs, asked
@@ -397,10 +433,10 @@ const char *criu_network_lock(void);
 struct criu_bounds {
 	bool own_group;      /* in a process group of its own (terminal signals reach cusnap only) */
 	bool stop_on_signal; /* a signal caught (signals_arm) kills CRIU at once */
-	long long time_ms;   /* killed past this (CUSNAP_CRIU_TIMEOUT_MS; default 10 x --timeout, >= 120 s) */
-	long long log_max;   /* killed when its log grows past this (CUSNAP_CRIU_LOG_MAX; default 1 GiB) */
+	long long time_ms;   /* killed past this (criu_timeout_ms; default 10 x timeout_ms, >= 120 s) */
+	long long log_max;   /* killed when its log grows past this (criu_log_max) */
 };
-struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, int timeout_ms);
+struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, const struct settings *s);
 /* Run criu with argv (argv[0] is ignored and replaced by criu), its log at
  * log_path, within bounds b. Returns its exit status; -ETIMEDOUT, -EFBIG or
  * -EINTR when it was killed at a bound or on a signal (said on stderr); -1

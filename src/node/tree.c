@@ -52,21 +52,21 @@ static int tree_fill(pid_t pid, const struct settings *s, struct tree *t, bool v
 				    (int)t->procs[i].pid, (int)pid, proc_status_field("/proc", t->procs[i].pid, "Uid"),
 				    (unsigned)geteuid());
 	/* A checkpoint job is joined before the driver is loaded. */
-	if (job_find(&t->job, t->procs, t->nprocs, t->s->job_file, err, sizeof(err)) < 0) {
+	if (job_find(&t->job, t->procs, t->nprocs, t->s->job_file[0] ? t->s->job_file : NULL, err, sizeof(err)) < 0) {
 		if (!view)
 			return fail(EX_USAGE, "%s: nothing done", err);
 		snprintf(t->job_error, sizeof(t->job_error), "%s", err);
 	}
-	if (native_load(&t->nat, err, sizeof(err)) < 0)
+	if (native_load(&t->nat, t->s->libcuda, err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
 	size_t stuck = 0;
-	int q = native_classify(&t->nat, t->procs, t->nprocs, s->timeout_ms, &stuck);
+	int q = native_classify(&t->nat, t->procs, t->nprocs, s, &stuck);
 	if (q == -ETIMEDOUT)
 		return fail(EX_LEFT_RUNNING,
 			    "process %d did not answer %s within %d ms (stopped, or starved of CPU on a busy machine? "
 			    "a stopped one: `kill -CONT %d`): nothing done",
 			    (int)t->procs[stuck].pid, native_step_name(NATIVE_QUERY),
-			    native_watchdog_ms(NATIVE_QUERY, t->s->timeout_ms), (int)t->procs[stuck].pid);
+			    native_watchdog_ms(t->s, NATIVE_QUERY), (int)t->procs[stuck].pid);
 	if (q < 0)
 		return fail(EX_LEFT_RUNNING, "out of memory");
 	t->targets = calloc(t->nprocs, sizeof(*t->targets));
@@ -240,9 +240,4 @@ int check_freezable(const struct tree *t)
 				    state_name(p->state));
 	}
 	return check_interposition(t);
-}
-
-struct settings settings_default(void)
-{
-	return (struct settings){.timeout_ms = 30000, .control_dir = control_dir_from_env()};
 }

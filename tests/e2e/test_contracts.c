@@ -383,6 +383,13 @@ static void usage_errors(void)
 	CHECK(access(dir, F_OK) != 0);
 	free(out);
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "frobnicate", NULL), 64, "unknown command");
+	/* settings.def's variables are checked as its options are, before anything is done;
+	 * --help shows each row's spellings. */
+	char *bad_env[] = {"CUSNAP_NATIVE_PARALLEL=many", NULL};
+	CHECK_SAYS(out, tool(&out, bad_env, cusnap, "resume", "--pid", "1", NULL), 64,
+		   "CUSNAP_NATIVE_PARALLEL=many: use a whole number, 0 to 4096");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "--help", NULL), 0,
+		   "criu_log_max  plugin: criu_log_max = BYTES  env: CUSNAP_CRIU_LOG_MAX");
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "--help", NULL), 0, "--discard-state");
 }
 
@@ -403,6 +410,7 @@ int main(void)
 	test_run("cusnap run without a driver the loader finds: said, with the fix", run_without_driver);
 	test_run("cusnap run over a stale restore-complete: removed, the workload parks", stale_restore_complete);
 	test_run("a worker gone after the native checkpoint: named, the rest undone and running, exit 1", one_gone);
-	test_run("usage errors: an option a command does not take, a bad --timeout, an unknown command", usage_errors);
+	test_run("usage errors: an option a command does not take, a bad --timeout or variable, an unknown command",
+		 usage_errors);
 	return e2e_done();
 }

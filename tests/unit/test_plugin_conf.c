@@ -17,7 +17,7 @@
 
 static void lines(void)
 {
-	struct plugin_conf c = {0};
+	struct plugin_conf c = {.s = settings_default()};
 	char why[1024] = "";
 	CHECK_EQ(plugin_conf_parse(&c, "f",
 				   "# cusnap\n\n  content = native  # saved by the driver\ntimeout_ms=2500\n"
@@ -25,13 +25,13 @@ static void lines(void)
 				   "cuda.device-map = 0=1,1=0\n",
 				   why, sizeof(why)),
 		 0);
-	CHECK_EQ(c.content, PROTO_CONTENT_NATIVE);
-	CHECK_EQ(c.timeout_ms, 2500);
-	CHECK_STR(c.control_dir, "/snapshot-control");
-	CHECK_STR(c.libcuda, "/usr/lib/libcuda.so.1");
-	CHECK_STR(c.device_map, "0=1,1=0"); /* (CRIU's plugin option spelling) */
+	CHECK_EQ(c.s.content, PROTO_CONTENT_NATIVE);
+	CHECK_EQ(c.s.timeout_ms, 2500);
+	CHECK_STR(c.s.control_dir, "/snapshot-control");
+	CHECK_STR(c.s.libcuda, "/usr/lib/libcuda.so.1");
+	CHECK_STR(c.s.device_map, "0=1,1=0"); /* (CRIU's plugin option spelling) */
 	CHECK_EQ(plugin_conf_parse(&c, "f", "device_map=auto", why, sizeof(why)), 0);
-	CHECK_STR(c.device_map, "auto");
+	CHECK_STR(c.s.device_map, "auto");
 
 	static const struct {
 		const char *text, *says;
@@ -48,7 +48,7 @@ static void lines(void)
 		 "f: line 2: cuda.device-map is set again (first on line 1)"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		struct plugin_conf b = {0};
+		struct plugin_conf b = {.s = settings_default()};
 		CHECK_EQ(plugin_conf_parse(&b, "f", bad[i].text, why, sizeof(why)), -1);
 		CHECK_CONTAINS(why, bad[i].says);
 	}
@@ -70,15 +70,15 @@ static void files(void)
 	struct plugin_conf c;
 	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), 0);
 	CHECK_STR(c.path, path);
-	CHECK_EQ(c.content, PROTO_CONTENT_HOST); /* the environment over the file */
+	CHECK_EQ(c.s.content, PROTO_CONTENT_HOST); /* the environment over the file */
 	unsetenv("CUSNAP_CONTENT");
 	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), 0);
-	CHECK_EQ(c.content, PROTO_CONTENT_NATIVE);
+	CHECK_EQ(c.s.content, PROTO_CONTENT_NATIVE);
 
 	CHECK_EQ(chmod(path, 0664), 0);
 	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), -1);
 	CHECK_CONTAINS(why, "writable by no one else");
-	CHECK_EQ(c.content, 0); /* nothing of it is used */
+	CHECK_EQ(c.s.content, PROTO_CONTENT_HOST); /* nothing of it is used: the default, not its native */
 	CHECK_EQ(chmod(path, 0644), 0);
 
 	char link[80];
@@ -97,6 +97,56 @@ static void files(void)
 	unlink(link);
 	unlink(path);
 	rmdir(dir);
+}
+
+/* The rows of settings.def reach the file and the environment alike: every
+ * bound, its limits, flags, byte suffixes; an environment given as an array
+ * (the node library reads none itself); the help names each key. */
+static void rows(void)
+{
+	struct plugin_conf c = {.s = settings_default()};
+	char why[1024] = "";
+	CHECK_EQ(c.s.native_timeout_ms, 300000);
+	CHECK_EQ(c.s.criu_log_max, 1LL << 30);
+	CHECK_EQ(plugin_conf_parse(&c, "f",
+				   "native_timeout_ms = 600\nnative_parallel = 1\ncriu_timeout_ms = 0\n"
+				   "criu_log_max = 8M\nrequire_interposer = yes\njob_file = /run/job\n",
+				   why, sizeof(why)),
+		 0);
+	CHECK_EQ(c.s.native_timeout_ms, 600);
+	CHECK_EQ(c.s.native_parallel, 1);
+	CHECK_EQ(c.s.criu_log_max, 8LL << 20);
+	CHECK(c.s.require_interposer);
+	CHECK_STR(c.s.job_file, "/run/job");
+	static const char *const bad[][2] = {
+		{"native_parallel = 5000\n", "use a whole number, 0 to 4096"},
+		{"criu_log_max = 1024\n", "use bytes (K, M, G suffixes), 4096 to"},
+		{"criu_log_max = 2048G\n", "use bytes"},
+		{"require_interposer = maybe\n", "use yes or no"},
+		{"criu = /usr/sbin/criu\n", "unknown setting \"criu\""}, /* (an option and a variable only) */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct plugin_conf b = {.s = settings_default()};
+		CHECK_EQ(plugin_conf_parse(&b, "f", bad[i][0], why, sizeof(why)), -1);
+		CHECK_CONTAINS(why, bad[i][1]);
+	}
+	struct settings s = settings_default();
+	char *env[] = {"CRIU=/opt/criu", "CUSNAP_NATIVE_PARALLEL=3", "CUSNAP_CONTENT=", "PATH=/bin", NULL};
+	CHECK_EQ(settings_environment(&s, env, why, sizeof(why)), 0);
+	CHECK_STR(s.criu, "/opt/criu");
+	CHECK_EQ(s.native_parallel, 3);
+	CHECK_EQ(s.content, PROTO_CONTENT_HOST); /* (empty: not set) */
+	char *wrong[] = {"CUSNAP_CRIU_TIMEOUT_MS=soon", NULL};
+	CHECK_EQ(settings_environment(&s, wrong, why, sizeof(why)), -1);
+	CHECK_CONTAINS(why, "CUSNAP_CRIU_TIMEOUT_MS=soon: use milliseconds");
+	char *help = NULL;
+	size_t hlen = 0;
+	FILE *f = open_memstream(&help, &hlen);
+	settings_help(f);
+	fclose(f);
+	CHECK_CONTAINS(help, "plugin: native_timeout_ms = MS  env: CUSNAP_NATIVE_TIMEOUT_MS");
+	CHECK_CONTAINS(help, "--timeout MS  plugin: timeout_ms = MS");
+	free(help);
 }
 
 /* The plugin's image: written and read back whole; none there; refused when
@@ -149,6 +199,7 @@ int main(void)
 {
 	test_run("plugin configuration: each setting, comments, lines refused by number", lines);
 	test_run("plugin configuration file: trusted files only, the environment over it", files);
+	test_run("settings.def's rows: every bound from the file, an environment array, the help", rows);
 	test_run("the plugin's image: written and read back, other forms refused", image);
 	return test_done();
 }
