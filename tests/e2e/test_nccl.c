@@ -292,7 +292,12 @@ static void restored_ranks_pass(struct group *g, pid_t root, int ranks, int befo
 	CHECK(root > 0);
 	if (root <= 0)
 		return;
-	CHECK_EQ(shared_objects(root), before);
+	/* At least as shared as before: the ranks go on past restore-complete at
+	 * once, and the split communicator's NVLS buffers are shared memory of
+	 * its own (7 of 6 seen once); memory that came back as copies is fewer. */
+	int after = shared_objects(root);
+	if (after < before)
+		test_fail(__FILE__, __LINE__, "%d memory objects shared after the restore, %d before", after, before);
 	int status = test_wait_child(root, 180000);
 	char *log = test_read_file(g->log);
 	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
