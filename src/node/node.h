@@ -173,11 +173,7 @@ struct settings settings_default(void);
 /* The row the tool's --option or the plugin's key names; NULL when none does. */
 const struct setting *setting_by_option(const char *option);
 const struct setting *setting_by_key(const char *key);
-/* Its key, option and environment spellings (NULL: none), whether it takes
- * no value as an option (a FLAG) and whether it is a path. */
-const char *setting_key(const struct setting *d);
-const char *setting_option(const struct setting *d);
-const char *setting_env(const struct setting *d);
+/* Whether it takes no value as an option (a FLAG), and whether it is a path. */
 bool setting_is_flag(const struct setting *d);
 bool setting_is_path(const struct setting *d);
 /* value into d's field of s, checked against its kind and bounds: 0, or -1

@@ -63,21 +63,6 @@ const struct setting *setting_by_key(const char *key)
 	return NULL;
 }
 
-const char *setting_key(const struct setting *d)
-{
-	return d->key;
-}
-
-const char *setting_option(const struct setting *d)
-{
-	return d->option;
-}
-
-const char *setting_env(const struct setting *d)
-{
-	return d->env;
-}
-
 bool setting_is_flag(const struct setting *d)
 {
 	return d->kind == FLAG;
