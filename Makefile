@@ -212,6 +212,11 @@ $(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# The group's records in etcd, alone.
+$(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o $(BUILD)/obj/src/cusnap/group_codec.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

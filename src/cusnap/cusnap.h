@@ -78,6 +78,45 @@ int cmd_demo(const struct args *a);
 int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
 int group_inspect(const struct args *a);
+/* ---- group_codec.c: the group's records in etcd, written and read in one shape ---- */
+/* members/NAME: a member in its phase (arrived, ready, crossed, failed, done). */
+struct member_record {
+	char operation[32];
+	int members; /* --members */
+	char opid[ID_HEX_LEN + 1];
+	char phase[16];
+	char host[256]; /* "" in a record of a member before this codec */
+	int pid;
+	char *names; /* --members NAME,NAME,...; "" when any N (member_record_free) */
+};
+/* ops/OPID/decision: go, or abort with why; by whom. */
+struct decision_record {
+	bool go;
+	char why[1024];
+	char by[256];
+};
+/* ops/OPID/results/NAME: how a member's command ended. */
+struct result_record {
+	char member[256];
+	int exit;
+	bool crossed, holds_checkpoint;
+	char error[2048];
+	char operation[32];
+	char host[256];
+	long long time; /* seconds since the epoch */
+};
+/* Each as JSON (NULL: out of memory), as the text etcd keeps (malloc'd;
+ * NULL: out of memory), and from that text: 0, or -1 when it is not one. */
+json_t *member_record_json(const struct member_record *m);
+char *member_record_encode(const struct member_record *m);
+int member_record_decode(const char *text, struct member_record *m);
+void member_record_free(struct member_record *m);
+json_t *decision_record_json(const struct decision_record *d);
+char *decision_record_encode(const struct decision_record *d);
+int decision_record_decode(const char *text, struct decision_record *d);
+json_t *result_record_json(const struct result_record *r);
+char *result_record_encode(const struct result_record *r);
+int result_record_decode(const char *text, struct result_record *r);
 /* ---- group_records.c: what a member trusts of the group's records ---- */
 /* Is kv a member's record (it parses as one, and a lease keeps it)? When not
  * and warn, said once, with how to clear it. */

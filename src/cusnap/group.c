@@ -80,18 +80,24 @@ static void op_key(const struct group *g, const char *tail, char *out, size_t le
 	snprintf(out, len, "%sops/%s/%s", g->prefix, g->opid, tail);
 }
 
+/* This member's record in its phase, as etcd keeps it (malloc'd; NULL: out
+ * of memory). */
+static char *member_text(const struct group *g, const char *phase)
+{
+	struct member_record m = {.members = g->a->members, .pid = (int)getpid(), .names = (char *)g->a->member_names};
+	snprintf(m.operation, sizeof(m.operation), "%s", g->op);
+	snprintf(m.opid, sizeof(m.opid), "%s", g->opid);
+	snprintf(m.phase, sizeof(m.phase), "%s", phase);
+	gethostname(m.host, sizeof(m.host) - 1);
+	return member_record_encode(&m);
+}
+
 /* This member's record in its phase. 0, or -1 with why. */
 static int put_member(struct group *g, const char *phase, char *why, size_t len)
 {
-	char key[600], host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:i, s:s}", "operation", g->op, "members", g->a->members,
-			      "opid", g->opid, "phase", phase, "host", json_text(host), "pid", (int)getpid(), "names",
-			      g->a->member_names ? g->a->member_names : "");
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
+	char key[600], *text = member_text(g, phase);
 	member_key(g, key, sizeof(key));
-	int rc = text ? etcd_put(&g->e, key, text, g->lease, why, len) : -1;
+	int rc = text ? etcd_put(&g->e, key, text, g->lease, why, len) : (snprintf(why, len, "out of memory"), -1);
 	free(text);
 	return rc;
 }
@@ -170,13 +176,13 @@ static void *keep_alive(void *arg)
  * member that wrote it into by when given. */
 static int decision_of(const char *value, char *why, size_t len, char *by, size_t bylen)
 {
-	json_t *d = json_loads(value, 0, NULL);
-	int go = !d ? -1 : json_is_true(json_object_get(d, "go")) ? 1 : 0;
-	if (why && go != 1)
-		snprintf(why, len, "%s (decided by member %s)", field(d, "why"), field(d, "by"));
-	if (by)
-		snprintf(by, bylen, "%s", field(d, "by"));
-	json_decref(d);
+	struct decision_record d;
+	int go = decision_record_decode(value, &d) < 0 ? -1 : d.go;
+	/* (a reason longer than the caller keeps is cut) */
+	if (why && go != 1 && snprintf(why, len, "%s (decided by member %s)", d.why, d.by) < 0)
+		why[0] = '\0';
+	if (by && snprintf(by, bylen, "%s", d.by) < 0)
+		by[0] = '\0';
 	return go;
 }
 
@@ -186,9 +192,10 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 {
 	char key[600], text[1200];
 	op_key(g, "decision", key, sizeof(key));
-	json_t *j = json_pack("{s:b, s:o, s:s}", "go", go, "why", json_text(reason ? reason : ""), "by", g->member);
-	char *value = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
+	struct decision_record d = {.go = go};
+	snprintf(d.why, sizeof(d.why), "%s", reason ? reason : "");
+	snprintf(d.by, sizeof(d.by), "%s", g->member);
+	char *value = decision_record_encode(&d);
 	/* etcd lost now could split the group (another member may have read "go"):
 	 * tried again within a bound before this member decides alone. */
 	int bound = g->a->group_timeout_ms < DECISION_RETRY_MS ? g->a->group_timeout_ms : DECISION_RETRY_MS;
@@ -252,12 +259,12 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 				 seen[s]);
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
-		json_t *m = json_loads(kvs[i].value, 0, NULL);
+		struct member_record m;
 		const char *name = member_name(g, &kvs[i]);
 		/* (with --members NAME,...: only the members named count) */
-		if (m && !strcmp(field(m, "opid"), g->opid) &&
+		if (member_record_decode(kvs[i].value, &m) == 0 && !strcmp(m.opid, g->opid) &&
 		    (!g->a->member_names || name_listed(g->a->member_names, name))) {
-			const char *phase = field(m, "phase");
+			const char *phase = m.phase;
 			bool known = false;
 			for (size_t s = 0; s < *nseen && !known; s++)
 				known = !strcmp(seen[s], name);
@@ -267,7 +274,7 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 			if (!strcmp(phase, "failed"))
 				rc = -1, snprintf(reason, len, "member %s failed", name);
 		}
-		json_decref(m);
+		member_record_free(&m);
 	}
 	etcd_kvs_free(kvs, n);
 	return rc ? rc : ready >= (size_t)g->a->members;
@@ -409,31 +416,33 @@ static int group_fail(struct group *g, int code, const char *fmt, ...)
  * records in the order they came)? 0, or a refusal (reported, nothing changed). */
 static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 {
-	json_t *first = n ? json_loads(kvs[0].value, 0, NULL) : NULL;
-	char op[32], names[4096];
-	snprintf(op, sizeof(op), "%s", field(first, "operation"));
-	snprintf(names, sizeof(names), "%s", field(first, "names"));
-	int want = (int)json_member_number(first, "members", 0);
+	struct member_record first = {0};
+	if (n)
+		member_record_decode(kvs[0].value, &first); /* (valid: records_valid kept it) */
 	char from[256];
 	snprintf(from, sizeof(from), "%s", n ? member_name(g, &kvs[0]) : "");
-	snprintf(g->opid, sizeof(g->opid), "%s", field(first, "opid"));
-	json_decref(first);
-	if (strcmp(names, g->a->member_names ? g->a->member_names : "") != 0)
-		return group_fail(g, EX_BUSY,
-				  "another job uses this group name (its members: %s; begun by member %s): this one "
-				  "(%s) joins nothing; nothing done",
-				  names[0] ? names : "any", from, g->a->member_names ? g->a->member_names : "any");
-	if (strcmp(op, g->op) != 0 || want != g->a->members)
-		return group_fail(g, EX_BUSY, "busy with %s of %d members (begun by member %s); nothing done", op, want,
-				  from);
+	snprintf(g->opid, sizeof(g->opid), "%s", first.opid);
+	int rc = 0;
+	if (strcmp(first.names ? first.names : "", g->a->member_names ? g->a->member_names : "") != 0)
+		rc = group_fail(g, EX_BUSY,
+				"another job uses this group name (its members: %s; begun by member %s): this one "
+				"(%s) joins nothing; nothing done",
+				first.names && first.names[0] ? first.names : "any", from,
+				g->a->member_names ? g->a->member_names : "any");
+	else if (strcmp(first.operation, g->op) != 0 || first.members != g->a->members)
+		rc = group_fail(g, EX_BUSY, "busy with %s of %d members (begun by member %s); nothing done",
+				first.operation, first.members, from);
+	member_record_free(&first);
+	if (rc)
+		return rc;
 	size_t place = 0, late = 0;
 	for (size_t i = 0; i < n; i++) {
-		json_t *m = json_loads(kvs[i].value, 0, NULL);
-		const char *phase = field(m, "phase");
-		late += strcmp(phase, "arrived") != 0 && strcmp(phase, "ready") != 0;
+		struct member_record m;
+		if (member_record_decode(kvs[i].value, &m) == 0)
+			late += strcmp(m.phase, "arrived") != 0 && strcmp(m.phase, "ready") != 0;
 		if (!strcmp(member_name(g, &kvs[i]), g->member))
 			place = i;
-		json_decref(m);
+		member_record_free(&m);
 	}
 	if (place >= (size_t)g->a->members)
 		return group_fail(g, EX_BUSY, "its %d members are there already (begun by member %s); nothing done",
@@ -496,10 +505,7 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", a->group, why, etcd_advice(why));
 	}
 	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
-	json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:s}", "operation", op, "members", a->members, "opid", g->opid,
-			      "phase", "arrived", "names", a->member_names ? a->member_names : "");
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL, key[600];
-	json_decref(j);
+	char *text = member_text(g, "arrived"), key[600];
 	member_key(g, key, sizeof(key));
 	int made = text ? etcd_create(&g->e, key, text, g->lease, why, sizeof(why)) : -1;
 	free(text);
@@ -536,9 +542,10 @@ static bool all_done(struct group *g)
 	if (members(g, &kvs, &n, why, sizeof(why)) < 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {
-		json_t *m = json_loads(kvs[i].value, 0, NULL);
-		busy += m && !strcmp(field(m, "opid"), g->opid) && strcmp(field(m, "phase"), "done") != 0;
-		json_decref(m);
+		struct member_record m;
+		busy += member_record_decode(kvs[i].value, &m) == 0 && !strcmp(m.opid, g->opid) &&
+			strcmp(m.phase, "done") != 0;
+		member_record_free(&m);
 	}
 	etcd_kvs_free(kvs, n);
 	return busy == 0;
@@ -579,9 +586,9 @@ static json_t *results(struct group *g, bool *timed_out)
 	}
 	json_t *list = json_array();
 	for (size_t i = 0; i < n; i++) {
-		json_t *r = json_loads(kvs[i].value, 0, NULL);
-		if (r)
-			json_array_append_new(list, r);
+		struct result_record r;
+		if (result_record_decode(kvs[i].value, &r) == 0)
+			json_array_append_new(list, result_record_json(&r));
 	}
 	etcd_kvs_free(kvs, n);
 	return list;
@@ -600,14 +607,15 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		decide(g, false, reason, why, sizeof(why));
 		put_member(g, "failed", why, sizeof(why));
 	}
-	bool holds = rc == 0 && !strcmp(g->op, "checkpoint");
-	char host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	json_t *mine = json_pack("{s:s, s:i, s:b, s:b, s:o, s:s, s:o, s:I}", "member", g->member, "exit", rc, "crossed",
-				 !boundary || g->crossed, "holds_checkpoint", holds, "error", json_text(error),
-				 "operation", g->op, "host", json_text(host), "time", (json_int_t)time(NULL));
-	char *text = mine ? json_dumps(mine, JSON_COMPACT) : NULL;
-	json_decref(mine);
+	struct result_record mine = {.exit = rc,
+				     .crossed = !boundary || g->crossed,
+				     .holds_checkpoint = rc == 0 && !strcmp(g->op, "checkpoint"),
+				     .time = (long long)time(NULL)};
+	snprintf(mine.member, sizeof(mine.member), "%s", g->member);
+	snprintf(mine.error, sizeof(mine.error), "%s", error);
+	snprintf(mine.operation, sizeof(mine.operation), "%s", g->op);
+	gethostname(mine.host, sizeof(mine.host) - 1);
+	char *text = result_record_encode(&mine);
 	char tail[300];
 	snprintf(tail, sizeof(tail), "results/%s", g->member);
 	op_key(g, tail, key, sizeof(key));
@@ -680,6 +688,26 @@ int group_run(int (*run)(const struct args *), const struct args *a, const char 
 	return group_end(&g, rc, boundary, a->json);
 }
 
+/* The record under rest (the key past the group's prefix) as JSON, through
+ * its codec: NULL when it is none that reads. */
+static json_t *record_json(const char *rest, const char *value)
+{
+	struct member_record m;
+	struct decision_record d;
+	struct result_record r;
+	json_t *j = NULL;
+	const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
+	if (!strncmp(rest, "members/", 8) && member_record_decode(value, &m) == 0) {
+		j = member_record_json(&m);
+		member_record_free(&m);
+	} else if (tail && !strcmp(tail, "/decision") && decision_record_decode(value, &d) == 0) {
+		j = decision_record_json(&d);
+	} else if (tail && !strncmp(tail, "/results/", 9) && result_record_decode(value, &r) == 0) {
+		j = result_record_json(&r);
+	}
+	return j;
+}
+
 int group_inspect(const struct args *a)
 {
 	struct group g;
@@ -707,7 +735,7 @@ int group_inspect(const struct args *a)
 			json_array_append_new(json_object_get(out, "ignored"), json_text(kvs[i].key));
 			continue;
 		}
-		json_t *v = json_loads(kvs[i].value, 0, NULL);
+		json_t *v = record_json(rest, kvs[i].value);
 		if (!v)
 			continue;
 		if (!strncmp(rest, "members/", 8)) {
@@ -717,8 +745,8 @@ int group_inspect(const struct args *a)
 		}
 		/* ops/OPID/decision, ops/OPID/results/MEMBER */
 		char opid[ID_HEX_LEN + 1] = "";
-		const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
-		if (!tail || (size_t)(tail - rest - 4) > ID_HEX_LEN) {
+		const char *tail = strchr(rest + 4, '/');
+		if ((size_t)(tail - rest - 4) > ID_HEX_LEN) {
 			json_decref(v);
 			continue;
 		}

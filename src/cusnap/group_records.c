@@ -32,16 +32,11 @@ static void warn_once(const char *group, const char *key, const char *what)
 
 bool record_valid(const char *group, const struct etcd_kv *kv, bool warn)
 {
-	json_t *m = json_loads(kv->value, 0, NULL);
-	const char *what = !json_is_object(m) ? "not a member's record"
-			   : !json_is_string(json_object_get(m, "operation")) ||
-					   !json_is_string(json_object_get(m, "opid")) ||
-					   !json_is_string(json_object_get(m, "phase")) ||
-					   !json_is_integer(json_object_get(m, "members"))
-				   ? "not a member's record (a field missing)"
-			   : !kv->lease ? "kept by no lease (no member's cusnap keeps it)"
-					: NULL;
-	json_decref(m);
+	struct member_record m;
+	const char *what = member_record_decode(kv->value, &m) < 0 ? "not a member's record"
+			   : !kv->lease                            ? "kept by no lease (no member's cusnap keeps it)"
+								   : NULL;
+	member_record_free(&m);
 	if (what && warn)
 		warn_once(group, kv->key, what);
 	return !what;
