@@ -217,6 +217,11 @@ $(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# What cusnap sends etcd and reads back, alone.
+$(BUILD)/tests/unit/test_etcd_wire: $(BUILD)/obj/tests/unit/test_etcd_wire.o $(BUILD)/obj/src/cusnap/etcd_wire.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

@@ -17,79 +17,6 @@
 #include "cusnap/json.h"
 #include "etcd.h"
 
-/* ---- base64 ---- */
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-void etcd_b64_encode(const void *data, size_t n, char *out)
-{
-	const unsigned char *p = data;
-	size_t o = 0;
-	for (size_t i = 0; i < n; i += 3) {
-		unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
-			     (i + 2 < n ? p[i + 2] : 0);
-		out[o++] = b64[v >> 18 & 63];
-		out[o++] = b64[v >> 12 & 63];
-		out[o++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
-		out[o++] = i + 2 < n ? b64[v & 63] : '=';
-	}
-	out[o] = '\0';
-}
-
-long etcd_b64_decode(const char *text, unsigned char *out)
-{
-	size_t n = strlen(text), o = 0;
-	if (n % 4)
-		return -1;
-	for (size_t i = 0; i < n; i += 4) {
-		unsigned v = 0;
-		int pad = 0;
-		for (int k = 0; k < 4; k++) {
-			const char *at = text[i + k] ? strchr(b64, text[i + k]) : NULL;
-			if (text[i + k] == '=' && i + 4 == n && k >= 2) {
-				pad++;
-				v <<= 6;
-				continue;
-			}
-			if (!at || pad)
-				return -1;
-			v = v << 6 | (unsigned)(at - b64);
-		}
-		out[o++] = (unsigned char)(v >> 16);
-		if (pad < 2)
-			out[o++] = (unsigned char)(v >> 8);
-		if (pad < 1)
-			out[o++] = (unsigned char)v;
-	}
-	return (long)o;
-}
-
-static json_t *b64_json(const char *s, size_t n)
-{
-	char *text = malloc(4 * (n / 3 + 1) + 1);
-	if (!text)
-		return NULL;
-	etcd_b64_encode(s, n, text);
-	json_t *j = json_string(text);
-	free(text);
-	return j;
-}
-
-/* The key just past every key that starts with prefix (etcd's range_end). */
-static json_t *prefix_end(const char *prefix)
-{
-	size_t n = strlen(prefix);
-	char *end = strdup(prefix);
-	if (!end || !n) {
-		free(end);
-		return b64_json("\0", 1);
-	}
-	end[n - 1]++; /* (prefixes here end in '/': never 0xff) */
-	json_t *j = b64_json(end, n);
-	free(end);
-	return j;
-}
-
 /* ---- requests ---- */
 
 /* libcurl, loaded when a group first needs it: every other run of the tool
@@ -301,7 +228,7 @@ static json_t *post(struct etcd *e, const char *path, const char *text, char *wh
 /* A token for e->user: 0, or -1 with why. */
 static int authenticate(struct etcd *e, char *why, size_t len)
 {
-	json_t *body = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
+	json_t *body = etcd_body_auth(e->user, e->password);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	e->token[0] = '\0';
@@ -405,34 +332,17 @@ static json_t *post(struct etcd *e, const char *path, const char *text, char *wh
 	return reply;
 }
 
-/* An int64 etcd gives as a string (or a number); def when absent. */
-static int64_t int64_of(const json_t *o, const char *key, int64_t def)
-{
-	const json_t *v = json_object_get(o, key);
-	if (json_is_integer(v))
-		return json_integer_value(v);
-	const char *s = json_string_value(v);
-	return s ? strtoll(s, NULL, 10) : def;
-}
-
-static json_t *id_json(int64_t id)
-{
-	char s[24];
-	snprintf(s, sizeof(s), "%lld", (long long)id);
-	return json_string(s);
-}
-
 int etcd_ping(struct etcd *e, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json("/cusnap/groups/", 15)), why, len);
+	json_t *r = call(e, "/v3/kv/range", etcd_body_key("/cusnap/groups/"), why, len);
 	json_decref(r);
 	return r ? 0 : -1;
 }
 
 int etcd_lease_grant(struct etcd *e, int ttl, int64_t *id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/grant", json_pack("{s:i}", "TTL", ttl), why, len);
-	*id = int64_of(r, "ID", 0);
+	json_t *r = call(e, "/v3/lease/grant", etcd_body_grant(ttl), why, len);
+	*id = etcd_int64(r, "ID", 0);
 	json_decref(r);
 	if (r && !*id)
 		snprintf(why, len, "etcd granted no lease");
@@ -441,43 +351,32 @@ int etcd_lease_grant(struct etcd *e, int ttl, int64_t *id, char *why, size_t len
 
 int etcd_lease_keepalive(struct etcd *e, int64_t id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/keepalive", json_pack("{s:o}", "ID", id_json(id)), why, len);
+	json_t *r = call(e, "/v3/lease/keepalive", etcd_body_lease(id), why, len);
 	if (!r)
 		return -1;
 	/* A lease that is gone answers without a TTL (or with 0). */
-	int64_t ttl = int64_of(json_object_get(r, "result"), "TTL", 0);
+	int64_t ttl = etcd_int64(json_object_get(r, "result"), "TTL", 0);
 	json_decref(r);
 	return ttl > 0 ? 0 : 1;
 }
 
 int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/revoke", json_pack("{s:o}", "ID", id_json(id)), why, len);
+	json_t *r = call(e, "/v3/lease/revoke", etcd_body_lease(id), why, len);
 	json_decref(r);
 	return r ? 0 : -1;
 }
 
-static json_t *put_json(const char *key, const char *value, int64_t lease)
-{
-	json_t *p = json_pack("{s:o, s:o}", "key", b64_json(key, strlen(key)), "value", b64_json(value, strlen(value)));
-	if (p && lease)
-		json_object_set_new(p, "lease", id_json(lease));
-	return p;
-}
-
 int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/put", put_json(key, value, lease), why, len);
+	json_t *r = call(e, "/v3/kv/put", etcd_body_put(key, value, lease), why, len);
 	json_decref(r);
 	return r ? 0 : -1;
 }
 
 int etcd_create(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
 {
-	json_t *body = json_pack("{s:[{s:o, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "key", b64_json(key, strlen(key)),
-				 "target", "CREATE", "result", "EQUAL", "create_revision", "0", "success",
-				 "request_put", put_json(key, value, lease));
-	json_t *r = call(e, "/v3/kv/txn", body, why, len);
+	json_t *r = call(e, "/v3/kv/txn", etcd_body_create(key, value, lease), why, len);
 	if (!r)
 		return -1;
 	bool made = json_is_true(json_object_get(r, "succeeded"));
@@ -485,37 +384,11 @@ int etcd_create(struct etcd *e, const char *key, const char *value, int64_t leas
 	return made;
 }
 
-static int kv_of(const json_t *j, struct etcd_kv *kv)
-{
-	const char *k = json_string_value(json_object_get(j, "key"));
-	const char *v = json_string_value(json_object_get(j, "value"));
-	memset(kv, 0, sizeof(*kv));
-	kv->key = malloc(k ? strlen(k) + 1 : 1);
-	kv->value = malloc(v ? strlen(v) + 1 : 1);
-	long kn = kv->key && k ? etcd_b64_decode(k, (unsigned char *)kv->key) : -1;
-	long vn = kv->value ? (v ? etcd_b64_decode(v, (unsigned char *)kv->value) : 0) : -1;
-	if (kn < 0 || vn < 0) {
-		free(kv->key);
-		free(kv->value);
-		return -1;
-	}
-	kv->key[kn] = '\0';
-	kv->value[vn] = '\0';
-	kv->value_len = (size_t)vn;
-	kv->create_revision = int64_of(j, "create_revision", 0);
-	kv->mod_revision = int64_of(j, "mod_revision", 0);
-	kv->lease = int64_of(j, "lease", 0);
-	return 0;
-}
-
 int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n, char *why, size_t len)
 {
 	*kvs = NULL;
 	*n = 0;
-	json_t *r = call(e, "/v3/kv/range",
-			 json_pack("{s:o, s:o}", "key", b64_json(prefix, strlen(prefix)), "range_end",
-				   prefix_end(prefix)),
-			 why, len);
+	json_t *r = call(e, "/v3/kv/range", etcd_body_range(prefix), why, len);
 	if (!r)
 		return -1;
 	const json_t *list = json_object_get(r, "kvs");
@@ -523,7 +396,7 @@ int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t 
 	*kvs = calloc(count ? count : 1, sizeof(**kvs));
 	int rc = *kvs ? 0 : -1;
 	for (size_t i = 0; rc == 0 && i < count; i++) {
-		rc = kv_of(json_array_get(list, i), &(*kvs)[*n]);
+		rc = etcd_kv_of(json_array_get(list, i), &(*kvs)[*n]);
 		*n += rc == 0;
 	}
 	json_decref(r);
@@ -538,11 +411,11 @@ int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t 
 
 int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/range", json_pack("{s:o}", "key", b64_json(key, strlen(key))), why, len);
+	json_t *r = call(e, "/v3/kv/range", etcd_body_key(key), why, len);
 	if (!r)
 		return -1;
 	const json_t *first = json_array_get(json_object_get(r, "kvs"), 0);
-	int rc = !first ? 0 : kv_of(first, kv) == 0 ? 1 : -1;
+	int rc = !first ? 0 : etcd_kv_of(first, kv) == 0 ? 1 : -1;
 	json_decref(r);
 	if (rc < 0)
 		snprintf(why, len, "etcd: a key or value that is not base64");
@@ -551,7 +424,7 @@ int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, siz
 
 int etcd_delete(struct etcd *e, const char *key, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/deleterange", json_pack("{s:o}", "key", b64_json(key, strlen(key))), why, len);
+	json_t *r = call(e, "/v3/kv/deleterange", etcd_body_key(key), why, len);
 	json_decref(r);
 	return r ? 0 : -1;
 }

@@ -69,6 +69,23 @@ int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, siz
 int etcd_delete(struct etcd *e, const char *key, char *why, size_t len);
 void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 
+/* ---- etcd_wire.c: the gateway's bodies and replies ---- */
+typedef struct json_t json_t;
+/* Request bodies (NULL: out of memory): {key}; {key, range_end} for every key
+ * under prefix; a put, under lease when not 0; a put only if key is absent (a
+ * txn); a lease granted for ttl seconds; a lease named; a user's password. */
+json_t *etcd_body_key(const char *key);
+json_t *etcd_body_range(const char *prefix);
+json_t *etcd_body_put(const char *key, const char *value, int64_t lease);
+json_t *etcd_body_create(const char *key, const char *value, int64_t lease);
+json_t *etcd_body_grant(int ttl);
+json_t *etcd_body_lease(int64_t id);
+json_t *etcd_body_auth(const char *user, const char *password);
+/* An int64 of a reply, which etcd gives as a string (or a number); def when absent. */
+int64_t etcd_int64(const json_t *o, const char *key, int64_t def);
+/* One of a range reply's kvs into kv (its key and value decoded, NUL-ended;
+ * etcd_kvs_free): 0, or -1 when either is not base64. */
+int etcd_kv_of(const json_t *j, struct etcd_kv *kv);
 /* Base64 (RFC 4648, with padding), as etcd's JSON gateway carries bytes:
  * the text into out (4 * ceil(n / 3) + 1 bytes). */
 void etcd_b64_encode(const void *data, size_t n, char *out);
