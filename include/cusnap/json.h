@@ -25,6 +25,8 @@ int json_emit(FILE *f, json_t *v);
 json_t *json_read_file(const char *path, size_t max, char *err, size_t errlen);
 /* Typed members of object o: NULL / def when absent or of another type. */
 const char *json_member_string(const json_t *o, const char *key);
+/* The same, "" when absent or of another type. */
+const char *json_member_text(const json_t *o, const char *key);
 double json_member_number(const json_t *o, const char *key, double def);
 bool json_member_bool(const json_t *o, const char *key, bool def);
 

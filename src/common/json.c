@@ -111,6 +111,12 @@ const char *json_member_string(const json_t *o, const char *key)
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+const char *json_member_text(const json_t *o, const char *key)
+{
+	const char *s = json_member_string(o, key);
+	return s ? s : "";
+}
+
 double json_member_number(const json_t *o, const char *key, double def)
 {
 	const json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;

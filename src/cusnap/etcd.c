@@ -437,3 +437,11 @@ void etcd_kvs_free(struct etcd_kv *kvs, size_t n)
 	}
 	free(kvs);
 }
+
+/* What to do about why etcd could not be used: only an etcd that cannot be
+ * reached is one to start (a refusal of TLS, authentication or permission
+ * names its own fix). */
+const char *etcd_advice(const char *why)
+{
+	return strstr(why, ": unreachable:") ? "; start etcd there, or name one that answers with --etcd" : "";
+}

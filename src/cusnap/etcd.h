@@ -69,6 +69,10 @@ int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, siz
 int etcd_delete(struct etcd *e, const char *key, char *why, size_t len);
 void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 
+/* What to do about why (an error of these calls): "" or advice to append;
+ * only an etcd that cannot be reached is one to start. */
+const char *etcd_advice(const char *why);
+
 /* ---- etcd_wire.c: the gateway's bodies and replies ---- */
 typedef struct json_t json_t;
 /* Request bodies (NULL: out of memory): {key}; {key, range_end} for every key

@@ -124,20 +124,6 @@ static const char *member_name(const struct group *g, const struct etcd_kv *kv)
 	return kv->key + strlen(g->prefix) + strlen("members/");
 }
 
-static const char *field(const json_t *j, const char *key)
-{
-	const char *s = json_string_value(json_object_get(j, key));
-	return s ? s : "";
-}
-
-/* What to do about why etcd could not be used: only an etcd that cannot be
- * reached is one to start (a refusal of TLS, authentication or permission
- * names its own fix). */
-static const char *etcd_advice(const char *why)
-{
-	return strstr(why, ": unreachable:") ? "; start etcd there, or name one that answers with --etcd" : "";
-}
-
 /* Plain http:// with no authentication: anyone who can reach etcd can write
  * the group's records, and so steer its members across their boundaries. */
 static void plain_http_warning(const struct args *a)
@@ -632,14 +618,15 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		const json_t *r = json_array_get(all, i);
 		int code = (int)json_member_number(r, "exit", -1);
 		ok += code == 0;
-		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, field(r, "member"),
-			code == 0 ? "ok" : "failed", code == 0 ? "" : ": ", field(r, "error"));
+		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op,
+			json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
+			json_member_text(r, "error"));
 	}
 	char unknown[1024] = "";
 	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
 		bool reported = false;
 		for (size_t i = 0; i < json_array_size(all) && !reported; i++)
-			reported = !strcmp(field(json_array_get(all, i), "member"), g->seen[s]);
+			reported = !strcmp(json_member_text(json_array_get(all, i), "member"), g->seen[s]);
 		if (!reported)
 			at += (size_t)snprintf(unknown + at, sizeof(unknown) - at, "%s%s", at ? ", " : "", g->seen[s]);
 	}
@@ -686,126 +673,4 @@ int group_run(int (*run)(const struct args *), const struct args *a, const char 
 	inner.json = false; /* (the group's result is the summary) */
 	rc = run(&inner);
 	return group_end(&g, rc, boundary, a->json);
-}
-
-/* The record under rest (the key past the group's prefix) as JSON, through
- * its codec: NULL when it is none that reads. */
-static json_t *record_json(const char *rest, const char *value)
-{
-	struct member_record m;
-	struct decision_record d;
-	struct result_record r;
-	json_t *j = NULL;
-	const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
-	if (!strncmp(rest, "members/", 8) && member_record_decode(value, &m) == 0) {
-		j = member_record_json(&m);
-		member_record_free(&m);
-	} else if (tail && !strcmp(tail, "/decision") && decision_record_decode(value, &d) == 0) {
-		j = decision_record_json(&d);
-	} else if (tail && !strncmp(tail, "/results/", 9) && result_record_decode(value, &r) == 0) {
-		j = result_record_json(&r);
-	}
-	return j;
-}
-
-int group_inspect(const struct args *a)
-{
-	struct group g;
-	char why[1024];
-	memset(&g, 0, sizeof(g));
-	g.a = a;
-	snprintf(g.prefix, sizeof(g.prefix), "/cusnap/groups/%s/", a->group);
-	if (!a->etcd)
-		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
-	if (etcd_global_init(why, sizeof(why)) < 0)
-		return fail(EX_UNAVAILABLE, "%s", why);
-	if (etcd_init(&g.e, a->etcd, &a->etcd_auth, 5000, why, sizeof(why)) < 0)
-		return fail(EX_USAGE, "%s", why);
-	struct etcd_kv *kvs;
-	size_t n;
-	if (etcd_range(&g.e, g.prefix, &kvs, &n, why, sizeof(why)) < 0) {
-		etcd_free(&g.e);
-		return fail(EX_UNAVAILABLE, "group %s: %s%s", a->group, why, etcd_advice(why));
-	}
-	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", a->group, "members", "operations", "ignored");
-	for (size_t i = 0; i < n; i++) {
-		const char *rest = kvs[i].key + strlen(g.prefix);
-		if (!strncmp(rest, "members/", 8) && !record_valid(a->group, &kvs[i], false)) {
-			/* (shown, with how to clear it: members ignore it) */
-			json_array_append_new(json_object_get(out, "ignored"), json_text(kvs[i].key));
-			continue;
-		}
-		json_t *v = record_json(rest, kvs[i].value);
-		if (!v)
-			continue;
-		if (!strncmp(rest, "members/", 8)) {
-			json_object_set_new(v, "member", json_text(rest + 8));
-			json_array_append_new(json_object_get(out, "members"), v);
-			continue;
-		}
-		/* ops/OPID/decision, ops/OPID/results/MEMBER */
-		char opid[ID_HEX_LEN + 1] = "";
-		const char *tail = strchr(rest + 4, '/');
-		if ((size_t)(tail - rest - 4) > ID_HEX_LEN) {
-			json_decref(v);
-			continue;
-		}
-		memcpy(opid, rest + 4, (size_t)(tail - rest - 4));
-		json_t *o = json_object_get(json_object_get(out, "operations"), opid);
-		if (!o) {
-			o = json_pack("{s:[]}", "results");
-			json_object_set_new(json_object_get(out, "operations"), opid, o);
-		}
-		if (!strcmp(tail, "/decision"))
-			json_object_set_new(o, "decision", v);
-		else
-			json_array_append_new(json_object_get(o, "results"), v);
-	}
-	etcd_kvs_free(kvs, n);
-	etcd_free(&g.e);
-	if (a->json) {
-		json_emit(stdout, out);
-		return EX_OK;
-	}
-	const json_t *m = json_object_get(out, "members");
-	printf("group %s: %zu member(s) at work\n", a->group, json_array_size(m));
-	for (size_t i = 0; i < json_array_size(m); i++) {
-		const json_t *x = json_array_get(m, i);
-		printf("  member %s: %s of %d members, %s (operation %.8s)\n", field(x, "member"),
-		       field(x, "operation"), (int)json_member_number(x, "members", 0), field(x, "phase"),
-		       field(x, "opid"));
-	}
-	const json_t *ignored = json_object_get(out, "ignored");
-	for (size_t i = 0; i < json_array_size(ignored); i++)
-		printf("  %s: not a member's record (malformed, or kept by no lease): members ignore it; "
-		       "`etcdctl del %s` clears it\n",
-		       json_string_value(json_array_get(ignored, i)), json_string_value(json_array_get(ignored, i)));
-	const char *opid;
-	json_t *o;
-	json_object_foreach(json_object_get(out, "operations"), opid, o)
-	{
-		const json_t *d = json_object_get(o, "decision");
-		const json_t *r = json_object_get(o, "results");
-		const json_t *first = json_array_get(r, 0);
-		const char *kind = first ? field(first, "operation") : "";
-		char when[64] = "";
-		time_t at = (time_t)json_member_number(first, "time", 0);
-		struct tm tm;
-		if (at > 0 && localtime_r(&at, &tm))
-			strftime(when, sizeof(when), ", %Y-%m-%d %H:%M:%S", &tm);
-		printf("operation %.8s (%s%s): %s\n", opid, kind[0] ? kind : "?", when,
-		       d && json_is_true(json_object_get(d, "go")) ? "every member ready: crossed"
-		       : d                                         ? field(d, "why")
-		       : !strcmp(kind, "resume")                   ? "no boundary (each member resumes its own tree)"
-								   : "undecided");
-		for (size_t i = 0; i < json_array_size(r); i++) {
-			const json_t *x = json_array_get(r, i);
-			int code = (int)json_member_number(x, "exit", -1);
-			printf("  member %s%s%s: %s%s%s%s\n", field(x, "member"), field(x, "host")[0] ? " on " : "",
-			       field(x, "host"), code ? "failed" : "ok", code ? ": " : "", field(x, "error"),
-			       json_is_true(json_object_get(x, "holds_checkpoint")) ? " (holds a checkpoint)" : "");
-		}
-	}
-	json_decref(out);
-	return EX_OK;
 }
