@@ -222,6 +222,11 @@ $(BUILD)/tests/unit/test_etcd_wire: $(BUILD)/obj/tests/unit/test_etcd_wire.o $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# cuemu's checkpoint protocol, alone.
+$(BUILD)/tests/unit/test_ckpt_wire: $(BUILD)/obj/tests/unit/test_ckpt_wire.o $(BUILD)/obj/emu/ckpt_wire.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

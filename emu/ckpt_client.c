@@ -16,7 +16,6 @@
 #include "ckpt_wire.h"
 #include "cusnap/paths.h"
 #include "cusnap/usock.h"
-#include "cusnap/wire.h"
 #include "cusnap/log.h"
 #include "emu.h"
 
@@ -220,27 +219,23 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 		LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
 		return CUDA_ERROR_NOT_INITIALIZED;
 	}
-	size_t len = CKPT_REQ_LEN + (size_t)npairs * CKPT_PAIR_LEN;
-	uint8_t req[CKPT_REQ_LEN + CKPT_MAX_PAIRS * CKPT_PAIR_LEN] = {0}, reply[CKPT_REPLY_LEN];
-	wire_put_u32(req, CKPT_MAGIC);
-	wire_put_u16(req + 4, CKPT_VERSION);
-	wire_put_u16(req + 6, (uint16_t)op);
-	wire_put_u32(req + 8, timeout_ms);
-	wire_put_u32(req + 12, npairs);
-	wire_put_u64(req + 16, emu_job_caller_key());
+	struct ckpt_request r = {.op = op, .timeout_ms = timeout_ms, .npairs = npairs, .job = emu_job_caller_key()};
 	for (unsigned i = 0; i < npairs; i++) {
-		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN, pairs[i].oldUuid.bytes, 16);
-		memcpy(req + CKPT_REQ_LEN + i * CKPT_PAIR_LEN + 16, pairs[i].newUuid.bytes, 16);
+		memcpy(r.pairs[i], pairs[i].oldUuid.bytes, 16);
+		memcpy(r.pairs[i] + 16, pairs[i].newUuid.bytes, 16);
 	}
+	uint8_t req[CKPT_REQ_LEN + CKPT_MAX_PAIRS * CKPT_PAIR_LEN], reply[CKPT_REPLY_LEN];
+	size_t len = ckpt_request_encode(&r, req);
+	struct ckpt_reply got;
 	/* A lock without timeout may wait as long as the target's work takes;
 	 * everything else is bounded so that a stuck target cannot hang us. */
 	int wait_ms = op == CKPT_OP_LOCK ? (timeout_ms ? (int)timeout_ms + 30000 : -1) : 600000;
 	CUresult rc = CUDA_ERROR_OPERATING_SYSTEM;
 	if (io_full(fd, req, len, true, 30000) == 0 && io_full(fd, reply, sizeof(reply), false, wait_ms) == 0 &&
-	    wire_get_u32(reply) == CKPT_MAGIC) {
-		rc = (CUresult)wire_get_u32(reply + 4);
+	    ckpt_reply_decode(reply, &got) == 0) {
+		rc = (CUresult)got.result;
 		if (value)
-			*value = (int)wire_get_u32(reply + 8);
+			*value = got.value;
 		/* The call returns once the target's thread is done with the request
 		 * (its end closed): a checkpointer stops that thread again as soon as
 		 * the call returns, and must not find it holding a connection CRIU

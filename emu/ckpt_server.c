@@ -24,7 +24,6 @@
 #include "cusnap/atomicfile.h"
 #include "cusnap/hostmem.h"
 #include "cusnap/usock.h"
-#include "cusnap/wire.h"
 #include "cusnap/log.h"
 #include "emu.h"
 
@@ -355,24 +354,23 @@ static void serve(int fd)
 	struct timeval tv = {.tv_sec = 5};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	uint8_t req[CKPT_REQ_LEN], pairs[CKPT_MAX_PAIRS * CKPT_PAIR_LEN], reply[CKPT_REPLY_LEN] = {0};
-	if (io_read_all(fd, req, sizeof(req)) < 0)
+	uint8_t head[CKPT_REQ_LEN], reply[CKPT_REPLY_LEN];
+	struct ckpt_request r;
+	if (io_read_all(fd, head, sizeof(head)) < 0)
 		return;
-	unsigned npairs = wire_get_u32(req + 12);
-	CUresult rc;
-	int value = 0;
-	if (wire_get_u32(req) != CKPT_MAGIC || wire_get_u16(req + 4) != CKPT_VERSION || npairs > CKPT_MAX_PAIRS) {
-		rc = CUDA_ERROR_INVALID_VALUE;
-	} else if (npairs && io_read_all(fd, pairs, (size_t)npairs * CKPT_PAIR_LEN) < 0) {
+	struct ckpt_reply out = {0};
+	if (ckpt_request_decode(head, &r) < 0) {
+		out.result = CUDA_ERROR_INVALID_VALUE;
+	} else if (r.npairs && io_read_all(fd, r.pairs, (size_t)r.npairs * CKPT_PAIR_LEN) < 0) {
 		return;
 	} else {
-		enum ckpt_op op = (enum ckpt_op)wire_get_u16(req + 6);
-		rc = serve_op(op, wire_get_u32(req + 8), wire_get_u64(req + 16), pairs, npairs, &value);
-		log_transition(op, rc);
+		int value = 0;
+		CUresult rc = serve_op(r.op, r.timeout_ms, r.job, &r.pairs[0][0], r.npairs, &value);
+		log_transition(r.op, rc);
+		out.result = (int32_t)rc;
+		out.value = value;
 	}
-	wire_put_u32(reply, CKPT_MAGIC);
-	wire_put_u32(reply + 4, (uint32_t)rc);
-	wire_put_u32(reply + 8, (uint32_t)value);
+	ckpt_reply_encode(&out, reply);
 	io_write_all(fd, reply, sizeof(reply));
 }
 

@@ -27,4 +27,30 @@ enum ckpt_op {
 	CKPT_OP_TID,
 };
 
+#include <stddef.h>
+#include <stdint.h>
+
+struct ckpt_request {
+	enum ckpt_op op;
+	uint32_t timeout_ms;
+	uint32_t npairs;
+	uint64_t job;
+	uint8_t pairs[CKPT_MAX_PAIRS][CKPT_PAIR_LEN]; /* old uuid | new uuid */
+};
+struct ckpt_reply {
+	int32_t result; /* CUresult */
+	int32_t value;
+};
+
+/* r as bytes into out (CKPT_REQ_LEN + npairs x CKPT_PAIR_LEN of them): its
+ * length, or 0 when r has more pairs than a request carries. */
+size_t ckpt_request_encode(const struct ckpt_request *r, uint8_t *out);
+/* A request's head (its first CKPT_REQ_LEN bytes) into r, the pairs that
+ * follow to be read into r->pairs: 0, or -1 (not this protocol or version, or
+ * too many pairs). */
+int ckpt_request_decode(const uint8_t head[CKPT_REQ_LEN], struct ckpt_request *r);
+void ckpt_reply_encode(const struct ckpt_reply *r, uint8_t out[CKPT_REPLY_LEN]);
+/* 0, or -1 when it is not this protocol's reply. */
+int ckpt_reply_decode(const uint8_t in[CKPT_REPLY_LEN], struct ckpt_reply *r);
+
 #endif
