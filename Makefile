@@ -227,6 +227,11 @@ $(BUILD)/tests/unit/test_ckpt_wire: $(BUILD)/obj/tests/unit/test_ckpt_wire.o $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# The node library's voice, alone.
+$(BUILD)/tests/unit/test_voice: $(BUILD)/obj/tests/unit/test_voice.o $(BUILD)/obj/src/node/report.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -lpthread
+
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
 $(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)

@@ -92,7 +92,7 @@ static void plugin_metrics(const char *op, int code)
 	char why[PATH_MAX + 200];
 	if (P.conf.s.metrics_dir[0] &&
 	    metrics_write(P.conf.s.metrics_dir, op, code, (now_ms() - P.t0) / 1000.0, P.dir, why, sizeof(why)) < 0)
-		fprintf(stderr, "cusnap-plugin: warning: metrics not written: %s\n", why);
+		plugin_say(VOICE_WARN, "metrics not written: %s", why);
 }
 
 /* ---- what every hook needs ---- */
@@ -212,13 +212,12 @@ static enum owner dump_owner(pid_t root)
 static bool dump_refused(pid_t root, int rc)
 {
 	if (P.conf_error[0])
-		fprintf(stderr, "cusnap-plugin: the tree of %d: %s: dump refused, nothing changed\n", (int)root,
-			P.conf_error);
+		plugin_say(VOICE_ERROR, "the tree of %d: %s: dump refused, nothing changed", (int)root, P.conf_error);
 	else if (rc == EX_UNAVAILABLE)
-		fprintf(stderr,
-			"cusnap-plugin: the tree of %d uses CUDA but the driver cannot be loaded in CRIU (name it "
-			"with libcuda = PATH in %s, or CUSNAP_LIBCUDA): dump refused, nothing changed\n",
-			(int)root, P.conf.path[0] ? P.conf.path : PLUGIN_CONF_SYSTEM);
+		plugin_say(VOICE_ERROR,
+			   "the tree of %d uses CUDA but the driver cannot be loaded in CRIU (name it "
+			   "with libcuda = PATH in %s, or CUSNAP_LIBCUDA): dump refused, nothing changed",
+			   (int)root, P.conf.path[0] ? P.conf.path : PLUGIN_CONF_SYSTEM);
 	return P.conf_error[0] || rc != 0;
 }
 
@@ -231,7 +230,7 @@ static int pause_devices(int pid)
 		       : P.owner == OWNER_PEER ? peer_call(CRIU_HOOK_PAUSE_DEVICES, pid)
 					       : -ENOTSUP;
 	if (images_dir(P.dir, sizeof(P.dir)) < 0) {
-		fprintf(stderr, "cusnap-plugin: cannot tell CRIU's images directory: dump refused, nothing changed\n");
+		plugin_say(VOICE_ERROR, "cannot tell CRIU's images directory: dump refused, nothing changed");
 		return -1;
 	}
 	settings_for(pid);
@@ -260,8 +259,8 @@ static int pause_devices(int pid)
 	for (size_t i = 0; P.restore_tid && i < P.t.ncuda; i++) {
 		CUresult q = P.t.nat.restore_tid(P.t.targets[i].obs, &P.restore_tid[i]);
 		if (q != CUDA_SUCCESS) {
-			fprintf(stderr, "cusnap-plugin: process %d: %s: %s: dump refused, nothing changed\n",
-				P.t.targets[i].obs, "cuCheckpointProcessGetRestoreThreadId", native_error(&P.t.nat, q));
+			plugin_say(VOICE_ERROR, "process %d: %s: %s: dump refused, nothing changed", P.t.targets[i].obs,
+				   "cuCheckpointProcessGetRestoreThreadId", native_error(&P.t.nat, q));
 			return -1;
 		}
 	}
@@ -309,7 +308,7 @@ static int write_image(void)
 	int rc = plugin_image_write(P.dir, &im, why, sizeof(why));
 	plugin_image_free(&im);
 	if (rc < 0)
-		fprintf(stderr, "cusnap-plugin: %s\n", why);
+		plugin_say(VOICE_ERROR, "%s", why);
 	return rc;
 }
 
@@ -342,15 +341,15 @@ static int checkpoint_devices(int pid)
 	for (size_t i = 0; i < running; i++) {
 		int e = restore_thread(tid[i], false, &mask[i]);
 		if (e < 0)
-			fprintf(stderr, "cusnap-plugin: process %d: stopping its restore thread %d again: %s\n",
-				P.t.targets[i].obs, tid[i], strerror(-e));
+			plugin_say(VOICE_ERROR, "process %d: stopping its restore thread %d again: %s",
+				   P.t.targets[i].obs, tid[i], strerror(-e));
 	}
 	free(tid);
 	free(mask);
 	if (rc == 0 && (fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0))
 		rc = -1, snprintf(err, sizeof(err), "the plugin's checkpoint failed");
 	if (rc < 0) {
-		fprintf(stderr, "cusnap-plugin: %s: the dump fails; the tree is put back before criu exits\n", err);
+		plugin_say(VOICE_ERROR, "%s: the dump fails; the tree is put back before criu exits", err);
 		return -1;
 	}
 	fault_point(FAULT_PLUGIN_CHECKPOINT);
@@ -367,10 +366,10 @@ static int after_dump(int ret)
 	if (alive > 0 && ret == 0)
 		usleep(300000), alive = wait_released(&P.t, 1000); /* (a dump that kills the tree kills it now) */
 	if (alive < 0) {
-		fprintf(stderr,
-			"cusnap-plugin: CRIU did not let the tree of %d go within 60 s: `cusnap resume --pid "
-			"%d` finishes it\n",
-			(int)P.root, (int)P.root);
+		plugin_say(VOICE_ERROR,
+			   "CRIU did not let the tree of %d go within 60 s: `cusnap resume --pid "
+			   "%d` finishes it",
+			   (int)P.root, (int)P.root);
 		return 2;
 	}
 	if (alive == 0)
@@ -381,7 +380,7 @@ static int after_dump(int ret)
 	char err[1600];
 	if (tree_release(&P.t, P.dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &r, err, sizeof(err)) < 0)
 		return finish(&P.t, &P.rec, "after the dump: %s", err);
-	fprintf(stderr, "cusnap-plugin: the tree of %d runs on after the dump\n", (int)P.root);
+	plugin_say(VOICE_INFO, "the tree of %d runs on after the dump", (int)P.root);
 	return 0;
 }
 
@@ -392,10 +391,10 @@ static void criu_exit_waits(void)
 	if (P.helper.pid) {
 		int code = helper_wait(&P.helper, helper_bound_ms());
 		if (code < 0)
-			fprintf(stderr,
-				"cusnap-plugin: the helper putting the tree of %d back did not finish within %d ms "
-				"(it goes on; `cusnap inspect --pid %d` shows where it is)\n",
-				(int)P.root, helper_bound_ms(), (int)P.root);
+			plugin_say(VOICE_ERROR,
+				   "the helper putting the tree of %d back did not finish within %d ms "
+				   "(it goes on; `cusnap inspect --pid %d` shows where it is)",
+				   (int)P.root, helper_bound_ms(), (int)P.root);
 		P.criu_fails |= code != 0;
 		/* A failed dump put back is a failure left running (1); one not put back, 2. */
 		if (P.stage == CRIU_STAGE_DUMP)
@@ -417,7 +416,7 @@ static void write_digests(void)
 	json_t *files = images_digest(P.dir, err, sizeof(err));
 	char *text = files ? json_dumps(files, JSON_COMPACT) : NULL;
 	if (!files || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
-		fprintf(stderr, "cusnap-plugin: warning: %s: the images get no digests\n", err);
+		plugin_say(VOICE_WARN, "%s: the images get no digests", err);
 	free(text);
 	json_decref(files);
 }
@@ -439,10 +438,10 @@ static void dump_exit(int ret)
 		helper_report(&P.helper, code);
 	}
 	if (h < 0) {
-		fprintf(stderr,
-			"cusnap-plugin: cannot start the helper that puts the tree back (%s): `cusnap "
-			"resume --pid %d` does it\n",
-			strerror(errno), (int)P.root);
+		plugin_say(VOICE_ERROR,
+			   "cannot start the helper that puts the tree back (%s): `cusnap "
+			   "resume --pid %d` does it",
+			   strerror(errno), (int)P.root);
 		P.criu_fails = true;
 	}
 	/* The helper holds the tree's lock now (the same open files): closed here
@@ -465,8 +464,8 @@ static int pids_free(const json_t *pids)
 		pid_t pid = (pid_t)json_integer_value(json_array_get(p, 0));
 		if (pid <= 0 || pid != (pid_t)json_integer_value(json_array_get(p, 1)))
 			continue;
-		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, "cusnap-plugin", why, sizeof(why)) < 0) {
-			fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, why, sizeof(why)) < 0) {
+			plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 			return -1;
 		}
 	}
@@ -482,18 +481,17 @@ static int restore_gate(const struct plugin_image *im)
 	criu_self_version(mine, sizeof(mine));
 	json_t *reasons = compat_check(P.conf.s.libcuda, im->needs, &P.map, im->criu_version, mine, why, sizeof(why));
 	if (!reasons) {
-		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 		return -1;
 	}
 	size_t n = json_array_size(reasons);
 	for (size_t i = 0; i < n; i++)
-		fprintf(stderr, "cusnap-plugin: cannot restore here: %s\n",
-			json_string_value(json_array_get(reasons, i)));
+		plugin_say(VOICE_ERROR, "cannot restore here: %s", json_string_value(json_array_get(reasons, i)));
 	if (n)
-		fprintf(stderr,
-			"cusnap-plugin: this machine cannot restore the checkpoint (%zu reason%s above): restore "
-			"refused, nothing made\n",
-			n, n == 1 ? "" : "s");
+		plugin_say(VOICE_ERROR,
+			   "this machine cannot restore the checkpoint (%zu reason%s above): restore "
+			   "refused, nothing made",
+			   n, n == 1 ? "" : "s");
 	json_decref(reasons);
 	return n ? -1 : 0;
 }
@@ -505,8 +503,8 @@ static int restore_map(const json_t *gpus)
 	char why[1200];
 	if (devmap_for(&P.conf.s, gpus, &P.map, why, sizeof(why)) == 0)
 		return 0;
-	fprintf(stderr, "cusnap-plugin: device_map = %s (%s): %s: restore refused, nothing made\n", P.conf.s.device_map,
-		P.conf.path[0] ? P.conf.path : "CUSNAP_DEVICE_MAP", why);
+	plugin_say(VOICE_ERROR, "device_map = %s (%s): %s: restore refused, nothing made", P.conf.s.device_map,
+		   P.conf.path[0] ? P.conf.path : "CUSNAP_DEVICE_MAP", why);
 	return -1;
 }
 
@@ -522,7 +520,7 @@ static int read_image(char *here, size_t len)
 		return 0;
 	int got = plugin_image_read(P.dir, &im, why, sizeof(why));
 	if (got < 0)
-		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 	if (got <= 0)
 		return got;
 	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
@@ -536,7 +534,7 @@ static int read_image(char *here, size_t len)
 		rc = -1;
 	/* The ports the tree bound, free again (its own TIME_WAIT entries cleared). */
 	if (rc > 0 && im.network && inet_record_ports_free(im.network, INET_PORT_WAIT_MS, why, sizeof(why)) < 0) {
-		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 		rc = -1;
 	}
 	plugin_image_free(&im);
@@ -549,8 +547,8 @@ static int remove_stale_done(int dfd, const char *where)
 {
 	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) == 0 || errno == ENOENT)
 		return 0;
-	fprintf(stderr, "cusnap-plugin: cannot remove the stale %s/%s: %s: restore refused\n", where,
-		CONTROL_RESTORE_DONE, strerror(errno));
+	plugin_say(VOICE_ERROR, "cannot remove the stale %s/%s: %s: restore refused", where, CONTROL_RESTORE_DONE,
+		   strerror(errno));
 	return -1;
 }
 
@@ -561,10 +559,10 @@ static int images_whole(void)
 	char path[PATH_MAX + 32], why[PATH_MAX + 256];
 	snprintf(path, sizeof(path), "%s/" IMAGES_DIGESTS, P.dir);
 	if (access(path, F_OK) < 0) {
-		fprintf(stderr,
-			"cusnap-plugin: warning: %s: no digests of the images (an older plugin's checkpoint): "
-			"restored unverified\n",
-			P.dir);
+		plugin_say(VOICE_WARN,
+			   "%s: no digests of the images (an older plugin's checkpoint): "
+			   "restored unverified",
+			   P.dir);
 		return 0;
 	}
 	json_error_t je;
@@ -574,10 +572,10 @@ static int images_whole(void)
 			 : (snprintf(why, sizeof(why), "%s: %s", path, files ? "not an object" : je.text), -1);
 	json_decref(files);
 	if (rc < 0)
-		fprintf(stderr,
-			"cusnap-plugin: %s: refusing to restore a damaged checkpoint; restore refused, nothing "
-			"made\n",
-			why);
+		plugin_say(VOICE_ERROR,
+			   "%s: refusing to restore a damaged checkpoint; restore refused, nothing "
+			   "made",
+			   why);
 	return rc;
 }
 
@@ -594,7 +592,7 @@ static int restore_begin(void)
 	}
 	P.owner = OWNER_MINE;
 	if (P.conf_error[0]) {
-		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", P.conf_error);
+		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", P.conf_error);
 		return -1;
 	}
 	if (images_whole() < 0)
@@ -603,7 +601,7 @@ static int restore_begin(void)
 	if (dfd == -ENOENT)
 		return 0; /* (elsewhere now: removed inside the restored root) */
 	if (dfd < 0) {
-		fprintf(stderr, "cusnap-plugin: %s: restore refused, nothing made\n", why);
+		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 		return -1;
 	}
 	int rc = remove_stale_done(dfd, here);
@@ -619,10 +617,10 @@ static int after_restore(void)
 	setsid();
 	for (int waited = 0; proc_status_field("/proc", P.root, "TracerPid") > 0; waited += 20) {
 		if (waited > 60000) {
-			fprintf(stderr,
-				"cusnap-plugin: CRIU did not let the restored tree of %d go within 60 s: it is "
-				"killed\n",
-				(int)P.root);
+			plugin_say(VOICE_ERROR,
+				   "CRIU did not let the restored tree of %d go within 60 s: it is "
+				   "killed",
+				   (int)P.root);
 			proc_tree_kill(P.root, false);
 			return 2;
 		}
@@ -645,8 +643,7 @@ static int after_restore(void)
 	else if (rc != 0)
 		proc_tree_kill(P.root, false);
 	if (rc != 0)
-		fprintf(stderr, "cusnap-plugin: restore of the tree of %d: %s: the restored tree is killed\n",
-			(int)P.root, err);
+		plugin_say(VOICE_ERROR, "restore of the tree of %d: %s: the restored tree is killed", (int)P.root, err);
 	tree_free(&t);
 	return rc == 0 ? 0 : 2;
 }
@@ -663,14 +660,13 @@ static int resume_devices_late(int pid)
 	if (dfd >= 0)
 		close(dfd);
 	else if (rc < 0)
-		fprintf(stderr, "cusnap-plugin: %s\n", why);
+		plugin_say(VOICE_ERROR, "%s", why);
 	int h = rc == 0 ? helper_start(&P.helper) : -1;
 	if (h == 0)
 		helper_report(&P.helper, after_restore()); /* (in the helper) */
 	if (h < 0) {
 		/* CRIU goes on whatever this hook returns: the tree is killed here. */
-		fprintf(stderr, "cusnap-plugin: restore of the tree of %d cannot go on: the restored tree is killed\n",
-			pid);
+		plugin_say(VOICE_ERROR, "restore of the tree of %d cannot go on: the restored tree is killed", pid);
 		proc_tree_kill(pid, false);
 		P.criu_fails = true;
 		return -1;
@@ -689,8 +685,8 @@ static void restore_exit(int ret)
 	plugin_metrics("restore", code == 0 && ret == 0 ? 0 : 2);
 	if (code != 0 && ret == 0) {
 		if (code < 0)
-			fprintf(stderr, "cusnap-plugin: the restore of the tree of %d did not finish within %d ms\n",
-				(int)P.root, helper_bound_ms());
+			plugin_say(VOICE_ERROR, "the restore of the tree of %d did not finish within %d ms",
+				   (int)P.root, helper_bound_ms());
 		P.criu_fails = true; /* criu restore exits 1 */
 	}
 }

@@ -2,7 +2,7 @@
 /* The CRIU plugin's parts (plugin.c is the glue to CRIU's hooks):
  *   plugin_conf.c: its settings, from a file where CRIU runs without our
  *     environment;
- *   plugin_log.c: what it says, into CRIU's own log as well as stderr;
+ *   plugin_log.c: what it and the node library say, into CRIU's own log as well as stderr;
  *   plugin_peer.c: CRIU's own CUDA plugin in the same plugin directory;
  *   plugin_helper.c: work CRIU must not return before, in a helper process;
  *   plugin_image.c: its image, what a restore needs besides the state file. */
@@ -65,11 +65,12 @@ void plugin_image_free(struct plugin_image *im);
 
 /* ---- plugin_log.c ---- */
 
-/* From here on, every line written to stderr also goes into CRIU's log
- * (print_on_level, which CRIU exports to plugins): errors and refusals at
- * CRIU's error level, progress at info. A no-op outside CRIU. */
+/* One line of the plugin's own ("cusnap-plugin: ", "warning: " for a
+ * warning), to stderr and to CRIU's log at its level. */
+void plugin_say(enum voice_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* From here on, the node library speaks the same way ("cusnap: "). */
 void plugin_log_start(void);
-/* stderr as it was (before the plugin is unloaded). */
+/* Its voice as it was, stderr alone (before the plugin is unloaded). */
 void plugin_log_stop(void);
 
 /* ---- plugin_peer.c ---- */

@@ -85,10 +85,10 @@ void peer_attach(void *const mine[CRIU_HOOKS_4_1])
 	if (h)
 		dlclose(h); /* (still loaded: CRIU holds it) */
 	if (!d || d->version < CRIU_PLUGIN_VERSION_0_2 || d->max_hooks < CRIU_HOOKS_4_1) {
-		fprintf(stderr,
-			"cusnap-plugin: warning: %s has no descriptor of CRIU plugin version 0.2 or later: it is "
-			"left as CRIU calls it\n",
-			path);
+		plugin_say(VOICE_WARN,
+			   "%s has no descriptor of CRIU plugin version 0.2 or later: it is "
+			   "left as CRIU calls it",
+			   path);
 		return;
 	}
 	peer.desc = d;

@@ -452,7 +452,7 @@ static int pids_free(const struct manifest *m)
 		if (pid <= 0 || pid != ns)
 			continue; /* dumped in a PID namespace of its own: restored in a new one */
 		char why[512];
-		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, "cusnap", why, sizeof(why)) < 0)
+		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, why, sizeof(why)) < 0)
 			return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	}
 	return 0;

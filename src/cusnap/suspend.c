@@ -38,7 +38,7 @@ static int suspend_tree(const struct args *a, struct tree *t)
 	if ((rc = use_dir(dir, true, NULL)))
 		return rc;
 	if (!a->dir)
-		progress_note("state directory %s", dir);
+		voice(VOICE_INFO, "state directory %s", dir);
 	bool vmm = t->nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t->nprocs, t->ncuda,
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");

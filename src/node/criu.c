@@ -153,13 +153,13 @@ int criu_version_cmp(const char *a, const char *b)
 	return 0;
 }
 
-/* The last error lines of a CRIU log, on stderr: only its tail is read (a
- * runaway restore can leave gigabytes). */
+/* The last error lines of a CRIU log, said as one error: only its tail is
+ * read (a runaway restore can leave gigabytes). */
 static void show_errors(const char *log_path)
 {
 	FILE *f = fopen(log_path, "re");
 	if (!f) {
-		fprintf(stderr, "cusnap: (no CRIU log at %s)\n", log_path);
+		voice(VOICE_ERROR, "(no CRIU log at %s)", log_path);
 		return;
 	}
 	struct stat st;
@@ -176,9 +176,12 @@ static void show_errors(const char *log_path)
 		if ((strstr(line, "Error") || strstr(line, "error")) && !strstr(line, "RLIMIT_NOFILE"))
 			snprintf(lines[n++ % 8], sizeof(lines[0]), "%s", line);
 	fclose(f);
-	fprintf(stderr, "cusnap: CRIU failed; last errors from %s:\n", log_path);
+	char text[8 * 520] = "";
+	size_t at = 0;
 	for (int i = n > 8 ? n - 8 : 0; i < n; i++)
-		fprintf(stderr, "  %s", lines[i % 8]);
+		at += (size_t)snprintf(text + at, sizeof(text) - at, "\n  %.*s", (int)strcspn(lines[i % 8], "\n"),
+				       lines[i % 8]);
+	voice(VOICE_ERROR, "CRIU failed; last errors from %s:%s", log_path, text);
 }
 
 struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, const struct settings *s)
@@ -247,17 +250,14 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 				;
 			if (rc == -ETIMEDOUT)
-				fprintf(stderr,
-					"cusnap: CRIU ran past %lld ms (CUSNAP_CRIU_TIMEOUT_MS; from --timeout): "
-					"killed\n",
-					b->time_ms);
+				voice(VOICE_ERROR, "CRIU ran past %lld ms (criu_timeout_ms; from --timeout): killed",
+				      b->time_ms);
 			else if (rc == -EFBIG)
-				fprintf(stderr,
-					"cusnap: CRIU's log %s grew past %lld bytes (CUSNAP_CRIU_LOG_MAX): a runaway "
-					"CRIU, killed\n",
-					log_path, b->log_max);
+				voice(VOICE_ERROR,
+				      "CRIU's log %s grew past %lld bytes (criu_log_max): a runaway CRIU, killed",
+				      log_path, b->log_max);
 			else
-				fprintf(stderr, "cusnap: %s while CRIU ran: CRIU killed\n", why);
+				voice(VOICE_ERROR, "%s while CRIU ran: CRIU killed", why);
 			show_errors(log_path);
 			return rc;
 		}

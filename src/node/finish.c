@@ -132,8 +132,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	if (have_state && gone && from != RECOVER_STATE) {
 		/* The state file names a participant that is gone: the others rebuild
 		 * in place from their own records (the gone one left out). */
-		fprintf(stderr, "cusnap: %zu participant(s) of the state file gone: the others rebuild in place\n",
-			gone);
+		voice(VOICE_INFO, "%zu participant(s) of the state file gone: the others rebuild in place", gone);
 		have_state = false;
 	}
 	if (from == RECOVER_STATE && !have_state) {
@@ -157,11 +156,10 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	 * or told to do without it): each participant rebuilds in place from its
 	 * own records. */
 	if (!gone)
-		fprintf(stderr,
-			"cusnap: %zu participant(s) not active and %s: rebuilding in place from their own records\n",
-			unsettled,
-			from == RECOVER_RECORDS ? "--discard-state (the state file is not read)"
-						: "no state file in the state directory");
+		voice(VOICE_INFO, "%zu participant(s) not active and %s: rebuilding in place from their own records",
+		      unsettled,
+		      from == RECOVER_RECORDS ? "--discard-state (the state file is not read)"
+					      : "no state file in the state directory");
 	int rc = coord_abort(t->targets, t->ncuda, &o, r);
 	out->ms_rebuild = now_ms() - t0;
 	if (rc < 0)
@@ -182,7 +180,7 @@ int tree_release(struct tree *t, const char *dir, enum recover_from from, const 
 	/* Only now may the workload run: its sharing is back. */
 	if (rc == 0 && control_write(root, t->s->control_dir, done, why, sizeof(why)) < 0) {
 		if (kind == RELEASE_IN_PLACE)
-			fprintf(stderr, "cusnap: warning: cannot write %s\n", why);
+			voice(VOICE_WARN, "cannot write %s", why);
 		else
 			rc = -1, snprintf(err, errlen, "cannot write %s", why);
 	}
@@ -284,6 +282,6 @@ int interrupted(struct tree *t, const struct record *rec, const char *after)
 	int sig = caught;
 	if (!sig)
 		return 0;
-	fprintf(stderr, "cusnap: %s after %s: undoing\n", strsignal(sig), after);
+	voice(VOICE_ERROR, "%s after %s: undoing", strsignal(sig), after);
 	return finish(t, rec, "interrupted by %s after %s", strsignal(sig), after);
 }

@@ -502,10 +502,10 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 			return -EADDRINUSE;
 		}
 		if (!said)
-			fprintf(stderr,
-				"cusnap: TCP %s, which the checkpointed tree must bind again, is held by a closing "
-				"connection (%s, to %s) that is not the tree's own: waiting for it (at most %d s)\n",
-				at, inet_state_name(pending->proto, pending->state), peer, wait_ms / 1000);
+			voice(VOICE_WARN,
+			      "TCP %s, which the checkpointed tree must bind again, is held by a closing "
+			      "connection (%s, to %s) that is not the tree's own: waiting for it (at most %d s)",
+			      at, inet_state_name(pending->proto, pending->state), peer, wait_ms / 1000);
 		said = true;
 		free(v);
 		usleep(100000);

@@ -110,7 +110,7 @@ int job_find(struct job *j, const struct proc *procs, size_t n, const char *give
 	char from[64] = "";
 	if (j->owner)
 		snprintf(from, sizeof(from), " (named in the environment of process %d)", (int)j->owner);
-	fprintf(stderr, "cusnap: checkpoint job %s%s: one process at a time, in the job's order\n", j->path, from);
+	voice(VOICE_INFO, "checkpoint job %s%s: one process at a time, in the job's order", j->path, from);
 	return 0;
 }
 

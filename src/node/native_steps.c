@@ -183,9 +183,9 @@ static int thaw_step(struct tree *t, enum native_step step, CUprocessState from,
 		if (rc[i] == CUDA_SUCCESS)
 			continue;
 		if (t->procs[t->cuda_index[i]].state == done) {
-			fprintf(stderr, "cusnap: %s of process %d returned %s, but the process is %s: taken as done\n",
-				native_step_name(step), t->targets[i].obs, native_error(&t->nat, rc[i]),
-				state_name(done));
+			voice(VOICE_WARN, "%s of process %d returned %s, but the process is %s: taken as done",
+			      native_step_name(step), t->targets[i].obs, native_error(&t->nat, rc[i]),
+			      state_name(done));
 			continue;
 		}
 		snprintf(err, errlen, "%s of process %d failed: %s",

@@ -42,9 +42,9 @@ char proc_state(pid_t pid, pid_t *parent);
 char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
 /* A restore needs pid free (CRIU makes each process at its old PID): a zombie
  * holding it (a dumped process its parent has not reaped yet) is waited for,
- * at most wait_ms, saying so once on stderr as who. 0 when free; -1 with why
+ * at most wait_ms, said once (information). 0 when free; -1 with why
  * naming the zombie's parent or the live process that holds it. */
-int pid_free_wait(pid_t pid, int wait_ms, const char *who, char *why, size_t len);
+int pid_free_wait(pid_t pid, int wait_ms, char *why, size_t len);
 #define PID_ZOMBIE_WAIT_MS 10000
 
 /* ---- inet.c: a tree's network sockets (DESIGN.md §9.4) ---- */
@@ -78,7 +78,7 @@ ssize_t inet_time_wait_of(const struct inet_sock *tree, size_t n, struct inet_so
 /* Before a restore here: every port the tree listened on (TCP) or was bound to
  * (UDP) bindable again. A TIME_WAIT entry in ours (inet_time_wait_of, at the
  * dump) or with the four-tuple of one of the tree's connections is destroyed; another closing entry is waited for, at most wait_ms
- * (said on stderr); a live socket of another process is named. 0, or
+ * (said as a warning); a live socket of another process is named. 0, or
  * -EADDRINUSE with why. */
 int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_sock *ours, size_t nours, int wait_ms,
 		    char *why, size_t len);
@@ -187,13 +187,21 @@ int settings_environment(struct settings *s, char *const *env, char *why, size_t
 void settings_help(FILE *out);
 
 /* ---- report.c: what a step tells its user ---- */
-/* One progress line on stderr: step, duration, details; the step is kept as
- * one of this command's phases. */
+/* Every line the library says has a level (CRIU's numbers, as the plugin
+ * passes them on). */
+enum voice_level { VOICE_ERROR = 1, VOICE_WARN = 2, VOICE_INFO = 3 };
+/* The caller's voice: each line, whole (prefix, "warning: " for a warning,
+ * the text; no newline), goes to sink instead of stderr; prefix (NULL:
+ * "cusnap: ") begins every line. The tool keeps the default; the plugin hands
+ * its lines to CRIU's log as well. */
+void voice_set(void (*sink)(enum voice_level level, const char *line), const char *prefix);
+/* One line in that voice; information is not said when quiet. */
+void voice(enum voice_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One progress line (information): step, duration, details; the step is kept
+ * as one of this command's phases. */
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* No progress lines from now on (--quiet): errors and warnings only. */
+/* No information from now on (--quiet): errors and warnings only. */
 void progress_quiet(bool quiet);
-/* A line of information ("cusnap: ..."), not printed when quiet. */
-void progress_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1.50 GiB, 8.0 MiB: bytes as an operator reads them (into out, returned). */
 const char *bytes_text(uint64_t b, char out[32]);
 /* The bytes the last phase named step moved (its rate in --json and the metrics). */
@@ -213,7 +221,7 @@ json_t *progress_json(void);
  * absent: NULL, 0) with the rate. ticker_stop clears it; NULL is a no-op. */
 struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(void *arg), void *arg);
 void ticker_stop(struct ticker *k);
-/* Print the error on stderr and keep it as this command's (report_error);
+/* Say the error (VOICE_ERROR) and keep it as this command's (report_error);
  * returns code. */
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The last error fail() printed ("" when none): what the tool repeats as JSON. */
@@ -435,7 +443,7 @@ struct criu_bounds {
 struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, const struct settings *s);
 /* Run criu with argv (argv[0] is ignored and replaced by criu), its log at
  * log_path, within bounds b. Returns its exit status; -ETIMEDOUT, -EFBIG or
- * -EINTR when it was killed at a bound or on a signal (said on stderr); -1
+ * -EINTR when it was killed at a bound or on a signal (said as an error); -1
  * when it could not run. On failure the last error lines of the log's tail
  * are printed. */
 int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b);

@@ -182,15 +182,14 @@ char proc_state(pid_t pid, pid_t *parent)
 	return proc_stat(pid, parent, NULL);
 }
 
-int pid_free_wait(pid_t pid, int wait_ms, const char *who, char *why, size_t len)
+int pid_free_wait(pid_t pid, int wait_ms, char *why, size_t len)
 {
 	pid_t parent = 0;
 	char st = proc_state(pid, &parent);
 	for (int waited = 0; st == 'Z' && waited < wait_ms; waited += 20) {
 		if (waited == 0)
-			fprintf(stderr,
-				"%s: PID %d is still held by a zombie (its parent %d has not reaped it): waiting\n",
-				who, (int)pid, (int)parent);
+			voice(VOICE_INFO, "PID %d is still held by a zombie (its parent %d has not reaped it): waiting",
+			      (int)pid, (int)parent);
 		usleep(20000);
 		st = proc_state(pid, &parent);
 	}

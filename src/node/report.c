@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What a step tells its user: progress lines and errors on stderr, the phases
- * a command went through (for --json and the metrics), and a line that moves
- * while a long step waits. */
+/* What a step tells its user: progress lines, warnings and errors in the
+ * caller's voice (stderr by default; the plugin's goes to CRIU's log too), the
+ * phases a command went through (for --json and the metrics), and a line that
+ * moves while a long step waits. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,29 +18,51 @@
 static struct phase phases[PHASES_MAX];
 static size_t nphases;
 static bool quiet;
-/* stderr's lines, whole: the ticker's thread writes too. */
+/* The lines, whole: the ticker's thread says things too. */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool line_open; /* a ticker's line is on the terminal, not ended */
+/* The caller's voice (voice_set): NULL, stderr. */
+static void (*sink)(enum voice_level level, const char *line);
+static const char *prefix = "cusnap: ";
 
 void progress_quiet(bool q)
 {
 	quiet = q;
 }
 
-/* A line on stderr, over a ticker's line if one is open. */
-static void say(bool progress_line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(bool progress_line, const char *fmt, ...)
+void voice_set(void (*to)(enum voice_level level, const char *line), const char *p)
 {
-	if (progress_line && quiet)
+	sink = to;
+	prefix = p ? p : "cusnap: ";
+}
+
+/* text as one line in the caller's voice (over a ticker's line on stderr if
+ * one is open); information not when quiet. */
+static void say_line(enum voice_level level, const char *text)
+{
+	if (level == VOICE_INFO && quiet)
 		return;
+	char line[3200];
+	snprintf(line, sizeof(line), "%s%s%s", prefix, level == VOICE_WARN ? "warning: " : "", text);
+	pthread_mutex_lock(&out_lock);
+	if (sink) {
+		sink(level, line);
+	} else {
+		if (line_open)
+			fputs("\r\033[K", stderr);
+		fprintf(stderr, "%s\n", line);
+	}
+	pthread_mutex_unlock(&out_lock);
+}
+
+void voice(enum voice_level level, const char *fmt, ...)
+{
+	char text[3000];
 	va_list ap;
 	va_start(ap, fmt);
-	pthread_mutex_lock(&out_lock);
-	if (line_open)
-		fputs("\r\033[K", stderr);
-	vfprintf(stderr, fmt, ap);
-	pthread_mutex_unlock(&out_lock);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
+	say_line(level, text);
 }
 
 void progress(const char *step, double ms, const char *fmt, ...)
@@ -55,7 +78,7 @@ void progress(const char *step, double ms, const char *fmt, ...)
 		p->ms = ms;
 		p->bytes = 0;
 	}
-	say(true, "cusnap: %-22s %9.1f ms%s%s\n", step, ms, extra[0] ? "  " : "", extra);
+	voice(VOICE_INFO, "%-22s %9.1f ms%s%s", step, ms, extra[0] ? "  " : "", extra);
 }
 
 void progress_bytes(const char *step, uint64_t bytes)
@@ -91,19 +114,9 @@ json_t *progress_json(void)
 	return a;
 }
 
-void progress_note(const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	say(true, "cusnap: %s\n", msg);
-}
-
 void progress_warning(const char *what)
 {
-	say(false, "cusnap: warning: %s\n", what);
+	say_line(VOICE_WARN, what);
 }
 
 void progress_stage(const char *stage, double ms, const char *note)
@@ -139,7 +152,7 @@ static void tick(struct ticker *k)
 {
 	double s = (now_ms() - k->t0) / 1000.0;
 	char line[256], a[32], b[32];
-	int n = snprintf(line, sizeof(line), "cusnap: %-22s %7.1f s", k->step, s);
+	int n = snprintf(line, sizeof(line), "%-22s %7.1f s", k->step, s);
 	if (k->done) {
 		uint64_t d = k->done(k->arg);
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "  %s", bytes_text(d, a));
@@ -150,13 +163,13 @@ static void tick(struct ticker *k)
 	} else if (k->total) {
 		snprintf(line + n, sizeof(line) - (size_t)n, "  (%s)", bytes_text(k->total, b));
 	}
-	pthread_mutex_lock(&out_lock);
-	if (k->tty) {
-		fprintf(stderr, "\r\033[K%s", line);
-		line_open = true;
-	} else {
-		fprintf(stderr, "%s\n", line);
+	if (!k->tty) {
+		say_line(VOICE_INFO, line);
+		return;
 	}
+	pthread_mutex_lock(&out_lock);
+	fprintf(stderr, "\r\033[K%s%s", prefix, line);
+	line_open = true;
 	fflush(stderr);
 	pthread_mutex_unlock(&out_lock);
 }
@@ -195,7 +208,7 @@ struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(v
 	k->total = total;
 	k->done = done;
 	k->arg = arg;
-	k->tty = isatty(STDERR_FILENO) == 1;
+	k->tty = !sink && isatty(STDERR_FILENO) == 1; /* (a sink gets plain lines) */
 	k->t0 = now_ms();
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_cond_init(&k->cond, NULL);
@@ -242,7 +255,7 @@ int fail(int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	say(false, "cusnap: %s\n", msg);
+	say_line(VOICE_ERROR, msg);
 	snprintf(last_error, sizeof(last_error), "%s", msg);
 	return code;
 }

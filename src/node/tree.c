@@ -35,7 +35,7 @@ static int tree_fill(pid_t pid, const struct settings *s, struct tree *t, bool v
 	pid_t tgid = proc_tgid(pid);
 	if (tgid > 0 && tgid != pid) {
 		/* A thread id: the process it belongs to is what can be checkpointed. */
-		fprintf(stderr, "cusnap: %d is a thread of process %d: using the process\n", (int)pid, (int)tgid);
+		voice(VOICE_INFO, "%d is a thread of process %d: using the process", (int)pid, (int)tgid);
 		pid = tgid;
 	}
 	ssize_t n = proc_tree(pid, &t->procs);
@@ -219,12 +219,12 @@ int check_interposer(const struct tree *t)
 			    "nothing done",
 			    (int)t->procs[0].pid);
 	if (t->ncuda > 1)
-		fprintf(stderr,
-			"cusnap: warning: %zu CUDA processes without the interposer: if they share memory "
-			"(cuMemExportToShareableHandle, cuIpcOpenMemHandle), the driver checkpoints them and then "
-			"refuses to restore the importer (r580: CUDA_ERROR_NOT_SUPPORTED), and the tree is lost; "
-			"run them under `cusnap run`, or refuse such trees with --require-interposer\n",
-			t->ncuda);
+		voice(VOICE_WARN,
+		      "%zu CUDA processes without the interposer: if they share memory "
+		      "(cuMemExportToShareableHandle, cuIpcOpenMemHandle), the driver checkpoints them and then "
+		      "refuses to restore the importer (r580: CUDA_ERROR_NOT_SUPPORTED), and the tree is lost; "
+		      "run them under `cusnap run`, or refuse such trees with --require-interposer",
+		      t->ncuda);
 	return 0;
 }
 

@@ -161,6 +161,7 @@ static void both_crius(void)
 		group_dumped(&g);
 		char *log = criu_log(dir, "dump.log");
 		CHECK_CONTAINS(log, "Plugin \"cusnap\"");
+		CHECK_CONTAINS(log, "cusnap: native checkpoint"); /* (the node library's voice, in CRIU's log) */
 		free(log);
 		CHECK_SAYS(out, restore(dir, getsid(g.root) != g.root, &out), 0, "topology identical");
 		log = criu_log(dir, "restore.log");
