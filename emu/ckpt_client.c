@@ -15,6 +15,7 @@
 
 #include "ckpt_wire.h"
 #include "cusnap/paths.h"
+#include "cusnap/proc.h"
 #include "cusnap/usock.h"
 #include "cusnap/log.h"
 #include "emu.h"
@@ -37,12 +38,6 @@ static int ns_tid(int pid, int tid)
 	if (f)
 		fclose(f);
 	return v;
-}
-
-/* Is pid a process (not a thread of one)? */
-static bool is_process(int pid)
-{
-	return proc_status_field("/proc", pid, "Tgid") == pid;
 }
 
 /* Where pid's checkpoint server binds its socket (ckpt_server.c's
@@ -204,7 +199,7 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 {
 	if (pid <= 0 || npairs > CKPT_MAX_PAIRS || (npairs && !pairs))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!is_process(pid))
+	if (!proc_is_process("/proc", pid))
 		return CUDA_ERROR_INVALID_VALUE;
 	char path[4400];
 	int found = find_endpoint(pid, path, sizeof(path));

@@ -97,6 +97,4 @@ int coord_abort(struct coord_target *t, size_t n, const struct coord_options *o,
 int coord_undo_timeout_ms(int timeout_ms);
 /* The report as one JSON object. */
 json_t *coord_report_json(const struct coord_report *r);
-/* Is pid dead, or a zombie its parent has not reaped? */
-bool coord_process_gone(int pid);
 #endif

@@ -18,16 +18,4 @@ bool path_plain_absolute(const char *p);
 /* name in the first directory of list (colon-separated, as PATH) where
  * access(mode) allows it: true with its path in out. */
 bool path_search(const char *list, const char *name, int mode, char *out, size_t len);
-/* Process pid's command name (/proc/PID/comm) into out, "?" when unreadable. */
-void proc_comm(pid_t pid, char *out, size_t len);
-/* Field (Tgid, PPid, ...) of PROC/PID/status as a number (proc: the proc
- * mount, "/proc"), or -1. */
-long proc_status_field(const char *proc, pid_t pid, const char *field);
-/* A field with one value per PID namespace (NSpid, NSsid): the value in the
- * process's own, innermost one (0: not visible there), or -1. */
-long proc_status_inner(const char *proc, pid_t pid, const char *field);
-/* The value of NAME in process pid's environment (as it started, or as it has
- * overwritten it since: absent proves nothing) into out: true when present. */
-bool proc_environ_get(pid_t pid, const char *name, char *out, size_t len);
-
 #endif

@@ -16,6 +16,7 @@
 
 #include "cusnap/atomicfile.h"
 #include "cusnap/paths.h"
+#include "cusnap/proc.h"
 #include "cusnap/rundir.h"
 
 int dir_open_trusted(const char *path, bool create, char *why, size_t len)
@@ -211,12 +212,6 @@ static void read_holder(int fd, char *out, size_t len)
 		snprintf(out, len, "another command");
 }
 
-/* Is there a process (not merely a thread) pid? */
-static bool process_exists(const char *proc, pid_t pid)
-{
-	return proc_status_field(proc, pid, "Tgid") == pid;
-}
-
 /* A directory stream over descriptor fd (taken: closed on failure), or NULL. */
 static DIR *dir_stream(int fd)
 {
@@ -265,7 +260,7 @@ static void sweep_stale(int dirfd, const char *proc)
 		unsigned long long start;
 		char now[64], tail;
 		if (sscanf(e->d_name, STATE_DIR_PREFIX "%d%c", &pid, &tail) == 1 && pid > 0) {
-			if (!process_exists(proc, pid) && same_pidns(dirfd, e->d_name, ours))
+			if (!proc_is_process(proc, pid) && same_pidns(dirfd, e->d_name, ours))
 				remove_flat_dir(dirfd, e->d_name);
 			continue;
 		}

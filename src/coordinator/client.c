@@ -105,17 +105,3 @@ int coord_inspect(const struct coord_target *t, int timeout_ms, struct topo_part
 		snprintf(err, errlen, "participant %d (ns %d): %s", t->obs, t->ns, why);
 	return rc;
 }
-
-bool coord_process_gone(int pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return true;
-	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	const char *close_paren = strrchr(buf, ')');
-	return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
-}

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cusnap/fault.h"
+#include "cusnap/proc.h"
 #include "cusnap/request.h"
 #include "cusnap/state.h"
 #include "cusnap/wire.h"
@@ -310,7 +311,7 @@ static int restore_creators(struct run *x)
 		if (x->sel[i] && c->status == PROTO_E_PHASE &&
 		    coord_reply_phase(c->reply_payload, c->reply.payload_len) == PROTO_PHASE_ACTIVE)
 			x->sel[i] = false, c->status = PROTO_OK;
-		if (x->sel[i] && c->status == PROTO_E_IO && coord_process_gone(x->t[i].obs)) {
+		if (x->sel[i] && c->status == PROTO_E_IO && proc_gone(x->t[i].obs)) {
 			warn(x, "participant %d (ns %d) is gone: not rebuilt", x->t[i].obs, x->t[i].ns);
 			x->sel[i] = false, c->status = PROTO_OK;
 		}

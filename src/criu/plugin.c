@@ -143,20 +143,6 @@ static void settings_for(pid_t root)
 	snprintf(P.s.control_dir, sizeof(P.s.control_dir), "%s", P.control);
 }
 
-/* Does pid map a library whose name holds name? */
-static bool maps_lib(pid_t pid, const char *name)
-{
-	char path[64], line[4400];
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	FILE *f = fopen(path, "re");
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, name) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 /* How long CRIU waits for a helper: the release (60 s), then an undo. */
 static int helper_bound_ms(void)
 {
@@ -197,8 +183,8 @@ static enum owner dump_owner(pid_t root)
 	ssize_t n = proc_tree(root, &procs);
 	bool interposed = false, cuda = false;
 	for (ssize_t i = 0; i < n; i++) {
-		interposed |= maps_lib(procs[i].pid, "/libsnapshot_cuda_vmm.so");
-		cuda |= maps_lib(procs[i].pid, "/libcuda.so");
+		interposed |= proc_maps_has(procs[i].pid, "/libsnapshot_cuda_vmm.so");
+		cuda |= proc_maps_has(procs[i].pid, "/libcuda.so");
 	}
 	free(procs);
 	if (n < 0)

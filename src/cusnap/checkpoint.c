@@ -61,17 +61,8 @@ static uint64_t images_written(void *dir)
 static uint64_t tree_resident(const struct tree *t)
 {
 	uint64_t total = 0;
-	long page = sysconf(_SC_PAGESIZE);
-	for (size_t i = 0; i < t->nprocs; i++) {
-		char path[64];
-		unsigned long long size, resident;
-		snprintf(path, sizeof(path), "/proc/%d/statm", (int)t->procs[i].pid);
-		FILE *f = fopen(path, "re");
-		if (f && fscanf(f, "%llu %llu", &size, &resident) == 2)
-			total += resident * (uint64_t)page;
-		if (f)
-			fclose(f);
-	}
+	for (size_t i = 0; i < t->nprocs; i++)
+		total += proc_resident_bytes(t->procs[i].pid);
 	return total;
 }
 
@@ -669,14 +660,7 @@ static int criu_privileged(const char *what)
 {
 	if (geteuid() == 0)
 		return 0;
-	unsigned long long eff = 0;
-	FILE *f = fopen("/proc/self/status", "re");
-	char line[256];
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "CapEff: %llx", &eff) == 1)
-			break;
-	if (f)
-		fclose(f);
+	unsigned long long eff = proc_self_capabilities();
 	const unsigned long long sys_admin = 1ULL << 21, sys_ptrace = 1ULL << 19, ckpt = 1ULL << 40;
 	if ((eff & sys_admin) || ((eff & ckpt) && (eff & sys_ptrace)))
 		return 0;

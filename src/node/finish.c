@@ -29,7 +29,7 @@ int tree_verify(struct tree *t, char *why, size_t len, size_t *gone)
 		return -1;
 	for (size_t i = 0; i < t->ncuda; i++) {
 		struct coord_target *c = &t->targets[i];
-		if (coord_process_gone(c->obs)) {
+		if (proc_gone(c->obs)) {
 			(*gone)++; /* killed by someone else: nothing to put back */
 			continue;
 		}
@@ -66,7 +66,7 @@ static int participants_unsettled(struct tree *t, int timeout_ms, size_t *unsett
 {
 	*unsettled = 0;
 	for (size_t i = 0; i < t->ncuda; i++) {
-		if (!t->procs[t->cuda_index[i]].shim || coord_process_gone(t->targets[i].obs))
+		if (!t->procs[t->cuda_index[i]].shim || proc_gone(t->targets[i].obs))
 			continue;
 		struct topo_participant p;
 		if (coord_inspect(&t->targets[i], timeout_ms, &p, err, errlen) != 0) {
@@ -127,7 +127,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	t0 = now_ms();
 	size_t gone = 0;
 	for (size_t i = 0; i < t->ncuda; i++)
-		gone += t->procs[t->cuda_index[i]].shim && coord_process_gone(t->targets[i].obs);
+		gone += t->procs[t->cuda_index[i]].shim && proc_gone(t->targets[i].obs);
 	bool have_state = from != RECOVER_RECORDS && access(state, F_OK) == 0;
 	if (have_state && gone && from != RECOVER_STATE) {
 		/* The state file names a participant that is gone: the others rebuild

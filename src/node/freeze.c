@@ -43,7 +43,7 @@ static int suspend_steps(struct tree *t, struct record *rec, enum proto_content 
 		return finish(t, rec, "%s", err);
 	/* The tree as recorded: a CUDA process that died on the way is no suspended tree. */
 	for (size_t i = 0; i < t->ncuda; i++)
-		if (coord_process_gone(t->targets[i].obs))
+		if (proc_gone(t->targets[i].obs))
 			return finish(t, rec, "CUDA process %d (namespace PID %d) died during the operation",
 				      t->targets[i].obs, t->targets[i].ns);
 	return interrupted(t, rec, "the native checkpoint");

@@ -18,8 +18,8 @@
  * error that would mislead: CUDA_ERROR_NOT_INITIALIZED, say). */
 static const char *failure_of(const struct tree *t, size_t i, CUresult r)
 {
-	return coord_process_gone(t->targets[i].obs) ? "the process is gone (it exited, or was killed)"
-						     : native_error(&t->nat, r);
+	return proc_gone(t->targets[i].obs) ? "the process is gone (it exited, or was killed)"
+					    : native_error(&t->nat, r);
 }
 
 /* Step over the processes i with want[i], one at a time, from the end of the

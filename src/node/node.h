@@ -12,6 +12,7 @@
 #include <cuda.h>
 
 #include "cusnap/exitcodes.h"
+#include "cusnap/proc.h"
 
 /* ---- proctree.c ---- */
 struct proc {
@@ -35,11 +36,6 @@ void proc_tree_kill(pid_t root, bool reap);
 /* Kill (and reap) the trees of every child of this process: what a CRIU
  * restore killed part way had made (they come to cusnap, its subreaper). */
 void proc_children_kill(void);
-/* The state letter of pid (/proc/PID/stat: 'R', 'S', 'Z'...) and its parent
- * into *parent (when not NULL), or 0 when there is no such process. */
-char proc_state(pid_t pid, pid_t *parent);
-/* The same, and the kernel's flags of the process (PF_*) into *flags. */
-char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
 /* A restore needs pid free (CRIU makes each process at its old PID): a zombie
  * holding it (a dumped process its parent has not reaped yet) is waited for,
  * at most wait_ms, said once (information). 0 when free; -1 with why

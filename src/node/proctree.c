@@ -74,12 +74,8 @@ static int children(pid_t pid, pid_t **list, size_t *n, size_t *cap)
 
 ssize_t proc_tree(pid_t root, struct proc **out)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)root);
-	FILE *f = fopen(path, "re");
-	if (!f)
+	if (!proc_state(root, NULL))
 		return -ESRCH;
-	fclose(f);
 	pid_t *pids = malloc(16 * sizeof(*pids));
 	size_t n = 0, cap = 16;
 	if (!pids)
@@ -152,34 +148,6 @@ void proc_children_kill(void)
 		proc_tree_kill(kids[i], true);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
-}
-
-char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	const char *p = strrchr(buf, ')');
-	char state = 0;
-	int pp = 0;
-	unsigned long fl = 0;
-	if (!p || sscanf(p + 1, " %c %d %*d %*d %*d %*d %lu", &state, &pp, &fl) != 3)
-		return 0;
-	if (parent)
-		*parent = pp;
-	if (flags)
-		*flags = fl;
-	return state;
-}
-
-char proc_state(pid_t pid, pid_t *parent)
-{
-	return proc_stat(pid, parent, NULL);
 }
 
 int pid_free_wait(pid_t pid, int wait_ms, char *why, size_t len)
