@@ -9,8 +9,9 @@
 #include <stddef.h>
 
 #include "cusnap/json.h"
+#include "cusnap/layout.h"
 
-#define MANIFEST_FILE "manifest.json"
+#define MANIFEST_FILE LAYOUT_MANIFEST
 #define MANIFEST_FORMAT "cusnap-manifest"
 #define MANIFEST_VERSION 1
 #define MANIFEST_MAX_BYTES (1u << 20)

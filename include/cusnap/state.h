@@ -21,9 +21,10 @@
 #include <stdint.h>
 
 #include "cusnap/ids.h"
+#include "cusnap/layout.h"
 #include "cusnap/topo.h"
 
-#define STATE_FILE "cuda-vmm.state"
+#define STATE_FILE LAYOUT_STATE
 #define STATE_MAJOR 1
 #define STATE_MINOR 0
 

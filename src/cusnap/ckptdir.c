@@ -16,14 +16,15 @@
 #include <unistd.h>
 
 #include "cusnap.h"
+#include "cusnap/layout.h"
 #include "cusnap/manifest.h"
 #include "cusnap/state.h"
 
-#define PARTIAL ".partial"
-#define PREVIOUS ".previous"
+#define PARTIAL LAYOUT_PARTIAL
+#define PREVIOUS LAYOUT_PREVIOUS
 
 /* A checkpoint's entries, the manifest last: what moves between the three. */
-static const char *const entries[] = {"images", STATE_FILE, JOB_COPY, "criu-plugins", MANIFEST_FILE};
+static const char *const entries[] = {LAYOUT_IMAGES, LAYOUT_STATE, LAYOUT_JOB, LAYOUT_PLUGINS, LAYOUT_MANIFEST};
 #define NENTRIES (sizeof(entries) / sizeof(entries[0]))
 
 static bool exists_at(int dfd, const char *name)
@@ -135,7 +136,7 @@ int ckptdir_publish(const char *dir, char *why, size_t len)
 /* Did the CRIU dump of the attempt in dfd/.partial finish (its log says so)? */
 static bool dump_finished(int dfd)
 {
-	int fd = openat(dfd, PARTIAL "/images/dump.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dfd, PARTIAL "/" LAYOUT_IMAGES "/" LAYOUT_DUMP_LOG, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return false;
 	char tail[4096];

@@ -68,8 +68,17 @@ int restore_gate(const struct settings *s, const struct manifest *m, const struc
  * or NULL when DIR has no readable manifest. */
 json_t *restore_verdict_print(const struct settings *s, const char *dir, bool json);
 
-int cmd_checkpoint(const struct args *a);
-int cmd_restore(const struct args *a);
+int cmd_checkpoint(const struct args *a); /* checkpoint.c */
+int cmd_restore(const struct args *a);    /* restore.c */
+/* checkpoint.c, for restore.c too: CRIU's privileges here (0, or 64 reported:
+ * what is the command); a --criu-config file it may trust (0, or 64 reported);
+ * the bytes of the files under dir. */
+int criu_privileged(const char *what);
+int criu_config_trusted(const char *path);
+unsigned long long dir_bytes(const char *dir);
+/* summary.c: checkpoint's and restore's --json object, on stdout. */
+void summary_checkpoint(const struct args *a, const struct tree *t, const struct checkpoint_result *r);
+void summary_restore(const struct args *a, pid_t root, const struct tree *t, const struct checkpoint_result *r);
 int cmd_demo(const struct args *a);
 /* ---- group.c: one worker over several nodes, met through etcd (DESIGN.md §16) ---- */
 /* Command op (run) as one member of a->group: the group met in etcd first

@@ -271,7 +271,7 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 
 int criu_plugin_dir(const char *dir, char *out, size_t len)
 {
-	snprintf(out, len, "%s/criu-plugins", dir);
+	snprintf(out, len, "%s/" LAYOUT_PLUGINS, dir);
 	if (mkdir(out, 0700) < 0 && errno != EEXIST)
 		return -1;
 	return 0;

@@ -12,6 +12,7 @@
 #include <cuda.h>
 
 #include "cusnap/exitcodes.h"
+#include "cusnap/layout.h"
 #include "cusnap/proc.h"
 
 /* ---- proctree.c ---- */
@@ -231,7 +232,7 @@ struct job {
 	long uid;        /* --job-file: the workload's user, who may own it besides the caller */
 };
 /* The copy of the job file in a checkpoint or state directory. */
-#define JOB_COPY "cuda-checkpoint-job"
+#define JOB_COPY LAYOUT_JOB
 /* cusnap run --launch-job: a new job file for the program about to be
  * executed, named in this process's environment. 0, or -1 with why. */
 int job_launch(char *why, size_t len);

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* The names of a checkpoint directory's and a state directory's entries, once
+ * (DESIGN.md §9.1): what cusnap writes there and reads back, and what moves
+ * when a whole checkpoint replaces the one a directory holds (ckptdir.c). */
+#ifndef CUSNAP_LAYOUT_H
+#define CUSNAP_LAYOUT_H
+
+#define LAYOUT_IMAGES "images"           /* CRIU's images (its -D) */
+#define LAYOUT_DUMP_LOG "dump.log"       /* in images/: CRIU's log of the dump */
+#define LAYOUT_RESTORE_LOG "restore.log" /* in images/: CRIU's log of the restore */
+#define LAYOUT_RESTORE_PID "restore.pid" /* the restored root, as CRIU's --pidfile wrote it */
+#define LAYOUT_PLUGINS "criu-plugins"    /* CRIU's --libdir: empty, so no plugin of the system's loads */
+#define LAYOUT_STATE "cuda-vmm.state"    /* the shared memory's state file (state.h) */
+#define LAYOUT_JOB "cuda-checkpoint-job" /* the copy of the checkpoint job's file (job.c) */
+#define LAYOUT_MANIFEST "manifest.json"  /* what the checkpoint holds (manifest.h): written last */
+#define LAYOUT_PARTIAL ".partial"        /* a checkpoint being built beside the one held */
+#define LAYOUT_PREVIOUS ".previous"      /* the one held, while the new one moves in */
+
+#endif

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/* cusnap restore (DESIGN.md §9): a checkpoint directory checked (its manifest,
+ * this machine, its images' digests), CRIU's restore watched, then the resume
+ * sequence over the restored tree; what was made is killed on failure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cusnap.h"
+#include "cusnap/layout.h"
+#include "cusnap/control.h"
+#include "cusnap/fault.h"
+#include "cusnap/json.h"
+#include "cusnap/manifest.h"
+#include "cusnap/paths.h"
+
+/* A signal during a restore: the half-restored tree is killed (it never ran). */
+static int restore_interrupted(const char *dir, const char *after)
+{
+	int sig = signal_caught();
+	if (!sig)
+		return 0;
+	return fail(EX_TERMINATED,
+		    "interrupted by %s after %s: the restored tree was killed; the checkpoint in %s is "
+		    "unchanged",
+		    strsignal(sig), after, dir);
+}
+
+/* Before CRIU creates any process: the restore-complete an earlier restore
+ * left (the workload would run before its memory is rebuilt) removed, and the
+ * endpoints of the dumped processes removed where nothing listens on them,
+ * only in the recorded control directory. One that answers means the
+ * checkpointed tree (or another) still runs there: refused, nothing done. */
+static int clear_control_dir(const struct manifest *m)
+{
+	char why[PATH_MAX + 256];
+	int dfd = control_dir_open_here(m->control_dir_here, why, sizeof(why));
+	if (dfd == -ENOENT)
+		return 0; /* not there yet: the restore brings it */
+	if (dfd < 0)
+		return fail(EX_LEFT_RUNNING, "%s: nothing done", why);
+	int rc = 0;
+	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) < 0 && errno != ENOENT)
+		rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", m->control_dir_here,
+			  CONTROL_RESTORE_DONE, strerror(errno));
+	for (size_t i = 0; rc == 0 && i < json_array_size(m->procs); i++) {
+		const json_t *p = json_array_get(m->procs, i);
+		int ns = (int)json_member_number(p, "nspid", -1);
+		if (!json_member_bool(p, "interposed", false) || ns <= 0)
+			continue;
+		char name[64];
+		snprintf(name, sizeof(name), CONTROL_ENDPOINT_FMT, ns);
+		int s = control_endpoint_stale(dfd, name);
+		if (s == -EBUSY)
+			rc = fail(EX_LEFT_RUNNING,
+				  "%s/%s answers: the checkpointed tree (or another process) still runs there; "
+				  "refusing to "
+				  "restore over it; nothing done",
+				  m->control_dir_here, name);
+	}
+	close(dfd);
+	return rc;
+}
+
+/* --device-map against the checkpoint's GPUs and this machine's (the driver
+ * loaded for the question alone), before CRIU creates anything: 0, or the exit
+ * code (reported). */
+static int device_map_for(const struct settings *s, const struct manifest *m, struct devmap *map)
+{
+	char why[1024];
+	const char *spec = s->device_map;
+	int rc = devmap_for(s, json_object_get(m->root, "gpus"), map, why, sizeof(why));
+	if (rc == -ENODEV)
+		return fail(EX_UNAVAILABLE, "--device-map: %s", why);
+	if (rc < 0)
+		return fail(EX_USAGE, "--device-map %s: %s; nothing done", spec, why);
+	return 0;
+}
+
+/* CRIU restores each process of a tree dumped in cusnap's own PID namespace at
+ * its old PID: every one must be free. A zombie (a dumped process its parent
+ * has not reaped yet) is waited for, at most 10 s; a live process holding one
+ * is named. 0, or the exit code (reported) with nothing done. */
+static int pids_free(const struct manifest *m)
+{
+	for (size_t j = 0; j < json_array_size(m->procs); j++) {
+		const json_t *p = json_array_get(m->procs, j);
+		pid_t pid = (pid_t)json_member_number(p, "pid", -1), ns = (pid_t)json_member_number(p, "nspid", -1);
+		if (pid <= 0 || pid != ns)
+			continue; /* dumped in a PID namespace of its own: restored in a new one */
+		char why[512];
+		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, why, sizeof(why)) < 0)
+			return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
+	}
+	return 0;
+}
+
+/* The images as the checkpoint wrote them (the manifest's digests): 0, or the
+ * exit code (reported) with nothing done. */
+static int images_whole(const struct manifest *m, const char *images)
+{
+	const json_t *files = json_object_get(m->root, "image_files");
+	if (!json_is_object(files)) {
+		fprintf(stderr, "cusnap: warning: the manifest has no image digests (written by an older cusnap, or "
+				"cut short before the end of its checkpoint): the images are restored unverified\n");
+		return 0;
+	}
+	char why[PATH_MAX + 256];
+	double t0 = now_ms();
+	uint64_t bytes = 0;
+	const char *name;
+	const json_t *f;
+	json_object_foreach((json_t *)files, name, f) bytes += (uint64_t)json_member_number(f, "size", 0);
+	struct ticker *k = ticker_start("(verify images)", bytes, NULL, NULL);
+	int rc = images_verify(images, files, why, sizeof(why));
+	ticker_stop(k);
+	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
+	progress("verify images", now_ms() - t0, "%zu files as written", json_object_size(files));
+	progress_bytes("verify images", bytes);
+	return 0;
+}
+
+/* Before CRIU creates anything: the manifest, the device map, a CRIU, this
+ * machine able to take the checkpoint (the gate), whole images, a clean control directory, free PIDs. 0, or the exit code (reported;
+ * m freed). */
+static int restore_ready(const struct args *a, struct manifest *m, struct devmap *map, char criu[PATH_MAX])
+{
+	const char *dir = a->dir;
+	char err[PATH_MAX + 1200], images[PATH_MAX + 16];
+	if (manifest_load(dir, m, err, sizeof(err)) < 0)
+		return fail(EX_USAGE, "%s", err);
+	int rc = device_map_for(a->s, m, map);
+	if (!rc && criu_find(a->s, criu, PATH_MAX, err, sizeof(err)) < 0)
+		rc = fail(EX_UNAVAILABLE, "%s", err);
+	if (!rc)
+		rc = restore_gate(a->s, m, map, criu);
+	if (!rc) {
+		snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
+		rc = images_whole(m, images);
+	}
+	if (!rc)
+		rc = clear_control_dir(m);
+	if (!rc)
+		rc = pids_free(m);
+	if (!rc)
+		rc = network_ports_free(m);
+	if (rc)
+		manifest_free(m);
+	return rc;
+}
+
+/* criu restore -d of dir/images, watched: 0 with the restored root in *root,
+ * or the exit code (reported) with whatever CRIU made killed. */
+static int restore_criu(const struct args *a, const struct manifest *m, const char *criu, struct checkpoint_result *r,
+			pid_t *root)
+{
+	const char *dir = a->dir;
+	char images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32], plugins[PATH_MAX + 32];
+	snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
+	snprintf(log, sizeof(log), "%s/" LAYOUT_RESTORE_LOG, images);
+	snprintf(pidfile, sizeof(pidfile), "%s/" LAYOUT_RESTORE_PID, dir);
+	unlink(pidfile);
+	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0)
+		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
+	char *argv[24] = {"criu", "restore",   "-d",    "-D",       images, "-o", LAYOUT_RESTORE_LOG,
+			  "-v4",  "--pidfile", pidfile, "--libdir", plugins};
+	int n = 12;
+	if (manifest_dump_arg(m, "--shell-job"))
+		argv[n++] = "--shell-job";
+	if (manifest_dump_arg(m, "--tcp-established"))
+		argv[n++] = "--tcp-established"; /* the connections dumped come back */
+	const char *lock = manifest_dump_arg_value(m, "--network-lock");
+	if (lock && (!strcmp(lock, "nftables") || !strcmp(lock, "iptables"))) {
+		argv[n++] = "--network-lock"; /* unlocked as they were locked */
+		argv[n++] = (char *)lock;
+	}
+	if (a->criu_config) {
+		argv[n++] = "--config";
+		argv[n++] = (char *)a->criu_config;
+	}
+	argv[n] = NULL;
+	double t0 = now_ms();
+	signals_arm();
+	/* The restored tree comes to us when CRIU detaches from it (we can reap it). */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
+	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s);
+	r->image_bytes = dir_bytes(images);
+	struct ticker *k = ticker_start("(criu restore)", r->image_bytes, NULL, NULL);
+	int crc = criu_run(criu, argv, log, &restore_bounds);
+	ticker_stop(k);
+	r->ms_criu_restore = now_ms() - t0;
+	FILE *pf = fopen(pidfile, "re");
+	int v = 0;
+	if (pf) {
+		if (fscanf(pf, "%d", &v) != 1)
+			v = 0;
+		fclose(pf);
+	}
+	*root = v;
+	if (crc == 0 && *root > 0) {
+		progress("criu restore", r->ms_criu_restore, "root process %d", (int)*root);
+		progress_bytes("criu restore", r->image_bytes);
+		return 0;
+	}
+	if (*root > 0)
+		proc_tree_kill(*root, true);
+	proc_children_kill(); /* what a killed CRIU had made */
+	if (crc == -EINTR)
+		return restore_interrupted(dir, "CRIU had begun");
+	if (crc < 0)
+		return fail(EX_TERMINATED, "CRIU restore killed at its %s bound (what it had made killed; log: %s)",
+			    crc == -EFBIG ? "log" : "time", log);
+	return fail(EX_TERMINATED, "CRIU restore failed (exit %d; log: %s)", crc, log);
+}
+
+/* Every CUDA process of the manifest, found again by its namespace PID, and
+ * no other: 0, or the exit code (reported). */
+static int restore_matches(const struct manifest *m, const struct tree *t)
+{
+	size_t want = 0;
+	for (size_t j = 0; j < json_array_size(m->procs); j++) {
+		const json_t *p = json_array_get(m->procs, j);
+		if (!json_member_bool(p, "cuda", false))
+			continue;
+		want++;
+		int ns = (int)json_member_number(p, "nspid", -1);
+		bool found = false;
+		for (size_t i = 0; i < t->ncuda && !found; i++)
+			found = t->targets[i].ns == ns;
+		if (!found)
+			return fail(EX_TERMINATED,
+				    "restored tree lacks the CUDA process with namespace PID %d (restored tree killed)",
+				    ns);
+	}
+	if (want != t->ncuda)
+		return fail(EX_TERMINATED,
+			    "the manifest records %zu CUDA processes, the restored tree has %zu (killed)", want,
+			    t->ncuda);
+	return 0;
+}
+
+/* The checkpoint of a->dir restored: the manifest and everything checked
+ * before CRIU makes a process, CRIU, the tree found again, then its GPU state
+ * (native restore onto the device map's GPUs, the sharing rebuilt) and
+ * restore-complete (tree_release); on a failure the restored tree is killed. */
+static int restore_from(const struct args *a, struct checkpoint_result *r)
+{
+	char criu[PATH_MAX], err[PATH_MAX + 1200];
+	struct manifest m;
+	struct devmap map;
+	double start = now_ms();
+	int rc = restore_ready(a, &m, &map, criu);
+	if (rc)
+		return rc;
+	pid_t root = 0;
+	if ((rc = restore_criu(a, &m, criu, r, &root))) {
+		manifest_free(&m);
+		return rc;
+	}
+	r->restored_root = root;
+	/* The restored processes see the control directory the checkpoint recorded. */
+	struct settings s = *a->s;
+	snprintf(s.control_dir, sizeof(s.control_dir), "%s", m.control_dir);
+	struct tree t;
+	if ((rc = tree_load(root, &s, &t))) {
+		proc_tree_kill(root, true);
+		manifest_free(&m);
+		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
+	}
+	r->processes = t.nprocs;
+	r->cuda = t.ncuda;
+	struct recovery rec;
+	memset(&rec, 0, sizeof(rec));
+	rc = restore_matches(&m, &t);
+	struct ticker *k = ticker_start("(native restore, rebuild)", 0, NULL, NULL);
+	if (!rc && !(rc = restore_interrupted(a->dir, "the CRIU restore")) &&
+	    tree_release(&t, a->dir, m.prepared ? RECOVER_STATE : RECOVER_ANY, &map, RELEASE_RESTORED, &rec, err,
+			 sizeof(err)) < 0)
+		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
+	ticker_stop(k);
+	if (rc)
+		proc_tree_kill(root, true); /* a half-restored workload must never run */
+	r->ms_native_restore = rec.ms_thaw;
+	r->ms_vmm_restore = rec.ms_rebuild;
+	r->bytes_copied = rec.report.bytes;
+	r->ms_total = now_ms() - start;
+	if (!rc && a->json && !a->result)
+		summary_restore(a, root, &t, r);
+	tree_free(&t);
+	manifest_free(&m);
+	return rc;
+}
+
+int cmd_restore(const struct args *a)
+{
+	if (!a->dir)
+		return fail(EX_USAGE, "restore needs --dir DIR");
+	struct checkpoint_result local;
+	struct checkpoint_result *r = a->result ? a->result : &local;
+	memset(r, 0, sizeof(*r));
+	int held = -1, rc = criu_privileged("restore");
+	if (!rc && a->criu_config)
+		rc = criu_config_trusted(a->criu_config);
+	if (!rc)
+		rc = use_dir(a->dir, false, &held);
+	if (rc)
+		return rc;
+	char why[512];
+	if (ckptdir_settle(a->dir, why, sizeof(why)) < 0)
+		rc = fail(EX_LEFT_RUNNING, "%s: a checkpoint cut short cannot be settled: %s; nothing done", a->dir,
+			  why);
+	else
+		rc = restore_from(a, r);
+	close(held);
+	return rc;
+}
