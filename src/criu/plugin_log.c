@@ -23,14 +23,10 @@ static void both(enum voice_level level, const char *line)
 
 void plugin_say(enum voice_level level, const char *fmt, ...)
 {
-	char text[3000];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	voice_v("cusnap-plugin: ", level, fmt, ap); /* (through both once the log is started) */
 	va_end(ap);
-	char line[3100];
-	snprintf(line, sizeof(line), "cusnap-plugin: %s%s", level == VOICE_WARN ? "warning: " : "", text);
-	both(level, line);
 }
 
 void plugin_log_start(void)

@@ -5,6 +5,7 @@
 #ifndef CUSNAP_NODE_NODE_H
 #define CUSNAP_NODE_NODE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -192,8 +193,12 @@ enum voice_level { VOICE_ERROR = 1, VOICE_WARN = 2, VOICE_INFO = 3 };
  * "cusnap: ") begins every line. The tool keeps the default; the plugin hands
  * its lines to CRIU's log as well. */
 void voice_set(void (*sink)(enum voice_level level, const char *line), const char *prefix);
-/* One line in that voice; information is not said when quiet. */
+/* One line in that voice; information is not said when quiet. voice_v: the
+ * same after who instead of the prefix (NULL: the prefix), for a caller's own
+ * lines in its own name. */
 void voice(enum voice_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void voice_v(const char *who, enum voice_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 /* One progress line (information): step, duration, details; the step is kept
  * as one of this command's phases. */
 void progress(const char *step, double ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -36,14 +36,15 @@ void voice_set(void (*to)(enum voice_level level, const char *line), const char 
 	prefix = p ? p : "cusnap: ";
 }
 
-/* text as one line in the caller's voice (over a ticker's line on stderr if
- * one is open); information not when quiet. */
-static void say_line(enum voice_level level, const char *text)
+/* text as one line in the caller's voice after who (NULL: the prefix it
+ * chose), over a ticker's line on stderr if one is open; information not when
+ * quiet. */
+static void say_line(const char *who, enum voice_level level, const char *text)
 {
 	if (level == VOICE_INFO && quiet)
 		return;
 	char line[3200];
-	snprintf(line, sizeof(line), "%s%s%s", prefix, level == VOICE_WARN ? "warning: " : "", text);
+	snprintf(line, sizeof(line), "%s%s%s", who ? who : prefix, level == VOICE_WARN ? "warning: " : "", text);
 	pthread_mutex_lock(&out_lock);
 	if (sink) {
 		sink(level, line);
@@ -55,14 +56,19 @@ static void say_line(enum voice_level level, const char *text)
 	pthread_mutex_unlock(&out_lock);
 }
 
-void voice(enum voice_level level, const char *fmt, ...)
+void voice_v(const char *who, enum voice_level level, const char *fmt, va_list ap)
 {
 	char text[3000];
+	vsnprintf(text, sizeof(text), fmt, ap);
+	say_line(who, level, text);
+}
+
+void voice(enum voice_level level, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	voice_v(NULL, level, fmt, ap);
 	va_end(ap);
-	say_line(level, text);
 }
 
 void progress(const char *step, double ms, const char *fmt, ...)
@@ -116,7 +122,7 @@ json_t *progress_json(void)
 
 void progress_warning(const char *what)
 {
-	say_line(VOICE_WARN, what);
+	say_line(NULL, VOICE_WARN, what);
 }
 
 void progress_stage(const char *stage, double ms, const char *note)
@@ -164,7 +170,7 @@ static void tick(struct ticker *k)
 		snprintf(line + n, sizeof(line) - (size_t)n, "  (%s)", bytes_text(k->total, b));
 	}
 	if (!k->tty) {
-		say_line(VOICE_INFO, line);
+		say_line(NULL, VOICE_INFO, line);
 		return;
 	}
 	pthread_mutex_lock(&out_lock);
@@ -255,7 +261,7 @@ int fail(int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	say_line(VOICE_ERROR, msg);
+	say_line(NULL, VOICE_ERROR, msg);
 	snprintf(last_error, sizeof(last_error), "%s", msg);
 	return code;
 }
