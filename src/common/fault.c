@@ -12,6 +12,7 @@
 #include "cusnap/exitcodes.h"
 #include "cusnap/fault.h"
 #include "cusnap/fdcheck.h"
+#include "cusnap/proc.h"
 
 static const char *const fault_names[] = {
 	[FAULT_NONE] = NULL,
@@ -94,6 +95,10 @@ void fault_point(enum fault point)
 		fprintf(stderr, "CUSNAP_FAULT: SIGKILL to %s%d at %s\n",
 			pid == getpid() ? "ourselves, " : "participant ", pid, name);
 		kill(pid, SIGKILL);
-		usleep(50000);
+		/* Dead before the command goes on (a process with much memory, under a
+		 * sanitizer on a busy machine, takes more than the 50 ms once allowed
+		 * here to die, and the command saw it still alive). */
+		for (int waited = 0; pid != getpid() && !proc_gone(pid) && waited < 10000; waited += 10)
+			usleep(10000);
 	}
 }
