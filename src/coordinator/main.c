@@ -149,7 +149,8 @@ enum mode {
 struct cli {
 	enum mode mode;
 	bool json, require_state, help;
-	int timeout_ms, content;
+	int timeout_ms;
+	enum proto_content content;
 	const char *proc_root, *control_dir, *dir;
 	struct coord_target *targets;
 	size_t ntargets;
@@ -212,7 +213,7 @@ static int parse(int argc, char **argv, struct cli *c)
 		case OPT_DIR: c->dir = optarg; break;
 		case OPT_REQUIRE_STATE: c->require_state = true; break;
 		case OPT_CONTENT:
-			c->content = (int)proto_content_parse(optarg);
+			c->content = proto_content_parse(optarg);
 			if (!c->content)
 				rc = EX_USAGE,
 				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host or native\n", optarg);
