@@ -30,6 +30,7 @@ scale=1
 [ -n "${CUSNAP_SANITIZER:-}" ] && scale=${TEST_LIMIT_SCALE:-3}
 pass_name=${TEST_PASS:-plain}
 [ -z "${TEST_PASS:-}" ] && [ -n "${CUSNAP_SANITIZER:-}" ] && pass_name=asan && [ -n "${TSAN_OPTIONS:-}" ] && pass_name=tsan
+export TEST_PASS=$pass_name # the harness shares some loops out between the passes (test_share)
 export TMPDIR=${TMPDIR:-/tmp}
 # No descriptor of whoever started the suite reaches the programs: CRIU will
 # not dump a workload holding one opened in another mount namespace (a

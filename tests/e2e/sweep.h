@@ -41,19 +41,18 @@ extern const char *const sweep_op_names[];
 /* Every driver call cuemu implements (emu/api.def), by symbol. */
 extern const char *const sweep_calls[];
 
-/* Is this part of the sweep run here? All of it with CUSNAP_SWEEP_ALL=1 or in
- * the plain pass; under ASan a sample (index even). TSan's pass runs no sweep
- * (tests/suite.def). */
+/* Is combination index of a sweep run here? test_share: all of them in the
+ * plain pass, half under ASan; TSan's pass runs no sweep (tests/suite.def). */
 bool sweep_selected(int index);
 
-/* Within a selected combination, is the driver call at this index of
- * sweep_calls swept? The suite shares the calls out: the plain pass sweeps the
- * even ones, the ASan pass (half the combinations) the odd ones, so that every
- * call is swept once per suite; a program that sets CUSNAP_SWEEP_STRIDE=N
- * one in N (the CRIU sweep,
- * whose cases run one at a time).
- * `make sweep` (CUSNAP_SWEEP_ALL) sweeps every call in every combination. */
-bool sweep_call_selected(size_t call);
+/* Within a selected combination, is the census call of this ordinal (the
+ * calls the census found, counted in emu/api.def's order) swept? One in
+ * CUSNAP_SWEEP_STRIDE (4 in the plain pass, 8 under a sanitizer unless the
+ * program sets it), from an offset drawn at random once per program and
+ * printed (CUSNAP_SWEEP_OFFSET replays it): each run of the suite sweeps
+ * another share, and `make sweep` (CUSNAP_SWEEP_ALL) sweeps every call in
+ * every combination. */
+bool sweep_call_selected(size_t ordinal);
 
 int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out);
 

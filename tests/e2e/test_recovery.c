@@ -91,16 +91,18 @@ static int faulted_suspend(struct group *g, const char *point, const char *how, 
 /* cusnap suspend SIGKILLed at every phase boundary (CUSNAP_FAULT=...:self):
  * `cusnap resume --pid ROOT` alone brings the group back from wherever it was
  * left, and a running tree is answered "nothing to resume" with exit 0. Both
- * content modes at each boundary; under TSan (slow, and the threads are the
- * same) one, alternating, so each mode still meets every other boundary. */
+ * content modes at each boundary in the plain pass; the sanitizer passes share
+ * the boundaries out (test_share), one content mode each, alternating. */
 static void recovery_after_sigkill(void)
 {
 	static const char *const contents[] = {"host", "native"};
-	bool tsan = getenv("TSAN_OPTIONS") != NULL;
+	bool sanitizer = getenv("CUSNAP_SANITIZER") != NULL;
 	char tool_path[PATH_MAX];
 	cusnap_path(tool_path, sizeof(tool_path));
 	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
-		int first = tsan ? (int)(i % 2) : 0, last = tsan ? first : 1;
+		if (!test_share(i))
+			continue;
+		int first = sanitizer ? (int)(i / 2 % 2) : 0, last = sanitizer ? first : 1;
 		for (int c = first; c <= last; c++) {
 			struct group g;
 			char envctl[PATH_MAX + 32], pid[16], *out;
@@ -142,6 +144,8 @@ static void recovery_after_sigkill(void)
 static void sigterm_undoes(void)
 {
 	for (size_t i = 0; i < sizeof(boundaries) / sizeof(boundaries[0]); i++) {
+		if (!test_share(i))
+			continue;
 		struct group g;
 		char envctl[PATH_MAX + 32], *out;
 		int rc = faulted_suspend(&g, fault_name(boundaries[i]), "term", "host", envctl, &out);

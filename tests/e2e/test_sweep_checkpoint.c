@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The countdown fault sweeps over cusnap checkpoint and restore with CRIU (sweep.h): the driver calls
- * each makes (one in four in `make test`), in the creator and in an importer,
+ * each makes (one in ten in `make test`), in the creator and in an importer,
  * both content modes; a sample under the sanitizers, all of it in `make sweep`. */
 #include "sweep.h"
 
@@ -16,9 +16,9 @@ int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
 	e2e_init("sweep-ckpt");
-	/* One driver call in four in `make test` (each case is a CRIU dump and
-	 * restore, run alone); `make sweep` takes them all. */
-	setenv("CUSNAP_SWEEP_STRIDE", "4", 0);
+	/* One driver call in ten in `make test` (each case is a CRIU dump and
+	 * restore); `make sweep` takes them all. */
+	setenv("CUSNAP_SWEEP_STRIDE", "10", 0);
 	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);
 	return e2e_done();
 }

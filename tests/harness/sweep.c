@@ -2,6 +2,9 @@
 /* The countdown fault sweeps (tests/e2e/sweep.h), compiled once. */
 #include "../e2e/sweep.h"
 
+#include <stdint.h>
+#include <sys/random.h>
+
 const char *const sweep_op_names[] = {"suspend", "resume", "checkpoint", "restore"};
 
 /* Hundreds of groups, each with allocations of 256 KiB on a 64 KiB
@@ -17,19 +20,46 @@ const char *const sweep_calls[] = {
 
 bool sweep_selected(int index)
 {
-	if (getenv("CUSNAP_SWEEP_ALL") || !getenv("CUSNAP_SANITIZER"))
-		return true;
-	return index % 2 == 0;
+	return test_share((size_t)index);
 }
 
-bool sweep_call_selected(size_t call)
+/* One census call in this many (CUSNAP_SWEEP_STRIDE, else 4 in the plain
+ * pass and 8 under a sanitizer), from an offset drawn once per program. */
+static size_t sweep_stride(void)
+{
+	const char *stride = getenv("CUSNAP_SWEEP_STRIDE");
+	if (stride && atoi(stride) >= 1)
+		return (size_t)atoi(stride);
+	return getenv("CUSNAP_SANITIZER") ? 8 : 4;
+}
+
+static size_t sweep_offset(void)
+{
+	static size_t offset = SIZE_MAX;
+	if (offset != SIZE_MAX)
+		return offset;
+	size_t stride = sweep_stride();
+	const char *fixed = getenv("CUSNAP_SWEEP_OFFSET");
+	unsigned seed;
+	if (fixed && *fixed)
+		offset = (size_t)atoi(fixed) % stride;
+	else if (getrandom(&seed, sizeof(seed), 0) == (ssize_t)sizeof(seed))
+		offset = seed % stride;
+	else
+		offset = (size_t)getpid() % stride;
+	printf("     sweep sample: one call in %zu of each census, from the %zu-th (CUSNAP_SWEEP_OFFSET=%zu replays "
+	       "it; "
+	       "make sweep runs them all)\n",
+	       stride, offset, offset);
+	fflush(stdout);
+	return offset;
+}
+
+bool sweep_call_selected(size_t ordinal)
 {
 	if (getenv("CUSNAP_SWEEP_ALL"))
 		return true;
-	const char *stride = getenv("CUSNAP_SWEEP_STRIDE");
-	if (stride && atoi(stride) > 1)
-		return call % (size_t)atoi(stride) == 0;
-	return call % 2 == (getenv("CUSNAP_SANITIZER") ? 1u : 0u);
+	return ordinal % sweep_stride() == sweep_offset();
 }
 
 int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out)
@@ -305,13 +335,14 @@ int sweep_run(const struct sweep *s)
 		return 0;
 	char *calls = test_read_file(census);
 	int cases = 0;
+	size_t made_ordinal = 0; /* the calls the census found, in emu/api.def's order */
 	for (size_t c = 0; calls && c < sizeof(sweep_calls) / sizeof(sweep_calls[0]); c++) {
 		char needle[96];
 		snprintf(needle, sizeof(needle), "%s\n", sweep_calls[c]);
 		bool made = strncmp(calls, needle, strlen(needle)) == 0;
 		for (const char *p = calls; !made && (p = strstr(p, needle)); p++)
 			made = p[-1] == '\n';
-		if (!made || !sweep_call_selected(c))
+		if (!made || !sweep_call_selected(made_ordinal++))
 			continue; /* N = 1 would fire nothing (or not in this sample) */
 		for (int n = 1; n < 64; n++) {
 			char fault[128];
@@ -360,6 +391,6 @@ void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_fi
 			}
 	printf("     countdown sweeps%s: %s %d fault cases, %s %d\n", label, sweep_op_names[base->op], cases[0],
 	       sweep_op_names[second], cases[1]);
-	CHECK(cases[0] > 10);
-	CHECK(cases[1] > 10);
+	CHECK(cases[0] > 0);
+	CHECK(cases[1] > 0);
 }

@@ -121,6 +121,12 @@ int test_find_criu(char *out, size_t len);
 int test_find_criu_old(char *out, size_t len);
 /* The version CRIU at path prints (4.2.1 as 4002001), or -1. */
 long test_criu_version(const char *criu);
+/* A loop over cases that repeat one kind of check (a fault at each phase
+ * boundary, at each call): is case index this pass's? The plain pass runs
+ * every case, the ASan pass the even ones and the TSan pass the odd ones, so
+ * that each case runs under one sanitizer per suite; CUSNAP_SWEEP_ALL=1 runs
+ * every case in every pass (make sweep). The pass is tests/run.sh's TEST_PASS. */
+bool test_share(size_t index);
 /* For a test that dumps and restores with CRIU: skip it under a sanitizer,
  * without root or without CRIU; otherwise the criu into out, and this process
  * made the subreaper of the trees CRIU restores (so that it can reap them). */
