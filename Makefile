@@ -372,6 +372,11 @@ demo: deps
 test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) -j$(JOBS) tests
+	@# NCCL builds (about 530 s of CPU, the first time) in the background, at the
+	@# lowest priority, from here on: while CRIU, etcd and zdtm's source are
+	@# fetched and while the suite runs; its test runs last.
+	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \
+		echo $$? > build/nccl-status) &
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
 	@# CRIU 4.1.1 beside it: the plugin must load in both (test_criu_plugin).
 	-@scripts/setup-criu.sh --suite trixie build > build/criu-old-path 2>> build/criu-setup.log || { echo "Debian trixie's CRIU unavailable: the plugin is checked in one CRIU only"; rm -f build/criu-old-path; }
@@ -379,10 +384,6 @@ test: deps
 	-@scripts/setup-node-exporter.sh build > build/node-exporter-path 2> build/node-exporter-setup.log || { echo "node_exporter unavailable (see build/node-exporter-setup.log): the metrics scrape will skip"; cat build/node-exporter-setup.log; }
 	@# zdtm runs in a network namespace with the loopback only: its source first.
 	-@scripts/zdtm.sh --prepare build > build/zdtm-prepare.log 2>&1 || { echo "zdtm not prepared (see build/zdtm-prepare.log): check_zdtm will say why"; tail -n 3 build/zdtm-prepare.log; }
-	@# NCCL builds (a few minutes, the first time) in the background, at the lowest
-	@# priority, while the rest of the suite runs; its test runs last.
-	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \
-		echo $$? > build/nccl-status) &
 	TESTS_SKIP='^e2e/test_nccl$$' tests/run.sh build plain || true
 	$(MAKE) -j$(JOBS) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true

@@ -5,8 +5,11 @@
  *   program's processes can take them; this helper is its init and reaps
  *   every orphan, the test runs as its child;
  * - a mount namespace with its own /proc (the PIDs the test reads are its
- *   namespace's) and its own /run/cusnap (cusnap's locks and state
- *   directories are named by PID, which other namespaces repeat);
+ *   namespace's), its own /run/cusnap (cusnap's locks and state directories
+ *   are named by PID, which other namespaces repeat) and its own /tmp
+ *   (cuemu's checkpoint endpoints are named by PID namespace inode and PID
+ *   there: a namespace's inode is reused once it dies, and a process of
+ *   another program took over a restored process's endpoint name);
  * - a network namespace with its loopback up: ports, and the firewall rules
  *   CRIU's network lock adds, are its own.
  * LOG is opened after the mount namespace is made (CRIU cannot dump a file
@@ -62,6 +65,8 @@ static void mounts(void)
 		die("/run/cusnap");
 	if (mount("tmpfs", "/run/cusnap", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
 		die("a /run/cusnap of its own");
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+		die("a /tmp of its own");
 }
 
 static void output(const char *log)
