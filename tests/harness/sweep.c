@@ -27,9 +27,10 @@ bool sweep_selected(int index)
  * pass and 8 under a sanitizer), from an offset drawn once per program. */
 static size_t sweep_stride(void)
 {
-	const char *stride = getenv("CUSNAP_SWEEP_STRIDE");
-	if (stride && atoi(stride) >= 1)
-		return (size_t)atoi(stride);
+	const char *env = getenv("CUSNAP_SWEEP_STRIDE");
+	int stride = env ? atoi(env) : 0;
+	if (stride >= 1)
+		return (size_t)stride;
 	return getenv("CUSNAP_SANITIZER") ? 8 : 4;
 }
 
@@ -47,9 +48,8 @@ static size_t sweep_offset(void)
 		offset = seed % stride;
 	else
 		offset = (size_t)getpid() % stride;
-	printf("     sweep sample: one call in %zu of each census, from the %zu-th (CUSNAP_SWEEP_OFFSET=%zu replays "
-	       "it; "
-	       "make sweep runs them all)\n",
+	printf("     sweep sample: one call in %zu of each census, from the %zu-th "
+	       "(CUSNAP_SWEEP_OFFSET=%zu replays it; make sweep runs them all)\n",
 	       stride, offset, offset);
 	fflush(stdout);
 	return offset;
