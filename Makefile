@@ -374,9 +374,10 @@ test: deps
 	$(MAKE) -j$(JOBS) tests
 	@# NCCL builds (about 530 s of CPU, the first time) in the background, at the
 	@# lowest priority, from here on: while CRIU, etcd and zdtm's source are
-	@# fetched and while the suite runs; its test runs last.
+	@# fetched and while the suite runs; its test runs last (scripts/wait-nccl.sh
+	@# gives the build back its normal priority once the passes are done).
 	@rm -f build/nccl-status; (nice -n 19 scripts/build-nccl.sh build > build/nccl-make.log 2>&1; \
-		echo $$? > build/nccl-status) &
+		echo $$? > build/nccl-status) & echo $$! > build/nccl-pid
 	-@scripts/setup-criu.sh build > build/criu-path 2> build/criu-setup.log || { echo "CRIU unavailable (see build/criu-setup.log): CRIU tests will skip"; cat build/criu-setup.log; }
 	@# CRIU 4.1.1 beside it: the plugin must load in both (test_criu_plugin).
 	-@scripts/setup-criu.sh --suite trixie build > build/criu-old-path 2>> build/criu-setup.log || { echo "Debian trixie's CRIU unavailable: the plugin is checked in one CRIU only"; rm -f build/criu-old-path; }
