@@ -23,6 +23,9 @@ json_t *json_id(const struct cusnap_id *id);
 int json_emit(FILE *f, json_t *v);
 /* Parse the JSON file at path (at most max bytes): NULL with err saying why. */
 json_t *json_read_file(const char *path, size_t max, char *err, size_t errlen);
+/* The same for name in directory dfd (AT_FDCWD: the working directory), never
+ * through a symbolic link; shown names it in err. */
+json_t *json_read_at(int dfd, const char *name, const char *shown, size_t max, char *err, size_t errlen);
 /* Typed members of object o: NULL / def when absent or of another type. */
 const char *json_member_string(const json_t *o, const char *key);
 /* The same, "" when absent or of another type. */

@@ -16,20 +16,53 @@
 #define MANIFEST_VERSION 1
 #define MANIFEST_MAX_BYTES (1u << 20)
 
-struct manifest {
-	json_t *root;
-	const json_t *procs;          /* the "processes" array: pid, nspid, cuda, interposed, endpoint */
-	bool prepared;                /* the VMM prepare ran (a state file is beside it) */
-	const char *control_dir;      /* as the workload sees it */
-	const char *control_dir_here; /* as cusnap saw it (its host path), or control_dir */
+/* A process of the checkpointed tree. */
+struct manifest_proc {
+	int pid, nspid; /* as cusnap saw it, and in the tree's own PID namespace (-1: not known) */
+	bool cuda, interposed;
+	const char *endpoint; /* its endpoint in the control directory ("" when not interposed) */
 };
 
-/* Check a parsed manifest (taking root) into *m: 0, or -1 with err. */
-int manifest_from_json(json_t *root, struct manifest *m, char *err, size_t errlen);
+/* What a checkpoint recorded, field by field; written by manifest_encode,
+ * read back by manifest_parse (its golden JSON: tests/unit/test_manifest.c).
+ * The records other modules own are kept as the JSON they wrote. */
+struct manifest {
+	const char *checkpoint_id, *hostname;
+	long long created; /* seconds since the epoch */
+	int root_pid, root_nspid;
+	const char *control_dir;      /* as the workload sees it */
+	const char *control_dir_here; /* as cusnap saw it (its host path), or control_dir */
+	const char *content;          /* proto_content_name(): host or native */
+	bool prepared;                /* the VMM prepare ran (a state file is beside it) */
+	bool leave_running;
+	const char *criu_path, *criu_version;
+	const char **dump_args; /* CRIU's dump arguments after its name */
+	size_t ndump_args;
+	struct manifest_proc *procs;
+	size_t nprocs;
+	struct {
+		double prepare, lock, checkpoint, criu_dump, restore_in_place;
+	} ms;
+	struct {
+		long long host_copies, images;
+	} bytes;
+	const json_t *gpus;        /* devmap_gpus_json(): an array */
+	const json_t *needs;       /* compat_record(): what a restore needs of its machine */
+	const json_t *image_files; /* images_digest(), or NULL (before the dump's end) */
+	const json_t *network;     /* network_json(), or NULL */
+	json_t *root;              /* parsed: what holds the strings above */
+	void *owned;               /* parsed: the arrays above */
+};
+
+/* m as the manifest's text (indented, ending with a newline), or NULL (out of
+ * memory). */
+char *manifest_encode(const struct manifest *m, size_t *len);
 /* Parse and check text (len bytes): 0, or -1 with err. */
 int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, size_t errlen);
 /* DIR/manifest.json: 0, or -1 with err naming the file. */
 int manifest_load(const char *dir, struct manifest *m, char *err, size_t errlen);
+/* The same through dfd, the directory dir held open (never following a link). */
+int manifest_load_at(int dfd, const char *dir, struct manifest *m, char *err, size_t errlen);
 void manifest_free(struct manifest *m);
 /* Was the CRIU dump run with this argument? */
 bool manifest_dump_arg(const struct manifest *m, const char *arg);

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,26 +81,34 @@ int json_emit(FILE *f, json_t *v)
 
 json_t *json_read_file(const char *path, size_t max, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "re");
+	return json_read_at(AT_FDCWD, path, path, max, err, errlen);
+}
+
+json_t *json_read_at(int dfd, const char *name, const char *shown, size_t max, char *err, size_t errlen)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
 	if (!f) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		snprintf(err, errlen, "%s: %s", shown, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return NULL;
 	}
 	char *buf = malloc(max + 1);
 	size_t len = buf ? fread(buf, 1, max + 1, f) : 0;
 	fclose(f);
 	if (!buf) {
-		snprintf(err, errlen, "%s: out of memory", path);
+		snprintf(err, errlen, "%s: out of memory", shown);
 		return NULL;
 	}
 	json_t *j = NULL;
 	if (len > max) {
-		snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
+		snprintf(err, errlen, "%s: larger than %zu bytes", shown, max);
 	} else {
 		json_error_t je;
 		j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
 		if (!j)
-			snprintf(err, errlen, "%s: not valid JSON: %s at line %d, column %d", path, je.text, je.line,
+			snprintf(err, errlen, "%s: not valid JSON: %s at line %d, column %d", shown, je.text, je.line,
 				 je.column);
 	}
 	free(buf);

@@ -180,16 +180,17 @@ static void dump_argv(const struct args *a, char *pidstr, char *images, char *pl
 }
 
 /* The checkpoint is built in dir/.partial beside the one dir holds (if any),
- * put in its place once whole: that directory into work, its images
- * directory made into images. 0, or -1 with errno (nothing left). */
-static int work_begin(const char *dir, char *work, size_t wlen, char *images, size_t ilen)
+ * put in its place once whole: that directory into work (and *wfd open on
+ * it), its images directory made into images. 0, or -1 with errno (nothing
+ * left). */
+static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wfd, char *images, size_t ilen)
 {
-	int rc = ckptdir_begin(dir, work, wlen);
+	int rc = ckptdir_begin(dfd, dir, work, wlen, wfd);
 	snprintf(images, ilen, "%s/" LAYOUT_IMAGES, work);
-	if (rc == 0 && mkdir(images, 0700) < 0 && errno != EEXIST)
+	if (rc == 0 && mkdirat(*wfd, LAYOUT_IMAGES, 0700) < 0 && errno != EEXIST)
 		rc = -errno;
 	if (rc < 0) {
-		ckptdir_discard(dir);
+		ckptdir_discard(dfd);
 		errno = -rc;
 		return -1;
 	}
@@ -211,16 +212,16 @@ static json_t *digest_images(const char *images, uint64_t bytes)
 	return digests;
 }
 
-static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
+/* The checkpoint of a->pid into a->dir, held open as dfd. */
+static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_result *r)
 {
 	pid_t pid = a->pid;
 	const char *dir = a->dir;
 	bool leave_running = a->leave_running, published = false;
 	char criu[PATH_MAX], err[1200], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
+	int wfd = -1;
 	if (criu_find(a->s, criu, sizeof(criu), err, sizeof(err)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", err);
-	if (work_begin(dir, work, sizeof(work), images, sizeof(images)) < 0)
-		return fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(errno));
 	double start = now_ms(), t0;
 	if (a->wait_ready) {
 		t0 = now_ms();
@@ -235,6 +236,11 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	int rc = tree_load(pid, a->s, &t);
 	if (rc)
 		return rc;
+	if (work_begin(dfd, dir, work, sizeof(work), &wfd, images, sizeof(images)) < 0) {
+		rc = fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(errno));
+		tree_free(&t);
+		return rc;
+	}
 	r->processes = t.nprocs;
 	r->cuda = t.ncuda;
 	if ((rc = tree_hold(&t, "checkpoint")) || (rc = session_dumpable(pid)) || (rc = check_freezable(&t)) ||
@@ -272,7 +278,7 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 	char manifest[PATH_MAX + 48];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
-	if (manifest_write(work, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
+	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -317,12 +323,12 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(work, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
+	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
 			"dump stands, and a restore cannot verify the images\n",
 			manifest);
-	if (ckptdir_publish(dir, err, sizeof(err)) < 0) {
+	if (ckptdir_publish(dfd, err, sizeof(err)) < 0) {
 		rc = fail(leave_running ? EX_LEFT_RUNNING : EX_TERMINATED,
 			  "the checkpoint in %s/.partial is whole but could not be put in place (%s): the next "
 			  "`cusnap restore --dir %s` puts it there",
@@ -345,8 +351,9 @@ static int checkpoint_into(const struct args *a, struct checkpoint_result *r)
 		summary_checkpoint(a, &t, r);
 	rc = EX_OK;
 out:
+	close(wfd);
 	if (!published)
-		ckptdir_discard(dir); /* a failed attempt leaves nothing; the previous checkpoint stands */
+		ckptdir_discard(dfd); /* a failed attempt leaves nothing; the previous checkpoint stands */
 	json_decref(digests);
 	json_decref(net_json);
 	network_free(&net);
@@ -385,7 +392,7 @@ int cmd_checkpoint(const struct args *a)
 	if (rc || (rc = criu_privileged("checkpoint")) ||
 	    (a->criu_config && (rc = criu_config_trusted(a->criu_config))) || (rc = use_dir(a->dir, true, &held)))
 		return rc;
-	rc = checkpoint_into(a, r);
+	rc = checkpoint_into(a, held, r);
 	close(held);
 	return rc;
 }

@@ -53,34 +53,23 @@ static void remove_at(int dfd, const char *name)
 	unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
-static int open_dir(const char *dir)
-{
-	return open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-}
-
-int ckptdir_begin(const char *dir, char *out, size_t len)
+int ckptdir_begin(int dfd, const char *dir, char *out, size_t len, int *work)
 {
 	char why[512];
-	int rc = ckptdir_settle(dir, why, sizeof(why));
+	int rc = ckptdir_settle(dfd, dir, why, sizeof(why));
 	if (rc < 0)
 		return rc;
-	int dfd = open_dir(dir);
-	if (dfd < 0)
-		return -errno;
 	remove_at(dfd, PARTIAL);
-	rc = mkdirat(dfd, PARTIAL, 0700) < 0 ? -errno : 0;
-	close(dfd);
+	if (mkdirat(dfd, PARTIAL, 0700) < 0 ||
+	    (*work = openat(dfd, PARTIAL, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return -errno;
 	snprintf(out, len, "%s/" PARTIAL, dir);
-	return rc;
+	return 0;
 }
 
-void ckptdir_discard(const char *dir)
+void ckptdir_discard(int dfd)
 {
-	int dfd = open_dir(dir);
-	if (dfd >= 0) {
-		remove_at(dfd, PARTIAL);
-		close(dfd);
-	}
+	remove_at(dfd, PARTIAL);
 }
 
 /* Each entry of DIR moved to .previous (when not there already), then the
@@ -123,14 +112,9 @@ out:
 	return rc;
 }
 
-int ckptdir_publish(const char *dir, char *why, size_t len)
+int ckptdir_publish(int dfd, char *why, size_t len)
 {
-	int dfd = open_dir(dir);
-	if (dfd < 0)
-		return snprintf(why, len, "%s: %s", dir, strerror(errno)), -errno;
-	int rc = publish_at(dfd, why, len);
-	close(dfd);
-	return rc;
+	return publish_at(dfd, why, len);
 }
 
 /* Did the CRIU dump of the attempt in dfd/.partial finish (its log says so)? */
@@ -150,11 +134,8 @@ static bool dump_finished(int dfd)
 	return strstr(tail, "Dumping finished successfully") != NULL;
 }
 
-int ckptdir_settle(const char *dir, char *why, size_t len)
+int ckptdir_settle(int dfd, const char *dir, char *why, size_t len)
 {
-	int dfd = open_dir(dir);
-	if (dfd < 0)
-		return errno == ENOENT ? 0 : (snprintf(why, len, "%s: %s", dir, strerror(errno)), -errno);
 	int rc = 0;
 	bool partial = exists_at(dfd, PARTIAL);
 	if (partial && exists_at(dfd, PARTIAL "/" MANIFEST_FILE) && dump_finished(dfd)) {
@@ -176,6 +157,5 @@ int ckptdir_settle(const char *dir, char *why, size_t len)
 			close(prev);
 		remove_at(dfd, PREVIOUS);
 	}
-	close(dfd);
 	return rc;
 }

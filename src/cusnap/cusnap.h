@@ -136,18 +136,20 @@ size_t records_valid(const char *group, struct etcd_kv *kvs, size_t n);
 /* Is name one of the comma-separated list (--members NAME,NAME,...)? */
 bool name_listed(const char *list, const char *name);
 /* ---- ckptdir.c: a checkpoint directory replaced only by a whole checkpoint ---- */
+/* Each works through dfd, the directory dir held open (use_dir), never
+ * following a link. */
 /* Settle dir (ckptdir_settle), then a fresh dir/.partial to build in: 0 with
- * its path in out, or -errno. */
-int ckptdir_begin(const char *dir, char *out, size_t len);
+ * its path in out and *work open on it, or -errno. */
+int ckptdir_begin(int dfd, const char *dir, char *out, size_t len, int *work);
 /* dir/.partial put in place of dir's checkpoint, the manifest last: 0, or
  * -errno with why (taken again, it finishes what it began). */
-int ckptdir_publish(const char *dir, char *why, size_t len);
+int ckptdir_publish(int dfd, char *why, size_t len);
 /* A failed attempt: dir/.partial removed. */
-void ckptdir_discard(const char *dir);
+void ckptdir_discard(int dfd);
 /* Before a command uses dir: an attempt cut short after its dump finished put
  * in place, any other removed (the previous checkpoint kept). 0, or -errno
  * with why. */
-int ckptdir_settle(const char *dir, char *why, size_t len);
+int ckptdir_settle(int dfd, const char *dir, char *why, size_t len);
 /* ---- network.c: a checkpoint's network sockets (DESIGN.md §9.4) ---- */
 struct network {
 	struct inet_sock *socks; /* the tree's, before the dump */
@@ -171,10 +173,10 @@ struct manifest;
  * 0, or the exit code (reported) with nothing done. */
 int network_ports_free(const struct manifest *m);
 /* ---- manifest_write.c ---- */
-/* DIR/manifest.json, atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
+/* manifest.json in dfd (a checkpoint being built), atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
 /* images: the image digests (images_digest; NULL before the dump); net: the
  * tree's sockets (network_json). */
-int manifest_write(const char *dir, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
+int manifest_write(int dfd, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
 		   const json_t *images, const json_t *net);
 

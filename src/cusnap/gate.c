@@ -12,12 +12,11 @@
 json_t *restore_verdict(const struct settings *s, const struct manifest *m, const struct devmap *map, const char *criu,
 			char *why, size_t len)
 {
-	const json_t *c = json_object_get(m->root, "criu");
-	const char *made = json_is_object(c) ? json_member_string(c, "version") : NULL;
+	const char *made = m->criu_version[0] ? m->criu_version : NULL;
 	char here[64] = "";
 	if (criu)
 		criu_version(criu, here, sizeof(here));
-	return compat_check(s->libcuda, json_object_get(m->root, "needs"), map, made, here, why, len);
+	return compat_check(s->libcuda, m->needs, map, made, here, why, len);
 }
 
 /* The reasons as one text: "a; b; c". */

@@ -63,7 +63,7 @@ json_t *network_json(const struct network *net)
 
 int network_ports_free(const struct manifest *m)
 {
-	const json_t *o = json_object_get(m->root, "network");
+	const json_t *o = m->network;
 	if (!o)
 		return 0; /* (an older cusnap's checkpoint: CRIU says what it cannot bind) */
 	char why[512];

@@ -51,10 +51,9 @@ static int clear_control_dir(const struct manifest *m)
 	if (unlinkat(dfd, CONTROL_RESTORE_DONE, 0) < 0 && errno != ENOENT)
 		rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", m->control_dir_here,
 			  CONTROL_RESTORE_DONE, strerror(errno));
-	for (size_t i = 0; rc == 0 && i < json_array_size(m->procs); i++) {
-		const json_t *p = json_array_get(m->procs, i);
-		int ns = (int)json_member_number(p, "nspid", -1);
-		if (!json_member_bool(p, "interposed", false) || ns <= 0)
+	for (size_t i = 0; rc == 0 && i < m->nprocs; i++) {
+		int ns = m->procs[i].nspid;
+		if (!m->procs[i].interposed || ns <= 0)
 			continue;
 		char name[64];
 		snprintf(name, sizeof(name), CONTROL_ENDPOINT_FMT, ns);
@@ -77,7 +76,7 @@ static int device_map_for(const struct settings *s, const struct manifest *m, st
 {
 	char why[1024];
 	const char *spec = s->device_map;
-	int rc = devmap_for(s, json_object_get(m->root, "gpus"), map, why, sizeof(why));
+	int rc = devmap_for(s, m->gpus, map, why, sizeof(why));
 	if (rc == -ENODEV)
 		return fail(EX_UNAVAILABLE, "--device-map: %s", why);
 	if (rc < 0)
@@ -91,10 +90,9 @@ static int device_map_for(const struct settings *s, const struct manifest *m, st
  * is named. 0, or the exit code (reported) with nothing done. */
 static int pids_free(const struct manifest *m)
 {
-	for (size_t j = 0; j < json_array_size(m->procs); j++) {
-		const json_t *p = json_array_get(m->procs, j);
-		pid_t pid = (pid_t)json_member_number(p, "pid", -1), ns = (pid_t)json_member_number(p, "nspid", -1);
-		if (pid <= 0 || pid != ns)
+	for (size_t j = 0; j < m->nprocs; j++) {
+		pid_t pid = m->procs[j].pid, ns = m->procs[j].nspid;
+		if (pid != ns)
 			continue; /* dumped in a PID namespace of its own: restored in a new one */
 		char why[512];
 		if (pid_free_wait(pid, PID_ZOMBIE_WAIT_MS, why, sizeof(why)) < 0)
@@ -107,8 +105,8 @@ static int pids_free(const struct manifest *m)
  * exit code (reported) with nothing done. */
 static int images_whole(const struct manifest *m, const char *images)
 {
-	const json_t *files = json_object_get(m->root, "image_files");
-	if (!json_is_object(files)) {
+	const json_t *files = m->image_files;
+	if (!files) {
 		fprintf(stderr, "cusnap: warning: the manifest has no image digests (written by an older cusnap, or "
 				"cut short before the end of its checkpoint): the images are restored unverified\n");
 		return 0;
@@ -132,11 +130,11 @@ static int images_whole(const struct manifest *m, const char *images)
 /* Before CRIU creates anything: the manifest, the device map, a CRIU, this
  * machine able to take the checkpoint (the gate), whole images, a clean control directory, free PIDs. 0, or the exit code (reported;
  * m freed). */
-static int restore_ready(const struct args *a, struct manifest *m, struct devmap *map, char criu[PATH_MAX])
+static int restore_ready(const struct args *a, int dfd, struct manifest *m, struct devmap *map, char criu[PATH_MAX])
 {
 	const char *dir = a->dir;
 	char err[PATH_MAX + 1200], images[PATH_MAX + 16];
-	if (manifest_load(dir, m, err, sizeof(err)) < 0)
+	if (manifest_load_at(dfd, dir, m, err, sizeof(err)) < 0)
 		return fail(EX_USAGE, "%s", err);
 	int rc = device_map_for(a->s, m, map);
 	if (!rc && criu_find(a->s, criu, PATH_MAX, err, sizeof(err)) < 0)
@@ -228,12 +226,11 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 static int restore_matches(const struct manifest *m, const struct tree *t)
 {
 	size_t want = 0;
-	for (size_t j = 0; j < json_array_size(m->procs); j++) {
-		const json_t *p = json_array_get(m->procs, j);
-		if (!json_member_bool(p, "cuda", false))
+	for (size_t j = 0; j < m->nprocs; j++) {
+		if (!m->procs[j].cuda)
 			continue;
 		want++;
-		int ns = (int)json_member_number(p, "nspid", -1);
+		int ns = m->procs[j].nspid;
 		bool found = false;
 		for (size_t i = 0; i < t->ncuda && !found; i++)
 			found = t->targets[i].ns == ns;
@@ -253,13 +250,13 @@ static int restore_matches(const struct manifest *m, const struct tree *t)
  * before CRIU makes a process, CRIU, the tree found again, then its GPU state
  * (native restore onto the device map's GPUs, the sharing rebuilt) and
  * restore-complete (tree_release); on a failure the restored tree is killed. */
-static int restore_from(const struct args *a, struct checkpoint_result *r)
+static int restore_from(const struct args *a, int dfd, struct checkpoint_result *r)
 {
 	char criu[PATH_MAX], err[PATH_MAX + 1200];
 	struct manifest m;
 	struct devmap map;
 	double start = now_ms();
-	int rc = restore_ready(a, &m, &map, criu);
+	int rc = restore_ready(a, dfd, &m, &map, criu);
 	if (rc)
 		return rc;
 	pid_t root = 0;
@@ -316,11 +313,11 @@ int cmd_restore(const struct args *a)
 	if (rc)
 		return rc;
 	char why[512];
-	if (ckptdir_settle(a->dir, why, sizeof(why)) < 0)
+	if (ckptdir_settle(held, a->dir, why, sizeof(why)) < 0)
 		rc = fail(EX_LEFT_RUNNING, "%s: a checkpoint cut short cannot be settled: %s; nothing done", a->dir,
 			  why);
 	else
-		rc = restore_from(a, r);
+		rc = restore_from(a, held, r);
 	close(held);
 	return rc;
 }
