@@ -324,7 +324,11 @@ sweep: deps
 		log=$(BUILD)/sweep-$$t.log; CUSNAP_SWEEP_ALL=1 TEST_ONLY=countdown $(BUILD)/tests/e2e/$$t >$$log 2>&1; rc=$$?; \
 		grep -E '^(ok|FAIL|SKIP)|fault cases' $$log; \
 		[ $$rc = 0 ] || [ $$rc = 77 ] || { echo "make sweep: $$t failed (see $$log)"; exit 1; }; \
-	done; echo "make sweep: passed in $$(( $$(date +%s) - start )) s"
+	done; \
+	if $(MAKE) -s nccl >/dev/null 2>&1; then \
+		CUSNAP_SWEEP_ALL=1 TESTS_ONLY='^e2e/test_nccl$$' tests/run.sh $(BUILD) nccl-all || exit 1; \
+	else echo "make sweep: NCCL not built (make nccl): its variants not run"; fi; \
+	echo "make sweep: passed in $$(( $$(date +%s) - start )) s"
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
 bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/copy $(BUILD)/bench/lc_worker all

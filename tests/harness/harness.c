@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -355,6 +356,28 @@ bool test_share(size_t index)
 	if (getenv("CUSNAP_SWEEP_ALL") || !pass || !strcmp(pass, "plain"))
 		return true;
 	return index % 2 == (strcmp(pass, "tsan") ? 0u : 1u);
+}
+
+bool test_picked(const char *what, size_t index, size_t n)
+{
+	if (getenv("CUSNAP_SWEEP_ALL") || n < 2)
+		return true;
+	static unsigned draw; /* once per program: every loop of it picks from the same draw */
+	static bool drawn;
+	const char *fixed = getenv("CUSNAP_SWEEP_OFFSET");
+	if (!drawn && fixed && *fixed)
+		draw = (unsigned)atoi(fixed);
+	else if (!drawn && getrandom(&draw, sizeof(draw), 0) != (ssize_t)sizeof(draw))
+		draw = (unsigned)getpid();
+	drawn = true;
+	size_t pick = draw % n;
+	if (index == 0) {
+		printf("     %s: variant %zu of %zu this run (CUSNAP_SWEEP_OFFSET=%zu replays it; "
+		       "CUSNAP_SWEEP_ALL=1 runs all)\n",
+		       what, pick, n, pick);
+		fflush(stdout);
+	}
+	return index == pick;
 }
 
 void test_require_criu(char *out, size_t len)

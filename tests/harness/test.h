@@ -127,6 +127,12 @@ long test_criu_version(const char *criu);
  * that each case runs under one sanitizer per suite; CUSNAP_SWEEP_ALL=1 runs
  * every case in every pass (make sweep). The pass is tests/run.sh's TEST_PASS. */
 bool test_share(size_t index);
+/* A loop over n variants of one check too slow to run every time (NCCL's 8
+ * ranks in each mode): is variant index this run's? One variant per run,
+ * drawn at random and printed (CUSNAP_SWEEP_OFFSET=k replays the k-th), so
+ * that successive runs cover them all; CUSNAP_SWEEP_ALL=1 runs every one
+ * (make sweep). what names the loop in the line printed. */
+bool test_picked(const char *what, size_t index, size_t n);
 /* For a test that dumps and restores with CRIU: skip it under a sanitizer,
  * without root or without CRIU; otherwise the criu into out, and this process
  * made the subreaper of the trees CRIU restores (so that it can reap them). */
