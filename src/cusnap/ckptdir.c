@@ -75,7 +75,7 @@ void ckptdir_discard(int dfd)
 /* Each entry of DIR moved to .previous (when not there already), then the
  * attempt's moved in, the manifest last; then .previous and .partial removed.
  * Taken again after a cut, it finishes what it began. */
-static int publish_at(int dfd, char *why, size_t len)
+int ckptdir_publish(int dfd, char *why, size_t len)
 {
 	int part = openat(dfd, PARTIAL, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), prev = -1, rc = 0;
 	if (part < 0)
@@ -112,11 +112,6 @@ out:
 	return rc;
 }
 
-int ckptdir_publish(int dfd, char *why, size_t len)
-{
-	return publish_at(dfd, why, len);
-}
-
 /* Did the CRIU dump of the attempt in dfd/.partial finish (its log says so)? */
 static bool dump_finished(int dfd)
 {
@@ -141,7 +136,7 @@ int ckptdir_settle(int dfd, const char *dir, char *why, size_t len)
 	if (partial && exists_at(dfd, PARTIAL "/" MANIFEST_FILE) && dump_finished(dfd)) {
 		/* The tree was dumped, and the command cut short before its checkpoint was put in place. */
 		fprintf(stderr, "cusnap: %s/" PARTIAL " holds a checkpoint whose dump finished: put in place\n", dir);
-		rc = publish_at(dfd, why, len);
+		rc = ckptdir_publish(dfd, why, len);
 	} else {
 		if (partial)
 			fprintf(stderr,
