@@ -14,7 +14,12 @@
 # - device code compiled by the toolkit's nvcc for one architecture (sm_90, what
 #   cuemu's devices report) and only the kernels the tests' collectives load
 #   (AllReduce of f32 sums, every algorithm and protocol, and SendRecv): kernels
-#   never run on cuemu.
+#   never run on cuemu, so it is compiled without optimisation (ptxas and
+#   cicc at -O0: most of the build's time otherwise);
+# - host code at -O0 without debug information, through a wrapper that puts
+#   those flags last (NCCL's makefile appends -O3 -g to whatever CXXFLAGS it
+#   is given): what the tests ask of NCCL's host code is its calls, not its
+#   speed.
 # Built once: BUILD/nccl/.stamp names the source's SHA-256 and these settings; a
 # build with the same stamp is kept. The log is BUILD/nccl-build.log.
 # Exit 0 built or kept; 69 no source, no nvcc or no runtime; 1 the build failed.
@@ -28,6 +33,7 @@ sums=$here/../shared/third_party/nccl-2.28.9-1.tar.gz.sha256
 cuda=${CUDA_HOME:-/usr/local/cuda}
 funcs='AllReduce Sum f32 * *|SendRecv'
 arch='-gencode=arch=compute_90,code=sm_90'
+quick='-Xptxas -O0 -Xcicc -O0' # device code never runs: no optimisation
 [ -f "$tarball" ] || { echo "build-nccl: no NCCL source at $tarball (set NCCL_SOURCE to NCCL v2.28.9-1's source archive)" >&2; exit 69; }
 [ -x "$cuda/bin/nvcc" ] || { echo "build-nccl: no nvcc at $cuda/bin/nvcc (set CUDA_HOME)" >&2; exit 69; }
 [ -f "$build/lib/libcudart.so.13" ] || { echo "build-nccl: no $build/lib/libcudart.so.13: run make first" >&2; exit 69; }
@@ -37,7 +43,7 @@ if [ -f "$sums" ] && [ "$sum" != "$(cut -d' ' -f1 "$sums")" ]; then
 	exit 69
 fi
 out=$build/nccl
-stamp="$sum $arch $funcs cudart=$build/lib"
+stamp="$sum $arch $quick host-O0 $funcs cudart=$build/lib"
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] && [ -f "$out/lib/libnccl.so.2" ]; then
 	echo "build-nccl: $out is up to date"
 	exit 0
@@ -46,14 +52,17 @@ rm -rf "$build/nccl-src" "$out"
 mkdir -p "$build/nccl-src"
 tar -xzf "$tarball" -C "$build/nccl-src" --strip-components=1
 log=$build/nccl-build.log
+cxx=$build/nccl-src/cxx-quick
+printf '#!/bin/sh\nexec %s "$@" -O0 -g0\n' "$(command -v "${CXX:-g++}")" >"$cxx"
+chmod 0755 "$cxx"
 start=$SECONDS
 echo "build-nccl: building NCCL into $out (log: $log)"
 # CUDA_LIB is where NCCL's link looks for libcudart: the project's, with its
 # directory as libnccl's run path. `lib` builds the headers and the shared
-# library only (no static archive, no tools).
-if ! make -C "$build/nccl-src/src" lib -j"$(nproc)" BUILDDIR="$out" CUDA_HOME="$cuda" \
+# library only (no static archive, no tools). CXX is also nvcc's host compiler.
+if ! make -C "$build/nccl-src/src" lib -j"$(nproc)" BUILDDIR="$out" CUDA_HOME="$cuda" CXX="$cxx" \
 	CUDA_LIB="$build/lib -Wl,-rpath,$build/lib -Wl,--disable-new-dtags" CUDARTLIB=cudart \
-	NVCC_GENCODE="$arch" ONLY_FUNCS="$funcs" >"$log" 2>&1; then
+	NVCC_GENCODE="$arch $quick" ONLY_FUNCS="$funcs" >"$log" 2>&1; then
 	echo "build-nccl: the build failed; the end of $log:" >&2
 	tail -n 30 "$log" >&2
 	exit 1
