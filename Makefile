@@ -376,7 +376,7 @@ demo: deps
 test: deps
 	@rm -f build/test-results build-asan/test-results build-tsan/test-results
 	$(MAKE) -j$(JOBS) tests
-	@# NCCL builds (about 530 s of CPU, the first time) in the background, at the
+	@# NCCL builds (about 410 s of CPU, the first time) in the background, at the
 	@# lowest priority, from here on: while CRIU, etcd and zdtm's source are
 	@# fetched and while the suite runs; its test runs last (scripts/wait-nccl.sh
 	@# gives the build back its normal priority once the passes are done).
