@@ -34,6 +34,7 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 funcs='AllReduce Sum f32 * *|SendRecv'
 arch='-gencode=arch=compute_90,code=sm_90'
 quick='-Xptxas -O0 -Xcicc -O0' # device code never runs: no optimisation
+host='-O0 -g0'                 # nor is the host code measured or debugged
 [ -f "$tarball" ] || { echo "build-nccl: no NCCL source at $tarball (set NCCL_SOURCE to NCCL v2.28.9-1's source archive)" >&2; exit 69; }
 [ -x "$cuda/bin/nvcc" ] || { echo "build-nccl: no nvcc at $cuda/bin/nvcc (set CUDA_HOME)" >&2; exit 69; }
 [ -f "$build/lib/libcudart.so.13" ] || { echo "build-nccl: no $build/lib/libcudart.so.13: run make first" >&2; exit 69; }
@@ -43,7 +44,7 @@ if [ -f "$sums" ] && [ "$sum" != "$(cut -d' ' -f1 "$sums")" ]; then
 	exit 69
 fi
 out=$build/nccl
-stamp="$sum $arch $quick host-O0 $funcs cudart=$build/lib"
+stamp="$sum $arch $quick host=$host $funcs cudart=$build/lib"
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] && [ -f "$out/lib/libnccl.so.2" ]; then
 	echo "build-nccl: $out is up to date"
 	exit 0
@@ -53,7 +54,7 @@ mkdir -p "$build/nccl-src"
 tar -xzf "$tarball" -C "$build/nccl-src" --strip-components=1
 log=$build/nccl-build.log
 cxx=$build/nccl-src/cxx-quick
-printf '#!/bin/sh\nexec %s "$@" -O0 -g0\n' "$(command -v "${CXX:-g++}")" >"$cxx"
+printf '#!/bin/sh\nexec '\''%s'\'' "$@" %s\n' "$(command -v "${CXX:-g++}")" "$host" >"$cxx"
 chmod 0755 "$cxx"
 start=$SECONDS
 echo "build-nccl: building NCCL into $out (log: $log)"
