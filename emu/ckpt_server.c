@@ -78,8 +78,8 @@ static CUresult do_checkpoint(void)
 		}
 	}
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n))
-		emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		emu_revoke(n->start, n->end - n->start);
+	emu_revoke_flush(); /* (with whatever cuMemUnmap left queued) */
 	checkpointed_devices = 0;
 	struct emu_alloc *a;
 	hmap_for_each(&emu.allocs, a) {

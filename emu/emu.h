@@ -30,6 +30,7 @@
 #define EMU_NOGATE 2u
 #define EMU_PTDS 4u
 #define EMU_NEEDCTX 8u
+#define EMU_NOREVOKE 16u
 
 enum emu_fn {
 #define X(sym, name, ver, flags) EMU_FN_##sym,
@@ -287,6 +288,14 @@ void emu_pool_released(void *pool, size_t bytes);
 
 /* ckpt_server.c */
 int emu_server_start(void);
+
+/* revoke.c (caller holds emu.lock): [start, start + len) no longer mapped,
+ * made inaccessible on the host before the next call that could touch it. */
+void emu_revoke(CUdeviceptr start, size_t len);
+/* Every queued range made inaccessible now. */
+void emu_revoke_flush(void);
+/* Whether any range waits (read without the lock). */
+bool emu_revoke_pending(void);
 
 const char *emu_result_name(CUresult r);
 

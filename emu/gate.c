@@ -55,6 +55,11 @@ CUresult emu_enter(enum emu_fn fn)
 		pthread_mutex_unlock(&gate.mu);
 		in_gate = true;
 	}
+	if (!(flags & EMU_NOREVOKE) && emu_revoke_pending()) {
+		pthread_mutex_lock(&emu.lock);
+		emu_revoke_flush();
+		pthread_mutex_unlock(&emu.lock);
+	}
 	CUresult f = emu_fault_check(fn);
 	if (f != CUDA_SUCCESS) {
 		LOG_AT(LOG_INFO, "CUEMU_FAULT: %s fails with %d", emu_fn_name(fn), (int)f);

@@ -180,6 +180,7 @@ CUresult emu_address_free(CUdeviceptr ptr, size_t size)
 		goto out;
 	}
 	itree_remove(&emu.reservations, &r->node);
+	emu_revoke_flush(); /* nothing queued may land on the range once it is free */
 	emu_munmap((void *)(uintptr_t)ptr, size);
 	free(r);
 out:
@@ -442,9 +443,7 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 	for (size_t i = 0; i < n; i++) {
 		struct emu_mapping *m = list[i];
 		size_t len = m->node.end - m->node.start;
-		/* Back to an inaccessible part of the reservation. */
-		emu_mmap((void *)(uintptr_t)m->node.start, len, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		emu_revoke(m->node.start, len); /* back to an inaccessible part of the reservation */
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)
 			r->mappings--;

@@ -21,6 +21,15 @@ static CUcontext ctx;
 static size_t gran;
 static char counts_path[] = "/tmp/cuemu-counts-XXXXXX"; /* CUSNAP_COUNT */
 
+/* This process's mappings whose line names needle, as the next driver call
+ * finds them: cuemu revokes unmapped ranges on the host before it (revoke.c). */
+static int maps_after_call(const char *needle)
+{
+	int ver;
+	CHECK_CU(cuDriverGetVersion(&ver));
+	return test_count_maps(getpid(), needle);
+}
+
 static void lifecycle(void)
 {
 	size_t size = 2 * gran;
@@ -36,7 +45,7 @@ static void lifecycle(void)
 	/* The device pointer is a real address of this process. */
 	CHECK(emu_pattern_ok((unsigned char *)(uintptr_t)va, size, 1));
 	CHECK_CU(cuMemUnmap(va, size));
-	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d0"), 0);
+	CHECK_EQ(maps_after_call("memfd:cuemu-mem-d0"), 0);
 	CHECK_CU(cuMemRelease(h));
 	CHECK_CU(cuMemAddressFree(va, size));
 	free(in);
@@ -62,7 +71,7 @@ static void release_while_mapped(void)
 	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d1"), 1);
 	CHECK_CU(cuMemUnmap(va, gran));
 	/* Last reference gone: the backing is freed. */
-	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu-mem-d1"), 0);
+	CHECK_EQ(maps_after_call("memfd:cuemu-mem-d1"), 0);
 	CHECK_CU_EQ(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va), CUDA_ERROR_INVALID_VALUE);
 	CHECK_CU(cuMemAddressFree(va, gran));
 }
@@ -434,7 +443,7 @@ static void multicast_local(void)
 	CHECK_CU(cuMemRelease(mc)); /* drops the remaining binding of m0 */
 	CHECK_CU(cuMemRelease(m0));
 	CHECK_CU(cuMemRelease(m1));
-	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu"), 0);
+	CHECK_EQ(maps_after_call("memfd:cuemu"), 0);
 	CHECK_CU(cuMemAddressFree(mva, 2 * gran));
 	CHECK_CU(cuMemAddressFree(uva, 2 * gran));
 	/* A bind before the team is complete waits, then gives up (bounded here). */
@@ -555,6 +564,77 @@ static void mapping_syscalls(void)
 	CHECK_CU(cuMemRelease(h));
 }
 
+/* A slot of the counters (CUSNAP_COUNT). */
+static uint64_t counter(unsigned slot)
+{
+	uint64_t v[COUNT_SLOTS] = {0};
+	int fd = open(counts_path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && pread(fd, v, sizeof(v), 0) == (ssize_t)sizeof(v));
+	if (fd >= 0)
+		close(fd);
+	return v[slot];
+}
+
+/* Does any mapping of this process overlap [va, va + len)? */
+static bool mapped_at(CUdeviceptr va, size_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[1024];
+	bool hit = false;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 && lo < va + len && va < hi)
+			hit = true;
+	}
+	if (f)
+		fclose(f);
+	return hit;
+}
+
+/* Unmaps in a row are revoked on the host together, by the next call that
+ * could touch memory: one batch (one madvise, one TLB flush) for all of them;
+ * the ranges fault after it; a mapping at a just-unmapped address, and a
+ * reservation freed straight after its unmap (cuMemFree), leave nothing queued
+ * behind to land on the address later. */
+static void unmaps_revoked_together(void)
+{
+	enum { N = 8 };
+	CUmemGenericAllocationHandle h[N];
+	CUdeviceptr va[N];
+	for (int i = 0; i < N; i++) {
+		va[i] = emu_map_rw(0, gran, &h[i]);
+		CHECK(!faults((volatile unsigned char *)(uintptr_t)va[i], 0));
+	}
+	uint64_t batches = counter(COUNT_EMU_MADVISE);
+	for (int i = 0; i < N; i++)
+		CHECK_CU(cuMemUnmap(va[i], gran));
+	CHECK_EQ(maps_after_call("memfd:cuemu-mem-d0"), 0);
+	CHECK_EQ(counter(COUNT_EMU_MADVISE) - batches, 1u);
+	for (int i = 0; i < N; i++)
+		CHECK(faults((volatile unsigned char *)(uintptr_t)va[i], 0));
+	/* Mapped again at once: the queued revocation cannot undo the new mapping. */
+	CHECK_CU(cuMemMap(va[0], gran, 0, h[0], 0));
+	CUmemAccessDesc d = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va[0], gran, &d, 1));
+	CHECK_CU(cuMemUnmap(va[0], gran));
+	CHECK_CU(cuMemMap(va[0], gran, 0, h[0], 0));
+	CHECK_CU(cuMemSetAccess(va[0], gran, &d, 1));
+	CHECK_EQ(maps_after_call("memfd:cuemu-mem-d0"), 1);
+	CHECK(!faults((volatile unsigned char *)(uintptr_t)va[0], 1));
+	emu_unmap_free(va[0], gran, h[0]);
+	for (int i = 1; i < N; i++) {
+		CHECK_CU(cuMemAddressFree(va[i], gran));
+		CHECK_CU(cuMemRelease(h[i]));
+	}
+	/* cuMemFree unmaps and frees the reservation in one call. */
+	CUdeviceptr p;
+	CHECK_CU(cuMemAlloc(&p, gran));
+	CHECK_CU(cuMemFree(p));
+	int ver;
+	CHECK_CU(cuDriverGetVersion(&ver));
+	CHECK(!mapped_at(p, gran));
+}
+
 int main(void)
 {
 	setenv("CUEMU_MEMORY", "64M", 1);
@@ -582,6 +662,7 @@ int main(void)
 	test_run("unaligned sizes and addresses rejected", unaligned_rejected);
 	test_run("access is merged per location", access_merged);
 	test_run("a mapping and its first grant: two mapping syscalls", mapping_syscalls);
+	test_run("unmaps in a row revoked together by the next call", unmaps_revoked_together);
 	test_run("out of memory beyond CUEMU_MEMORY", out_of_memory);
 	test_run("NULL and unknown handles", null_and_unknown);
 	test_run("export and import in one process", export_import_same_process);
