@@ -409,7 +409,7 @@ static CUresult restore_creators(struct life_result *r)
 static int by_creator_then_device(const void *x, const void *y)
 {
 	const struct redeem *a = x, *b = y;
-	int c = strcmp(a->cap.endpoint, b->cap.endpoint);
+	int c = strcmp(a->endpoint, b->endpoint);
 	return c ? c : (a->dev > b->dev) - (a->dev < b->dev);
 }
 
@@ -422,7 +422,7 @@ static CUresult import_again(const struct redeem *p, struct grants *g, struct li
 	if (!a) {
 		/* gone meanwhile: nothing to rebuild */
 	} else if (p->fd < 0) {
-		life_fail(r, a, "redeeming its capability failed: %s", p->err);
+		life_fail(r, a, "redeeming its capability failed: %s", p->err ? p->err : "(no memory to say why)");
 		rc = CUDA_ERROR_INVALID_VALUE;
 	} else if (!(rc = life_enter(a, r))) { /* (a failure is named there) */
 		CUmemGenericAllocationHandle h;
@@ -459,6 +459,31 @@ static void import_each(struct redeem *it, void *arg)
 		run->rc = import_again(it, &run->g, run->r);
 }
 
+/* The creators' endpoints, each once: the redemption runs without the lock. */
+struct endpoints {
+	char **v;
+	size_t n;
+};
+
+static const char *endpoint_intern(struct endpoints *e, const char *name)
+{
+	for (size_t i = 0; i < e->n; i++)
+		if (!strcmp(e->v[i], name))
+			return e->v[i];
+	char **more = realloc(e->v, (e->n + 1) * sizeof(*more));
+	if (!more)
+		return NULL;
+	e->v = more;
+	return (e->v[e->n] = strdup(name)) ? e->v[e->n++] : NULL;
+}
+
+static void endpoints_free(struct endpoints *e)
+{
+	for (size_t i = 0; i < e->n; i++)
+		free(e->v[i]);
+	free(e->v);
+}
+
 static int op_restore_importers(struct life_result *r)
 {
 	size_t n = 0;
@@ -479,23 +504,29 @@ static int op_restore_importers(struct life_result *r)
 	hmap_for_each(&tbl.allocs, a)
 		n += !a->mc && !acts_as_creator(a) && a->detached;
 	struct redeem *list = calloc(n ? n : 1, sizeof(*list));
+	struct endpoints names = {0};
 	size_t k = 0;
 	hmap_for_each(&tbl.allocs, a) {
 		if (!list)
 			break;
 		if (a->mc || acts_as_creator(a) || !a->detached)
 			continue;
-		list[k].key = a->key;
-		list[k].dev = ctx_device_of(a);
-		list[k].cap.creator = a->creator;
-		list[k].cap.alloc_id = a->id;
-		list[k].cap.token = a->token;
-		snprintf(list[k].cap.endpoint, sizeof(list[k].cap.endpoint), "%s", a->creator_endpoint);
-		list[k].fd = -1;
+		list[k] = (struct redeem){.key = a->key,
+					  .dev = ctx_device_of(a),
+					  .endpoint = endpoint_intern(&names,
+								      a->creator_endpoint ? a->creator_endpoint : ""),
+					  .alloc_id = a->id,
+					  .token = a->token,
+					  .fd = -1};
+		if (!list[k].endpoint) {
+			free(list);
+			list = NULL;
+		}
 		k++;
 	}
 	pthread_mutex_unlock(&tbl.lock);
 	if (!list) {
+		endpoints_free(&names);
 		snprintf(r->msg, sizeof(r->msg), "out of memory");
 		return PROTO_E_INTERNAL;
 	}
@@ -515,6 +546,7 @@ static int op_restore_importers(struct life_result *r)
 	grants_free(&run.g);
 	pthread_mutex_unlock(&tbl.lock);
 	free(list);
+	endpoints_free(&names);
 	return run.rc ? PROTO_E_DRIVER : PROTO_OK;
 }
 

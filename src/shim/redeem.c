@@ -23,12 +23,13 @@ int shim_connect(const char *endpoint)
 	return usock_connect(endpoint);
 }
 
-/* cap's REC_EXPORT; who: with the redeemer's id and endpoint (a creator lists
- * its multicast importers and its peers). */
-static void put_export(struct proto_buf *req, const struct shim_cap *cap, bool who, unsigned hops)
+/* The REC_EXPORT of an allocation and its token; who: with the redeemer's id
+ * and endpoint (a creator lists its multicast importers and its peers). */
+static void put_export(struct proto_buf *req, const struct cusnap_id *alloc, const struct cusnap_id *token, bool who,
+		       unsigned hops)
 {
 	const struct shim_identity *me = shim_self();
-	struct req_export q = {.alloc = cap->alloc_id, .token = cap->token, .hops = hops};
+	struct req_export q = {.alloc = *alloc, .token = *token, .hops = hops};
 	if (who && me) {
 		q.who = me->id;
 		q.endpoint = me->endpoint;
@@ -56,11 +57,16 @@ int cap_export_send(int sock, const struct shim_cap *cap)
 	return cap_export_send_hop(sock, cap, 0);
 }
 
-int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops)
+static int send_export(int sock, const struct cusnap_id *alloc, const struct cusnap_id *token, unsigned hops)
 {
 	struct proto_buf req = {0};
-	put_export(&req, cap, true, hops);
+	put_export(&req, alloc, token, true, hops);
 	return send_request(sock, PROTO_OP_EXPORT, &req);
+}
+
+int cap_export_send_hop(int sock, const struct shim_cap *cap, unsigned hops)
+{
+	return send_export(sock, &cap->alloc_id, &cap->token, hops);
 }
 
 /* A failed reply's message, after "EXPORT from <endpoint>: <status>". */
@@ -88,7 +94,9 @@ static int read_reply(struct proto_iter *it, const struct cusnap_id *want, struc
 	return rc;
 }
 
-int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
+/* The reply to one EXPORT of alloc at endpoint: its FD, or -1 (why in err). */
+static int recv_export(int sock, const struct cusnap_id *alloc, const char *endpoint, struct shim_export_info *info,
+		       char *err, size_t errlen)
 {
 	struct proto_header h;
 	int fd = -1;
@@ -101,16 +109,21 @@ int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_inf
 	if (rc == PROTO_OK) {
 		struct proto_iter it;
 		piter_init(&it, payload, h.payload_len);
-		rc = read_reply(&it, &cap->alloc_id, info);
+		rc = read_reply(&it, alloc, info);
 	}
 	if (rc != PROTO_OK) {
-		reply_error(payload, h.payload_len, rc, cap->endpoint, err, errlen);
+		reply_error(payload, h.payload_len, rc, endpoint, err, errlen);
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
 	}
 	free(payload);
 	return fd;
+}
+
+int cap_export_recv(int sock, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
+{
+	return recv_export(sock, &cap->alloc_id, cap->endpoint, info, err, errlen);
 }
 
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen)
@@ -151,27 +164,40 @@ static size_t batch_size(void)
 	return n ? n : 1;
 }
 
+/* why it failed, kept (NULL when there is no memory for it). */
+static void set_err(struct redeem *it, const char *why)
+{
+	free(it->err);
+	it->err = strdup(why);
+}
+
 /* "<prefix> <endpoint>: <what>" for each of it[0..n). */
 static void fail_all(struct redeem *it, size_t n, const char *prefix, const char *what)
 {
-	for (size_t i = 0; i < n; i++)
-		snprintf(it[i].err, sizeof(it[i].err), "%s %.500s: %s", prefix, it[i].cap.endpoint, what);
+	char why[700];
+	for (size_t i = 0; i < n; i++) {
+		snprintf(why, sizeof(why), "%s %.500s: %s", prefix, it[i].endpoint, what);
+		set_err(&it[i], why);
+	}
 }
 
-/* it redeemed (its FD, or -1 and the reason): the caller's turn, then the FD goes. */
+/* it redeemed (its FD, or -1 and the reason): the caller's turn, then the FD
+ * and the reason go. */
 static void finish(struct redeem *it, redeem_done done, void *arg)
 {
 	done(it, arg);
 	if (it->fd >= 0)
 		close(it->fd);
 	it->fd = -1;
+	free(it->err);
+	it->err = NULL;
 }
 
 static int send_many(int sock, const struct redeem *it, size_t n)
 {
 	struct proto_buf req = {0};
 	for (size_t i = 0; i < n; i++)
-		put_export(&req, &it[i].cap, i == 0, 0);
+		put_export(&req, &it[i].alloc_id, &it[i].token, i == 0, 0);
 	return send_request(sock, PROTO_OP_EXPORT_MANY, &req);
 }
 
@@ -192,15 +218,18 @@ static int recv_many(int sock, struct redeem *it, size_t n)
 	piter_init(&recs, payload, rc == PROTO_OK ? h.payload_len : 0);
 	/* The replies come in the request's order, each naming its allocation. */
 	for (size_t i = 0; rc == PROTO_OK && i < n; i++)
-		rc = read_reply(&recs, &it[i].cap.alloc_id, &it[i].info);
+		rc = read_reply(&recs, &it[i].alloc_id, &it[i].info);
 	if (rc == PROTO_OK) {
 		for (size_t i = 0; i < n; i++)
 			it[i].fd = fds[i];
 	} else {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
-		for (size_t i = 0; i < n; i++)
-			reply_error(payload, h.payload_len, rc, it[i].cap.endpoint, it[i].err, sizeof(it[i].err));
+		char why[700];
+		for (size_t i = 0; i < n; i++) {
+			reply_error(payload, h.payload_len, rc, it[i].endpoint, why, sizeof(why));
+			set_err(&it[i], why);
+		}
 	}
 	free(payload);
 	return rc;
@@ -214,13 +243,18 @@ static void redeem_pipelined(int sock, struct redeem *it, size_t n, redeem_done 
 	enum { WINDOW = 32 };
 	size_t sent = 0;
 	for (size_t got = 0; got < n; got++) {
-		while (sock >= 0 && sent < n && sent - got < WINDOW && cap_export_send(sock, &it[sent].cap) == PROTO_OK)
+		while (sock >= 0 && sent < n && sent - got < WINDOW &&
+		       send_export(sock, &it[sent].alloc_id, &it[sent].token, 0) == PROTO_OK)
 			sent++;
-		if (got < sent)
-			it[got].fd = cap_export_recv(sock, &it[got].cap, &it[got].info, it[got].err,
-						     sizeof(it[got].err));
-		else
+		char why[700];
+		if (got < sent) {
+			it[got].fd = recv_export(sock, &it[got].alloc_id, it[got].endpoint, &it[got].info, why,
+						 sizeof(why));
+			if (it[got].fd < 0)
+				set_err(&it[got], why);
+		} else {
 			fail_all(&it[got], 1, "EXPORT to", "the connection failed");
+		}
 		finish(&it[got], done, arg);
 	}
 	if (sock >= 0)
@@ -232,7 +266,7 @@ static void redeem_pipelined(int sock, struct redeem *it, size_t n, redeem_done 
  * this process imports one. */
 static void redeem_one_creator(struct redeem *it, size_t n, redeem_done done, void *arg)
 {
-	int sock = shim_connect(it[0].cap.endpoint);
+	int sock = shim_connect(it[0].endpoint);
 	if (sock < 0) {
 		fail_all(it, n, "creator endpoint", strerror(-sock));
 		for (size_t i = 0; i < n; i++)
@@ -284,11 +318,13 @@ static void redeem_one_creator(struct redeem *it, size_t n, redeem_done done, vo
 
 void cap_redeem_all(struct redeem *it, size_t n, redeem_done done, void *arg)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		it[i].fd = -1;
+		it[i].err = NULL;
+	}
 	for (size_t start = 0; start < n;) {
 		size_t end = start + 1;
-		while (end < n && !strcmp(it[end].cap.endpoint, it[start].cap.endpoint))
+		while (end < n && !strcmp(it[end].endpoint, it[start].endpoint))
 			end++;
 		redeem_one_creator(&it[start], end - start, done, arg);
 		start = end;

@@ -449,21 +449,24 @@ int cap_redeem(const struct shim_cap *cap, struct shim_export_info *info, char *
 /* The same on an open connection *sockp to the creator (opened when < 0, closed
  * and reset after a failure): a restore redeems many capabilities on one. */
 int cap_redeem_on(int *sockp, const struct shim_cap *cap, struct shim_export_info *info, char *err, size_t errlen);
-/* One of many capabilities a restore redeems: cap in; fd (or -1 and err) and
- * info out; key and dev are the caller's. */
+/* One of many capabilities a restore redeems (thousands: kept small): the
+ * creator's endpoint (the caller's string, shared by its capabilities, alive
+ * throughout), the allocation and its token in; fd (or -1 and err, malloc'ed,
+ * NULL when even that failed) and info out; key and dev are the caller's. */
 struct redeem {
-	struct shim_cap cap;
+	const char *endpoint;
+	struct cusnap_id alloc_id, token;
 	uint64_t key;
 	int dev;
 	int fd;
 	struct shim_export_info info;
-	char err[700];
+	char *err;
 };
 typedef void (*redeem_done)(struct redeem *it, void *arg);
 /* Redeem it[0..n), sorted so that the capabilities of one creator are
  * together: one connection per creator, EXPORT_MANY batches (EXPORT pipelined
  * for a creator before 1.6). done(item, arg) is called for each in order as
- * it comes; its FD is closed after done returns. */
+ * it comes; its FD is closed and its err freed after done returns. */
 void cap_redeem_all(struct redeem *it, size_t n, redeem_done done, void *arg);
 /* A connection to another shim's endpoint (counted): a descriptor or -errno. */
 int shim_connect(const char *endpoint);
