@@ -521,6 +521,7 @@ static int op_restore_importers(struct life_result *r)
 		if (!list[k].endpoint) {
 			free(list);
 			list = NULL;
+			break;
 		}
 		k++;
 	}

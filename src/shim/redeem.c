@@ -164,6 +164,8 @@ static size_t batch_size(void)
 	return n ? n : 1;
 }
 
+enum { WHY_MAX = 700 }; /* a reason, formatted before it is kept */
+
 /* why it failed, kept (NULL when there is no memory for it). */
 static void set_err(struct redeem *it, const char *why)
 {
@@ -174,7 +176,7 @@ static void set_err(struct redeem *it, const char *why)
 /* "<prefix> <endpoint>: <what>" for each of it[0..n). */
 static void fail_all(struct redeem *it, size_t n, const char *prefix, const char *what)
 {
-	char why[700];
+	char why[WHY_MAX];
 	for (size_t i = 0; i < n; i++) {
 		snprintf(why, sizeof(why), "%s %.500s: %s", prefix, it[i].endpoint, what);
 		set_err(&it[i], why);
@@ -225,7 +227,7 @@ static int recv_many(int sock, struct redeem *it, size_t n)
 	} else {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
-		char why[700];
+		char why[WHY_MAX];
 		for (size_t i = 0; i < n; i++) {
 			reply_error(payload, h.payload_len, rc, it[i].endpoint, why, sizeof(why));
 			set_err(&it[i], why);
@@ -246,7 +248,7 @@ static void redeem_pipelined(int sock, struct redeem *it, size_t n, redeem_done 
 		while (sock >= 0 && sent < n && sent - got < WINDOW &&
 		       send_export(sock, &it[sent].alloc_id, &it[sent].token, 0) == PROTO_OK)
 			sent++;
-		char why[700];
+		char why[WHY_MAX];
 		if (got < sent) {
 			it[got].fd = recv_export(sock, &it[got].alloc_id, it[got].endpoint, &it[got].info, why,
 						 sizeof(why));

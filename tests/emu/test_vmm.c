@@ -522,14 +522,29 @@ static void proc_address(void)
 	CHECK_EQ(ver, 13000);
 }
 
-/* cuemu's mapping syscalls so far (CUSNAP_COUNT). */
-static uint64_t emu_maps(void)
+/* The counters so far (CUSNAP_COUNT). */
+static void counts_read(uint64_t v[COUNT_SLOTS])
 {
-	uint64_t v[COUNT_SLOTS] = {0}, n = 0;
+	memset(v, 0, COUNT_SLOTS * sizeof(*v));
 	int fd = open(counts_path, O_RDONLY | O_CLOEXEC);
-	CHECK(fd >= 0 && pread(fd, v, sizeof(v), 0) == (ssize_t)sizeof(v));
+	CHECK(fd >= 0 && pread(fd, v, COUNT_SLOTS * sizeof(*v), 0) == (ssize_t)(COUNT_SLOTS * sizeof(*v)));
 	if (fd >= 0)
 		close(fd);
+}
+
+/* A slot of them. */
+static uint64_t counter(unsigned slot)
+{
+	uint64_t v[COUNT_SLOTS];
+	counts_read(v);
+	return v[slot];
+}
+
+/* cuemu's mapping syscalls so far. */
+static uint64_t emu_maps(void)
+{
+	uint64_t v[COUNT_SLOTS], n = 0;
+	counts_read(v);
 	for (unsigned s = COUNT_EMU_MMAP; s <= COUNT_EMU_MADVISE; s++)
 		n += v[s];
 	return n;
@@ -562,17 +577,6 @@ static void mapping_syscalls(void)
 	CHECK_CU(cuMemUnmap(va, 4 * gran));
 	CHECK_CU(cuMemAddressFree(va, 4 * gran));
 	CHECK_CU(cuMemRelease(h));
-}
-
-/* A slot of the counters (CUSNAP_COUNT). */
-static uint64_t counter(unsigned slot)
-{
-	uint64_t v[COUNT_SLOTS] = {0};
-	int fd = open(counts_path, O_RDONLY | O_CLOEXEC);
-	CHECK(fd >= 0 && pread(fd, v, sizeof(v), 0) == (ssize_t)sizeof(v));
-	if (fd >= 0)
-		close(fd);
-	return v[slot];
 }
 
 /* Does any mapping of this process overlap [va, va + len)? */
