@@ -15,7 +15,11 @@
 #   cuemu's devices report) and only the kernels the tests' collectives load
 #   (AllReduce of f32 sums, every algorithm and protocol, and SendRecv): kernels
 #   never run on cuemu, so it is compiled without optimisation (ptxas and
-#   cicc at -O0: most of the build's time otherwise);
+#   cicc at -O0: most of the build's time otherwise); ONLY_FUNCS does not reach
+#   the symmetric-memory kernels (src/device/symmetric/generate.py lists every
+#   collective and type: 16 files, about 115 s of nvcc here), so the copy of
+#   that generator is narrowed to the same choice, AllReduce of f32 sums (a
+#   symmetric collective of another type or kind finds no kernel);
 # - host code at -O0 without debug information, through a wrapper that puts
 #   those flags last (NCCL's makefile appends -O3 -g to whatever CXXFLAGS it
 #   is given): what the tests ask of NCCL's host code is its calls, not its
@@ -32,6 +36,7 @@ tarball=${NCCL_SOURCE:-$here/../shared/third_party/nccl-2.28.9-1.tar.gz}
 sums=$here/../shared/third_party/nccl-2.28.9-1.tar.gz.sha256
 cuda=${CUDA_HOME:-/usr/local/cuda}
 funcs='AllReduce Sum f32 * *|SendRecv'
+symk='k.coll == "AllReduce" and k.ty == "f32"' # the symmetric kernels kept
 arch='-gencode=arch=compute_90,code=sm_90'
 quick='-Xptxas -O0 -Xcicc -O0' # device code never runs: no optimisation
 host='-O0 -g0'                 # nor is the host code measured or debugged
@@ -44,7 +49,7 @@ if [ -f "$sums" ] && [ "$sum" != "$(cut -d' ' -f1 "$sums")" ]; then
 	exit 69
 fi
 out=$build/nccl
-stamp="$sum $arch $quick host=$host $funcs cudart=$build/lib"
+stamp="$sum $arch $quick host=$host $funcs symk=$symk cudart=$build/lib"
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] && [ -f "$out/lib/libnccl.so.2" ]; then
 	echo "build-nccl: $out is up to date"
 	exit 0
@@ -52,6 +57,13 @@ fi
 rm -rf "$build/nccl-src" "$out"
 mkdir -p "$build/nccl-src"
 tar -xzf "$tarball" -C "$build/nccl-src" --strip-components=1
+# The symmetric generator's list, filtered: its enumerate_kernels() is renamed
+# and a filtering one of that name put before its first user.
+gen=$build/nccl-src/src/device/symmetric/generate.py
+sed -i -e 's/^def enumerate_kernels():/def every_kernel():/' \
+	-e "s/^def required_cuda(k):/def enumerate_kernels():\n  return (k for k in every_kernel() if $symk)\n\n&/" "$gen"
+grep -q '^def every_kernel():' "$gen" && grep -q "if $symk)\$" "$gen" ||
+	{ echo "build-nccl: $gen is not shaped as expected: its symmetric kernels cannot be narrowed" >&2; exit 1; }
 log=$build/nccl-build.log
 cxx=$build/nccl-src/cxx-quick
 printf '#!/bin/sh\nexec '\''%s'\'' "$@" %s\n' "$(command -v "${CXX:-g++}")" "$host" >"$cxx"
