@@ -602,7 +602,7 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	snprintf(mine.operation, sizeof(mine.operation), "%s", g->op);
 	gethostname(mine.host, sizeof(mine.host) - 1);
 	char *text = result_record_encode(&mine);
-	char tail[300];
+	char tail[sizeof("results/") - 1 + sizeof(g->member)]; /* fits the key whole */
 	snprintf(tail, sizeof(tail), "results/%s", g->member);
 	op_key(g, tail, key, sizeof(key));
 	if (!text || etcd_put(&g->e, key, text, g->results_lease, why, sizeof(why)) < 0)
