@@ -691,7 +691,7 @@ int main(int argc, char **argv)
 			return 64;
 		}
 	}
-	const char *sizeenv = getenv("VMM_GROUP_SIZE"); /* (the sweeps: small, on a small granularity) */
+	const char *sizeenv = getenv("VMM_GROUP_SIZE"); /* (the sweeps and the sanitizer passes: small) */
 	if (sizeenv && *sizeenv)
 		size = strtoull(sizeenv, NULL, 0);
 	if (workers < 0 || workers > MAX_WORKERS || nallocs < 1 || nallocs > MAX_ALLOCS ||

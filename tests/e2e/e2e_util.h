@@ -20,7 +20,16 @@
 extern char e2e_root[PATH_MAX]; /* scratch for this test run */
 extern char bin_dir[PATH_MAX], emu_dir[PATH_MAX], examples_dir[PATH_MAX], tests_dir[PATH_MAX];
 
+/* Under a sanitizer (CUSNAP_SANITIZER) the example workload's shared
+ * allocations are 256 KiB on a 64 KiB granularity unless a test says
+ * otherwise (VMM_GROUP_SIZE, CUEMU_GRANULARITY in its environment), as the
+ * sweeps' are: the sanitizers' work on every byte the workloads copy and check
+ * was most of those passes' CPU time, and what they look for does not depend
+ * on the size. */
 void e2e_init(const char *tag);
+
+/* The size of each of the example workload's shared allocations here. */
+size_t e2e_alloc_bytes(void);
 
 /* A copy of the tools, the shim, cuemu and the example workload that another
  * user can run (the checkout may lie under a directory only root can enter,

@@ -100,7 +100,8 @@ static void native_checkpoint_needs_teardown(void)
  * binds four; the record keeps both, and the rebuild asks for what was used. */
 static void rounded_capacity(void)
 {
-	char *env[] = {"VMM_GROUP_MULTICAST=1", "VMM_GROUP_MC_REQUEST=2097152", "CUEMU_PROFILE=r615", NULL};
+	char *env[] = {"VMM_GROUP_MULTICAST=1",  "VMM_GROUP_MC_REQUEST=2097152", "CUEMU_PROFILE=r615",
+		       "VMM_GROUP_SIZE=4194304", "CUEMU_GRANULARITY=2097152",    NULL};
 	struct group g;
 	if (group_start(&g, "r615", 3, 1, false, NULL, env, NULL) < 0)
 		return;

@@ -315,7 +315,7 @@ static long resident_pages(pid_t pid, unsigned long addr, size_t bytes)
 static void arena_reused(void)
 {
 	enum { ALLOCS = 16 };
-	const size_t shared = ALLOCS * (4UL << 20); /* vmm_group's 4 MiB each */
+	const size_t shared = ALLOCS * e2e_alloc_bytes();
 	const long page = sysconf(_SC_PAGESIZE);
 	struct group g;
 	char *env[] = {"SNAPSHOT_CUDA_VMM_LOG=2", NULL};

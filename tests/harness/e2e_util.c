@@ -22,10 +22,19 @@ void e2e_init(const char *tag)
 	setenv("CUSNAP_FD_CHECK", "1", 0);
 	/* The shim's own threads must make a context current for every driver call. */
 	setenv("CUEMU_REQUIRE_CONTEXT", "1", 0);
-	if (getenv("CUSNAP_SANITIZER"))
+	if (getenv("CUSNAP_SANITIZER")) {
 		setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 0); /* the shim comes before the runtime */
+		setenv("VMM_GROUP_SIZE", "262144", 0);
+		setenv("CUEMU_GRANULARITY", "65536", 0);
+	}
 	unsetenv("LD_PRELOAD");
 	unsetenv("SNAPSHOT_CONTROL_DIR");
+}
+
+size_t e2e_alloc_bytes(void)
+{
+	const char *env = getenv("VMM_GROUP_SIZE");
+	return env && *env ? (size_t)strtoull(env, NULL, 0) : 4UL << 20; /* examples/vmm_group.c's default */
 }
 
 char e2e_pub[PATH_MAX];
