@@ -16,9 +16,9 @@
  * sweep injects its faults into one operation (created by the test at the
  * operation's start) and never into the workload's own set-up.
  *
- * CUEMU_TRACE=<file>: once armed, the first call of each entry point appends
- * its symbol to file: the census of the calls an operation makes, from which a
- * sweep takes the names it counts down. */
+ * CUEMU_TRACE=<file>: once armed, each call of an entry point appends its
+ * symbol to file: the census of the calls an operation makes and how many
+ * times it makes each, from which a sweep takes the cases it counts down. */
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -163,9 +163,7 @@ static bool armed(void)
 
 static void trace(enum emu_fn fn)
 {
-	static atomic_bool seen[EMU_FN_COUNT];
-	if (!atomic_exchange(&seen[fn], true))
-		emu_record("CUEMU_TRACE", "%s\n", fn_symbol[fn]);
+	emu_record("CUEMU_TRACE", "%s\n", fn_symbol[fn]);
 }
 
 CUresult emu_fault_check(enum emu_fn fn)

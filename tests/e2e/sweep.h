@@ -2,8 +2,8 @@
 /* SQLite-style countdown fault sweeps over cusnap's commands (DESIGN.md §12).
  *
  * For one command, one content mode and one participant role: a census run
- * lists every driver call the command makes in that process (CUEMU_TRACE,
- * intersected with emu/api.def); then for each such call, N = 1, 2, ... the
+ * lists every driver call the command makes in that process and how often
+ * (CUEMU_TRACE, intersected with emu/api.def); then for each such call, N = 1, 2, ... the
  * call's Nth invocation during the command fails (CUEMU_FAULT, counted only
  * while the arming file exists), until the command completes with no fault
  * fired (CUEMU_FAULT_REPORT). After every case the invariant of the command
@@ -17,7 +17,7 @@
  *   restore: exit 0 and the restored group passes; or exit 2 naming the
  *     failing call with the restored tree killed.
  * CUSNAP_SWEEP_ALL=1 runs every combination (make sweep); the suite runs a
- * part of it (sweep_selected, sweep_call_selected). */
+ * part of it (sweep_selected, sweep_case_selected). */
 #ifndef CUSNAP_TESTS_E2E_SWEEP_H
 #define CUSNAP_TESTS_E2E_SWEEP_H
 
@@ -45,14 +45,16 @@ extern const char *const sweep_calls[];
  * plain pass, half under ASan; TSan's pass runs no sweep (tests/suite.def). */
 bool sweep_selected(int index);
 
-/* Within a selected combination, is the census call of this ordinal (the
- * calls the census found, counted in emu/api.def's order) swept? One in
+/* Within a selected combination, is the fault case of this ordinal run? The
+ * cases are the census's calls in emu/api.def's order, each as many times as
+ * the census made it (case N fails its Nth call), numbered across the census,
+ * so that a share is the same number of cases whatever the offset. One in
  * CUSNAP_SWEEP_STRIDE (4 in the plain pass, 8 under a sanitizer unless the
  * program sets it), from an offset drawn at random once per program and
  * printed (CUSNAP_SWEEP_OFFSET replays it): each run of the suite sweeps
- * another share, and `make sweep` (CUSNAP_SWEEP_ALL) sweeps every call in
+ * another share, and `make sweep` (CUSNAP_SWEEP_ALL) sweeps every case in
  * every combination. */
-bool sweep_call_selected(size_t ordinal);
+bool sweep_case_selected(size_t ordinal);
 
 int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out);
 

@@ -16,7 +16,7 @@ int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
 	e2e_init("sweep-ckpt");
-	/* One driver call in ten in `make test` (each case is a CRIU dump and
+	/* One fault case in ten in `make test` (each case is a CRIU dump and
 	 * restore); `make sweep` takes them all. */
 	setenv("CUSNAP_SWEEP_STRIDE", "10", 0);
 	test_run("countdown sweeps over every driver call of checkpoint and restore", sweeps);

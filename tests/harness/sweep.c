@@ -23,7 +23,7 @@ bool sweep_selected(int index)
 	return test_share((size_t)index);
 }
 
-/* One census call in this many (CUSNAP_SWEEP_STRIDE, else 4 in the plain
+/* One fault case in this many (CUSNAP_SWEEP_STRIDE, else 4 in the plain
  * pass and 8 under a sanitizer), from an offset drawn once per program. */
 static size_t sweep_stride(void)
 {
@@ -48,18 +48,27 @@ static size_t sweep_offset(void)
 		offset = seed % stride;
 	else
 		offset = (size_t)getpid() % stride;
-	printf("     sweep sample: one call in %zu of each census, from the %zu-th "
+	printf("     sweep sample: one fault case in %zu of each census, from the %zu-th "
 	       "(CUSNAP_SWEEP_OFFSET=%zu replays it; make sweep runs them all)\n",
 	       stride, offset, offset);
 	fflush(stdout);
 	return offset;
 }
 
-bool sweep_call_selected(size_t ordinal)
+bool sweep_case_selected(size_t ordinal)
 {
 	if (getenv("CUSNAP_SWEEP_ALL"))
 		return true;
 	return ordinal % sweep_stride() == sweep_offset();
+}
+
+/* How many times the census shows sym called (its lines "sym"). */
+static size_t census_count(const char *calls, const char *sym)
+{
+	size_t n = 0, len = strlen(sym);
+	for (const char *p = calls; p && (p = strstr(p, sym)); p += len)
+		n += (p == calls || p[-1] == '\n') && p[len] == '\n';
+	return n;
 }
 
 int sweep_tool(struct group *g, const char *cmd, const char *content, const char *criu, char **out)
@@ -335,16 +344,15 @@ int sweep_run(const struct sweep *s)
 		return 0;
 	char *calls = test_read_file(census);
 	int cases = 0;
-	size_t made_ordinal = 0; /* the calls the census found, in emu/api.def's order */
+	bool all = getenv("CUSNAP_SWEEP_ALL");
+	size_t first = 0; /* the number of this call's first case among the census's */
 	for (size_t c = 0; calls && c < sizeof(sweep_calls) / sizeof(sweep_calls[0]); c++) {
-		char needle[96];
-		snprintf(needle, sizeof(needle), "%s\n", sweep_calls[c]);
-		bool made = strncmp(calls, needle, strlen(needle)) == 0;
-		for (const char *p = calls; !made && (p = strstr(p, needle)); p++)
-			made = p[-1] == '\n';
-		if (!made || !sweep_call_selected(made_ordinal++))
-			continue; /* N = 1 would fire nothing (or not in this sample) */
-		for (int n = 1; n < 64; n++) {
+		size_t made = census_count(calls, sweep_calls[c]);
+		/* Case N fails the Nth call: past the census's count nothing fires
+		 * (the whole sweep runs on until nothing does). */
+		for (int n = 1; made && n < 64 && (all || (size_t)n <= made); n++) {
+			if (!sweep_case_selected(first + (size_t)n - 1))
+				continue;
 			char fault[128];
 			snprintf(fault, sizeof(fault), "CUEMU_FAULT=%s:%d", sweep_calls[c], n);
 			snprintf(what, sizeof(what), "%s: %s (%s content, in %s%s)", sweep_op_names[s->op], fault,
@@ -367,6 +375,7 @@ int sweep_run(const struct sweep *s)
 			if (!hit || !ok)
 				break; /* ran to the end with no fault fired (or already failed) */
 		}
+		first += made;
 	}
 	free(calls);
 	return cases;
