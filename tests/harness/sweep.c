@@ -55,9 +55,15 @@ static size_t sweep_offset(void)
 	return offset;
 }
 
+/* `make sweep`: every combination, every case. */
+static bool sweep_all(void)
+{
+	return getenv("CUSNAP_SWEEP_ALL") != NULL;
+}
+
 bool sweep_case_selected(size_t ordinal)
 {
-	if (getenv("CUSNAP_SWEEP_ALL"))
+	if (sweep_all())
 		return true;
 	return ordinal % sweep_stride() == sweep_offset();
 }
@@ -344,7 +350,7 @@ int sweep_run(const struct sweep *s)
 		return 0;
 	char *calls = test_read_file(census);
 	int cases = 0;
-	bool all = getenv("CUSNAP_SWEEP_ALL");
+	bool all = sweep_all();
 	size_t first = 0; /* the number of this call's first case among the census's */
 	for (size_t c = 0; calls && c < sizeof(sweep_calls) / sizeof(sweep_calls[0]); c++) {
 		size_t made = census_count(calls, sweep_calls[c]);
@@ -385,7 +391,7 @@ void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_fi
 {
 	static const char *const contents[] = {"host", "native"}, *const roles[] = {"parent", "worker0"};
 	int cases[2] = {0, 0}, k = 0;
-	bool all = getenv("CUSNAP_SWEEP_ALL");
+	bool all = sweep_all();
 	for (int op = 0; op < 2; op++)
 		for (int c = 0; c < 2; c++)
 			for (int r = 0; r < 2; r++, k++) {
