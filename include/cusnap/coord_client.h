@@ -31,6 +31,9 @@ int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs,
  * Transport failures return a proto_status with err describing them. */
 int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t len, int timeout_ms,
 		  struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen);
+/* The same with descriptor fd sent along (-1: none; the caller keeps it). */
+int coord_request_fd(const char *endpoint, uint16_t op, const void *payload, size_t len, int fd, int timeout_ms,
+		     struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen);
 
 /* The phase a reply reports (F_PHASE of its result or error record; shims of
  * protocol 1.2 and later send it with every lifecycle reply), or 0. */

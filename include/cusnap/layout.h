@@ -11,6 +11,9 @@
 #define LAYOUT_RESTORE_PID "restore.pid" /* the restored root, as CRIU's --pidfile wrote it */
 #define LAYOUT_PLUGINS "criu-plugins"    /* CRIU's --libdir: empty, so no plugin of the system's loads */
 #define LAYOUT_STATE "cuda-vmm.state"    /* the shared memory's state file (state.h) */
+/* Beside it, file content's bytes: one file per participant, named by its id. */
+#define LAYOUT_CONTENT_PREFIX "cuda-vmm-"
+#define LAYOUT_CONTENT_SUFFIX ".bytes"
 #define LAYOUT_JOB "cuda-checkpoint-job" /* the copy of the checkpoint job's file (job.c) */
 #define LAYOUT_MANIFEST "manifest.json"  /* what the checkpoint holds (manifest.h): written last */
 #define LAYOUT_PARTIAL ".partial"        /* a checkpoint being built beside the one held */

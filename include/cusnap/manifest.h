@@ -32,7 +32,7 @@ struct manifest {
 	int root_pid, root_nspid;
 	const char *control_dir;      /* as the workload sees it */
 	const char *control_dir_here; /* as cusnap saw it (its host path), or control_dir */
-	const char *content;          /* proto_content_name(): host or native */
+	const char *content;          /* proto_content_name(): host, file or native */
 	bool prepared;                /* the VMM prepare ran (a state file is beside it) */
 	bool leave_running;
 	const char *criu_path, *criu_version;

@@ -31,7 +31,8 @@
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
 #define PROTO_MINOR \
-	6 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders; 1.6: EXPORT_MANY */
+	7 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders; 1.6: EXPORT_MANY; \
+	   * 1.7: file content */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -59,8 +60,12 @@ enum proto_phase {
 	PROTO_PHASE_COUNT
 };
 
-/* What F_CONTENT carries (PREPARE). */
-enum proto_content { PROTO_CONTENT_HOST = 1, PROTO_CONTENT_NATIVE = 2 };
+/* What F_CONTENT carries (PREPARE). File content (1.7) is host content whose
+ * bytes go to the file whose descriptor comes with PREPARE (and come back from
+ * the one that comes with RESTORE_CREATORS), not to memory of the process. */
+enum proto_content { PROTO_CONTENT_HOST = 1, PROTO_CONTENT_NATIVE = 2, PROTO_CONTENT_FILE = 3 };
+/* The first minor version that serves file content. */
+#define PROTO_MINOR_FILE 7
 /* What F_ROLE carries. */
 enum proto_role { PROTO_ROLE_CREATOR = 1, PROTO_ROLE_IMPORTER = 2 };
 /* F_HANDLE_TYPES and F_SHARED_TYPES carry CUmemAllocationHandleType bits as
@@ -147,7 +152,7 @@ enum proto_field {
 	F_LOC_TYPE = 28,      /* u32: CUmemLocationType of the allocation */
 	F_ALLOC_TYPE = 29,    /* u32: CUmemAllocationType */
 	F_GRANULARITY = 30,   /* u64: bytes */
-	F_CONTENT = 31,       /* u32: 1 host, 2 native (PREPARE) */
+	F_CONTENT = 31,       /* u32: 1 host, 2 native, 3 file (PREPARE) */
 	F_BYTES = 32,         /* u64: bytes copied (lifecycle results) */
 	F_COUNT = 33,         /* u32: allocations handled (lifecycle results) */
 	F_DETACHED = 34,      /* u32: 0 or 1: released by prepare, not yet restored */

@@ -17,13 +17,14 @@ const char *proto_content_name(uint32_t content)
 	switch (content) {
 	case PROTO_CONTENT_HOST: return "host";
 	case PROTO_CONTENT_NATIVE: return "native";
+	case PROTO_CONTENT_FILE: return "file";
 	default: return NULL;
 	}
 }
 
 enum proto_content proto_content_parse(const char *name)
 {
-	for (uint32_t c = PROTO_CONTENT_HOST; c <= PROTO_CONTENT_NATIVE; c++)
+	for (uint32_t c = PROTO_CONTENT_HOST; c <= PROTO_CONTENT_FILE; c++)
 		if (name && !strcmp(name, proto_content_name(c)))
 			return (enum proto_content)c;
 	return 0;
@@ -142,8 +143,8 @@ int req_prepare_decode(const void *payload, size_t len, enum proto_content *cont
 	int rc = repeated(payload, len, F_HOLD, sizeof(**holds), hold_decode, (void **)holds, n,
 			  "malformed PREPARE request", err, errlen);
 	if (rc == PROTO_OK && !proto_content_name(mode)) {
-		snprintf(err, errlen, "content mode %u is neither host (%d) nor native (%d)", mode, PROTO_CONTENT_HOST,
-			 PROTO_CONTENT_NATIVE);
+		snprintf(err, errlen, "content mode %u is not host (%d), native (%d) or file (%d)", mode,
+			 PROTO_CONTENT_HOST, PROTO_CONTENT_NATIVE, PROTO_CONTENT_FILE);
 		free(*holds);
 		*holds = NULL;
 		*n = 0;

@@ -51,6 +51,12 @@ uint32_t coord_reply_phase(const uint8_t *payload, size_t len)
 int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t len, int timeout_ms,
 		  struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen)
 {
+	return coord_request_fd(endpoint, op, payload, len, -1, timeout_ms, reply, reply_payload, err, errlen);
+}
+
+int coord_request_fd(const char *endpoint, uint16_t op, const void *payload, size_t len, int fd, int timeout_ms,
+		     struct proto_header *reply, uint8_t **reply_payload, char *err, size_t errlen)
+{
 	*reply_payload = NULL;
 	int64_t deadline = proto_deadline(timeout_ms);
 	count_add(COUNT_COORD_REQUESTS);
@@ -66,7 +72,7 @@ int coord_request(const char *endpoint, uint16_t op, const void *payload, size_t
 				 .op = op,
 				 .request_id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED),
 				 .payload_len = (uint32_t)len};
-	int rc = proto_send(sock, &h, payload, -1, deadline);
+	int rc = proto_send(sock, &h, payload, fd, deadline);
 	if (rc == PROTO_OK)
 		rc = proto_recv(sock, reply, reply_payload, NULL, deadline);
 	proto_close(sock, deadline);

@@ -18,13 +18,19 @@
 static void *run_call(void *arg)
 {
 	struct call *c = arg;
-	c->status = coord_request(c->t->endpoint, c->op, c->payload, c->len, c->timeout_ms, &c->reply,
-				  &c->reply_payload, c->err, sizeof(c->err));
+	c->status = coord_request_fd(c->t->endpoint, c->op, c->payload, c->len, c->fd, c->timeout_ms, &c->reply,
+				     &c->reply_payload, c->err, sizeof(c->err));
 	return NULL;
 }
 
 long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
 	     const uint8_t *payload, size_t len, int timeout_ms)
+{
+	return fan_out_fds(calls, t, n, selected, op, payload, len, NULL, timeout_ms);
+}
+
+long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+		 const uint8_t *payload, size_t len, const int *fds, int timeout_ms)
 {
 	pthread_t *th = calloc(n ? n : 1, sizeof(*th));
 	bool *started = calloc(n ? n : 1, sizeof(*started));
@@ -34,6 +40,7 @@ long fan_out(struct call *calls, const struct coord_target *t, size_t n, const b
 					 .op = op,
 					 .payload = payload,
 					 .len = len,
+					 .fd = fds ? fds[i] : -1,
 					 .timeout_ms = timeout_ms,
 					 .status = PROTO_OK};
 		if (selected && !selected[i])

@@ -11,6 +11,7 @@ struct call {
 	uint16_t op;
 	const uint8_t *payload;
 	size_t len;
+	int fd; /* sent with the request (-1: none) */
 	int timeout_ms;
 	/* results */
 	int status;
@@ -23,6 +24,9 @@ struct call {
  * all. Returns the index of the first failure or -1; calls[] keeps every result. */
 long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
 	     const uint8_t *payload, size_t len, int timeout_ms);
+/* The same with descriptor fds[i] (-1: none) sent to participant i. */
+long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+		 const uint8_t *payload, size_t len, const int *fds, int timeout_ms);
 void free_calls(struct call *calls, size_t n);
 /* INSPECT the selected (NULL: all) into p[], checked (versions, namespace PID).
  * Returns the index of the first failure (r->error says why) or -1. */
@@ -48,5 +52,18 @@ size_t mc_rebuild_request(const struct topo_participant *p, size_t n, const bool
 /* A stage done, reported through o->on_stage (when set). */
 void stage_progress(const struct coord_options *o, const char *stage, double ms, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* ---- content_files.c: the files of file content, beside the state file ---- */
+/* LAYOUT_CONTENT_PREFIX <id hex> LAYOUT_CONTENT_SUFFIX. */
+void content_file_name(const struct cusnap_id *id, char *out, size_t len);
+/* A fresh file in dir for each of p[0..n) into fds[] (read-write): 0, or -1
+ * with err (none left open). */
+int content_files_create(const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
+			 size_t errlen);
+/* After PREPARE: the files nothing was written to removed (their fds[] -1). */
+void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds);
+/* The file of participant id in dir, read-only, or -1 (none there). */
+int content_file_open(const char *dir, const struct cusnap_id *id);
+void content_files_close(int *fds, size_t n);
 
 #endif

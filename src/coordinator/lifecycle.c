@@ -47,6 +47,8 @@ struct run {
 	struct state st;          /* restore: the state file */
 	struct proto_buf req;     /* RESTORE_CREATORS' request (a device map, or none) */
 	struct coord_holds holds; /* prepare: who carries what its creator let go */
+	int *files;               /* file content: each participant's file (-1: none) */
+	bool files_known;         /* files[] is what prepare made: not looked for again */
 	char note[256];           /* what the stage's progress line adds */
 };
 
@@ -204,16 +206,41 @@ static int prepare_multicast(struct run *x)
 	return 0;
 }
 
+/* File content: every participant serves it, and has a file of its own made
+ * beside the state file. */
+static int make_files(struct run *x)
+{
+	for (size_t i = 0; i < x->n; i++) {
+		if (x->now[i].minor < PROTO_MINOR_FILE) {
+			snprintf(x->r->error, sizeof(x->r->error),
+				 "participant %d (ns %d) speaks protocol %u.%u; file content needs %u.%u: nothing "
+				 "prepared",
+				 x->t[i].obs, x->t[i].ns, PROTO_MAJOR, x->now[i].minor, PROTO_MAJOR, PROTO_MINOR_FILE);
+			return -1;
+		}
+	}
+	if (content_files_create(x->o->dir, x->now, x->n, x->files, x->r->error, sizeof(x->r->error)) < 0)
+		return -1;
+	x->files_known = true;
+	return 0;
+}
+
 static int prepare_unicast(struct run *x)
 {
+	bool file = x->o->content == PROTO_CONTENT_FILE;
+	if (file && make_files(x) < 0)
+		return -1;
 	struct proto_buf b = {0};
 	req_prepare_encode(&b, request_record(x), (enum proto_content)x->o->content, x->holds.v, x->holds.n);
 	if (b.failed) {
 		pbuf_free(&b);
 		return oom(x);
 	}
-	long bad = fan_out(x->calls, x->t, x->n, NULL, PROTO_OP_PREPARE, b.data, b.len, x->o->timeout_ms);
+	long bad = fan_out_fds(x->calls, x->t, x->n, NULL, PROTO_OP_PREPARE, b.data, b.len, file ? x->files : NULL,
+			       x->o->timeout_ms);
 	pbuf_free(&b);
+	if (file)
+		content_files_trim(x->o->dir, x->now, x->n, x->files);
 	x->r->bytes = bytes_of(x->calls, x->n);
 	if (bad >= 0) {
 		stage_error(x->r, &x->calls[bad], "PREPARE");
@@ -292,6 +319,27 @@ static int match_state(struct run *x)
 	return 0;
 }
 
+/* The file of file content of each selected participant that has one in the
+ * state directory, to go with RESTORE_CREATORS (a restore knows who they are;
+ * an abort asks, and one that does not answer gets none). */
+static void find_files(struct run *x)
+{
+	if (x->files_known || !x->o->dir)
+		return;
+	for (size_t i = 0; i < x->n; i++) {
+		if (!x->sel[i] || x->files[i] >= 0)
+			continue;
+		struct topo_participant p = {0};
+		char err[64];
+		const struct topo_participant *who = x->have_now ? &x->now[i] : &p;
+		if (!x->have_now && coord_inspect(&x->t[i], x->o->timeout_ms, &p, err, sizeof(err)) != 0)
+			continue;
+		if (who->minor >= PROTO_MINOR_FILE) /* (an older shim takes no descriptor) */
+			x->files[i] = content_file_open(x->o->dir, &who->id);
+		topo_free(&p);
+	}
+}
+
 /* RESTORE_CREATORS with the request (a device map, or nothing). In an abort a
  * participant already ACTIVE (never touched) has nothing to rebuild, and one
  * that is gone (its endpoint refuses connections) cannot be rebuilt: both are
@@ -305,7 +353,9 @@ static int restore_creators(struct run *x)
 		if (x->req.failed)
 			return oom(x);
 	}
-	fan_out(x->calls, x->t, x->n, x->sel, PROTO_OP_RESTORE_CREATORS, x->req.data, x->req.len, x->o->timeout_ms);
+	find_files(x);
+	fan_out_fds(x->calls, x->t, x->n, x->sel, PROTO_OP_RESTORE_CREATORS, x->req.data, x->req.len, x->files,
+		    x->o->timeout_ms);
 	for (size_t i = 0; x->tolerate && i < x->n; i++) {
 		struct call *c = &x->calls[i];
 		if (x->sel[i] && c->status == PROTO_E_PHASE &&
@@ -423,7 +473,10 @@ static int run_begin(struct run *x, struct coord_target *t, size_t n, const stru
 	x->sel = calloc(m, sizeof(*x->sel));
 	x->touched = calloc(m, sizeof(*x->touched));
 	x->mc_sel = calloc(m, sizeof(*x->mc_sel));
-	if (!x->calls || !x->before || !x->now || !x->sel || !x->touched || !x->mc_sel)
+	x->files = calloc(m, sizeof(*x->files));
+	for (size_t i = 0; x->files && i < n; i++)
+		x->files[i] = -1; /* (before anything can close them) */
+	if (!x->calls || !x->before || !x->now || !x->sel || !x->touched || !x->mc_sel || !x->files)
 		return oom(x);
 	for (size_t i = 0; i < n; i++)
 		x->sel[i] = true;
@@ -441,6 +494,9 @@ static void run_end(struct run *x)
 	free(x->sel);
 	free(x->touched);
 	free(x->mc_sel);
+	if (x->files)
+		content_files_close(x->files, x->n);
+	free(x->files);
 	free_calls(x->calls, x->n);
 	pbuf_free(&x->req);
 	free(x->holds.v);

@@ -216,7 +216,7 @@ static int parse(int argc, char **argv, struct cli *c)
 			c->content = proto_content_parse(optarg);
 			if (!c->content)
 				rc = EX_USAGE,
-				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host or native\n", optarg);
+				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host, file or native\n", optarg);
 			break;
 		case OPT_PROC_ROOT: c->proc_root = optarg; break;
 		case OPT_CONTROL_DIR: c->control_dir = optarg; break;

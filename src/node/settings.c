@@ -119,7 +119,7 @@ int setting_set(struct settings *s, const struct setting *d, const char *value, 
 		return 0;
 	case CONTENT:
 		if (!(*(enum proto_content *)at = proto_content_parse(value)))
-			return snprintf(why, len, "use host or native"), -1;
+			return snprintf(why, len, "use host, file or native"), -1;
 		return 0;
 	case PATH:
 		if (value[0] != '/' || strlen(value) >= d->size)

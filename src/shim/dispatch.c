@@ -169,14 +169,18 @@ static int shim_step(int op, struct op_call *c)
  * step takes the locks of that order as any wrapper does. */
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, struct op_fds *fds)
+int shim_serve(int op, const uint8_t *payload, size_t len, int in_fd, struct proto_buf *out, struct op_fds *fds)
 {
 	const struct op_rule *rule = rule_of(op);
 	if (!rule) {
 		shim_error_reply(out, "operation %d (%s) is not served by this shim", op, proto_op_name(op));
 		return PROTO_E_OP;
 	}
-	struct op_call c = {.payload = payload, .len = len, .out = out, .fds = fds};
+	if (in_fd >= 0 && op != PROTO_OP_PREPARE && op != PROTO_OP_RESTORE_CREATORS) {
+		shim_error_reply(out, "%s takes no descriptor", proto_op_name(op));
+		return PROTO_E_FD;
+	}
+	struct op_call c = {.payload = payload, .len = len, .out = out, .fds = fds, .in_fd = in_fd};
 	if (!rule->step)
 		return rule->serve(&c);
 	pthread_mutex_lock(&life_lock);

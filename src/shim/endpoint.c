@@ -161,7 +161,8 @@ static void serve_connection(int sock)
 	for (;;) {
 		struct proto_header h;
 		uint8_t *payload = NULL;
-		int rc = proto_recv(sock, &h, &payload, NULL, deadline);
+		int in_fd = -1; /* (the file of file content) */
+		int rc = proto_recv(sock, &h, &payload, &in_fd, deadline);
 		if (rc == PROTO_E_IO || rc == PROTO_E_TIMEOUT || rc == PROTO_E_TRUNCATED)
 			break; /* gone, silent past the deadline, or cut short: just close */
 		struct proto_buf out = {0};
@@ -184,7 +185,9 @@ static void serve_connection(int sock)
 		}
 		reply.op = h.op;
 		reply.request_id = h.request_id;
-		rc = shim_serve(h.op, payload, h.payload_len, &out, &fds);
+		rc = shim_serve(h.op, payload, h.payload_len, in_fd, &out, &fds);
+		if (in_fd >= 0)
+			close(in_fd); /* never kept: CRIU must find no descriptor of the checkpoint here */
 		/* The work may have taken longer than the request's deadline. */
 		deadline = proto_deadline(shim_deadline_ms());
 		free(payload);

@@ -105,6 +105,7 @@ static void *slot_take(size_t size)
 
 void hostcopy_forget(struct shim_alloc *a)
 {
+	a->in_file = false;
 	if (!a->saved)
 		return;
 	a->saved = NULL;
@@ -188,9 +189,9 @@ static CUresult map_temp(struct shim_alloc *a, struct item *it, struct life_resu
 	return rc;
 }
 
-/* Map what the lane needs and queue its copies (CPU copies of host memory are
- * done here). */
-static CUresult lane_start(struct shim_alloc **list, struct lane *l, struct item *items, bool to_device,
+/* Map what the lane needs and run its part of the job: each allocation's
+ * copies queued on the lane's stream (or done, job by job). */
+static CUresult lane_start(struct shim_alloc **list, struct lane *l, struct item *items, struct copy_job *j,
 			   struct life_result *r)
 {
 	CUresult rc = life_enter(list[l->first], r);
@@ -203,7 +204,7 @@ static CUresult lane_start(struct shim_alloc **list, struct lane *l, struct item
 		return rc;
 	}
 	size_t align;
-	lane_layout(list, l, items, to_device, &align);
+	lane_layout(list, l, items, j->to_device, &align);
 	if (l->span && (rc = aux.cuMemAddressReserve(&l->va, l->span, align, 0, 0))) {
 		l->va = 0;
 		life_fail(r, list[l->first], "cuMemAddressReserve(%zu) for the copies failed: %s", l->span,
@@ -217,22 +218,32 @@ static CUresult lane_start(struct shim_alloc **list, struct lane *l, struct item
 			if ((rc = map_temp(a, &items[i], r)))
 				return rc;
 		}
-		void *dev = (void *)(uintptr_t)items[i].va;
-		if (on_host(a)) {
-			/* The access just granted makes it host-accessible. */
-			memcpy(to_device ? dev : a->saved, to_device ? a->saved : dev, a->size);
-			continue;
-		}
-		rc = to_device ? aux.cuMemcpyHtoDAsync_v2(items[i].va, a->saved, a->size, l->stream)
-			       : aux.cuMemcpyDtoHAsync_v2(a->saved, items[i].va, a->size, l->stream);
-		if (rc) {
-			life_fail(r, a, "%s(%#llx, %zu) failed: %s",
-				  to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync",
-				  (unsigned long long)items[i].va, a->size, shim_cu_name(rc));
+		if ((rc = j->copy(j, a, items[i].va, l->stream, r)))
 			return rc;
-		}
 	}
 	return CUDA_SUCCESS;
+}
+
+bool hostcopy_on_host(const struct shim_alloc *a)
+{
+	return on_host(a);
+}
+
+/* The arena's job: one copy of the whole allocation, queued; memory on the
+ * host copied by the CPU (the access just granted makes it host-accessible). */
+static CUresult arena_copy(struct copy_job *j, struct shim_alloc *a, CUdeviceptr va, CUstream s, struct life_result *r)
+{
+	void *dev = (void *)(uintptr_t)va;
+	if (on_host(a)) {
+		memcpy(j->to_device ? dev : a->saved, j->to_device ? a->saved : dev, a->size);
+		return CUDA_SUCCESS;
+	}
+	CUresult rc = j->to_device ? aux.cuMemcpyHtoDAsync_v2(va, a->saved, a->size, s)
+				   : aux.cuMemcpyDtoHAsync_v2(a->saved, va, a->size, s);
+	if (rc)
+		life_fail(r, a, "%s(%#llx, %zu) failed: %s", j->to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync",
+			  (unsigned long long)va, a->size, shim_cu_name(rc));
+	return rc;
 }
 
 /* Wait for the lane's copies, then take its temporary mappings, reservation and
@@ -317,9 +328,7 @@ static void arena_unregister(const struct shim_alloc *a)
 	}
 }
 
-/* Copy list[0..n) one way, every allocation holding a driver handle and, to
- * the device, its saved bytes. */
-static CUresult copy_batch(struct shim_alloc **list, size_t n, bool to_device, struct life_result *r)
+CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, struct life_result *r)
 {
 	qsort(list, n, sizeof(*list), ctx_by_device);
 	struct item *items = calloc(n, sizeof(*items));
@@ -338,12 +347,12 @@ static CUresult copy_batch(struct shim_alloc **list, size_t n, bool to_device, s
 		lanes[nlanes - 1].count++;
 	}
 	double t_reg = now_ms();
-	bool pinned = arena_register(list[0]);
+	bool pinned = j->pin_arena && arena_register(list[0]);
 	double t0 = now_ms(); /* the copies' rate is apart from the pinning's cost */
 	CUresult rc = CUDA_SUCCESS;
 	size_t started = 0;
 	while (!rc && started < nlanes)
-		rc = lane_start(list, &lanes[started++], items, to_device, r);
+		rc = lane_start(list, &lanes[started++], items, j, r);
 	for (size_t i = 0; i < started; i++)
 		rc = lane_finish(list, &lanes[i], items, rc, r);
 	double t1 = now_ms();
@@ -357,10 +366,11 @@ static CUresult copy_batch(struct shim_alloc **list, size_t n, bool to_device, s
 		r->bytes += bytes;
 		double ms = t1 - t0;
 		LOG_AT(LOG_INFO,
-		       "host-mode copy %s: %zu bytes of %zu allocations on %zu device(s)%s in %.1f ms (%.2f GB/s; "
+		       "host-mode copy %s: %zu bytes of %zu allocations on %zu device(s)%s%s in %.1f ms (%.2f GB/s; "
 		       "pinning the arena took %.1f ms more, unpinning it %.1f ms)",
-		       to_device ? "back" : "out", bytes, n, nlanes, pinned ? ", pinned" : "", ms,
-		       ms > 0 ? (double)bytes / (ms * 1e6) : 0.0, t0 - t_reg, t_unreg);
+		       j->to_device ? "back" : "out", bytes, n, nlanes, pinned ? ", pinned" : "",
+		       j->pin_arena ? "" : ", through the file", ms, ms > 0 ? (double)bytes / (ms * 1e6) : 0.0,
+		       t0 - t_reg, t_unreg);
 	}
 	free(items);
 	free(lanes);
@@ -380,8 +390,9 @@ CUresult hostcopy_save(struct shim_alloc **list, size_t n, struct life_result *r
 	for (size_t i = 0; fits && i < n; i++)
 		fits = (list[i]->saved = slot_take(slot_size(list[i]))) != NULL;
 	CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+	struct copy_job j = {.to_device = false, .pin_arena = true, .copy = arena_copy};
 	if (fits)
-		rc = copy_batch(list, n, false, r);
+		rc = hostcopy_batch(list, n, &j, r);
 	else
 		life_fail(r, NULL, "no host memory for the %zu bytes of %zu shared allocations", need, n);
 	if (rc)
@@ -392,5 +403,14 @@ CUresult hostcopy_save(struct shim_alloc **list, size_t n, struct life_result *r
 
 CUresult hostcopy_load(struct shim_alloc **list, size_t n, struct life_result *r)
 {
-	return n ? copy_batch(list, n, true, r) : CUDA_SUCCESS;
+	struct copy_job j = {.to_device = true, .pin_arena = true, .copy = arena_copy};
+	return n ? hostcopy_batch(list, n, &j, r) : CUDA_SUCCESS;
+}
+
+void hostcopy_release_idle(void)
+{
+	if (live == 0 && arena) {
+		LOG_AT(LOG_INFO, "host-mode arena of %zu bytes given back (file content keeps no copy)", arena->cap);
+		arena_drop();
+	}
 }

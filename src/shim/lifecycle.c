@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cusnap/log.h"
@@ -153,26 +154,26 @@ static struct shim_alloc **collect(bool creators, bool shared_only, size_t *n, s
 }
 
 /* How an allocation this process carries goes through the checkpoint. A holder
- * that imported it carries its bytes in host content whatever was asked: the
- * driver restores no import natively (r580: CUDA_ERROR_NOT_SUPPORTED, GPU
- * script E3 and G7), and an import cannot be exported again. */
+ * that imported it carries its bytes in host content (or file) whatever was
+ * asked: the driver restores no import natively (r580: CUDA_ERROR_NOT_SUPPORTED,
+ * GPU script E3 and G7), and an import cannot be exported again. */
 static enum proto_content content_of(const struct shim_alloc *a, enum proto_content mode)
 {
-	return a->role == SHIM_ROLE_CREATOR ? mode : PROTO_CONTENT_HOST;
+	return a->role == SHIM_ROLE_CREATOR || mode != PROTO_CONTENT_NATIVE ? mode : PROTO_CONTENT_HOST;
 }
 
 /* Every shared allocation this process created or carries: anchored, its bytes copied out
- * together (host), then taken down. On a failure, what was taken down stays so
- * for the abort; an allocation left untouched gives back the reference taken for it
- * and its copy. */
-static CUresult prepare_creators(enum proto_content mode, struct life_result *r)
+ * together (host: to the arena; file: to fd), then taken down. On a failure, what was
+ * taken down stays so for the abort; an allocation left untouched gives back the
+ * reference taken for it and its copy. */
+static CUresult prepare_creators(enum proto_content mode, int fd, struct life_result *r)
 {
 	size_t n, nhost = 0;
 	struct shim_alloc **list = collect(true, true, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < n; i++) { /* those copied out first, in device order still */
-		if (content_of(list[i], mode) == PROTO_CONTENT_HOST) {
+		if (content_of(list[i], mode) != PROTO_CONTENT_NATIVE) {
 			struct shim_alloc *t = list[i];
 			memmove(list + nhost + 1, list + nhost, (i - nhost) * sizeof(*list));
 			list[nhost++] = t;
@@ -182,7 +183,9 @@ static CUresult prepare_creators(enum proto_content mode, struct life_result *r)
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = anchor(list[i], r);
 	if (!rc && nhost)
-		rc = hostcopy_save(list, nhost, r);
+		rc = mode == PROTO_CONTENT_FILE ? hostfile_save(list, nhost, fd, r) : hostcopy_save(list, nhost, r);
+	if (!rc && mode == PROTO_CONTENT_FILE)
+		hostcopy_release_idle(); /* (an arena kept from an earlier suspend: CRIU would save it) */
 	for (size_t i = 0; !rc && i < n; i++) {
 		rc = take_down_creator(list[i], content_of(list[i], mode), r);
 		r->count += !rc;
@@ -269,12 +272,34 @@ static int apply_holds(const struct req_hold *holds, size_t n, struct life_resul
 	return rc;
 }
 
-static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
+/* The descriptor PREPARE came with: a regular file for file content, none
+ * for the others. PROTO_OK, or why not in r. */
+static int prepare_fd(enum proto_content mode, int fd, struct life_result *r)
+{
+	struct stat st;
+	if (mode != PROTO_CONTENT_FILE && fd >= 0) {
+		life_fail(r, NULL, "PREPARE of %s content came with a descriptor", proto_content_name(mode));
+		return PROTO_E_FD;
+	}
+	if (mode == PROTO_CONTENT_FILE && fd < 0) {
+		life_fail(r, NULL, "PREPARE of file content came without the file's descriptor");
+		return PROTO_E_FD;
+	}
+	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+		life_fail(r, NULL, "the descriptor for file content is not a regular file");
+		return PROTO_E_FD;
+	}
+	return PROTO_OK;
+}
+
+static int op_prepare(const uint8_t *payload, size_t len, int fd, struct life_result *r)
 {
 	enum proto_content mode;
 	struct req_hold *holds;
 	size_t nholds;
 	int st = req_prepare_decode(payload, len, &mode, &holds, &nholds, r->msg, sizeof(r->msg));
+	if (st == PROTO_OK)
+		st = prepare_fd(mode, fd, r);
 	if (st == PROTO_OK)
 		st = apply_holds(holds, nholds, r);
 	free(holds);
@@ -295,7 +320,7 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 	/* Importers first: a creator's (or holder's) allocation then has no importer left. */
 	CUresult rc = for_each_shared_import(prepare_importer, r);
 	if (!rc)
-		rc = prepare_creators(mode, r);
+		rc = prepare_creators(mode, fd, r);
 	if (rc)
 		return shim_step_failed(r, PROTO_E_DRIVER);
 	return PROTO_OK;
@@ -306,7 +331,7 @@ static int op_prepare(const uint8_t *payload, size_t len, struct life_result *r)
 /* A creator's allocation made anew (host content) for its saved bytes. */
 static CUresult recreate(struct shim_alloc *a, struct life_result *r)
 {
-	if (!a->saved) {
+	if (!a->saved && !a->in_file) {
 		life_fail(r, a, "released without a copy of its bytes");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -339,12 +364,24 @@ static CUresult creator_attached(struct shim_alloc *a, struct life_result *r)
 	return CUDA_SUCCESS;
 }
 
-/* Every creator's allocation prepare touched: those released (host content)
- * made anew, mapped again and their bytes copied back together; then the others
- * mapped again. A failure before the copies are done takes down what this step
+/* Copy back what list[0..n) saved: those in the file first (fd), then those
+ * in the arena. */
+static CUresult load_saved(struct shim_alloc **list, size_t n, int fd, struct life_result *r)
+{
+	size_t infile = 0;
+	while (infile < n && list[infile]->in_file)
+		infile++;
+	CUresult rc = infile ? hostfile_load(list, infile, fd, r) : CUDA_SUCCESS;
+	return rc ? rc : hostcopy_load(list + infile, n - infile, r);
+}
+
+/* Every creator's allocation prepare touched: those released (host or file
+ * content) made anew, mapped again and their bytes copied back together; then
+ * the others mapped again. Bytes in a file (fd) are checked to be there before
+ * anything is made. A failure before the copies are done takes down what this step
  * made (the saved bytes stay, for another try); after, an allocation holds its
  * bytes and only its mappings are left to redo. */
-static CUresult restore_creators(struct life_result *r)
+static CUresult restore_creators(int fd, struct life_result *r)
 {
 	size_t n, k = 0, fresh = 0;
 	struct shim_alloc **list = collect(true, false, &n, r);
@@ -357,14 +394,19 @@ static CUresult restore_creators(struct life_result *r)
 			hostcopy_forget(list[i]); /* (never kept past its prepare) */
 	}
 	n = k;
-	for (size_t i = 0; i < n; i++) { /* the released ones first */
-		if (list[i]->detached) {
-			struct shim_alloc *t = list[fresh];
-			list[fresh++] = list[i];
-			list[i] = t;
+	size_t infile = 0;
+	for (int pass = 0; pass < 2; pass++) { /* the released ones first, those in the file first of them */
+		for (size_t i = fresh; i < n; i++) {
+			if (list[i]->detached && (pass || list[i]->in_file)) {
+				struct shim_alloc *t = list[fresh];
+				list[fresh++] = list[i];
+				list[i] = t;
+			}
 		}
+		if (!pass)
+			infile = fresh;
 	}
-	CUresult rc = CUDA_SUCCESS;
+	CUresult rc = infile ? hostfile_check(list, infile, fd, r) : CUDA_SUCCESS;
 	size_t made = 0;
 	while (!rc && made < fresh)
 		if (!(rc = recreate(list[made], r)))
@@ -377,7 +419,7 @@ static CUresult restore_creators(struct life_result *r)
 	if (!rc)
 		rc = life_grant(&g, r);
 	if (!rc)
-		rc = hostcopy_load(list, fresh, r);
+		rc = load_saved(list, fresh, fd, r);
 	if (rc) {
 		grants_free(&g);
 		for (size_t i = 0; i < made; i++) {
@@ -652,7 +694,7 @@ int serve_PREPARE_MULTICAST(struct op_call *c)
 int serve_PREPARE(struct op_call *c)
 {
 	pthread_mutex_lock(&tbl.lock);
-	int rc = op_prepare(c->payload, c->len, &c->r);
+	int rc = op_prepare(c->payload, c->len, c->in_fd, &c->r);
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;
 }
@@ -680,7 +722,7 @@ int serve_RESTORE_CREATORS(struct op_call *c)
 		pthread_mutex_unlock(&tbl.lock);
 		return rc;
 	}
-	CUresult cr = restore_creators(&c->r);
+	CUresult cr = restore_creators(c->in_fd, &c->r);
 	rc = step_result(c, cr ? PROTO_E_DRIVER : PROTO_OK);
 	pthread_mutex_unlock(&tbl.lock);
 	return rc;

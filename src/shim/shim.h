@@ -140,10 +140,13 @@ struct shim_alloc {
 	size_t mc_binds;                     /* multicast binds of this memory (the shim keeps a reference meanwhile) */
 	struct shim_mc *mc;                  /* non-NULL: this record is a multicast object, not memory */
 	/* lifecycle (lifecycle.c) */
-	bool holder;     /* an importer that holds the allocation for the group: its creator let go (§6.2) */
-	bool detached;   /* prepare released the driver's allocation */
-	bool native_ref; /* native mode: the shim kept one driver reference for the native checkpoint */
-	void *saved;     /* host mode: the bytes while detached */
+	bool holder;       /* an importer that holds the allocation for the group: its creator let go (§6.2) */
+	bool detached;     /* prepare released the driver's allocation */
+	bool native_ref;   /* native mode: the shim kept one driver reference for the native checkpoint */
+	void *saved;       /* host mode: the bytes while detached */
+	bool in_file;      /* file mode: the bytes are in the file PREPARE was given ... */
+	uint64_t file_off; /* ... at this offset, */
+	uint32_t file_crc; /* with this CRC32C */
 };
 
 /* One bind this process made into a multicast object. */
@@ -291,10 +294,13 @@ struct op_call {
 	struct proto_buf *out; /* READ operations: the reply's records */
 	struct op_fds *fds;    /* READ operations: descriptors sent with the reply */
 	struct life_result r;  /* STEP operations */
+	int in_fd;             /* a descriptor that came with the request (-1: none); closed after */
 };
 /* Serve operation op (the endpoint's one entry): the reply's records go to out,
- * descriptors to send with it to fds (none unless it succeeds). Returns a proto_status. */
-int shim_serve(int op, const uint8_t *payload, size_t len, struct proto_buf *out, struct op_fds *fds);
+ * descriptors to send with it to fds (none unless it succeeds). in_fd came
+ * with the request (-1: none): only PREPARE and RESTORE_CREATORS take one (the
+ * file of file content); the caller closes it. Returns a proto_status. */
+int shim_serve(int op, const uint8_t *payload, size_t len, int in_fd, struct proto_buf *out, struct op_fds *fds);
 /* A step that changed something failed: phase FAILED, r's message kept; returns rc. */
 int shim_step_failed(struct life_result *r, int rc);
 /* For a step that decides its phase itself (under the table lock). */
@@ -351,11 +357,30 @@ CUresult life_release_ref(struct shim_alloc *a, struct life_result *r);
 void life_drop_spare_ref(struct shim_alloc *a);
 /* Host-mode copies through the arena (hostcopy.c), for allocations that hold a
  * driver handle. hostcopy_save gives each a->saved and fills it, all or none;
- * hostcopy_load copies a->saved back; hostcopy_forget gives a->saved back.
- * Caller holds tbl.lock. */
+ * hostcopy_load copies a->saved back; hostcopy_forget gives a->saved back (and
+ * forgets a file copy). Caller holds tbl.lock. */
 CUresult hostcopy_save(struct shim_alloc **list, size_t n, struct life_result *r);
 CUresult hostcopy_load(struct shim_alloc **list, size_t n, struct life_result *r);
 void hostcopy_forget(struct shim_alloc *a);
+/* The arena unmapped if it holds no copy (file content keeps none). */
+void hostcopy_release_idle(void);
+/* One batch of copies one way, as a job: each allocation mapped where its
+ * device can reach it (va), then copy() called with its device's stream;
+ * every lane's stream waited for and its mappings taken down at the end. */
+struct copy_job {
+	bool to_device;
+	bool pin_arena; /* the arena registered with the driver for the batch */
+	CUresult (*copy)(struct copy_job *j, struct shim_alloc *a, CUdeviceptr va, CUstream s, struct life_result *r);
+};
+CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, struct life_result *r);
+/* Its memory is on the host: the CPU copies it through va. */
+bool hostcopy_on_host(const struct shim_alloc *a);
+/* File content (hostfile.c): the bytes of list[0..n) written to fd (each
+ * a->in_file, its offset and CRC32C set; all or none), checked to be there
+ * (hostfile_check: before anything is made), read back. Caller holds tbl.lock. */
+CUresult hostfile_save(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
+CUresult hostfile_check(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
+CUresult hostfile_load(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
 /* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
 int mc_prepare(struct life_result *r);
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);

@@ -31,6 +31,9 @@ void e2e_init(const char *tag);
 /* The size of each of the example workload's shared allocations here. */
 size_t e2e_alloc_bytes(void);
 
+/* The bytes of the files of file content in dir, and how many there are. */
+long long e2e_content_files(const char *dir, int *files);
+
 /* A copy of the tools, the shim, cuemu and the example workload that another
  * user can run (the checkout may lie under a directory only root can enter,
  * as root's home does): <dir>/{bin,lib,emu,examples}, dir 0755 under /tmp.

@@ -50,6 +50,41 @@ static void native_content(void)
 	round_trip("native");
 }
 
+/* File content: the shared bytes in files of their own beside the state file
+ * (the parent's, the only creator here), none in the processes (no arena made;
+ * one kept from a host-content suspend given back); back where they were at
+ * each resume (the workload checks every byte). */
+static void file_content(void)
+{
+	struct group g;
+	char *env[] = {"SNAPSHOT_CUDA_VMM_LOG=2", NULL};
+	if (group_start(&g, "file", 2, 4, false, NULL, env, NULL) < 0)
+		return;
+	char *out, state[PATH_MAX + 16];
+	CHECK_SAYS(out, group_suspend(&g, "file", &out, NULL), 0, "(file content)");
+	snprintf(state, sizeof(state), "%s/state", g.ctl);
+	int files;
+	long long bytes = e2e_content_files(state, &files);
+	CHECK_EQ(files, 1);
+	CHECK(bytes >= 4LL * (long long)e2e_alloc_bytes());
+	char *log = test_read_file(g.log);
+	CHECK(log && !contains(log, "host-mode arena of"));
+	CHECK(log && contains(log, "through the file"));
+	free(log);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_resume(&g, &out, NULL), 0);
+	free(out);
+	CHECK_EQ(group_suspend(&g, "file", &out, NULL), 0);
+	free(out);
+	log = test_read_file(g.log);
+	CHECK(log && contains(log, "given back (file content keeps no copy)"));
+	free(log);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
+	group_done(&g, 3);
+}
+
 /* A creator that let go of what it shared (DESIGN.md §6.2): the first worker
  * carries each allocation, the other is rebuilt as its importer, and the
  * parent's exports, cached from before, resolve after the resume (the
@@ -498,6 +533,8 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("suspend/resume, host content: 3 processes, 4 shared allocations, 2 devices", host_content);
 	test_run("suspend/resume, native content", native_content);
+	test_run("suspend/resume, file content: the bytes in a file beside the state file, none in the processes",
+		 file_content);
 	test_run("a creator that let go: an importer carries, host content", let_go_host);
 	test_run("a creator that let go: an importer carries, native content (also legacy IPC)", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);

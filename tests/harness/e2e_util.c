@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The e2e tests' helpers (tests/e2e/e2e_util.h), compiled once. */
+#include <dirent.h>
+
 #include "../e2e/e2e_util.h"
+#include "cusnap/layout.h"
 
 char e2e_root[PATH_MAX]; /* scratch for this test run */
 char bin_dir[PATH_MAX], emu_dir[PATH_MAX], examples_dir[PATH_MAX], tests_dir[PATH_MAX];
@@ -29,6 +32,25 @@ void e2e_init(const char *tag)
 	}
 	unsetenv("LD_PRELOAD");
 	unsetenv("SNAPSHOT_CONTROL_DIR");
+}
+
+long long e2e_content_files(const char *dir, int *files)
+{
+	long long total = 0;
+	*files = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		struct stat st;
+		if (!strncmp(e->d_name, LAYOUT_CONTENT_PREFIX, strlen(LAYOUT_CONTENT_PREFIX)) &&
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+			total += st.st_size;
+			(*files)++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return total;
 }
 
 size_t e2e_alloc_bytes(void)

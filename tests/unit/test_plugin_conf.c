@@ -36,7 +36,7 @@ static void lines(void)
 	static const struct {
 		const char *text, *says;
 	} bad[] = {
-		{"content = gpu\n", "f: line 1: content = gpu: use host or native"},
+		{"content = gpu\n", "f: line 1: content = gpu: use host, file or native"},
 		{"\n# x\ntimeout_ms = 0\n", "f: line 3: timeout_ms = 0"},
 		{"timeout_ms = 12s\n", "f: line 1: timeout_ms = 12s"},
 		{"control_dir = relative/dir\n", "f: line 1: control_dir = relative/dir: use an absolute path"},

@@ -26,7 +26,9 @@ static void content_names(void)
 	CHECK_STR(proto_content_name(PROTO_CONTENT_HOST), "host");
 	CHECK_STR(proto_content_name(PROTO_CONTENT_NATIVE), "native");
 	CHECK(proto_content_name(0) == NULL);
-	CHECK(proto_content_name(3) == NULL);
+	CHECK_STR(proto_content_name(PROTO_CONTENT_FILE), "file");
+	CHECK(proto_content_name(4) == NULL);
+	CHECK_EQ(proto_content_parse("file"), PROTO_CONTENT_FILE);
 	CHECK_EQ(proto_content_parse("host"), PROTO_CONTENT_HOST);
 	CHECK_EQ(proto_content_parse("native"), PROTO_CONTENT_NATIVE);
 	CHECK_EQ(proto_content_parse("Native"), 0);

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/* The files of file content (DESIGN.md §6.2): one per participant beside the
+ * state file, made by the coordinator (never by the workload, which cannot
+ * reach the directory and gets only a descriptor of its own file with PREPARE)
+ * and given again, read-only, with RESTORE_CREATORS. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cusnap/layout.h"
+#include "fanout.h"
+
+void content_file_name(const struct cusnap_id *id, char *out, size_t len)
+{
+	char hex[ID_HEX_LEN + 1];
+	id_hex(id, hex);
+	snprintf(out, len, LAYOUT_CONTENT_PREFIX "%s" LAYOUT_CONTENT_SUFFIX, hex);
+}
+
+void content_files_close(int *fds, size_t n)
+{
+	for (size_t i = 0; fds && i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+int content_files_create(const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
+			 size_t errlen)
+{
+	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	if (dfd < 0) {
+		snprintf(err, errlen, "file content needs the state directory: %s: %s", dir ? dir : "(none given)",
+			 dir ? strerror(errno) : "a prepare without one keeps its bytes in the processes");
+		return -1;
+	}
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char name[64];
+		content_file_name(&p[i].id, name, sizeof(name));
+		/* Made afresh: whatever stood there (a file of an earlier prepare, a
+		 * link) is unlinked, never written through. */
+		if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT)
+			rc = -1;
+		if (rc == 0 &&
+		    (fds[i] = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+			rc = -1;
+		if (rc < 0)
+			snprintf(err, errlen, "cannot make %s/%s for file content: %s", dir, name, strerror(errno));
+	}
+	close(dfd);
+	if (rc < 0)
+		content_files_close(fds, n);
+	return rc;
+}
+
+void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	for (size_t i = 0; dfd >= 0 && i < n; i++) {
+		struct stat st;
+		if (fds[i] < 0 || fstat(fds[i], &st) != 0 || st.st_size != 0)
+			continue;
+		char name[64];
+		content_file_name(&p[i].id, name, sizeof(name));
+		unlinkat(dfd, name, 0); /* (nothing carried there: no file) */
+		close(fds[i]);
+		fds[i] = -1;
+	}
+	if (dfd >= 0)
+		close(dfd);
+}
+
+int content_file_open(const char *dir, const struct cusnap_id *id)
+{
+	char path[4200], name[64];
+	content_file_name(id, name, sizeof(name));
+	if (!dir || snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -1;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+		close(fd);
+		fd = -1; /* (not one of ours: the participant that needs one says so) */
+	}
+	return fd;
+}
