@@ -5,6 +5,9 @@
 #ifndef CUSNAP_LAYOUT_H
 #define CUSNAP_LAYOUT_H
 
+#include <stdbool.h>
+#include <string.h>
+
 #define LAYOUT_IMAGES "images"           /* CRIU's images (its -D) */
 #define LAYOUT_DUMP_LOG "dump.log"       /* in images/: CRIU's log of the dump */
 #define LAYOUT_RESTORE_LOG "restore.log" /* in images/: CRIU's log of the restore */
@@ -14,6 +17,14 @@
 /* Beside it, file content's bytes: one file per participant, named by its id. */
 #define LAYOUT_CONTENT_PREFIX "cuda-vmm-"
 #define LAYOUT_CONTENT_SUFFIX ".bytes"
+
+/* Is name one of those files? */
+static inline bool layout_content_name(const char *name)
+{
+	size_t len = strlen(name), pre = strlen(LAYOUT_CONTENT_PREFIX), suf = strlen(LAYOUT_CONTENT_SUFFIX);
+	return len > pre + suf && !strncmp(name, LAYOUT_CONTENT_PREFIX, pre) &&
+	       !strcmp(name + len - suf, LAYOUT_CONTENT_SUFFIX);
+}
 #define LAYOUT_JOB "cuda-checkpoint-job" /* the copy of the checkpoint job's file (job.c) */
 #define LAYOUT_MANIFEST "manifest.json"  /* what the checkpoint holds (manifest.h): written last */
 #define LAYOUT_PARTIAL ".partial"        /* a checkpoint being built beside the one held */

@@ -46,12 +46,13 @@ struct manifest {
 	struct {
 		long long host_copies, images;
 	} bytes;
-	const json_t *gpus;        /* devmap_gpus_json(): an array */
-	const json_t *needs;       /* compat_record(): what a restore needs of its machine */
-	const json_t *image_files; /* images_digest(), or NULL (before the dump's end) */
-	const json_t *network;     /* network_json(), or NULL */
-	json_t *root;              /* parsed: what holds the strings above */
-	void *owned;               /* parsed: the arrays above */
+	const json_t *gpus;          /* devmap_gpus_json(): an array */
+	const json_t *needs;         /* compat_record(): what a restore needs of its machine */
+	const json_t *image_files;   /* images_digest(), or NULL (before the dump's end) */
+	const json_t *content_files; /* content_digest() of file content's files, or NULL (none) */
+	const json_t *network;       /* network_json(), or NULL */
+	json_t *root;                /* parsed: what holds the strings above */
+	void *owned;                 /* parsed: the arrays above */
 };
 
 /* m as the manifest's text (indented, ending with a newline), or NULL (out of

@@ -61,6 +61,8 @@ char *manifest_encode(const struct manifest *m, size_t *len)
 			      record(m->needs));
 	if (j && m->image_files)
 		json_object_set(j, "image_files", (json_t *)m->image_files);
+	if (j && m->content_files)
+		json_object_set(j, "content_files", (json_t *)m->content_files);
 	if (j && m->network)
 		json_object_set(j, "network", (json_t *)m->network);
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(7)) : NULL;
@@ -169,6 +171,7 @@ static int fields_from_json(const json_t *root, struct manifest *m, const char *
 	    get_int(bytes, "images", 0, LLONG_MAX, &v[3], bad) || get_record(root, "gpus", true, &m->gpus, bad) ||
 	    get_record(root, "needs", false, &m->needs, bad) ||
 	    get_record(root, "image_files", false, &m->image_files, bad) ||
+	    get_record(root, "content_files", false, &m->content_files, bad) ||
 	    get_record(root, "network", false, &m->network, bad) || procs_from_json(procs, m->procs, bad))
 		return -1;
 	m->created = v[0];

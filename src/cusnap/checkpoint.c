@@ -197,17 +197,21 @@ static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wf
 	return 0;
 }
 
-/* The images' digests for the manifest (NULL, warned: a restore cannot verify them). */
-static json_t *digest_images(const char *images, uint64_t bytes)
+/* The digests for the manifest of the images (content: of file content's
+ * files in dir): NULL, warned, when they cannot be read (a restore cannot
+ * verify them). */
+static json_t *digest_images(const char *dir, bool content, uint64_t bytes)
 {
 	char err[PATH_MAX + 256];
 	double t0 = now_ms();
-	json_t *digests = images_digest(images, err, sizeof(err));
+	const char *what = content ? "content file digests" : "image digests";
+	json_t *digests = content ? content_digest(dir, err, sizeof(err)) : images_digest(dir, err, sizeof(err));
 	if (digests) {
-		progress("image digests", now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
-		progress_bytes("image digests", bytes);
+		progress(what, now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
+		progress_bytes(what, bytes);
 	} else {
-		fprintf(stderr, "cusnap: warning: %s: the images get no digests (a restore cannot verify them)\n", err);
+		fprintf(stderr, "cusnap: warning: %s: the %s get no digests (a restore cannot verify them)\n", err,
+			content ? "files of file content" : "images");
 	}
 	return digests;
 }
@@ -232,7 +236,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	}
 	struct tree t;
 	struct network net = {0};
-	json_t *digests = NULL, *net_json = NULL;
+	json_t *digests = NULL, *content = NULL, *net_json = NULL;
 	int rc = tree_load(pid, a->s, &t);
 	if (rc)
 		return rc;
@@ -278,7 +282,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	char manifest[PATH_MAX + 48];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
-	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, net_json) < 0) {
+	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, NULL, net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -302,7 +306,9 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	r->image_bytes = dir_bytes(images);
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
 	progress_bytes("criu dump", r->image_bytes);
-	digests = digest_images(images, r->image_bytes);
+	digests = digest_images(images, false, r->image_bytes);
+	if (vmm && a->s->content == PROTO_CONTENT_FILE)
+		content = digest_images(work, true, r->bytes_copied);
 	if (!leave_running) {
 		dumped_tree_gone(&t);
 		network_after_dump(&net);
@@ -323,7 +329,8 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, net_json) < 0)
+	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, content, net_json) <
+	    0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
 			"dump stands, and a restore cannot verify the images\n",
@@ -355,6 +362,7 @@ out:
 	if (!published)
 		ckptdir_discard(dfd); /* a failed attempt leaves nothing; the previous checkpoint stands */
 	json_decref(digests);
+	json_decref(content);
 	json_decref(net_json);
 	network_free(&net);
 	tree_free(&t);

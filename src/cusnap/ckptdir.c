@@ -72,6 +72,33 @@ void ckptdir_discard(int dfd)
 	remove_at(dfd, PARTIAL);
 }
 
+/* The files of file content (named by participant, so as many as the tree
+ * has) move as one more entry: every one DIR holds aside (only while the
+ * attempt still holds its images, which move first: after that, those in DIR
+ * are the attempt's), or every one of the attempt's in. 0, or -errno (why). */
+static int move_content(int from, int to, bool aside, char *why, size_t len)
+{
+	int fd = dup(from), rc = 0;
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return snprintf(why, len, "listing the files of file content: %s", strerror(errno)), -errno;
+	}
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		if (!layout_content_name(e->d_name) || (aside && exists_at(to, e->d_name)))
+			continue;
+		if (renameat(from, e->d_name, to, e->d_name) < 0) {
+			rc = -errno;
+			snprintf(why, len, "%s %s: %s", aside ? "moving the previous" : "putting in place", e->d_name,
+				 strerror(errno));
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
 /* Each entry of DIR moved to .previous (when not there already), then the
  * attempt's moved in, the manifest last; then .previous and .partial removed.
  * Taken again after a cut, it finishes what it began. */
@@ -86,8 +113,12 @@ int ckptdir_publish(int dfd, char *why, size_t len)
 		snprintf(why, len, "%s: %s", PREVIOUS, strerror(errno));
 		goto out;
 	}
+	if (exists_at(part, LAYOUT_IMAGES) && (rc = move_content(dfd, prev, true, why, len)) < 0)
+		goto out;
 	for (size_t i = 0; i < NENTRIES; i++) {
 		const char *name = entries[i];
+		if (!strcmp(name, LAYOUT_MANIFEST) && (rc = move_content(part, dfd, false, why, len)) < 0)
+			goto out;
 		if (exists_at(dfd, name) && !exists_at(prev, name) && renameat(dfd, name, prev, name) < 0) {
 			rc = -errno;
 			snprintf(why, len, "moving the previous %s aside: %s", name, strerror(errno));

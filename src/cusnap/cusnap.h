@@ -174,10 +174,11 @@ struct manifest;
 int network_ports_free(const struct manifest *m);
 /* ---- manifest_write.c ---- */
 /* manifest.json in dfd (a checkpoint being built), atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
-/* images: the image digests (images_digest; NULL before the dump); net: the
- * tree's sockets (network_json). */
+/* images: the image digests (images_digest; NULL before the dump); files:
+ * those of file content's files (content_digest; NULL: none); net: the tree's
+ * sockets (network_json). */
 int manifest_write(int dfd, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images, const json_t *net);
+		   const json_t *images, const json_t *files, const json_t *net);
 
 #endif

@@ -101,29 +101,35 @@ static int pids_free(const struct manifest *m)
 	return 0;
 }
 
-/* The images as the checkpoint wrote them (the manifest's digests): 0, or the
- * exit code (reported) with nothing done. */
-static int images_whole(const struct manifest *m, const char *images)
+/* The images (content: file content's files in dir) as the checkpoint wrote
+ * them (the manifest's digests): 0, or the exit code (reported) with nothing done. */
+static int images_whole(const struct manifest *m, const char *dir, bool content)
 {
-	const json_t *files = m->image_files;
+	const json_t *files = content ? m->content_files : m->image_files;
+	const char *what = content ? "files of file content" : "images";
 	if (!files) {
-		fprintf(stderr, "cusnap: warning: the manifest has no image digests (written by an older cusnap, or "
-				"cut short before the end of its checkpoint): the images are restored unverified\n");
+		if (content && (!m->prepared || !m->content || strcmp(m->content, "file") != 0))
+			return 0; /* (none written) */
+		fprintf(stderr,
+			"cusnap: warning: the manifest has no digests of the %s (written by an older cusnap, or cut "
+			"short before the end of its checkpoint): they are restored unverified\n",
+			what);
 		return 0;
 	}
 	char why[PATH_MAX + 256];
+	const char *label = content ? "verify content files" : "verify images";
 	double t0 = now_ms();
 	uint64_t bytes = 0;
 	const char *name;
 	const json_t *f;
 	json_object_foreach((json_t *)files, name, f) bytes += (uint64_t)json_member_number(f, "size", 0);
-	struct ticker *k = ticker_start("(verify images)", bytes, NULL, NULL);
-	int rc = images_verify(images, files, why, sizeof(why));
+	struct ticker *k = ticker_start(content ? "(verify content files)" : "(verify images)", bytes, NULL, NULL);
+	int rc = content ? content_verify(dir, files, why, sizeof(why)) : images_verify(dir, files, why, sizeof(why));
 	ticker_stop(k);
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
-	progress("verify images", now_ms() - t0, "%zu files as written", json_object_size(files));
-	progress_bytes("verify images", bytes);
+	progress(label, now_ms() - t0, "%zu files as written", json_object_size(files));
+	progress_bytes(label, bytes);
 	return 0;
 }
 
@@ -143,8 +149,10 @@ static int restore_ready(const struct args *a, int dfd, struct manifest *m, stru
 		rc = restore_gate(a->s, m, map, criu);
 	if (!rc) {
 		snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
-		rc = images_whole(m, images);
+		rc = images_whole(m, images, false);
 	}
+	if (!rc)
+		rc = images_whole(m, dir, true);
 	if (!rc)
 		rc = clear_control_dir(m);
 	if (!rc)

@@ -17,6 +17,7 @@
 
 #include "cusnap/crc32c.h"
 #include "cusnap/json.h"
+#include "cusnap/layout.h"
 #include "internal.h"
 
 #define CHUNK (4u << 20)
@@ -56,14 +57,14 @@ static int digest_file(int dfd, const char *name, uint8_t *buf, uint64_t *size, 
 /* Is name one of the files a digest covers? Not CRIU's logs and statistics
  * (written again by every restore), not hidden files, not the plugin's record
  * of the digests itself. */
-static bool digested(const char *name)
+static bool image_file(const char *name)
 {
 	size_t len = strlen(name);
 	return name[0] != '.' && !(len > 4 && !strcmp(name + len - 4, ".log")) && strncmp(name, "stats-", 6) != 0 &&
 	       strcmp(name, IMAGES_DIGESTS) != 0;
 }
 
-json_t *images_digest(const char *images, char *err, size_t errlen)
+static json_t *files_digest(const char *images, bool (*digested)(const char *), char *err, size_t errlen)
 {
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
@@ -103,7 +104,7 @@ fail:
 	return NULL;
 }
 
-int images_verify(const char *images, const json_t *files, char *why, size_t len)
+static int files_verify(const char *images, const json_t *files, bool (*digested)(const char *), char *why, size_t len)
 {
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	uint8_t *buf = malloc(CHUNK);
@@ -148,7 +149,7 @@ int images_verify(const char *images, const json_t *files, char *why, size_t len
 	struct dirent *e;
 	while (d && (e = readdir(d)))
 		if (digested(e->d_name) && !json_object_get(files, e->d_name)) {
-			snprintf(why, len, "%s/%s has no digest: the record does not cover the images as written",
+			snprintf(why, len, "%s/%s has no digest: the record does not cover the files as written",
 				 images, e->d_name);
 			closedir(d);
 			dfd = -1;
@@ -164,4 +165,24 @@ out:
 		close(dfd);
 	free(buf);
 	return rc;
+}
+
+json_t *images_digest(const char *images, char *err, size_t errlen)
+{
+	return files_digest(images, image_file, err, errlen);
+}
+
+int images_verify(const char *images, const json_t *files, char *why, size_t len)
+{
+	return files_verify(images, files, image_file, why, len);
+}
+
+json_t *content_digest(const char *dir, char *err, size_t errlen)
+{
+	return files_digest(dir, layout_content_name, err, errlen);
+}
+
+int content_verify(const char *dir, const json_t *files, char *why, size_t len)
+{
+	return files_verify(dir, files, layout_content_name, why, len);
 }

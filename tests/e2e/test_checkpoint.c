@@ -541,6 +541,59 @@ static void damaged_images(void)
 	reap_all();
 }
 
+/* File content through a checkpoint (DESIGN.md §6.2): the shared bytes in a
+ * file of their own in the checkpoint directory, its digest in the manifest. A damaged or
+ * truncated file is refused before CRIU runs, the file named; put back as
+ * written, the checkpoint restores and the workload checks every byte. */
+static void file_content(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], *out;
+	if (group_start(&g, "fc", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	int rc = checkpoint(&g, dir, "file", false, criu, &out);
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "content file digests");
+	free(out);
+	group_dumped(&g);
+	int files;
+	long long bytes = e2e_content_files(dir, &files);
+	CHECK_EQ(files, 1);
+	CHECK(bytes >= 2LL * (long long)e2e_alloc_bytes());
+	char manifest[PATH_MAX + 32];
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	json_t *m = json_load_file(manifest, 0, NULL);
+	json_t *record = m ? json_object_get(m, "content_files") : NULL;
+	CHECK_EQ(record ? json_object_size(record) : 0, 1);
+	const char *name = record ? json_object_iter_key(json_object_iter(record)) : NULL;
+	char path[PATH_MAX + 64], saved[PATH_MAX + 80];
+	snprintf(path, sizeof(path), "%s/%s", dir, name ? name : "?");
+	snprintf(saved, sizeof(saved), "%s.saved", path);
+	json_decref(m);
+	char *cp[] = {"cp", path, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	int fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, "damage", 6, bytes / 2), 6);
+	close(fd);
+	CHECK_EQ(restore(dir, &out), 1);
+	CHECK_CONTAINS(out, "is damaged");
+	CHECK_CONTAINS(out, name ? name : "?");
+	CHECK_CONTAINS(out, "nothing done");
+	free(out);
+	CHECK_EQ(restored_root(dir), 0); /* CRIU never ran */
+	CHECK_EQ(truncate(path, bytes / 2), 0);
+	CHECK_SAYS(out, restore(dir, &out), 1, "truncated");
+	CHECK_EQ(rename(saved, path), 0);
+	CHECK_SAYS(out, restore(dir, &out), 0, "verify content files");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	reap_all();
+}
+
 /* A checkpoint without digests (an older cusnap's) whose page image is cut in
  * half: CRIU runs, and however it goes wrong the restore ends by itself, within
  * CRIU's bounds (here: its log may not pass 8 MiB), exit 2, with a bounded log
@@ -826,6 +879,8 @@ int main(void)
 	test_run("a checkpoint failing into a directory with a good one: the good one stands and restores",
 		 failed_over_good);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
+	test_run("file content: the shared bytes in a file of the checkpoint; damaged or truncated, refused",
+		 file_content);
 	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2", runaway_criu);
 	test_run("restore at once after checkpoint: zombie PIDs waited for; a live process on a PID named",
 		 restore_at_once);

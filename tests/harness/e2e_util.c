@@ -42,8 +42,8 @@ long long e2e_content_files(const char *dir, int *files)
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
 		struct stat st;
-		if (!strncmp(e->d_name, LAYOUT_CONTENT_PREFIX, strlen(LAYOUT_CONTENT_PREFIX)) &&
-		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		if (layout_content_name(e->d_name) && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode)) {
 			total += st.st_size;
 			(*files)++;
 		}
