@@ -3,17 +3,18 @@
 # bench/datapath.sh: the bytes of a checkpoint and a restore, leg by leg
 # (DESIGN.md §6.2, §6.3, §11). For each size (GiB of VMM memory shared by the
 # example group: a parent and one worker, 4 allocations), each content mode
-# (host: cusnap copies the shared bytes into the creator's arena; native: the
-# driver's checkpoint carries them) and each place (tmpfs, /dev/shm, keeps the
+# (host: cusnap copies the shared bytes into the creator's arena; file: into a
+# file of their own in the checkpoint directory, not through the process's
+# memory; native: the driver's checkpoint carries them) and each place (tmpfs, /dev/shm, keeps the
 # disk out; disk, /var/tmp), `cusnap checkpoint` and `cusnap restore --json`
 # give every phase's time and bytes; printed with GiB/s:
-#   prep    PREPARE (host: device to host into the arena)
+#   prep    PREPARE (host: device to host into the arena; file: to the file)
 #   native  the native checkpoint (GPU memory released; cuemu copies to host;
 #           GiB/s of the shared bytes with native content only)
 #   dump    CRIU's dump (the images' bytes)
 #   crest   CRIU's restore (the images' bytes)
 #   nrest   native restore + unlock
-#   rebuild RESTORE_CREATORS (host: host to device)
+#   rebuild RESTORE_CREATORS (host, file: host to device)
 # with the whole checkpoint and restore, the workload's peak extra anonymous
 # memory during the checkpoint (sampled every 50 ms, against before it), and
 # beside them, in the same run: the CRIU floor (a plain process holding as
@@ -21,13 +22,13 @@
 # machine's single-core memcpy, the rate of a first write to fresh memory (what
 # bounds every leg that lands in new pages) and a page-cache read. Needs root.
 #   bench/datapath.sh            BENCH_SIZES="1 2" (GiB), BENCH_PLACES="tmpfs disk",
-#                                BENCH_CONTENTS="host native"
+#                                BENCH_CONTENTS="host file native"
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$repo/build}
 sizes=${BENCH_SIZES:-1 2}
 places=${BENCH_PLACES:-tmpfs disk}
-contents=${BENCH_CONTENTS:-host native}
+contents=${BENCH_CONTENTS:-host file native}
 export LD_LIBRARY_PATH=$build/emu
 [ "$(id -u)" = 0 ] || { echo "bench/datapath.sh: needs root (CRIU)" >&2; exit 69; }
 criu=$("$repo/scripts/setup-criu.sh" "$build" 2>/dev/null | tail -1) || { echo "no CRIU" >&2; exit 69; }
@@ -96,7 +97,7 @@ group_run() { # GIB CONTENT PLACE DIR
 	rb=$(phase bytes "$r" RESTORE_CREATORS) rs=$(phase seconds "$r" RESTORE_CREATORS)
 	# The native legs move the GPU memory in use: the shared bytes plus each process's own.
 	local gpu=$((gib * (1 << 30)))
-	[ "$content" = host ] && gpu=0 # (host content: the shared bytes were released before; the rest is not counted)
+	[ "$content" = native ] || gpu=0 # (host, file: the shared bytes were released before; the rest is not counted)
 	printf "%-4s %-6s %-5s | %5s %5s | %5s %5s | %5s %5s | %6s %6s | %5s %5s | %5s %5s | %6s %6s | %6s | %s/2\n" \
 		"$gib" "$content" "$place" "$(secs "$ps")" "$(rate "$pb" "$ps")" "$(secs "$ns")" "$(rate "$gpu" "$ns")" \
 		"$(secs "$ds")" "$(rate "$db" "$ds")" "$(secs "$cs")" "$(rate "$cb" "$cs")" "$(secs "$nr")" \
@@ -140,7 +141,7 @@ for gib in $sizes; do
 		for content in $contents; do
 			group_run "$gib" "$content" "$place" "$base/g-$gib-$content"
 		done
-		imgs=$(cat "$base/g-$gib-host/images-bytes" 2>/dev/null || cat "$base/g-$gib-native/images-bytes")
+		imgs=$(cat "$base/g-$gib-host/images-bytes" 2>/dev/null || cat "$base"/g-"$gib"-*/images-bytes | head -1)
 		floors+=("$gib $place $imgs $(floor_run "$imgs" "$base/floor-$gib")")
 	done
 done

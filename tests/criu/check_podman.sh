@@ -5,7 +5,8 @@
 # allocations) checkpointed with `podman container checkpoint` and restored
 # with `podman container restore`, host and native content (native through the
 # plugin's configuration file, since runc gives CRIU only PATH); then one
-# exported with --export and restored with --import into a new container. Each
+# exported with --export and restored with --import into a new container (file
+# content: its files travel in the archive). Each
 # restored group verifies its bytes and sharing itself and exits 0.
 #
 # check_podman.sh --nccl (tests/e2e/test_nccl runs it, once NCCL is built): a
@@ -188,15 +189,19 @@ for content in host native; do
 	"${P[@]}" rm -f "$name" >/dev/null
 done
 
+# (file content: the shared bytes in files of their own beside the images must
+# travel in the archive and be read back from the import)
 name=grp-export ctl=$w/ctl-export
-say_conf host
+say_conf file
 criu_conf dump
 start "$name" "$ctl" || fail "cannot start $name"
 out=$("${P[@]}" container checkpoint --export "$w/export.tar.gz" "$name" 2>&1) ||
 	fail "podman container checkpoint --export: $out"
+tar -tf "$w/export.tar.gz" | grep -q 'cuda-vmm-.*\.bytes$' ||
+	fail "the exported archive holds no file of file content"
 "${P[@]}" rm -f "$name" >/dev/null
 criu_conf restore
 out=$("${P[@]}" container restore --import "$w/export.tar.gz" --name grp-imported 2>&1) ||
 	fail "podman container restore --import: $out"
 passed grp-imported "$ctl" || fail "the imported container did not pass"
-echo "ok   podman checkpoint --export, then restore --import into a new container"
+echo "ok   podman checkpoint --export, then restore --import into a new container (file content)"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "sweep.h"
+#include "cusnap/layout.h"
 
 /* The plugin's record of the images' digests (src/node/node.h: IMAGES_DIGESTS). */
 #define IMAGES_DIGESTS_NAME "cusnap-digests.json"
@@ -98,6 +99,18 @@ static void dump_restore(const char *name, const char *content, int workers, int
 	free(out);
 	CHECK_EQ(exists(dir, "cuda-vmm.state"), !plain);
 	CHECK(exists(dir, "cusnap-plugin.json"));
+	char images[PATH_MAX + 48];
+	snprintf(images, sizeof(images), "%s/images", dir);
+	int files;
+	long long bytes = e2e_content_files(images, &files);
+	CHECK_EQ(files > 0, !strcmp(content, "file")); /* (file content: beside the images, digested with them) */
+	if (files) {
+		char digests[PATH_MAX + 80];
+		snprintf(digests, sizeof(digests), "%s/cusnap-digests.json", images);
+		char *text = test_read_file(digests);
+		CHECK(bytes >= (long long)e2e_alloc_bytes() && text && contains(text, LAYOUT_CONTENT_PREFIX));
+		free(text);
+	}
 	group_dumped(&g);
 	if (rc)
 		return;
@@ -120,7 +133,7 @@ static void group_own_ns(void)
 static void multicast_and_ipc(void)
 {
 	char *mc[] = {"VMM_GROUP_MULTICAST=1", NULL}, *ipc[] = {"VMM_GROUP_IPC=1", NULL};
-	dump_restore("plug-mc", "host", 1, 1, false, false, mc);
+	dump_restore("plug-mc", "file", 1, 1, false, false, mc); /* (file content: its bytes beside the images) */
 	dump_restore("plug-ipc", "native", 1, 2, false, false, ipc);
 }
 
