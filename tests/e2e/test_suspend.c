@@ -4,11 +4,13 @@
  * without the interposer. The recovery cases are in test_recovery, the
  * refusals and the agent's argv in test_contracts, the countdown sweeps in
  * test_sweep_suspend. */
+#include <dirent.h>
 #include <stdint.h>
 
 #include "sweep.h"
 #include "cusnap/counters.h"
 #include "cusnap/json.h"
+#include "cusnap/layout.h"
 
 static char cusnap[PATH_MAX], coord[PATH_MAX + 32];
 
@@ -83,6 +85,52 @@ static void file_content(void)
 	free(log);
 	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
 	group_done(&g, 3);
+}
+
+/* The one file of file content in dir into path (NULL: none). */
+static const char *content_file(const char *dir, char *path, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	const char *found = NULL;
+	while (d && !found && (e = readdir(d)))
+		if (layout_content_name(e->d_name) && snprintf(path, len, "%s/%s", dir, e->d_name) < (int)len)
+			found = path;
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* File content damaged while the group is suspended: a resume refuses it,
+ * naming what is wrong (the allocation's CRC32C when it is damaged; the file
+ * too short, nothing made, when it is truncated), and leaves the group parked;
+ * with the file as written, the next resume completes and the workload checks
+ * every byte. */
+static void file_content_damaged(void)
+{
+	struct group g;
+	if (group_start(&g, "filebad", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char *out, state[PATH_MAX + 16], path[PATH_MAX + 96], saved[PATH_MAX + 112];
+	CHECK_EQ(group_suspend(&g, "file", &out, NULL), 0);
+	free(out);
+	snprintf(state, sizeof(state), "%s/state", g.ctl);
+	CHECK(content_file(state, path, sizeof(path)) != NULL);
+	snprintf(saved, sizeof(saved), "%s.saved", path);
+	char *cp[] = {"cp", path, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	int fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, "damage", 6, (off_t)e2e_alloc_bytes() + 100), 6); /* the second allocation */
+	close(fd);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 2, "are damaged: CRC32C");
+	char *back[] = {"cp", saved, path, NULL};
+	CHECK_EQ(test_run_cmd(back, NULL, 30000), 0);
+	CHECK_EQ(truncate(path, (off_t)e2e_alloc_bytes()), 0);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 2, "(truncated): nothing made");
+	CHECK_EQ(rename(saved, path), 0);
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
+	group_done(&g, 2);
 }
 
 /* A creator that let go of what it shared (DESIGN.md §6.2): the first worker
@@ -535,6 +583,8 @@ int main(void)
 	test_run("suspend/resume, native content", native_content);
 	test_run("suspend/resume, file content: the bytes in a file beside the state file, none in the processes",
 		 file_content);
+	test_run("file content damaged or truncated while suspended: refused, parked; resumed from the file as written",
+		 file_content_damaged);
 	test_run("a creator that let go: an importer carries, host content", let_go_host);
 	test_run("a creator that let go: an importer carries, native content (also legacy IPC)", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);
