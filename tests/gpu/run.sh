@@ -35,8 +35,10 @@
 #      checked by kernels before a suspend, after resumes in both content modes,
 #      and after a CRIU checkpoint (--tcp-established) and restore
 #   D  the data path leg by leg (PREPARE, native checkpoint and restore,
-#      RESTORE_CREATORS) in GiB/s for 4 GiB shared, both content modes, beside
-#      cuMemcpy into pinned and pageable memory
+#      RESTORE_CREATORS) in GiB/s for 4 GiB shared, host, file and native
+#      content, beside cuMemcpy into pinned and pageable memory (open question:
+#      file content's 2 x 8 MiB pinned staging, copies overlapped with the
+#      writes, against the arena's one batch: which is faster on a GPU?)
 #   E1-E6 kernel-verified sharing, suspend/resume in both content modes with GPU
 #      memory dropping, the no-interposer behaviour, re-export after a native
 #      restore, host-mode copy rate >= 0.8 x a pinned cuMemcpy baseline (enforced),
@@ -588,7 +590,7 @@ run d-copy 60 "$B/gpu/copy_bench" "$copy_bytes"
 copyrates=$(tr '\n' ' ' <"$logs/d-copy.log")
 if start d "$cusnap" run -- "$group" --workers 1 --allocs 4 --size $((dp_bytes / 4)); then
 	legs= ok=yes
-	for content in host native; do
+	for content in host file native; do
 		before=$(gpu_used)
 		if run "d-$content-suspend" 180 "$cusnap" suspend --json --pid "$pid" --content $content --dir "$work/s-d-$content"; then
 			after=$(gpu_used)
