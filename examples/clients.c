@@ -21,6 +21,7 @@
  * process; exit 0 only when every process passed. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -438,11 +439,16 @@ static int nccl_worker(int sock)
 	return rc;
 }
 
-/* A process that only holds a context: a participant with nothing shared. */
-static int front_end(void)
+/* A process that only holds a context: a participant with nothing shared. It
+ * says so on up (a byte) once it has one, before the parent may say the group
+ * is ready. */
+static int front_end(int up)
 {
 	if (use_device(0) < 0)
 		return -1;
+	if (write(up, "c", 1) != 1)
+		return -1;
+	close(up);
 	return wait_file("restore-complete");
 }
 
@@ -720,13 +726,24 @@ static int pair(int (*parent)(int), int (*worker)(int), bool front)
 		_exit(report(rc));
 	}
 	pid_t f = -1;
+	int up[2] = {-1, -1};
+	if (front && pipe2(up, O_CLOEXEC) < 0)
+		return 1;
 	if (front && (f = fork()) == 0) {
 		close(sv[0]);
 		close(sv[1]);
+		close(up[0]);
 		snprintf(role, sizeof(role), "front");
-		_exit(report(load_driver() < 0 ? -1 : front_end()));
+		_exit(report(load_driver() < 0 ? -1 : front_end(up[1])));
 	}
 	close(sv[1]);
+	if (front) { /* (the front end's context first: the group is ready only with it) */
+		char c;
+		close(up[1]);
+		if (read(up[0], &c, 1) != 1)
+			check(0, "the front-end process did not make its context");
+		close(up[0]);
+	}
 	int rc = load_driver() < 0 ? -1 : parent(sv[0]);
 	int status = 0;
 	if (waitpid(w, &status, 0) != w || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
