@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The countdown fault sweeps over cusnap suspend and resume (sweep.h): every
  * driver call each makes, in the creator and in an importer, both content
- * modes; a sample under the sanitizers, all of it in `make sweep`. */
+ * modes, and file content in the creator; a sample under the sanitizers, all of it in `make sweep`. */
 #include "sweep.h"
 
 /* The countdown sweeps over suspend and resume (sweep.h): both content modes,
@@ -48,11 +48,25 @@ static void sweeps_contiguous(void)
 	CHECK(cases > 0);
 }
 
+/* File content (DESIGN.md §6.2): a fault anywhere in the suspend or the
+ * resume of the parent, the creator that writes and reads the file. */
+static void sweeps_file(void)
+{
+	static const enum sweep_op ops[] = {SWEEP_SUSPEND, SWEEP_RESUME};
+	int cases = 0;
+	for (int o = 0; o < 2; o++)
+		if (sweep_selected(o))
+			cases += sweep_run(&(struct sweep){.op = ops[o], .content = "file", .role = "parent"});
+	printf("     countdown sweeps (file content, in the parent): %d fault cases\n", cases);
+	CHECK(cases > 0);
+}
+
 int main(void)
 {
 	e2e_init("sweep-suspend");
 	test_run("countdown sweeps over every driver call of suspend and resume", sweeps);
 	test_run("the same with a creator that let go: a worker carries", sweeps_let_go);
 	test_run("the resume of contiguous mappings, granted together", sweeps_contiguous);
+	test_run("file content: a fault anywhere in the parent's suspend or resume", sweeps_file);
 	return e2e_done();
 }
