@@ -53,7 +53,7 @@ static void print_warning(const char *what)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|native] PARTICIPANTS\n"
+	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|file|native] PARTICIPANTS\n"
 		   "       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
 		   "       snapshot-cuda-vmm --abort PARTICIPANTS\n"
 		   "       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
@@ -68,8 +68,9 @@ static void usage(FILE *f)
 		   "  --abort            rebuild participants left part way through a prepare\n"
 		   "  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
 		   "  --inspect-state D  print the state file D/cuda-vmm.state\n"
-		   "  --content MODE     host (default): save shared bytes in the processes; native: keep them on\n"
-		   "                     the device for the native checkpoint to save\n"
+		   "  --content MODE     host (default): save shared bytes in the processes; file: in files of\n"
+		   "                     their own in DIR; native: keep them on the device for the native\n"
+		   "                     checkpoint to save\n"
 		   "  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
 		   "  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
 		   "                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"

@@ -85,7 +85,7 @@ static const struct command commands[] = {
 	 O(PID) | O(DIR) | O(LEAVE_RUNNING) | O(CONTENT) | O(CRIU) | O(WAIT_READY) | O(REQUIRE_INTERPOSER) | O(JSON) |
 		 O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) | O(TCP_ESTABLISHED) | O(CRIU_CONFIG) | GROUP_OPTIONS |
 		 O(QUIET) | O(METRICS_DIR),
-	 "--pid PID --dir DIR [--leave-running] [--content host|native]\n"
+	 "--pid PID --dir DIR [--leave-running] [--content host|file|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
 	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
@@ -106,7 +106,7 @@ static const struct command commands[] = {
 	{"suspend", cmd_suspend,
 	 O(PID) | O(DIR) | O(CONTENT) | O(REQUIRE_INTERPOSER) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) |
 		 GROUP_OPTIONS | O(QUIET) | O(METRICS_DIR),
-	 "--pid PID [--dir DIR] [--content host|native] [--require-interposer] [--job-file F]\n"
+	 "--pid PID [--dir DIR] [--content host|file|native] [--require-interposer] [--job-file F]\n"
 	 "            [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
 	 "release all GPU memory of the process tree rooted at PID, in place: prepare shared\n"
 	 "VMM memory (when the tree runs under the interposer), then lock and checkpoint\n"

@@ -158,7 +158,7 @@ void settings_help(FILE *out)
 					   [COUNT] = "N",
 					   [BYTES] = "BYTES",
 					   [FLAG] = "",
-					   [CONTENT] = "host|native",
+					   [CONTENT] = "host|file|native",
 					   [PATH] = "PATH",
 					   [DEVMAP] = "auto|OLD=NEW,..."};
 	for (size_t i = 0; i < NROWS; i++) {

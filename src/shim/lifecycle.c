@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The lifecycle (DESIGN.md §6): QUIESCE, PREPARE in host or native content mode,
+/* The lifecycle (DESIGN.md §6): QUIESCE, PREPARE in host, file or native content mode,
  * RESTORE_CREATORS, RESTORE_IMPORTERS and RESUME, run on an endpoint
  * thread for the coordinator.
  *
@@ -7,7 +7,7 @@
  * records: mappings are unmapped (their reservations stay), importers drop their
  * imports, and a creator either keeps one driver reference (native: the
  * reference the native checkpoint saves, native_ref) or copies its bytes into memory of this
- * process and releases the allocation (host). RESTORE_* re-attaches at the
+ * process (host) or the file the coordinator gave (file) and releases the allocation. RESTORE_* re-attaches at the
  * recorded addresses with the recorded access, and the application's logical
  * handles follow their records to the new driver handles. Each allocation and
  * each mapping carries its own detached mark, so a rebuild after a failure half
