@@ -58,6 +58,25 @@ int content_files_create(const char *dir, const struct topo_participant *p, size
 	return rc;
 }
 
+long content_files_oversize(const struct topo_participant *p, size_t n, const int *fds, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t bound = 0;
+		for (size_t k = 0; k < p[i].nallocs; k++)
+			if (p[i].allocs[k].shared)
+				bound += (p[i].allocs[k].size + 4095) & ~(uint64_t)4095;
+		struct stat st;
+		if (fds[i] >= 0 && fstat(fds[i], &st) == 0 && (uint64_t)st.st_size > bound) {
+			snprintf(err, errlen,
+				 "its file of file content holds %lld bytes, more than the %llu of everything it "
+				 "shares",
+				 (long long)st.st_size, (unsigned long long)bound);
+			return (long)i;
+		}
+	}
+	return -1;
+}
+
 void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -242,6 +242,13 @@ static int prepare_unicast(struct run *x)
 	if (file)
 		content_files_trim(x->o->dir, x->now, x->n, x->files);
 	x->r->bytes = bytes_of(x->calls, x->n);
+	char why[256];
+	long big = bad < 0 && file ? content_files_oversize(x->now, x->n, x->files, why, sizeof(why)) : -1;
+	if (big >= 0) { /* (a workload that wrote through the descriptor it was lent: refused, undone) */
+		snprintf(x->calls[big].err, sizeof(x->calls[big].err), "%s", why);
+		x->calls[big].status = PROTO_E_MALFORMED;
+		bad = big;
+	}
 	if (bad >= 0) {
 		stage_error(x->r, &x->calls[bad], "PREPARE");
 		return -1;
@@ -524,6 +531,7 @@ int coord_prepare(struct coord_target *t, size_t n, const struct coord_options *
 		char saved[1200];
 		snprintf(saved, sizeof(saved), "%.1150s", r->error);
 		memcpy(x.sel, x.touched, n * sizeof(*x.sel));
+		x.files_known = x.files_known || o->content != PROTO_CONTENT_FILE; /* (none to look for) */
 		x.r = &ar;
 		struct coord_options undo = *o;
 		undo.timeout_ms = coord_undo_timeout_ms(o->timeout_ms);
