@@ -33,7 +33,9 @@ struct bench_group {
 /* BENCH_VERBOSE: the coordinator's stages on stderr as they complete. */
 static inline void bench_stage(const char *stage, double ms, const char *note)
 {
-	fprintf(stderr, "bench: %-24s %8.1f ms  %s\n", stage, ms, note);
+	/* (ending at CLOCK_MONOTONIC's "at": `perf record -k CLOCK_MONOTONIC` and
+	 * `perf script --time` profile a stage alone) */
+	fprintf(stderr, "bench: %-24s %8.1f ms  at %.6f s  %s\n", stage, ms, now_ms() / 1000, note);
 }
 
 static inline const char *bench_bin(void)

@@ -5,7 +5,8 @@
  * (native steps included); and validation alone on 1,000,000 records. In each
  * group participant 0 creates the N allocations and the others import and map
  * all of them. Prints tables.
- *   build/bench/lifecycle [--quick]    (BENCH_ONLY=P,N: that shape only) */
+ *   build/bench/lifecycle [--quick]    (BENCH_ONLY=P,N: that shape only;
+ *   BENCH_CONTENT=host|native: that content only; BENCH_PERF_CTL: perf_ctl()) */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -105,6 +106,19 @@ static void print_cost(const char *content, int P, int N, const char *stage, con
 			printf("%33s %-36s %9.3f\n", "", call_names[i], (double)c->per_call[i] / allocs);
 }
 
+/* BENCH_PERF_CTL=FIFO: "enable" and "disable" written there around the
+ * coordinator's cycle, for `perf record -D -1 --control fifo:FIFO` to profile it alone. */
+static void perf_ctl(const char *cmd)
+{
+	const char *fifo = getenv("BENCH_PERF_CTL");
+	int fd = fifo ? open(fifo, O_WRONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		if (write(fd, cmd, strlen(cmd)) < 0)
+			perror("BENCH_PERF_CTL");
+		close(fd);
+	}
+}
+
 /* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */
 static int timed(char *const argv[], double *ms)
 {
@@ -147,7 +161,7 @@ static void run_commands(pid_t root, const char *dir, const char *ctl, int conte
 }
 
 static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands,
-		    struct cost *cprep, struct cost *crest)
+		    struct cost *cprep, struct cost *crest, double *again)
 {
 	struct bench_group g;
 	setenv("CUEMU_GRANULARITY", "64K", 1);
@@ -162,6 +176,8 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 	struct counts c0, c1, c2;
 	int rc = 0;
 	counts_read(counters, &c0);
+	if (!commands)
+		perf_ctl("enable\n");
 	if (commands) {
 		run_commands(g.root, g.dir, g.ctl, content, prep, rest);
 		rc = *prep < 0 || *rest < 0 ? -1 : 0;
@@ -182,7 +198,20 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 		if (b < 0 && a >= 0)
 			fprintf(stderr, "restore: %s\n", r.error);
 		rc = a < 0 || b < 0 ? -1 : 0;
+		if (rc == 0 && again) { /* the same group once more: host content's arena is kept */
+			t0 = now_ms();
+			a = coord_prepare(g.t, (size_t)P, &o, &r);
+			again[0] = now_ms() - t0;
+			t0 = now_ms();
+			b = a < 0 ? -1 : coord_restore(g.t, (size_t)P, &o, &r);
+			again[1] = now_ms() - t0;
+			if (a < 0 || b < 0)
+				fprintf(stderr, "second cycle: %s\n", r.error);
+			rc = a < 0 || b < 0 ? -1 : 0;
+		}
 	}
+	if (!commands)
+		perf_ctl("disable\n");
 	if (cprep)
 		*cprep = cost_of(&c0, &c1);
 	if (crest)
@@ -261,7 +290,10 @@ int main(int argc, char **argv)
 	size_t nseen = 0;
 	printf("%-8s %12s %12s %8s %12s %12s %12s\n", "content", "participants", "allocations", "records", "prepare ms",
 	       "restore ms", "total ms");
+	const char *content_only = getenv("BENCH_CONTENT");
 	for (int c = 1; c <= 2; c++) {
+		if (content_only && strcmp(content_only, proto_content_name((uint32_t)c)) != 0)
+			continue;
 		for (int pi = 0; pi < 4; pi++) {
 			for (int ai = 0; ai < 5; ai++) {
 				if (quick && (parts[pi] > 8 || allocs[ai] > 1024))
@@ -270,16 +302,20 @@ int main(int argc, char **argv)
 				if (only && (atoi(only) != parts[pi] ||
 					     atoi(strchr(only, ',') ? strchr(only, ',') + 1 : "0") != allocs[ai]))
 					continue;
-				double prep = 0, rest = 0;
+				double prep = 0, rest = 0, again[2] = {0};
 				size_t records = 0;
 				struct cost cp, cr;
-				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr) < 0) {
+				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr,
+					     c == PROTO_CONTENT_HOST ? again : NULL) < 0) {
 					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi],
 					       allocs[ai]);
 					continue;
 				}
 				printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native",
 				       parts[pi], allocs[ai], records, prep, rest, prep + rest);
+				if (c == PROTO_CONTENT_HOST)
+					printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", "  again", parts[pi],
+					       allocs[ai], records, again[0], again[1], again[0] + again[1]);
 				fflush(stdout);
 				if (nseen < 32)
 					seen[nseen++] = (struct seen){c == 1 ? "host" : "native", parts[pi], allocs[ai],
@@ -287,6 +323,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	printf("(again: the same group prepared and restored once more, host content's arena kept)\n");
 	/* What a GPU node pays for, which does not move with the machine. */
 	printf("\nper allocation record (P x N): driver calls, cuemu's mapping syscalls, the shim's, TLB\n"
 	       "shootdown interrupts (all CPUs, machine-wide);\n"
@@ -301,10 +338,12 @@ int main(int argc, char **argv)
 	printf("\n%-8s %12s %12s %12s %12s %12s\n", "content", "participants", "allocations", "suspend ms", "resume ms",
 	       "total ms");
 	for (int c = 1; c <= 2; c++) {
+		if (content_only && strcmp(content_only, proto_content_name((uint32_t)c)) != 0)
+			continue;
 		int P = 8, N = quick ? 1024 : 4096;
 		double sus = 0, res = 0;
 		size_t records = 0;
-		if (run_case(P, N, c, &sus, &res, &records, true, NULL, NULL) < 0)
+		if (run_case(P, N, c, &sus, &res, &records, true, NULL, NULL, NULL) < 0)
 			printf("%-8s %12d %12d   failed (cusnap suspend/resume)\n", c == 1 ? "host" : "native", P, N);
 		else
 			printf("%-8s %12d %12d %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", P, N, sus, res,

@@ -77,8 +77,12 @@ static CUresult do_checkpoint(void)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
-	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n))
-		emu_revoke(n->start, n->end - n->start);
+	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
+		struct emu_mapping *m = (struct emu_mapping *)n;
+		if (m->placed || m->alloc->kind != EMU_OBJ_MEMORY)
+			emu_revoke(n->start, n->end - n->start);
+		m->placed = false;
+	}
 	emu_revoke_flush(); /* (with whatever cuMemUnmap left queued) */
 	checkpointed_devices = 0;
 	struct emu_alloc *a;
@@ -245,9 +249,13 @@ static CUresult do_restore(const int *map)
 			if (m->access[d] > access[map[d]])
 				access[map[d]] = m->access[d];
 		memcpy(m->access, access, sizeof(access));
-		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, emu_mapping_prot(m),
-			     MAP_SHARED | MAP_FIXED, m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
+		int prot = emu_mapping_prot(m);
+		if (prot == PROT_NONE) /* (placed by its first grant) */
+			continue;
+		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, prot, MAP_SHARED | MAP_FIXED,
+			     m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		m->placed = true;
 	}
 	struct emu_ctx *primaries[EMU_MAX_DEVICES] = {0};
 	unsigned refs[EMU_MAX_DEVICES] = {0};

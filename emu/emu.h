@@ -117,6 +117,7 @@ struct emu_mapping {
 	size_t offset;                         /* bytes into the allocation */
 	unsigned char access[EMU_MAX_DEVICES]; /* CUmemAccess_flags per device */
 	unsigned char host_access;             /* CUmemAccess_flags of the CPU (HOST/HOST_NUMA locations) */
+	bool placed; /* the memory is mmapped at the range (from its first grant, or a native restore) */
 };
 
 #define EMU_MAX_NUMA_NODES 64
@@ -220,8 +221,8 @@ EMU_API int cuemu_live_allocations(void);
 struct emu_mapping *emu_mapping_at(uint64_t va);
 int emu_memfd(const char *kind, int device, unsigned types, size_t size);
 /* Set the protection of a memory mapping from its merged access list;
- * prot_before: what it had (PROT_NONE: never accessible, so never faulted in),
- * or -1 when unknown. */
+ * prot_before: what it had (PROT_NONE: nothing of it can have been faulted in),
+ * or -1 when unknown. The first grant places the memory at the range. */
 int emu_mapping_apply(struct emu_mapping *m, int prot_before);
 int emu_mapping_prot(const struct emu_mapping *m);
 void emu_alloc_unref(struct emu_alloc *a);

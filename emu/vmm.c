@@ -8,11 +8,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cusnap/hostmem.h"
 #include "cusnap/log.h"
 #include "emu.h"
+
+#define MEMFD_XATTR "user.cuemu.name"
 
 static bool aligned(uint64_t v)
 {
@@ -34,7 +37,32 @@ int emu_memfd(const char *kind, int device, unsigned types, size_t size)
 		close(fd);
 		return e;
 	}
+	/* The name again where an importer reads it in one call on the
+	 * descriptor (best effort: memfds have user attributes since Linux 6.6;
+	 * without, it reads the name's link). */
+	(void)fsetxattr(fd, MEMFD_XATTR, name, strlen(name), 0);
 	return fd;
+}
+
+/* The name of the memfd behind fd ("cuemu-..."), NUL-terminated: its length,
+ * or -1 when fd is no memfd. */
+static ssize_t memfd_name(int fd, char *out, size_t len)
+{
+	ssize_t n = fgetxattr(fd, MEMFD_XATTR, out, len - 1);
+	if (n > 0) {
+		out[n] = '\0';
+		return n;
+	}
+	char link[64], target[256];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return -1;
+	target[n] = '\0';
+	static const char prefix[] = "/memfd:";
+	if (strncmp(target, prefix, sizeof(prefix) - 1) != 0)
+		return -1;
+	return snprintf(out, len, "%s", target + sizeof(prefix) - 1);
 }
 
 int emu_backing(struct emu_alloc *a)
@@ -301,15 +329,20 @@ int emu_mapping_apply(struct emu_mapping *m, int prot_before)
 		return emu_mc_layout(m);
 	size_t len = m->node.end - m->node.start;
 	int prot = emu_mapping_prot(m);
-	if (prot == prot_before)
+	if (prot == prot_before || (prot == PROT_NONE && !m->placed))
 		return 0;
-	if (prot_before == PROT_NONE) {
-		/* The first grant: nothing of it was ever faulted in, so one mapping
-		 * with its protection, populated, replaces the inaccessible one (one
-		 * call where a protection change and a fault-in took two). */
+	if (prot_before == PROT_NONE || !m->placed) {
+		/* Access granted where there was none: nothing of the range was
+		 * faulted in, so one mapping of the memory with its protection,
+		 * populated, replaces the inaccessible one (the reservation's, until
+		 * the first grant): one call where placing the memory, changing its
+		 * protection and faulting it in took three. */
 		void *p = emu_mmap((void *)(uintptr_t)m->node.start, len, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
 				   m->alloc->fd, (off_t)m->offset);
-		return p == MAP_FAILED ? -errno : 0;
+		if (p == MAP_FAILED)
+			return -errno;
+		m->placed = true;
+		return 0;
 	}
 	if (emu_mprotect((void *)(uintptr_t)m->node.start, len, prot) < 0)
 		return -errno;
@@ -365,14 +398,9 @@ CUresult emu_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAl
 	m->alloc = a;
 	m->offset = offset;
 	if (a->kind == EMU_OBJ_MEMORY) {
+		/* Inaccessible until cuMemSetAccess grants a location access: the
+		 * range stays the reservation's until then (emu_mapping_apply). */
 		if (emu_backing(a) < 0) {
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
-			goto out;
-		}
-		/* Inaccessible until cuMemSetAccess grants a location access. */
-		void *p = emu_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
-				   (off_t)offset);
-		if (p == MAP_FAILED) {
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
 		}
@@ -443,7 +471,8 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 	for (size_t i = 0; i < n; i++) {
 		struct emu_mapping *m = list[i];
 		size_t len = m->node.end - m->node.start;
-		emu_revoke(m->node.start, len); /* back to an inaccessible part of the reservation */
+		if (m->placed || m->alloc->kind != EMU_OBJ_MEMORY) /* (else never left the reservation) */
+			emu_revoke(m->node.start, len); /* back to an inaccessible part of the reservation */
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)
 			r->mappings--;
@@ -598,18 +627,15 @@ int emu_mc_attach(struct emu_alloc *a);
 
 CUresult emu_import_fd(CUmemGenericAllocationHandle *handle, int fd)
 {
-	char link[64], target[256];
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	ssize_t len = fd >= 0 ? readlink(link, target, sizeof(target) - 1) : -1;
-	if (len <= 0)
+	char name[256];
+	if (fd < 0 || memfd_name(fd, name, sizeof(name)) <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	target[len] = '\0';
 	char kind[8];
 	int dev;
 	unsigned types;
 	struct stat st;
-	/* Only our own exports: "/memfd:cuemu-<kind>-d<dev>-t<types>-..." */
-	if (sscanf(target, "/memfd:cuemu-%7[a-z]-d%d-t%u-", kind, &dev, &types) != 3 || fstat(fd, &st) < 0)
+	/* Only our own exports: "cuemu-<kind>-d<dev>-t<types>-..." */
+	if (sscanf(name, "cuemu-%7[a-z]-d%d-t%u-", kind, &dev, &types) != 3 || fstat(fd, &st) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	bool mc = strcmp(kind, "mc") == 0;
 	CUmemLocationType where = !strcmp(kind, "hnuma")  ? CU_MEM_LOCATION_TYPE_HOST_NUMA

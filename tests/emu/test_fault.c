@@ -43,6 +43,10 @@ static void map_second_fails(void)
 	/* The failed call left nothing behind: the same range maps now. */
 	CHECK_CU(cuMemMap(va + 2 * MiB, 2 * MiB, 0, h, 0));
 	CHECK_CU(cuMemMap(va + 4 * MiB, 2 * MiB, 0, h, 0));
+	/* Placed at their first grant: three mappings of the memory. */
+	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu"), 0);
+	CUmemAccessDesc rw = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CHECK_CU(cuMemSetAccess(va, 6 * MiB, &rw, 1));
 	CHECK_EQ(test_count_maps(getpid(), "memfd:cuemu"), 3);
 }
 

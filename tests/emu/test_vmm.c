@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "../harness/test.h"
@@ -321,6 +322,45 @@ static void export_import_same_process(void)
 	CHECK_CU(cuMemRelease(h));
 }
 
+/* A memfd of one granule named name, with the attribute an import reads
+ * first (attr) or none. */
+static int named_memfd(const char *name, const char *attr)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(ftruncate(fd, (off_t)gran) == 0);
+	if (attr && fsetxattr(fd, "user.cuemu.name", attr, strlen(attr), 0) < 0) {
+		close(fd);
+		return -1; /* (no user attributes on memfds here: before Linux 6.6) */
+	}
+	return fd;
+}
+
+/* Does importing fd succeed? */
+static bool imports(int fd)
+{
+	CUmemGenericAllocationHandle h;
+	CUresult rc = cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (rc == CUDA_SUCCESS)
+		CHECK_CU(cuMemRelease(h));
+	close(fd);
+	return rc == CUDA_SUCCESS;
+}
+
+/* An import knows cuemu's memfds by the attribute that carries their name,
+ * and by the name itself where there is no attribute. */
+static void import_by_name(void)
+{
+	CHECK(imports(named_memfd("cuemu-mem-d0-t1-1.1", NULL)));
+	CHECK(!imports(named_memfd("something-else", NULL)));
+	int fd = named_memfd("something-else", "cuemu-mem-d0-t1-1.1");
+	if (fd >= 0)
+		CHECK(imports(fd));
+	fd = named_memfd("cuemu-mem-d0-t1-1.1", "something-else");
+	if (fd >= 0)
+		CHECK(!imports(fd));
+}
+
 static int host_fn_ran;
 static void CUDA_CB host_fn(void *arg)
 {
@@ -550,10 +590,11 @@ static uint64_t emu_maps(void)
 	return n;
 }
 
-/* What a restore pays per mapping: cuMemMap puts the allocation in place of
- * the reservation (one call), its first cuMemSetAccess maps it populated with
- * its protection (one call, not a protection change and a fault-in); a grant
- * that changes nothing costs nothing. */
+/* What a restore pays per mapping: cuMemMap leaves the reservation in place
+ * (no call), its first cuMemSetAccess maps the allocation there populated with
+ * its protection (one call, not a placement, a protection change and a
+ * fault-in); a grant that changes nothing costs nothing, and a mapping never
+ * granted is unmapped for nothing. */
 static void mapping_syscalls(void)
 {
 	CUmemAllocationProp p = emu_prop(0);
@@ -563,12 +604,18 @@ static void mapping_syscalls(void)
 	CHECK_CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
 	uint64_t before = emu_maps();
 	CHECK_CU(cuMemMap(va, 4 * gran, 0, h, 0));
+	CHECK_CU(cuMemUnmap(va, 4 * gran));
+	int ver;
+	CHECK_CU(cuDriverGetVersion(&ver)); /* (where a queued revocation would run) */
+	CHECK_EQ(emu_maps() - before, 0u);
+	CHECK_CU(cuMemMap(va, 4 * gran, 0, h, 0));
+	CHECK_EQ(emu_maps() - before, 0u);
 	CUmemAccessDesc d0 = emu_access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	CUmemAccessDesc d1 = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
 	CHECK_CU(cuMemSetAccess(va, 4 * gran, &d0, 1));
-	CHECK_EQ(emu_maps() - before, 2u);
+	CHECK_EQ(emu_maps() - before, 1u);
 	CHECK_CU(cuMemSetAccess(va, 4 * gran, &d1, 1)); /* still read-write for the CPU */
-	CHECK_EQ(emu_maps() - before, 2u);
+	CHECK_EQ(emu_maps() - before, 1u);
 	/* Resident, and the bytes are the allocation's. */
 	memset((void *)(uintptr_t)va, 0x5a, 4 * gran);
 	unsigned char back[16];
@@ -665,7 +712,8 @@ int main(void)
 	test_run("properties and granularity", properties_and_granularity);
 	test_run("unaligned sizes and addresses rejected", unaligned_rejected);
 	test_run("access is merged per location", access_merged);
-	test_run("a mapping and its first grant: two mapping syscalls", mapping_syscalls);
+	test_run("a mapping and its first grant: one mapping syscall", mapping_syscalls);
+	test_run("an import reads the memfd's name from its attribute, or its link", import_by_name);
 	test_run("unmaps in a row revoked together by the next call", unmaps_revoked_together);
 	test_run("out of memory beyond CUEMU_MEMORY", out_of_memory);
 	test_run("NULL and unknown handles", null_and_unknown);
