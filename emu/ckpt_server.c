@@ -252,8 +252,8 @@ static CUresult do_restore(const int *map)
 		int prot = emu_mapping_prot(m);
 		if (prot == PROT_NONE) /* (placed by its first grant) */
 			continue;
-		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, prot, MAP_SHARED | MAP_FIXED,
-			     m->alloc->fd, (off_t)m->offset) == MAP_FAILED)
+		if (emu_mmap((void *)(uintptr_t)n->start, n->end - n->start, prot, MAP_SHARED | MAP_FIXED, m->alloc->fd,
+			     (off_t)m->offset) == MAP_FAILED)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		m->placed = true;
 	}

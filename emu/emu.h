@@ -218,6 +218,8 @@ int emu_backing(struct emu_alloc *a);
 int emu_live_memory(void);
 /* The same, exported for the test suites (not a CUDA entry point). */
 EMU_API int cuemu_live_allocations(void);
+/* Bytes of memory mappings (placed: only those placed at their range). */
+EMU_API unsigned long long cuemu_mapped_bytes(int placed);
 struct emu_mapping *emu_mapping_at(uint64_t va);
 int emu_memfd(const char *kind, int device, unsigned types, size_t size);
 /* Set the protection of a memory mapping from its merged access list;

@@ -93,6 +93,19 @@ EMU_API int cuemu_live_allocations(void)
 	return emu_live_memory();
 }
 
+EMU_API unsigned long long cuemu_mapped_bytes(int placed)
+{
+	unsigned long long total = 0;
+	pthread_mutex_lock(&emu.lock);
+	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
+		const struct emu_mapping *m = (const struct emu_mapping *)n;
+		if (m->alloc->kind == EMU_OBJ_MEMORY && (!placed || m->placed))
+			total += n->end - n->start;
+	}
+	pthread_mutex_unlock(&emu.lock);
+	return total;
+}
+
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h)
 {
 	struct emu_alloc *a = hmap_get(&emu.allocs, h);
@@ -472,7 +485,7 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 		struct emu_mapping *m = list[i];
 		size_t len = m->node.end - m->node.start;
 		if (m->placed || m->alloc->kind != EMU_OBJ_MEMORY) /* (else never left the reservation) */
-			emu_revoke(m->node.start, len); /* back to an inaccessible part of the reservation */
+			emu_revoke(m->node.start, len);            /* back to an inaccessible part of the reservation */
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)
 			r->mappings--;

@@ -340,7 +340,8 @@ static int named_memfd(const char *name, const char *attr)
 static bool imports(int fd)
 {
 	CUmemGenericAllocationHandle h;
-	CUresult rc = cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUresult rc = cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+						     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	if (rc == CUDA_SUCCESS)
 		CHECK_CU(cuMemRelease(h));
 	close(fd);

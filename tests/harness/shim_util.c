@@ -81,7 +81,8 @@ unsigned long long emu_mapped_bytes(void)
 	}
 	if (f)
 		fclose(f);
-	return total;
+	CHECK_EQ(total, cuemu_mapped_bytes(1)); /* what the host has mapped is what cuemu placed */
+	return cuemu_mapped_bytes(0);
 }
 
 unsigned long long topo_mapped_bytes(const struct topo_participant *p)

@@ -25,8 +25,11 @@ void shim_endpoint_of(pid_t pid, struct coord_target *t);
 /* INSPECT a participant (this process by default). Returns 0 or a proto_status. */
 int shim_inspect(pid_t pid, struct topo_participant *p);
 
-/* cuemu's view of this process: live allocations (its test hook) and mapped bytes. */
+/* cuemu's view of this process: live allocations and mapped bytes (its test
+ * hooks; the mappings placed at their range are checked against
+ * /proc/self/maps on the way). */
 int cuemu_live_allocations(void);
+unsigned long long cuemu_mapped_bytes(int placed);
 int emu_live_allocs(void);
 
 unsigned long long emu_mapped_bytes(void);
