@@ -146,15 +146,28 @@ static int find_endpoint(int pid, char *out, size_t outlen)
 	int rc = -ENOENT;
 	for (int attempt = 0; rc == -ENOENT && ninodes && attempt < 3; attempt++)
 		rc = listed_endpoint(pid, inodes, ninodes, out, outlen);
-	/* Not listed, yet the process has sockets: where its server would bind. */
-	struct stat st;
-	if (rc == -ENOENT && ninodes && conventional_endpoint(pid, out, outlen) == 0 && stat(out, &st) == 0 &&
-	    S_ISSOCK(st.st_mode)) {
-		LOG_AT(LOG_WARN, "process %d: its checkpoint socket is not in /proc/%d/net/unix; trying %s", pid, pid,
-		       out);
-		rc = 0;
-	}
 	return rc;
+}
+
+/* A connection to pid's checkpoint endpoint where its server binds it
+ * (conventional_endpoint), if the socket listening there is pid's own (its
+ * peer credentials): the descriptor, or -1. One lookup, where find_endpoint
+ * reads every descriptor pid holds (4,096 imports are 4,096 links to read),
+ * which remains for a server bound elsewhere (its CUEMU_RUN_DIR set after
+ * exec) or a PID namespace this process cannot see into. */
+static int connect_conventional(int pid)
+{
+	char path[4400];
+	if (conventional_endpoint(pid, path, sizeof(path)) < 0)
+		return -1;
+	int fd = usock_connect(path);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (fd >= 0 && (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.pid != pid)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
 }
 
 /* The observed TID of the thread whose innermost-namespace TID is nstid. */
@@ -201,18 +214,23 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!proc_is_process("/proc", pid))
 		return CUDA_ERROR_INVALID_VALUE;
-	char path[4400];
-	int found = find_endpoint(pid, path, sizeof(path));
-	if (found == -ENOENT)
-		return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
-	if (found < 0) {
-		LOG_AT(LOG_WARN, "process %d: cannot look for its checkpoint endpoint: %s", pid, strerror(-found));
-		return CUDA_ERROR_NOT_INITIALIZED;
-	}
-	int fd = usock_connect(path);
+	int fd = connect_conventional(pid);
 	if (fd < 0) {
-		LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
-		return CUDA_ERROR_NOT_INITIALIZED;
+		char path[4400];
+		int found = find_endpoint(pid, path, sizeof(path));
+		if (found == -ENOENT)
+			return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
+		if (found < 0) {
+			LOG_AT(LOG_WARN, "process %d: cannot look for its checkpoint endpoint: %s", pid,
+			       strerror(-found));
+			return CUDA_ERROR_NOT_INITIALIZED;
+		}
+		fd = usock_connect(path);
+		if (fd < 0) {
+			LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path,
+			       strerror(-fd));
+			return CUDA_ERROR_NOT_INITIALIZED;
+		}
 	}
 	struct ckpt_request r = {.op = op, .timeout_ms = timeout_ms, .npairs = npairs, .job = emu_job_caller_key()};
 	for (unsigned i = 0; i < npairs; i++) {

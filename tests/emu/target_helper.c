@@ -4,11 +4,12 @@
  *
  *   target_helper DIR NAME [--dev N] [--size BYTES] [--seed S] [--also DEV]
  *                 [--serve] [--import PEER] [--forward PEER] [--multicast] [--busy MS]
- *                 [--no-context] [--fabric]
+ *                 [--no-context] [--fabric] [--run-dir DIR]
  *
  * --serve sends each peer that connects to DIR/NAME.share a fresh export of the
  * allocation; --forward PEER takes one export from PEER, caches a dup of it and
- * sends that to each peer instead (no CUDA at all).
+ * sends that to each peer instead (no CUDA at all). --run-dir sets CUEMU_RUN_DIR
+ * after exec, where /proc/PID/environ does not show it.
  *
  * Writes DIR/NAME.ready ("nspid va size") once set up, then executes each command
  * written to DIR/NAME.cmd and answers in DIR/NAME.out:
@@ -223,6 +224,8 @@ int main(int argc, char **argv)
 			multicast = 1;
 		else if (!strcmp(argv[i], "--no-context"))
 			no_context = 1;
+		else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc)
+			setenv("CUEMU_RUN_DIR", argv[++i], 1); /* (before cuInit starts the endpoint) */
 		else {
 			fprintf(stderr, "target_helper: unknown option %s\n", argv[i]);
 			return 64;

@@ -3,7 +3,9 @@
  * lock timeout, gpuPairs, documented driver behaviours. */
 #include <dirent.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "ckpt_util.h"
 
@@ -267,6 +269,64 @@ static void stale_sockets_swept(void)
 	CHECK_EQ(sockets_in(run), 0);
 }
 
+/* A process that listens at path and hangs up on whoever connects, until killed. */
+static pid_t impostor_at(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
+		CHECK(!"impostor: bind/listen");
+		return -1;
+	}
+	pid_t p = fork();
+	if (p == 0) {
+		for (int c;;)
+			if ((c = accept(fd, NULL, NULL)) >= 0)
+				close(c);
+	}
+	close(fd);
+	return p;
+}
+
+/* The endpoint is looked for where the target's server binds it (its run
+ * directory as /proc/PID/environ shows it), and taken only when the socket
+ * listening there is the target's own: one bound there by another process is
+ * passed over, and the target's real one, bound elsewhere (CUEMU_RUN_DIR set
+ * after exec), found among its descriptors. */
+static void endpoint_is_the_targets(void)
+{
+	char run[4200], elsewhere[4200], env_run[4300];
+	snprintf(run, sizeof(run), "%s/conv", target_dir);
+	snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", target_dir);
+	CHECK_EQ(mkdir(run, 0700), 0);
+	CHECK_EQ(mkdir(elsewhere, 0700), 0);
+	snprintf(env_run, sizeof(env_run), "CUEMU_RUN_DIR=%s", run);
+	char *env[] = {env_run, NULL};
+	const char *opts[] = {"--run-dir", elsewhere, NULL};
+	struct target t;
+	if (target_start(&t, "moved", opts, env) < 0)
+		return;
+	CHECK_EQ(sockets_in(run), 0);
+	CHECK_EQ(sockets_in(elsewhere), 1);
+	struct stat ns;
+	CHECK_EQ(stat("/proc/self/ns/pid", &ns), 0);
+	char conventional[4400];
+	snprintf(conventional, sizeof(conventional), "%s/cuemu-ckpt-%lu-%d.sock", run, (unsigned long)ns.st_ino,
+		 t.nspid);
+	pid_t imp = impostor_at(conventional);
+	CHECK_EQ(ck_state(t.pid), CU_PROCESS_STATE_RUNNING);
+	ck_suspend(&t);
+	ck_resume(&t);
+	TARGET_EXPECT(&t, "check 1", "PASS");
+	if (imp > 0) {
+		kill(imp, SIGKILL);
+		waitpid(imp, NULL, 0);
+	}
+	unlink(conventional);
+	target_stop(&t);
+}
+
 int main(void)
 {
 	target_dir_make("ckpt");
@@ -283,6 +343,7 @@ int main(void)
 	test_run("r615: no re-export after native restore; r580: re-export works", reexport_by_profile);
 	test_run("a live multicast object makes the checkpoint fail", multicast_blocks_checkpoint);
 	test_run("a killed CUDA process's checkpoint socket is swept by the next", stale_sockets_swept);
+	test_run("the endpoint where the server binds it, only when it is the target's own", endpoint_is_the_targets);
 	target_dir_remove();
 	return test_done();
 }
