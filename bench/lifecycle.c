@@ -6,7 +6,8 @@
  * group participant 0 creates the N allocations and the others import and map
  * all of them. Prints tables.
  *   build/bench/lifecycle [--quick]    (BENCH_ONLY=P,N: that shape only;
- *   BENCH_CONTENT=host|native: that content only; BENCH_PERF_CTL: perf_ctl()) */
+ *   BENCH_CONTENT=host|native: that content only; BENCH_ROUNDS=R: medians of R
+ *   runs of each case; BENCH_PERF_CTL: perf_ctl()) */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -269,6 +270,40 @@ static double validate_million(size_t *records)
 	return ms;
 }
 
+/* BENCH_ROUNDS: each case run that many times, its medians printed. */
+enum { MAX_ROUNDS = 15 };
+struct times {
+	double prep[MAX_ROUNDS], rest[MAX_ROUNDS], total[MAX_ROUNDS];
+	int n;
+};
+
+static void times_add(struct times *t, double prep, double rest)
+{
+	if (t->n < MAX_ROUNDS) {
+		t->prep[t->n] = prep;
+		t->rest[t->n] = rest;
+		t->total[t->n++] = prep + rest;
+	}
+}
+
+static int by_value(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return (a > b) - (a < b);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), by_value);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void times_print(const char *label, int P, int N, size_t records, struct times *t)
+{
+	printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", label, P, N, records, median(t->prep, t->n),
+	       median(t->rest, t->n), median(t->total, t->n));
+}
+
 int main(int argc, char **argv)
 {
 	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -282,6 +317,8 @@ int main(int argc, char **argv)
 	unlink(counters);
 	setenv("CUSNAP_COUNT", counters, 1);
 	static const int parts[] = {1, 4, 8, 16}, allocs[] = {64, 512, 1024, 2048, 4096};
+	int rounds = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 1;
+	rounds = rounds < 1 ? 1 : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
 	struct seen {
 		const char *content;
 		int P, N;
@@ -302,20 +339,26 @@ int main(int argc, char **argv)
 				if (only && (atoi(only) != parts[pi] ||
 					     atoi(strchr(only, ',') ? strchr(only, ',') + 1 : "0") != allocs[ai]))
 					continue;
-				double prep = 0, rest = 0, again[2] = {0};
+				struct times first = {0}, second = {0};
 				size_t records = 0;
 				struct cost cp, cr;
-				if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr,
-					     c == PROTO_CONTENT_HOST ? again : NULL) < 0) {
+				int r = 0;
+				for (; r < rounds; r++) {
+					double prep, rest, again[2];
+					if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr,
+						     c == PROTO_CONTENT_HOST ? again : NULL) < 0)
+						break;
+					times_add(&first, prep, rest);
+					times_add(&second, again[0], again[1]);
+				}
+				if (r < rounds) {
 					printf("%-8s %12d %12d   failed\n", c == 1 ? "host" : "native", parts[pi],
 					       allocs[ai]);
 					continue;
 				}
-				printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native",
-				       parts[pi], allocs[ai], records, prep, rest, prep + rest);
+				times_print(c == 1 ? "host" : "native", parts[pi], allocs[ai], records, &first);
 				if (c == PROTO_CONTENT_HOST)
-					printf("%-8s %12d %12d %8zu %12.1f %12.1f %12.1f\n", "  again", parts[pi],
-					       allocs[ai], records, again[0], again[1], again[0] + again[1]);
+					times_print("  again", parts[pi], allocs[ai], records, &second);
 				fflush(stdout);
 				if (nseen < 32)
 					seen[nseen++] = (struct seen){c == 1 ? "host" : "native", parts[pi], allocs[ai],
@@ -341,13 +384,17 @@ int main(int argc, char **argv)
 		if (content_only && strcmp(content_only, proto_content_name((uint32_t)c)) != 0)
 			continue;
 		int P = 8, N = quick ? 1024 : 4096;
-		double sus = 0, res = 0;
+		struct times t = {0};
 		size_t records = 0;
-		if (run_case(P, N, c, &sus, &res, &records, true, NULL, NULL, NULL) < 0)
+		int r = 0;
+		for (double sus, res;
+		     r < rounds && run_case(P, N, c, &sus, &res, &records, true, NULL, NULL, NULL) == 0; r++)
+			times_add(&t, sus, res);
+		if (r < rounds)
 			printf("%-8s %12d %12d   failed (cusnap suspend/resume)\n", c == 1 ? "host" : "native", P, N);
 		else
-			printf("%-8s %12d %12d %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", P, N, sus, res,
-			       sus + res);
+			printf("%-8s %12d %12d %12.1f %12.1f %12.1f\n", c == 1 ? "host" : "native", P, N,
+			       median(t.prep, t.n), median(t.rest, t.n), median(t.total, t.n));
 		fflush(stdout);
 	}
 	size_t records;
