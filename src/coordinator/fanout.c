@@ -20,17 +20,31 @@ static void *run_call(void *arg)
 	struct call *c = arg;
 	c->status = coord_request_fd(c->t->endpoint, c->op, c->payload, c->len, c->fd, c->timeout_ms, &c->reply,
 				     &c->reply_payload, c->err, sizeof(c->err));
+	/* (decoded here, while other participants are still answering) */
+	if (c->status == PROTO_OK && c->decode_into)
+		c->decoded = topo_decode(c->reply_payload, c->reply.payload_len, c->decode_into);
 	return NULL;
 }
+
+static long fan_out_into(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+			 const uint8_t *payload, size_t len, const int *fds, int timeout_ms,
+			 struct topo_participant *into);
 
 long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
 	     const uint8_t *payload, size_t len, int timeout_ms)
 {
-	return fan_out_fds(calls, t, n, selected, op, payload, len, NULL, timeout_ms);
+	return fan_out_into(calls, t, n, selected, op, payload, len, NULL, timeout_ms, NULL);
 }
 
 long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
 		 const uint8_t *payload, size_t len, const int *fds, int timeout_ms)
+{
+	return fan_out_into(calls, t, n, selected, op, payload, len, fds, timeout_ms, NULL);
+}
+
+static long fan_out_into(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+			 const uint8_t *payload, size_t len, const int *fds, int timeout_ms,
+			 struct topo_participant *into)
 {
 	pthread_t *th = calloc(n ? n : 1, sizeof(*th));
 	bool *started = calloc(n ? n : 1, sizeof(*started));
@@ -42,7 +56,8 @@ long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, con
 					 .len = len,
 					 .fd = fds ? fds[i] : -1,
 					 .timeout_ms = timeout_ms,
-					 .status = PROTO_OK};
+					 .status = PROTO_OK,
+					 .decode_into = into ? &into[i] : NULL};
 		if (selected && !selected[i])
 			continue;
 		if (!th || !started || pthread_create(&th[i], NULL, run_call, &calls[i]) != 0)
@@ -106,16 +121,17 @@ void stage_error(struct coord_report *r, const struct call *c, const char *stage
 long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bool *sel, const struct coord_options *o,
 		  struct topo_participant *p, struct coord_report *r)
 {
-	long bad = fan_out(calls, t, n, sel, PROTO_OP_INSPECT, NULL, 0, o->timeout_ms);
+	for (size_t i = 0; i < n; i++)
+		topo_free(&p[i]);
+	long bad = fan_out_into(calls, t, n, sel, PROTO_OP_INSPECT, NULL, 0, NULL, o->timeout_ms, p);
 	if (bad >= 0) {
 		stage_error(r, &calls[bad], "INSPECT");
 		return bad;
 	}
 	for (size_t i = 0; i < n; i++) {
-		topo_free(&p[i]);
 		if (sel && !sel[i])
 			continue;
-		int rc = topo_decode(calls[i].reply_payload, calls[i].reply.payload_len, &p[i]);
+		int rc = calls[i].decoded;
 		if (rc) {
 			snprintf(r->error, sizeof(r->error), "INSPECT: participant %d (ns %d): reply: %s", t[i].obs,
 				 t[i].ns, proto_status_name(rc));

@@ -18,6 +18,8 @@ struct call {
 	struct proto_header reply;
 	uint8_t *reply_payload;
 	char err[1200];
+	struct topo_participant *decode_into; /* INSPECT: the reply decoded there, in the call's thread */
+	int decoded;                          /* topo_decode's result */
 };
 
 /* One stage: op to each selected participant (NULL: all) at once; waits for
