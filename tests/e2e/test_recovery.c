@@ -370,6 +370,38 @@ static void state_read_back(void)
 	group_back_and_passing(&g, 1, "a restore reported failed that took effect");
 }
 
+/* A creator whose export fails while its importers redeem their capabilities
+ * at a resume: exit 2, naming the importer, the redemption and the creator's
+ * error, the tree half-done and parked; a second resume finishes it and the
+ * group passes. */
+static void redemption_fails(void)
+{
+	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
+	snprintf(arm, sizeof(arm), "%s/arm-redeem", e2e_root);
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
+	char *env[] = {"CUEMU_FAULT=cuMemExportToShareableHandle:1", env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
+	struct group g;
+	if (group_start(&g, "redeem", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char *out;
+	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
+	free(out);
+	test_write_file(arm, "");
+	int rc = group_resume(&g, &out, NULL);
+	unlink(arm);
+	CHECK_EQ(rc, 2);
+	CHECK_CONTAINS(out, "RESTORE_IMPORTERS");
+	CHECK_CONTAINS(out, "redeeming its capability failed");
+	CHECK_CONTAINS(out, "cuMemExportToShareableHandle failed: CUDA_ERROR_UNKNOWN");
+	CHECK_CONTAINS(out, "half-done");
+	free(out);
+	char *json = group_inspect(&g);
+	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
+	CHECK_CONTAINS(json, "\"half_done\":true");
+	free(json);
+	group_back_and_passing(&g, 0, "a redemption refused, then resumed again");
+}
+
 int main(void)
 {
 	e2e_init("recovery");
@@ -384,5 +416,6 @@ int main(void)
 	test_run("a resume with no state file rebuilds in place from the participants' records", resume_without_state);
 	test_run("a step that failed by being slow is undone under a longer deadline", slow_step_undone);
 	test_run("native steps that report an error but took effect: the state read back decides", state_read_back);
+	test_run("a redemption refused at resume: the importer names it and the creator's error", redemption_fails);
 	return e2e_done();
 }
