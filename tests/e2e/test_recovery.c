@@ -208,33 +208,48 @@ static void abort_on_dead_participant(void)
 	group_kill(&g);
 }
 
+/* A group of one worker whose parent fails the nth call named by fault (its
+ * CUEMU_FAULT) once the file armed_path exists: 0, or -1. */
+static char armed_path[PATH_MAX + 16];
+static int start_armed(struct group *g, const char *name, const char *fault)
+{
+	char env_arm[PATH_MAX + 32], env_fault[128];
+	snprintf(armed_path, sizeof(armed_path), "%s/arm-%s", e2e_root, name);
+	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", armed_path);
+	snprintf(env_fault, sizeof(env_fault), "CUEMU_FAULT=%s", fault);
+	char *env[] = {env_fault, env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
+	return group_start(g, name, 1, 2, false, NULL, env, NULL);
+}
+
+/* The tree said half-done (out, freed here) and parked: inspect says so too. */
+static void said_half_done(struct group *g, char *out)
+{
+	CHECK_CONTAINS(out, "half-done");
+	free(out);
+	char *json = group_inspect(g);
+	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
+	CHECK_CONTAINS(json, "\"half_done\":true");
+	free(json);
+}
+
 /* The rollback that fails: a lock fails after the prepare, and the creator's
  * rebuild (its cuMemCreate) fails too. Exit 2, the participant and the call
  * named, the tree said to be half-done and parked (inspect says so too). */
 static void failing_rollback(void)
 {
-	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
-	snprintf(arm, sizeof(arm), "%s/arm-rollback", e2e_root);
-	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
-	char *env[] = {"CUEMU_FAULT=cuMemCreate:1", env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
 	struct group g;
-	if (group_start(&g, "rollback", 1, 2, false, NULL, env, NULL) < 0)
+	if (start_armed(&g, "rollback", "cuMemCreate:1") < 0)
 		return;
-	test_write_file(arm, "");
+	test_write_file(armed_path, "");
 	char *out, *tool_env[] = {"CUEMU_FAULT=cuCheckpointProcessLock:1", NULL}, name[64];
 	CHECK_EQ(group_suspend(&g, "host", &out, tool_env), 2);
-	unlink(arm);
+	unlink(armed_path);
 	CHECK_CONTAINS(out, "lock of process");
 	CHECK_CONTAINS(out, "undoing it failed");
 	snprintf(name, sizeof(name), "participant %d", g.root);
 	CHECK_CONTAINS(out, name);
 	CHECK_CONTAINS(out, "cuMemCreate");
-	CHECK_CONTAINS(out, "half-done");
-	free(out);
-	char *json = group_inspect(&g);
-	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
-	CHECK_CONTAINS(json, "\"half_done\":true");
-	free(json);
+	said_half_done(&g, out);
 	group_kill(&g);
 }
 
@@ -376,29 +391,20 @@ static void state_read_back(void)
  * group passes. */
 static void redemption_fails(void)
 {
-	char arm[PATH_MAX + 16], env_arm[PATH_MAX + 32];
-	snprintf(arm, sizeof(arm), "%s/arm-redeem", e2e_root);
-	snprintf(env_arm, sizeof(env_arm), "CUEMU_FAULT_ARM=%s", arm);
-	char *env[] = {"CUEMU_FAULT=cuMemExportToShareableHandle:1", env_arm, "VMM_GROUP_FAULT_ROLE=parent", NULL};
 	struct group g;
-	if (group_start(&g, "redeem", 1, 2, false, NULL, env, NULL) < 0)
+	if (start_armed(&g, "redeem", "cuMemExportToShareableHandle:1") < 0)
 		return;
 	char *out;
 	CHECK_EQ(group_suspend(&g, "host", &out, NULL), 0);
 	free(out);
-	test_write_file(arm, "");
+	test_write_file(armed_path, "");
 	int rc = group_resume(&g, &out, NULL);
-	unlink(arm);
+	unlink(armed_path);
 	CHECK_EQ(rc, 2);
 	CHECK_CONTAINS(out, "RESTORE_IMPORTERS");
 	CHECK_CONTAINS(out, "redeeming its capability failed");
 	CHECK_CONTAINS(out, "cuMemExportToShareableHandle failed: CUDA_ERROR_UNKNOWN");
-	CHECK_CONTAINS(out, "half-done");
-	free(out);
-	char *json = group_inspect(&g);
-	CHECK_CONTAINS(json, "\"phase\":\"failed\"");
-	CHECK_CONTAINS(json, "\"half_done\":true");
-	free(json);
+	said_half_done(&g, out);
 	group_back_and_passing(&g, 0, "a redemption refused, then resumed again");
 }
 
