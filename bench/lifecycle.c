@@ -7,7 +7,7 @@
  * all of them. Prints tables.
  *   build/bench/lifecycle [--quick]    (BENCH_ONLY=P,N: that shape only;
  *   BENCH_CONTENT=host|native: that content only; BENCH_ROUNDS=R: medians of R
- *   runs of each case; BENCH_PERF_CTL: perf_ctl()) */
+ *   runs of each case) */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -107,19 +107,6 @@ static void print_cost(const char *content, int P, int N, const char *stage, con
 			printf("%33s %-36s %9.3f\n", "", call_names[i], (double)c->per_call[i] / allocs);
 }
 
-/* BENCH_PERF_CTL=FIFO: "enable" and "disable" written there around the
- * coordinator's cycle, for `perf record -D -1 --control fifo:FIFO` to profile it alone. */
-static void perf_ctl(const char *cmd)
-{
-	const char *fifo = getenv("BENCH_PERF_CTL");
-	int fd = fifo ? open(fifo, O_WRONLY | O_CLOEXEC) : -1;
-	if (fd >= 0) {
-		if (write(fd, cmd, strlen(cmd)) < 0)
-			perror("BENCH_PERF_CTL");
-		close(fd);
-	}
-}
-
 /* Run argv (a cusnap command) to its end: its exit status, the time in *ms. */
 static int timed(char *const argv[], double *ms)
 {
@@ -161,6 +148,29 @@ static void run_commands(pid_t root, const char *dir, const char *ctl, int conte
 	}
 }
 
+/* One prepare and restore of the group t: 0 or -1 (said), the times of each,
+ * the records prepared (participants + allocations + mappings); the counters
+ * read into *mid between the two, when asked. */
+static int cycle(struct coord_target *t, int P, const struct coord_options *o, double *prep, double *rest,
+		 size_t *records, const char *counters, struct counts *mid)
+{
+	struct coord_report r;
+	double t0 = now_ms();
+	int a = coord_prepare(t, (size_t)P, o, &r);
+	*prep = now_ms() - t0;
+	if (mid)
+		counts_read(counters, mid);
+	*records = r.participants + r.allocations + r.mappings;
+	if (a < 0)
+		fprintf(stderr, "prepare: %s\n", r.error);
+	t0 = now_ms();
+	int b = a < 0 ? -1 : coord_restore(t, (size_t)P, o, &r);
+	*rest = now_ms() - t0;
+	if (b < 0 && a >= 0)
+		fprintf(stderr, "restore: %s\n", r.error);
+	return a < 0 || b < 0 ? -1 : 0;
+}
+
 static int run_case(int P, int N, int content, double *prep, double *rest, size_t *records, bool commands,
 		    struct cost *cprep, struct cost *crest, double *again)
 {
@@ -173,46 +183,20 @@ static int run_case(int P, int N, int content, double *prep, double *rest, size_
 				  .content = content,
 				  .dir = g.dir,
 				  .on_stage = getenv("BENCH_VERBOSE") ? bench_stage : NULL};
-	struct coord_report r;
 	struct counts c0, c1, c2;
 	int rc = 0;
 	counts_read(counters, &c0);
-	if (!commands)
-		perf_ctl("enable\n");
 	if (commands) {
 		run_commands(g.root, g.dir, g.ctl, content, prep, rest);
 		rc = *prep < 0 || *rest < 0 ? -1 : 0;
 		counts_read(counters, &c1);
 		c2 = c1;
 	} else {
-		double t0 = now_ms();
-		int a = coord_prepare(g.t, (size_t)P, &o, &r);
-		*prep = now_ms() - t0;
-		counts_read(counters, &c1);
-		*records = r.participants + r.allocations + r.mappings;
-		if (a < 0)
-			fprintf(stderr, "prepare: %s\n", r.error);
-		t0 = now_ms();
-		int b = a < 0 ? -1 : coord_restore(g.t, (size_t)P, &o, &r);
-		*rest = now_ms() - t0;
+		rc = cycle(g.t, P, &o, prep, rest, records, counters, &c1);
 		counts_read(counters, &c2);
-		if (b < 0 && a >= 0)
-			fprintf(stderr, "restore: %s\n", r.error);
-		rc = a < 0 || b < 0 ? -1 : 0;
-		if (rc == 0 && again) { /* the same group once more: host content's arena is kept */
-			t0 = now_ms();
-			a = coord_prepare(g.t, (size_t)P, &o, &r);
-			again[0] = now_ms() - t0;
-			t0 = now_ms();
-			b = a < 0 ? -1 : coord_restore(g.t, (size_t)P, &o, &r);
-			again[1] = now_ms() - t0;
-			if (a < 0 || b < 0)
-				fprintf(stderr, "second cycle: %s\n", r.error);
-			rc = a < 0 || b < 0 ? -1 : 0;
-		}
+		if (rc == 0 && again) /* the same group once more: host content's arena is kept */
+			rc = cycle(g.t, P, &o, &again[0], &again[1], records, NULL, NULL);
 	}
-	if (!commands)
-		perf_ctl("disable\n");
 	if (cprep)
 		*cprep = cost_of(&c0, &c1);
 	if (crest)
@@ -344,7 +328,7 @@ int main(int argc, char **argv)
 				struct cost cp, cr;
 				int r = 0;
 				for (; r < rounds; r++) {
-					double prep, rest, again[2];
+					double prep, rest, again[2] = {0};
 					if (run_case(parts[pi], allocs[ai], c, &prep, &rest, &records, false, &cp, &cr,
 						     c == PROTO_CONTENT_HOST ? again : NULL) < 0)
 						break;

@@ -170,6 +170,24 @@ static int connect_conventional(int pid)
 	return fd;
 }
 
+/* A connection to the endpoint find_endpoint finds: the descriptor, or -1
+ * (none: pid has no CUDA context; any other failure is logged). */
+static int connect_found(int pid)
+{
+	char path[4400];
+	int found = find_endpoint(pid, path, sizeof(path));
+	if (found == -ENOENT)
+		return -1;
+	if (found < 0) {
+		LOG_AT(LOG_WARN, "process %d: cannot look for its checkpoint endpoint: %s", pid, strerror(-found));
+		return -1;
+	}
+	int fd = usock_connect(path);
+	if (fd < 0)
+		LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path, strerror(-fd));
+	return fd < 0 ? -1 : fd;
+}
+
 /* The observed TID of the thread whose innermost-namespace TID is nstid. */
 static int observed_tid(int pid, int nstid)
 {
@@ -215,23 +233,10 @@ static CUresult ckpt_call(int pid, enum ckpt_op op, unsigned timeout_ms, const C
 	if (!proc_is_process("/proc", pid))
 		return CUDA_ERROR_INVALID_VALUE;
 	int fd = connect_conventional(pid);
-	if (fd < 0) {
-		char path[4400];
-		int found = find_endpoint(pid, path, sizeof(path));
-		if (found == -ENOENT)
-			return CUDA_ERROR_NOT_INITIALIZED; /* no CUDA context in that process */
-		if (found < 0) {
-			LOG_AT(LOG_WARN, "process %d: cannot look for its checkpoint endpoint: %s", pid,
-			       strerror(-found));
-			return CUDA_ERROR_NOT_INITIALIZED;
-		}
-		fd = usock_connect(path);
-		if (fd < 0) {
-			LOG_AT(LOG_WARN, "process %d: cannot reach its checkpoint endpoint %s: %s", pid, path,
-			       strerror(-fd));
-			return CUDA_ERROR_NOT_INITIALIZED;
-		}
-	}
+	if (fd < 0)
+		fd = connect_found(pid);
+	if (fd < 0)
+		return CUDA_ERROR_NOT_INITIALIZED; /* (no CUDA context in that process, or named why) */
 	struct ckpt_request r = {.op = op, .timeout_ms = timeout_ms, .npairs = npairs, .job = emu_job_caller_key()};
 	for (unsigned i = 0; i < npairs; i++) {
 		memcpy(r.pairs[i], pairs[i].oldUuid.bytes, 16);

@@ -79,7 +79,7 @@ static CUresult do_checkpoint(void)
 	}
 	for (struct itree_node *n = itree_first_from(&emu.mappings, 0); n; n = itree_next(&emu.mappings, n)) {
 		struct emu_mapping *m = (struct emu_mapping *)n;
-		if (m->placed || m->alloc->kind != EMU_OBJ_MEMORY)
+		if (emu_mapping_holds_range(m))
 			emu_revoke(n->start, n->end - n->start);
 		m->placed = false;
 	}

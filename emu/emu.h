@@ -120,6 +120,13 @@ struct emu_mapping {
 	bool placed; /* the memory is mmapped at the range (from its first grant, or a native restore) */
 };
 
+/* Does m hold its range on the host (so that unmapping it must revoke it)? A
+ * memory mapping only once placed; a multicast one from the start. */
+static inline bool emu_mapping_holds_range(const struct emu_mapping *m)
+{
+	return m->placed || m->alloc->kind != EMU_OBJ_MEMORY;
+}
+
 #define EMU_MAX_NUMA_NODES 64
 
 /* Host memory from cuMemCreate (HOST_NUMA or HOST location): no device backing. */

@@ -484,8 +484,8 @@ CUresult emu_mem_unmap(CUdeviceptr ptr, size_t size)
 	for (size_t i = 0; i < n; i++) {
 		struct emu_mapping *m = list[i];
 		size_t len = m->node.end - m->node.start;
-		if (m->placed || m->alloc->kind != EMU_OBJ_MEMORY) /* (else never left the reservation) */
-			emu_revoke(m->node.start, len);            /* back to an inaccessible part of the reservation */
+		if (emu_mapping_holds_range(m))
+			emu_revoke(m->node.start, len); /* back to an inaccessible part of the reservation */
 		struct emu_reservation *r = (struct emu_reservation *)itree_find(&emu.reservations, m->node.start);
 		if (r)
 			r->mappings--;

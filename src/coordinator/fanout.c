@@ -28,22 +28,6 @@ static void *run_call(void *arg)
 
 static long fan_out_into(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
 			 const uint8_t *payload, size_t len, const int *fds, int timeout_ms,
-			 struct topo_participant *into);
-
-long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
-	     const uint8_t *payload, size_t len, int timeout_ms)
-{
-	return fan_out_into(calls, t, n, selected, op, payload, len, NULL, timeout_ms, NULL);
-}
-
-long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
-		 const uint8_t *payload, size_t len, const int *fds, int timeout_ms)
-{
-	return fan_out_into(calls, t, n, selected, op, payload, len, fds, timeout_ms, NULL);
-}
-
-static long fan_out_into(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
-			 const uint8_t *payload, size_t len, const int *fds, int timeout_ms,
 			 struct topo_participant *into)
 {
 	pthread_t *th = calloc(n ? n : 1, sizeof(*th));
@@ -75,6 +59,18 @@ static long fan_out_into(struct call *calls, const struct coord_target *t, size_
 	free(th);
 	free(started);
 	return first;
+}
+
+long fan_out(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+	     const uint8_t *payload, size_t len, int timeout_ms)
+{
+	return fan_out_into(calls, t, n, selected, op, payload, len, NULL, timeout_ms, NULL);
+}
+
+long fan_out_fds(struct call *calls, const struct coord_target *t, size_t n, const bool *selected, uint16_t op,
+		 const uint8_t *payload, size_t len, const int *fds, int timeout_ms)
+{
+	return fan_out_into(calls, t, n, selected, op, payload, len, fds, timeout_ms, NULL);
 }
 
 void free_calls(struct call *calls, size_t n)
