@@ -239,7 +239,7 @@ $(BUILD)/tests/unit/test_voice: $(BUILD)/obj/tests/unit/test_voice.o $(BUILD)/ob
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -lpthread
 
 # Emulator tests link cuemu directly (the only things that link libcuda at build time).
-$(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(BUILD)/emu/libcuda.so
+$(BUILD)/tests/emu/%: $(BUILD)/obj/tests/emu/%.o $(HARNESS) $(COMMON_LIB) $(BUILD)/emu/libcuda.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) -L$(BUILD)/emu -lcuda -Wl,-rpath,'$$ORIGIN/../../emu' $(LDLIBS)
 

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #include "ckpt_util.h"
+#include "cusnap/usock.h"
 
 static void transitions(void)
 {
@@ -272,11 +272,9 @@ static void stale_sockets_swept(void)
 /* A process that listens at path and hangs up on whoever connects, until killed. */
 static pid_t impostor_at(const char *path)
 {
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
-		CHECK(!"impostor: bind/listen");
+	int fd = usock_listen(path, 16);
+	if (fd < 0) {
+		CHECK(!"impostor: usock_listen");
 		return -1;
 	}
 	pid_t p = fork();
