@@ -9,7 +9,8 @@
  *   are named by PID, which other namespaces repeat) and its own /tmp
  *   (cuemu's checkpoint endpoints are named by PID namespace inode and PID
  *   there: a namespace's inode is reused once it dies, and a process of
- *   another program took over a restored process's endpoint name);
+ *   another program took over a restored process's endpoint name), in which
+ *   a checkout under /tmp stays where it was;
  * - a network namespace with its loopback up: ports, and the firewall rules
  *   CRIU's network lock adds, are its own.
  * LOG is opened after the mount namespace is made (CRIU cannot dump a file
@@ -18,9 +19,11 @@
  * killed); SIGTERM, SIGINT or SIGHUP to the helper ends the whole namespace. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +57,59 @@ static void loopback_up(void)
 	close(s);
 }
 
+/* The directory directly under /tmp that path (made absolute) lies in, into
+ * top: 0, or -1 when it lies elsewhere. */
+static int tmp_top(const char *path, char *top, size_t len)
+{
+	char abs[PATH_MAX];
+	if (!realpath(path, abs) || strncmp(abs, "/tmp/", 5) != 0)
+		return -1;
+	size_t n = strcspn(abs + 5, "/");
+	if (!n || 5 + n >= len)
+		return -1;
+	memcpy(top, abs, 5 + n);
+	top[5 + n] = '\0';
+	return 0;
+}
+
+/* A /tmp of its own, in which the directories of /tmp that hold the paths
+ * given (the checkout the suite runs from, its log) are still there: a
+ * clone under /tmp (mktemp -d) must see itself by its absolute paths. */
+static void own_tmp(const char *const *paths, size_t n)
+{
+	char tops[4][PATH_MAX];
+	int fds[4];
+	size_t k = 0;
+	for (size_t i = 0; i < n && k < 4; i++) {
+		if (tmp_top(paths[i], tops[k], sizeof(tops[k])) < 0)
+			continue;
+		bool seen = false;
+		for (size_t j = 0; j < k && !seen; j++)
+			seen = strcmp(tops[j], tops[k]) == 0;
+		if (seen)
+			continue;
+		if ((fds[k] = open(tops[k], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+			die(tops[k]);
+		k++;
+	}
+	char cwd[PATH_MAX];
+	if (!getcwd(cwd, sizeof(cwd)))
+		die("getcwd");
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+		die("a /tmp of its own");
+	for (size_t i = 0; i < k; i++) {
+		char from[64];
+		snprintf(from, sizeof(from), "/proc/self/fd/%d", fds[i]);
+		if (mkdir(tops[i], 0700) < 0 || mount(from, tops[i], NULL, MS_BIND | MS_REC, NULL) < 0)
+			die(tops[i]);
+		close(fds[i]);
+	}
+	if (chdir(cwd) < 0) /* (the directory as the new /tmp shows it) */
+		die(cwd);
+}
+
 /* In the new namespaces, as their init: the mounts, the output, the program. */
-static void mounts(void)
+static void mounts(const char *const *keep, size_t nkeep)
 {
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		die("mounts private");
@@ -65,8 +119,7 @@ static void mounts(void)
 		die("/run/cusnap");
 	if (mount("tmpfs", "/run/cusnap", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
 		die("a /run/cusnap of its own");
-	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
-		die("a /tmp of its own");
+	own_tmp(keep, nkeep);
 }
 
 static void output(const char *log)
@@ -129,7 +182,13 @@ int main(int argc, char **argv)
 		die("fork");
 	if (init_pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		mounts();
+		char logdir[PATH_MAX];
+		snprintf(logdir, sizeof(logdir), "%s", argv[1]);
+		char *slash = strrchr(logdir, '/');
+		if (slash)
+			*slash = '\0';
+		const char *keep[] = {".", slash ? logdir : ".", argv[2]};
+		mounts(keep, sizeof(keep) / sizeof(keep[0]));
 		output(argv[1]);
 		exit(init(argv + 2));
 	}
