@@ -337,10 +337,11 @@ sweep: deps
 	echo "make sweep: passed in $$(( $$(date +%s) - start )) s"
 
 # Benchmarks print figures; they are never part of the pass/fail suite.
-bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/copy $(BUILD)/bench/lc_worker all
+bench: $(BUILD)/bench/intercept $(BUILD)/bench/lifecycle $(BUILD)/bench/copy $(BUILD)/bench/gate $(BUILD)/bench/lc_worker all
 	$(BUILD)/bench/intercept
 	$(BUILD)/bench/lifecycle
 	$(BUILD)/bench/copy
+	$(BUILD)/bench/gate
 
 # The bytes of a checkpoint and a restore, leg by leg, against CRIU's floor
 # (root; minutes: BENCH_SIZES, BENCH_PLACES, BENCH_CONTENTS narrow it).

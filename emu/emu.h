@@ -31,6 +31,7 @@
 #define EMU_PTDS 4u
 #define EMU_NEEDCTX 8u
 #define EMU_NOREVOKE 16u
+#define EMU_PTSZ 32u
 
 enum emu_fn {
 #define X(sym, name, ver, flags) EMU_FN_##sym,

@@ -32,6 +32,23 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
 #define X(sym, name, ver, fl) __asm__(".text\n" TRAMPOLINE("emu_ep_", sym) TRAMPOLINE("emu_pt_", sym));
 #include "api.def"
 #undef X
+/* The per-thread ABIs as the driver exports them (<symbol>_ptds, _ptsz): the
+ * same functions here, cuemu's default stream being one for every thread. */
+#define EXPORTED(name, sym) \
+	".globl " name "\n.type " name ",@function\n.p2align 4\n" name ":\n\tjmp " #sym "\n.size " name ",.-" name "\n"
+__asm__(".set EMU_NOINIT, 1\n.set EMU_NOGATE, 2\n.set EMU_PTDS, 4\n.set EMU_NEEDCTX, 8\n.set EMU_NOREVOKE, 16\n"
+	".set EMU_PTSZ, 32\n"); /* (api.def's flags, for the assembler: emu.h's values) */
+_Static_assert(EMU_NOINIT == 1 && EMU_NOGATE == 2 && EMU_PTDS == 4 && EMU_NEEDCTX == 8 && EMU_NOREVOKE == 16 &&
+		       EMU_PTSZ == 32,
+	       "the assembler's copy of api.def's flags");
+#define X(sym, name, ver, fl)                                                                          \
+	__asm__(".text\n.if ((" #fl                                                                    \
+		") & EMU_PTDS)\n" EXPORTED(#sym "_ptds", sym) ".endif\n"                               \
+							      ".if ((" #fl                             \
+							      ") & EMU_PTSZ)\n" EXPORTED(#sym "_ptsz", \
+											 sym) ".endif\n");
+#include "api.def"
+#undef X
 #define X(sym, name, ver, fl)                                          \
 	__attribute__((visibility("hidden"))) void emu_ep_##sym(void); \
 	__attribute__((visibility("hidden"))) void emu_pt_##sym(void);
@@ -78,7 +95,7 @@ static CUresult resolve(const char *symbol, void **pfn, int version, cuuint64_t 
 			best = &table[i];
 	}
 	bool ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-	*pfn = !best ? NULL : ptds && (best->flags & EMU_PTDS) ? best->fn_ptds : best->fn;
+	*pfn = !best ? NULL : ptds && (best->flags & (EMU_PTDS | EMU_PTSZ)) ? best->fn_ptds : best->fn;
 	if (status)
 		*status = best    ? CU_GET_PROC_ADDRESS_SUCCESS
 			  : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

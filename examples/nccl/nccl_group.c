@@ -21,6 +21,12 @@
  * down through NCCL (deregister, ncclMemFree, ncclCommDestroy of both); the
  * driver must then hold no live allocation of the rank (cuemu says). Every
  * rank prints "PASS nccl_group rank R" or "FAIL ...".
+ * NCCL_GROUP_BUSY=1: a worker that is not parked. From set-up until
+ * restore-complete each rank keeps working: collectives on its communicator (a
+ * bounded number: kernels never run here, so NCCL's work FIFO is never drained)
+ * and its pattern copied in and read back, every round checked; a suspend lands
+ * in the middle of that work and must let every call finish as if nothing
+ * happened.
  * Kernels never run on cuemu: results of collectives are not checked here
  * (tests/gpu/run.sh checks them on a GPU). */
 #include <dlfcn.h>
@@ -107,6 +113,55 @@ static int wait_for(const char *name)
 		usleep(10000);
 	}
 	return -1;
+}
+
+static void pattern(unsigned char *p, size_t n, int rank, int round);
+
+/* NCCL_GROUP_BUSY=1: work until name appears (see the top). 0, or -1 with the
+ * failure said in why. */
+static int busy_until(const char *name, int rank, ncclComm_t comm, cudaStream_t s, void *buf, unsigned char *host,
+		      unsigned char *back, char *why, size_t whylen)
+{
+	const char *e = getenv("NCCL_GROUP_BUSY");
+	if (!e || strcmp(e, "1") != 0)
+		return wait_for(name) < 0 ? (snprintf(why, whylen, "no %s within %d s", name, timeout_s), -1) : 0;
+	size_t n = size < 65536 ? size : 65536;
+	unsigned long rounds = 0;
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;; rounds++) {
+		if (control_file(name))
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > timeout_s) {
+			snprintf(why, whylen, "no %s within %d s", name, timeout_s);
+			return -1;
+		}
+		cudaError_t ce = cudaSuccess;
+		ncclResult_t nr = ncclSuccess;
+		if (rounds < 32)
+			nr = ncclAllReduce(buf, buf, n / sizeof(float), ncclFloat, ncclSum, comm, s);
+		pattern(host, n, rank, (int)(rounds % 200) + 1);
+		if (nr == ncclSuccess)
+			ce = cudaMemcpyAsync(buf, host, n, cudaMemcpyHostToDevice, s);
+		if (nr == ncclSuccess && ce == cudaSuccess)
+			ce = cudaStreamSynchronize(s);
+		if (nr == ncclSuccess && ce == cudaSuccess)
+			ce = cudaMemcpy(back, buf, n, cudaMemcpyDeviceToHost);
+		if (nr != ncclSuccess || ce != cudaSuccess) {
+			snprintf(why, whylen, "busy round %lu: %s", rounds,
+				 nr != ncclSuccess ? ncclGetErrorString(nr) : cudaGetErrorString(ce));
+			return -1;
+		}
+		if (memcmp(back, host, n) != 0) {
+			snprintf(why, whylen, "busy round %lu: the bytes read back differ", rounds);
+			return -1;
+		}
+		usleep(500);
+	}
+	printf("nccl_group rank %d: busy until %s: %lu rounds, none failed\n", rank, name, rounds);
+	pattern(host, size, rank, 0); /* (the bytes checked after release) */
+	return cudaMemcpy(buf, host, size, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
 }
 
 static void pattern(unsigned char *p, size_t n, int rank, int round)
@@ -269,8 +324,9 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 			FAIL(rank, "cannot write %s: %s", p, strerror(errno));
 		close(fd);
 	}
-	if (wait_for("restore-complete") < 0)
-		FAIL(rank, "no restore-complete within %d s", timeout_s);
+	char why[200];
+	if (busy_until("restore-complete", rank, comm, s, buf, host, back, why, sizeof(why)) < 0)
+		FAIL(rank, "%s", why);
 	/* After release: the bytes, then NCCL works on. */
 	RT(rank, cudaMemcpy(back, buf, size, cudaMemcpyDeviceToHost));
 	if (memcmp(back, host, size) != 0)

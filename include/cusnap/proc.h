@@ -21,6 +21,9 @@ char proc_stat(pid_t pid, pid_t *parent, unsigned long *flags);
 char proc_state(pid_t pid, pid_t *parent);
 /* The one "is it gone" question: no such process, or a zombie. */
 bool proc_gone(pid_t pid);
+/* The wait status of pid while it is a zombie (its parent has not reaped it),
+ * else -1. */
+int proc_exit_status(pid_t pid);
 /* Is pid a process (not a thread of one) under the proc mount proc? */
 bool proc_is_process(const char *proc, pid_t pid);
 /* The value of NAME in process pid's environment (as it started, or as it has

@@ -108,6 +108,26 @@ char proc_state(pid_t pid, pid_t *parent)
 	return proc_stat(pid, parent, NULL);
 }
 
+int proc_exit_status(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	const char *p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || p[2] != 'Z')
+		return -1;
+	/* Fields from the state (3) on: exit_code is field 52 (Linux 3.5 and later). */
+	int field = 3;
+	for (p += 2; *p && field < 52; p++)
+		field += *p == ' ';
+	return field == 52 && *p ? atoi(p) : -1;
+}
+
 bool proc_gone(pid_t pid)
 {
 	char state = proc_stat(pid, NULL, NULL);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -199,6 +200,32 @@ int tree_release(struct tree *t, const char *dir, enum recover_from from, const 
 
 /* ---- the finish ---- */
 
+/* The CUDA processes of t that died while the command worked, into out: each
+ * PID and, while it is a zombie, how it ended ("1234 killed by SIGSEGV"); a
+ * process its parent has already reaped is named alone. The count. */
+static size_t tree_deaths(const struct tree *t, char *out, size_t len)
+{
+	size_t n = 0, at = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < t->ncuda; i++) {
+		pid_t pid = t->targets[i].obs;
+		if (!proc_gone(pid))
+			continue;
+		char how[64] = "";
+		int st = proc_exit_status(pid);
+		if (st >= 0 && WIFSIGNALED(st))
+			snprintf(how, sizeof(how), " killed by SIG%s%s", sigabbrev_np(WTERMSIG(st)) ?: "?",
+				 WCOREDUMP(st) ? " (core dumped)" : "");
+		else if (st >= 0 && WIFEXITED(st))
+			snprintf(how, sizeof(how), " exited with status %d", WEXITSTATUS(st));
+		if (n++ < 4 && at < len)
+			at += (size_t)snprintf(out + at, len - at, "%s%d%s", n > 1 ? ", " : "", (int)pid, how);
+	}
+	if (n > 4 && at < len)
+		snprintf(out + at, len - at, ", and %zu more", n - 4);
+	return n;
+}
+
 int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 {
 	char what[2000];
@@ -220,17 +247,21 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	char why[1400] = "";
 	size_t gone = 0;
 	bool verified = undone && tree_verify(t, why, sizeof(why), &gone) == 0;
-	char lost[96] = "";
-	if (gone)
-		snprintf(lost, sizeof(lost), " (%zu process%s gone, not by cusnap)", gone, gone > 1 ? "es" : "");
+	/* (cusnap kills nothing before the boundary: a process gone died of its own) */
+	char lost[400] = "", dead[300];
+	if (gone) {
+		gone = tree_deaths(t, dead, sizeof(dead));
+		snprintf(lost, sizeof(lost), " (%zu CUDA process%s died meanwhile: %s)", gone, gone > 1 ? "es" : "",
+			 dead);
+	}
 	if (verified && gone && gone == t->ncuda)
-		return fail(EX_TERMINATED, "%s; every CUDA process of the tree is gone (not by cusnap): nothing runs",
-			    what);
+		return fail(EX_TERMINATED, "%s; every CUDA process of the tree died meanwhile (%s): nothing runs", what,
+			    dead);
 	if (verified && gone)
 		return fail(EX_LEFT_RUNNING,
 			    "%s: undone, and the rest of the tree runs, but it is not as before: %zu CUDA process%s "
-			    "gone (not by cusnap)",
-			    what, gone, gone > 1 ? "es" : "");
+			    "died meanwhile (%s)",
+			    what, gone, gone > 1 ? "es" : "", dead);
 	if (verified) {
 		/* (its state file describes a prepare that is undone: nothing to resume from) */
 		if (rec->changed && rec->dir) {

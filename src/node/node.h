@@ -356,7 +356,7 @@ struct record {
 };
 /* The command failed (fmt says what): undo what rec records (tree_recover),
  * check every process, and report. Exit 1 only when every CUDA process is
- * running and every participant active (or gone, not by us); else 2, with the
+ * running and every participant active (or died meanwhile, each named); else 2, with the
  * state named and the repair command. */
 int finish(struct tree *t, const struct record *rec, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Every live CUDA process running and every live participant active: 0, or -1

@@ -6,6 +6,12 @@
  * made current. Objects without a device of their own (HOST_NUMA memory,
  * multicast objects) use the device of the context that was current when the
  * application created them, else device 0. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "shim.h"
 
 static __thread bool retained[PROTO_MAX_DEVICES];
@@ -68,6 +74,101 @@ CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const
 			return rc;
 	}
 	return CUDA_SUCCESS;
+}
+
+void ctx_mark_active_devices(bool *used, int n)
+{
+	int count = 0;
+	if (!aux.cuDeviceGetCount || !aux.cuDevicePrimaryCtxGetState || aux.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return;
+	for (int d = 0; d < count && d < n; d++) {
+		unsigned flags = 0;
+		int active = 0;
+		if (aux.cuDevicePrimaryCtxGetState(d, &flags, &active) == CUDA_SUCCESS && active)
+			used[d] = true;
+	}
+}
+
+/* A synchronisation run on a thread of its own, so that its caller can stop
+ * waiting: shared by both until the later of them lets go. */
+struct sync_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool used[PROTO_MAX_DEVICES];
+	bool done;
+	int refs, failed_dev;
+	const char *failed_call;
+	CUresult rc;
+};
+
+static void sync_job_put(struct sync_job *j)
+{
+	pthread_mutex_lock(&j->mu);
+	bool last = --j->refs == 0;
+	pthread_mutex_unlock(&j->mu);
+	if (last) {
+		pthread_mutex_destroy(&j->mu);
+		pthread_cond_destroy(&j->cv);
+		free(j);
+	}
+}
+
+static void *sync_job_run(void *arg)
+{
+	struct sync_job *j = arg;
+	shim_own_thread();
+	int dev = -1;
+	const char *call = "";
+	CUresult rc = ctx_synchronize_devices(j->used, PROTO_MAX_DEVICES, &dev, &call);
+	ctx_leave_all();
+	pthread_mutex_lock(&j->mu);
+	j->rc = rc, j->failed_dev = dev, j->failed_call = call, j->done = true;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	sync_job_put(j);
+	return NULL;
+}
+
+CUresult ctx_synchronize_within(const bool *used, int budget_ms, int *failed_dev, const char **failed_call)
+{
+	struct sync_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	memcpy(j->used, used, sizeof(j->used));
+	j->refs = 2;
+	pthread_attr_t attr;
+	pthread_t t;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* (the helper never takes the application's signals) */
+	int err = pthread_create(&t, &attr, sync_job_run, j);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		j->refs = 1;
+		sync_job_put(j);
+		*failed_call = "pthread_create";
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += budget_ms / 1000;
+	until.tv_nsec += (long)(budget_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L)
+		until.tv_sec++, until.tv_nsec -= 1000000000L;
+	pthread_mutex_lock(&j->mu);
+	while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) != ETIMEDOUT)
+		;
+	CUresult rc = j->done ? j->rc : CUDA_ERROR_TIMEOUT;
+	*failed_dev = j->done ? j->failed_dev : -1;
+	*failed_call = j->done ? j->failed_call : "cuCtxSynchronize (still waiting)";
+	pthread_mutex_unlock(&j->mu);
+	sync_job_put(j);
+	return rc;
 }
 
 void ctx_leave_all(void)

@@ -4,11 +4,16 @@
  * phases that admit it and the phase a success leaves. READ operations are
  * answered at once and write their own replies; STEP operations run one at a
  * time under the lifecycle lock and reply with their results and the phase. */
+#include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cusnap/log.h"
 #include "cusnap/proto.h"
@@ -28,7 +33,10 @@ int shim_phase(void)
  * ACTIVE (DESIGN.md §6.1): woken when the phase returns to ACTIVE or fails. */
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
-static __thread bool own_thread;
+/* The shim is preloaded, so its thread-local data is in the static TLS block:
+ * the initial-exec model reads it without a call (the gated calls' hot path). */
+#define SHIM_TLS __thread __attribute__((tls_model("initial-exec")))
+static SHIM_TLS bool own_thread;
 
 static void set_phase(int p)
 {
@@ -66,6 +74,137 @@ CUresult shim_gate_wait(void)
 		return CUDA_ERROR_NOT_READY;
 	}
 	return CUDA_SUCCESS;
+}
+
+/* ---- the application's work in flight (DESIGN.md §6.1) ----
+ *
+ * The gated calls of wrapped.def (copies, sets, launches, graphs, stream memory
+ * operations) are the application's hot path: their gate is one store to a slot
+ * of the calling thread, a compiler barrier and one load of the phase. QUIESCE
+ * closes the gate (the phase), then waits until no slot is busy. The two sides
+ * pair as an asymmetric Dekker: the fast side's barrier is made a full one by
+ * QUIESCE's membarrier(2), which runs a memory barrier on every thread of the
+ * process, so either the call sees the gate closed or QUIESCE sees it busy.
+ * Where membarrier is refused (a seccomp filter) the fast side fences itself. */
+struct work_slot {
+	unsigned busy;          /* gated calls under way on its thread (written by that thread) */
+	bool taken;             /* held by a live thread (under work_lock) */
+	struct work_slot *next; /* every slot ever made: never freed, reused */
+};
+static struct work_slot *work_slots;
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t work_once = PTHREAD_ONCE_INIT;
+static pthread_key_t work_key;
+static SHIM_TLS struct work_slot *my_work;
+static bool work_fenced; /* membarrier is unavailable: the fast side fences itself */
+
+static void work_slot_free(void *p)
+{
+	struct work_slot *w = p;
+	pthread_mutex_lock(&work_lock);
+	w->taken = false;
+	pthread_mutex_unlock(&work_lock);
+}
+
+/* In a forked child only the forking thread lives on: the others' slots are free. */
+static void work_after_fork_child(void)
+{
+	pthread_mutex_init(&work_lock, NULL);
+	for (struct work_slot *w = work_slots; w; w = w->next) {
+		if (w != my_work)
+			w->busy = 0, w->taken = false;
+	}
+}
+
+static void work_init(void)
+{
+	work_fenced = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0;
+	if (work_fenced)
+		LOG_AT(LOG_INFO, "membarrier refused (%s): the application's gated calls fence themselves",
+		       strerror(errno));
+	pthread_key_create(&work_key, work_slot_free);
+	pthread_atfork(NULL, NULL, work_after_fork_child);
+}
+
+/* The calling thread's slot, taken at its first gated call; NULL when out of memory. */
+static struct work_slot *work_slot(void)
+{
+	pthread_once(&work_once, work_init);
+	pthread_mutex_lock(&work_lock);
+	struct work_slot *w = work_slots;
+	while (w && w->taken)
+		w = w->next;
+	if (!w && (w = calloc(1, sizeof(*w))) != NULL) {
+		w->next = work_slots;
+		__atomic_store_n(&work_slots, w, __ATOMIC_RELEASE);
+	}
+	if (w)
+		w->taken = true, w->busy = 0;
+	pthread_mutex_unlock(&work_lock);
+	if (w)
+		pthread_setspecific(work_key, w);
+	my_work = w;
+	return w;
+}
+
+struct work_slot *shim_work_begin(CUresult *rc)
+{
+	struct work_slot *w = my_work;
+	if (__builtin_expect(!w, 0) && !(w = work_slot())) {
+		*rc = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	for (;;) {
+		__atomic_store_n(&w->busy, w->busy + 1, __ATOMIC_RELAXED);
+		if (__builtin_expect(work_fenced, 0))
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		else
+			__atomic_signal_fence(__ATOMIC_SEQ_CST); /* (a full barrier at QUIESCE's membarrier) */
+		if (__builtin_expect(__atomic_load_n(&phase, __ATOMIC_RELAXED) == PROTO_PHASE_ACTIVE, 1) || own_thread)
+			return w;
+		__atomic_store_n(&w->busy, w->busy - 1, __ATOMIC_RELEASE);
+		if ((*rc = shim_gate_wait()) != CUDA_SUCCESS)
+			return NULL;
+	}
+}
+
+void shim_work_end(struct work_slot *w)
+{
+	__atomic_store_n(&w->busy, w->busy - 1, __ATOMIC_RELEASE);
+}
+
+/* Gated calls under way on threads other than the caller's (QUIESCE's, after
+ * the gate closed). */
+static unsigned work_in_flight(void)
+{
+	unsigned n = 0;
+	for (struct work_slot *w = __atomic_load_n(&work_slots, __ATOMIC_ACQUIRE); w; w = w->next)
+		if (w != my_work)
+			n += __atomic_load_n(&w->busy, __ATOMIC_ACQUIRE);
+	return n;
+}
+
+int shim_work_drain(int budget_ms, unsigned *left)
+{
+	pthread_once(&work_once, work_init);
+	/* Every thread's barrier: a call either saw the closed gate or is counted. */
+	if (!work_fenced && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0 &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0 &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0) {
+		*left = work_in_flight();
+		return -ENOSYS;
+	}
+	int64_t until = proto_deadline(budget_ms);
+	unsigned sleep_us = 50;
+	while ((*left = work_in_flight()) != 0) {
+		if (now_ms() >= (double)until)
+			return -ETIMEDOUT;
+		usleep(sleep_us);
+		if (sleep_us < 5000)
+			sleep_us *= 2;
+	}
+	return 0;
 }
 
 int shim_step_failed(struct life_result *r, int rc)

@@ -12,6 +12,7 @@
  * handles follow their records to the new driver handles. Each allocation and
  * each mapping carries its own detached mark, so a rebuild after a failure half
  * way (the coordinator's abort) restores exactly what was taken down. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -652,27 +653,24 @@ static int step_result(struct op_call *c, int rc)
 	return rc == PROTO_OK ? rc : shim_step_failed(&c->r, rc);
 }
 
+/* QUIESCE undone: the gate opens again, the step failed (why in c->r). */
+static int quiesce_undone(int rc)
+{
+	shim_step_set_phase(PROTO_PHASE_ACTIVE);
+	return rc;
+}
+
 int serve_QUIESCE(struct op_call *c)
 {
-	/* Work still in flight on memory about to be unmapped would fault on a
-	 * GPU: synchronize every device this process's objects live on first
-	 * (without the table lock: it waits for the GPU). */
+	/* The gate closes first (with the table locked: no mutation slips in),
+	 * then the application's copies, sets and launches under way are waited
+	 * for, then the work they queued: on a GPU a copy into memory about to be
+	 * unmapped would fault. Devices of the tracked objects and every device
+	 * whose primary context is active (a stream of one may copy into another's
+	 * memory through peer access). The waits are bounded: a call that never
+	 * returns (a kernel waiting for a peer that is not running) fails the step
+	 * and opens the gate again, never leaves the application shut out. */
 	bool used[PROTO_MAX_DEVICES] = {false};
-	pthread_mutex_lock(&tbl.lock);
-	struct shim_alloc *a;
-	hmap_for_each(&tbl.allocs, a) {
-		int dev = ctx_device_of(a);
-		if (dev >= 0 && dev < PROTO_MAX_DEVICES)
-			used[dev] = true;
-	}
-	pthread_mutex_unlock(&tbl.lock);
-	int bad = -1;
-	const char *call = "";
-	CUresult sync = ctx_synchronize_devices(used, PROTO_MAX_DEVICES, &bad, &call);
-	if (sync) {
-		life_fail(&c->r, NULL, "QUIESCE: %s (device %d) failed: %s", call, bad, shim_cu_name(sync));
-		return PROTO_E_DRIVER;
-	}
 	int rc = PROTO_OK;
 	char why[600];
 	pthread_mutex_lock(&tbl.lock);
@@ -680,10 +678,40 @@ int serve_QUIESCE(struct op_call *c)
 		life_fail(&c->r, NULL, "%s", why);
 		rc = PROTO_E_UNRESTORABLE;
 	} else {
-		shim_step_set_phase(PROTO_PHASE_QUIESCED); /* with the table locked: no mutation slips in */
+		shim_step_set_phase(PROTO_PHASE_QUIESCED);
+	}
+	struct shim_alloc *a;
+	hmap_for_each(&tbl.allocs, a) {
+		int dev = ctx_device_of(a);
+		if (dev >= 0 && dev < PROTO_MAX_DEVICES)
+			used[dev] = true;
 	}
 	pthread_mutex_unlock(&tbl.lock);
-	return rc;
+	if (rc != PROTO_OK)
+		return rc;
+	int budget = shim_deadline_ms();
+	double t0 = now_ms();
+	unsigned left = 0;
+	int drained = shim_work_drain(budget, &left);
+	if (drained < 0) {
+		life_fail(&c->r, NULL,
+			  "QUIESCE: %u CUDA call%s of the application (copies, sets, launches) still under way after "
+			  "%d ms%s; nothing taken down",
+			  left, left == 1 ? "" : "s", budget,
+			  drained == -ENOSYS ? " (membarrier refused: the calls could not be counted)" : "");
+		return quiesce_undone(PROTO_E_TIMEOUT);
+	}
+	ctx_mark_active_devices(used, PROTO_MAX_DEVICES);
+	int bad = -1;
+	const char *call = "";
+	int rest = budget - (int)(now_ms() - t0);
+	CUresult sync = ctx_synchronize_within(used, rest > 100 ? rest : 100, &bad, &call);
+	if (sync) {
+		life_fail(&c->r, NULL, "QUIESCE: %s (device %d) failed: %s%s", call, bad, shim_cu_name(sync),
+			  sync == CUDA_ERROR_TIMEOUT ? " (the work queued before the gate closed did not finish)" : "");
+		return quiesce_undone(sync == CUDA_ERROR_TIMEOUT ? PROTO_E_TIMEOUT : PROTO_E_DRIVER);
+	}
+	return PROTO_OK;
 }
 
 int serve_PREPARE_MULTICAST(struct op_call *c)

@@ -30,6 +30,8 @@ static const struct wrapped {
 #define DRV(s, n, v) [SHIM_FN_##s] = {#s, #n, v, false, (void *)s, false},
 #define DRV_PTDS(s, n, v) [SHIM_FN_##s] = {#s, #n, v, true, (void *)s, false},
 #define RT(s) [SHIM_FN_##s] = {#s, #s, 0, false, (void *)s, true},
+#define GATED(s, n, v, params, args) [SHIM_FN_##s] = {#s, #n, v, false, (void *)s, false},
+#define GATED_PTDS(s, n, v, params, args) [SHIM_FN_##s] = {#s, #n, v, true, (void *)s, false},
 #include "wrapped.def"
 #undef DRV
 #undef RT
@@ -42,6 +44,8 @@ static const struct unwrapped {
 } unwrapped[] = {
 #define DRV(s, n, v)
 #define RT(s)
+#define GATED(s, n, v, params, args)
+#define GATED_PTDS(s, n, v, params, args)
 #define UNWRAPPED(s, n, v) {#s, #n, v},
 #include "wrapped.def"
 #undef DRV
@@ -121,9 +125,21 @@ static void load_driver(void)
 		LOG_AT(LOG_ERROR, "cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
 		return;
 	}
-	for (int i = 0; i < SHIM_FN_COUNT; i++)
-		if (!wrapped[i].runtime)
-			set_real((enum shim_fn)i, shim_real_dlsym(h, wrapped[i].sym));
+	void *gpa = shim_real_dlsym(h, "cuGetProcAddress_v2");
+	for (int i = 0; i < SHIM_FN_COUNT; i++) {
+		if (wrapped[i].runtime)
+			continue;
+		void *p = shim_real_dlsym(h, wrapped[i].sym);
+		if (!p && wrapped[i].ptds && gpa) {
+			/* A driver that exports no per-thread symbols (cuemu) still hands
+			 * the per-thread ABI out by name. */
+			CUresult (*get)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) = gpa;
+			if (get(wrapped[i].name, &p, wrapped[i].since, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+				NULL) != CUDA_SUCCESS)
+				p = NULL;
+		}
+		set_real((enum shim_fn)i, p);
+	}
 	driver_ok = real.cuMemCreate != NULL;
 #define AUX(sym, required)                                                                                   \
 	*(void **)&aux.sym = shim_real_dlsym(h, #sym);                                                       \

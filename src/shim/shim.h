@@ -44,9 +44,28 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fun
 						  enum cudaDriverEntryPointQueryResult *driverStatus);
 
 /* ---- resolve.c: the real functions ---- */
+/* cuda.h maps these names to their newest ABI; the shim gates every ABI
+ * (wrapped.def), and declares what cuda.h declares only for per-thread builds. */
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
+#define DRV(sym, name, since)
+#define RT(sym)
+#define GATED(sym, name, since, params, args) CUresult sym params;
+#define GATED_PTDS GATED
+#include "wrapped.def"
+#undef DRV
+#undef RT
+
 enum shim_fn {
 #define DRV(sym, name, since) SHIM_FN_##sym,
 #define RT(sym) SHIM_FN_##sym,
+#define GATED(sym, name, since, params, args) SHIM_FN_##sym,
+#define GATED_PTDS GATED
 #include "wrapped.def"
 #undef DRV
 #undef RT
@@ -56,6 +75,8 @@ enum shim_fn {
 struct shim_real {
 #define DRV(sym, name, since) __typeof__(&sym) sym;
 #define RT(sym) __typeof__(&sym) sym;
+#define GATED(sym, name, since, params, args) __typeof__(&sym) sym;
+#define GATED_PTDS GATED
 #include "wrapped.def"
 #undef DRV
 #undef RT
@@ -241,6 +262,12 @@ int ctx_current_device(void);
 /* cuCtxSynchronize in the primary context of every device d with used[d]; the
  * failing device and call in *failed_dev, *failed_call. */
 CUresult ctx_synchronize_devices(const bool *used, int n, int *failed_dev, const char **failed_call);
+/* Mark used[d] for every device d < n whose primary context is active. */
+void ctx_mark_active_devices(bool *used, int n);
+/* ctx_synchronize_devices (used: PROTO_MAX_DEVICES entries) on a thread of its
+ * own, waited for up to budget_ms: CUDA_ERROR_TIMEOUT past it (the thread
+ * finishes by itself), the failing device and call in *failed_dev, *failed_call. */
+CUresult ctx_synchronize_within(const bool *used, int budget_ms, int *failed_dev, const char **failed_call);
 /* Leave the context and release what ctx_enter_device retained on this thread. */
 void ctx_leave_all(void);
 
@@ -258,6 +285,18 @@ int shim_phase(void);
 CUresult shim_gate_wait(void);
 /* This thread is the shim's own (an endpoint thread): it never waits at the gate. */
 void shim_own_thread(void);
+/* A gated call (wrapped.def GATED) begins: once the gate is open, the calling
+ * thread's slot with the call counted in flight (shim_work_end(slot) when the
+ * driver returns); NULL with *rc CUDA_ERROR_NOT_READY once a rebuild failed,
+ * or CUDA_ERROR_OUT_OF_MEMORY. */
+struct work_slot;
+struct work_slot *shim_work_begin(CUresult *rc);
+void shim_work_end(struct work_slot *slot);
+/* The gate closed (the phase not ACTIVE): wait up to budget_ms until no gated
+ * call of another thread is under way. 0; -ETIMEDOUT (or -ENOSYS: no memory
+ * barrier could reach the other threads) with the calls still under way in
+ * *left. */
+int shim_work_drain(int budget_ms, unsigned *left);
 /* Under tbl.lock, before a tracked call changes anything: CUDA_SUCCESS;
  * SHIM_RETRY when a step began meanwhile; CUDA_ERROR_NOT_READY (logged) in
  * FAILED, or on the shim's own threads while a step is under way. */

@@ -249,7 +249,8 @@ static void foreign_import(void)
 }
 
 /* Every process of the tree killed during suspend (not by cusnap): exit 2,
- * never "runs as before". */
+ * never "runs as before", and each death named with how it ended (it is a
+ * zombie of the test's until reaped). */
 static void all_gone(void)
 {
 	char dir[PATH_MAX], ctl[PATH_MAX + 16], *out;
@@ -261,7 +262,10 @@ static void all_gone(void)
 	snprintf(fault, sizeof(fault), "CUSNAP_FAULT=kill-after-quiesce:%d", c);
 	char *env[] = {fault, NULL};
 	CHECK_EQ(tool(&out, env, cusnap, "suspend", "--pid", pid, "--control-dir", ctl, NULL), 2);
-	CHECK_CONTAINS(out, "every CUDA process of the tree is gone");
+	CHECK_CONTAINS(out, "every CUDA process of the tree died meanwhile");
+	char dead[64];
+	snprintf(dead, sizeof(dead), "%d killed by SIGKILL", c);
+	CHECK_CONTAINS(out, dead);
 	CHECK(!contains(out, "runs as before"));
 	free(out);
 	waitpid(c, NULL, 0);

@@ -48,6 +48,8 @@ static int topology(const char *kind, int devices)
  * one rank on a GPU), under the interposer unless plain, and wait (at most
  * 120 s) until it is ready for a snapshot. */
 static int nccl_launch(struct group *g, const char *name, int ranks, const struct mode *m, bool plain, bool wait);
+/* The ranks nccl_launch starts work on after their set-up (NCCL_GROUP_BUSY). */
+static bool busy;
 
 static int nccl_start(struct group *g, const char *name, int ranks, const struct mode *m, bool plain)
 {
@@ -81,6 +83,8 @@ static int nccl_launch(struct group *g, const char *name, int ranks, const struc
 	env[e++] = "NCCL_BUFFSIZE=262144";
 	for (int i = 0; m->env[i]; i++)
 		env[e++] = (char *)m->env[i];
+	if (busy)
+		env[e++] = "NCCL_GROUP_BUSY=1";
 	env[e] = NULL;
 	memset(g, 0, sizeof(*g));
 	static int runs;
@@ -224,39 +228,62 @@ static void eight_ranks(void)
 			suspend_resume(&modes[m], 8);
 }
 
-/* 4 ranks suspended during their init (ncclCommInitRank: cuMem allocations,
- * exports, imports and proxy connections under way) and resumed: their calls
- * wait while the tree is suspended, and every rank completes its init, gets
- * ready and passes (they died or spun before the gate). The suspend is tried
- * every 20 ms from the start until one succeeds before the group is ready. */
-static void suspended_in_init(void)
+/* 4 ranks suspended at any moment and resumed, CUSNAP_NCCL_RUNS times (4 by
+ * default): the suspend lands 50-1200 ms after the start, in ncclCommInitRank
+ * (cuMem allocations, exports, imports, proxy connections and the copies that
+ * set up device structures), in the set-up after it, or in the collectives and
+ * copies the ranks keep making once ready (NCCL_GROUP_BUSY). Their calls wait
+ * while the tree is suspended, QUIESCE drains those under way, and every rank
+ * completes and passes: no call fails, no rank dies (3 of 57 died before the
+ * copies were gated, a memcpy into a range PREPARE had unmapped). A suspend
+ * made before any rank holds CUDA is refused and tried again 20 ms later. */
+static void suspended_anywhere(void)
 {
-	struct group g;
-	if (nccl_launch(&g, "init", 4, &modes[0], false, false) < 0)
-		return;
-	char ready[PATH_MAX + 32], pid[16], *out = NULL;
-	snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g.ctl);
-	snprintf(pid, sizeof(pid), "%d", g.root);
-	int rc = -1, tries = 0;
-	for (; rc != 0 && access(ready, F_OK) != 0 && tries < 3000; tries++) {
+	const char *e = getenv("CUSNAP_NCCL_RUNS");
+	int runs = e && atoi(e) > 0 ? atoi(e) : 4, survived = 0;
+	static const char *const contents[] = {"host", "native", "file"};
+	unsigned seed = (unsigned)getpid();
+	busy = true;
+	for (int run = 0; run < runs; run++) {
+		struct group g;
+		if (nccl_launch(&g, "anywhere", 4, &modes[0], false, false) < 0)
+			break;
+		int delay = 50 + (int)(rand_r(&seed) % 1151);
+		usleep((useconds_t)delay * 1000);
+		char *out = NULL;
+		int rc = -1;
+		for (int tries = 0; rc != 0 && tries < 100; tries++) {
+			free(out);
+			out = NULL;
+			rc = nccl_tool(&g, "suspend", contents[run % 3], &out);
+			if (rc != 0 && out && strstr(out, "no CUDA process"))
+				usleep(20000);
+			else if (rc != 0)
+				break;
+		}
+		if (rc != 0)
+			test_fail(__FILE__, __LINE__,
+				  "run %d: suspend %d ms after the start (%s content) exited %d:\n%s", run, delay,
+				  contents[run % 3], rc, out ? out : "");
 		free(out);
 		out = NULL;
-		if (shared_objects(g.root) > 0) /* (importing under way: mid-init) */
-			rc = nccl_tool(&g, "suspend", "host", &out);
-		else
-			usleep(20000);
+		usleep(100000);
+		if (rc == 0 && (rc = nccl_tool(&g, "resume", NULL, &out)) != 0)
+			test_fail(__FILE__, __LINE__, "run %d: resume exited %d:\n%s", run, rc, out ? out : "");
+		free(out);
+		char ready[PATH_MAX + 32];
+		snprintf(ready, sizeof(ready), "%s/ready-for-snapshot", g.ctl);
+		CHECK(test_wait_file(ready, 120000));
+		int passed = group_finish_counting(&g, "PASS nccl_group rank");
+		if (passed != 4)
+			test_fail(__FILE__, __LINE__, "run %d (suspended %d ms after the start): %d of 4 ranks passed",
+				  run, delay, passed);
+		survived += rc == 0 && passed == 4;
+		group_kill(&g);
 	}
-	if (rc != 0) {
-		printf("  (the group got ready before a suspend could be made during its init: %d tries)\n", tries);
-	} else {
-		CHECK(access(ready, F_OK) != 0); /* suspended before it was ready */
-		usleep(300000);
-		CHECK_EQ(nccl_tool(&g, "resume", NULL, &out), 0);
-	}
-	free(out);
-	CHECK(test_wait_file(ready, 120000));
-	CHECK_EQ(group_finish_counting(&g, "PASS nccl_group rank"), 4);
-	group_kill(&g);
+	busy = false;
+	printf("  %d of %d runs suspended and resumed, every rank passing\n", survived, runs);
+	CHECK_EQ(survived, runs);
 }
 
 /* Without the interposer: the native steps alone checkpoint every rank, and
@@ -447,8 +474,9 @@ int main(void)
 	test_run("NVLS (multicast on an NVSwitch), 2 and 4 ranks: suspend/resume, both contents", nvls);
 	test_run("SHM (host memory), 2 and 4 ranks: suspend/resume, both contents", shm);
 	test_run("P2P, NVLS or SHM (one per run), 8 ranks: suspend/resume, both contents", eight_ranks);
-	test_run("4 ranks suspended during ncclCommInitRank and resumed: their calls wait, every rank passes",
-		 suspended_in_init);
+	test_run("4 ranks suspended anywhere in init, set-up or collectives and resumed (CUSNAP_NCCL_RUNS): every rank "
+		 "passes",
+		 suspended_anywhere);
 	test_run("without the interposer: checkpointed, then the driver refuses to restore a rank that imported",
 		 without_interposer);
 	test_run("cusnap checkpoint --tcp-established, kill, restore at once: P2P and SHM with 2 ranks, NVLS or P2P "

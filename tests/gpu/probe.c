@@ -146,6 +146,8 @@ static const struct {
 #define DRV(sym, name, since) {#sym, #name, since},
 #define DRV_PTDS(sym, name, since)
 #define RT(sym)
+#define GATED(sym, name, since, params, args) {#sym, #name, since},
+#define GATED_PTDS(sym, name, since, params, args)
 #include "../../src/shim/wrapped.def"
 #undef DRV
 #undef DRV_PTDS

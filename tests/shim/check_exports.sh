@@ -9,7 +9,7 @@ repo=$(cd "$build/.." && pwd)
 lib=$build/lib/libsnapshot_cuda_vmm.so
 def=$repo/src/shim/wrapped.def
 [ -f "$lib" ] || { echo "FAIL: $lib missing"; exit 1; }
-want=$( (echo dlsym; sed -n 's/^DRV\(_PTDS\)\?(\([A-Za-z0-9_]*\),.*$/\2/p; s/^RT(\([A-Za-z0-9_]*\))$/\1/p' "$def") | sort)
+want=$( (echo dlsym; sed -n 's/^\(DRV\|GATED\)\(_PTDS\)\?(\([A-Za-z0-9_]*\),.*$/\3/p; s/^RT(\([A-Za-z0-9_]*\))$/\1/p' "$def") | sort)
 got=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort)
 status=0
 if [ "$want" != "$got" ]; then

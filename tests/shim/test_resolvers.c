@@ -201,6 +201,8 @@ static const struct wrapped_entry {
 #define DRV(sym, name, since) {#sym, #name, since, false},
 #define DRV_PTDS(sym, name, since) {#sym, #name, since, true},
 #define RT(sym)
+#define GATED(sym, name, since, params, args) {#sym, #name, since, false},
+#define GATED_PTDS(sym, name, since, params, args) {#sym, #name, since, true},
 #include "../../src/shim/wrapped.def"
 #undef DRV
 #undef RT
