@@ -16,6 +16,15 @@
  * descriptor, or -1 with why. */
 int dir_open_trusted(const char *path, bool create, char *why, size_t len);
 
+/* Everything inside the directory open at dirfd (path names it in why),
+ * every file, directory and symlink at any depth, owned by the caller or root
+ * and (but a symlink) writable by no one else: what a checkpoint directory
+ * holds steers a restore run as root (CRIU's images name the credentials of
+ * the processes it makes), so nothing in it may be a stranger's, as ssh
+ * checks authorized_keys itself. 0, or -1 with why naming the first entry
+ * that is not. */
+int dir_tree_trusted(int dirfd, const char *path, char *why, size_t len);
+
 /* ssh's StrictModes for every component on the way to path: each existing
  * one (a symlink too, and each where symlinks lead) owned by the caller or
  * root, a directory writable by others only with the sticky bit. 0, or -1

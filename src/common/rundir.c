@@ -48,6 +48,62 @@ int dir_open_trusted(const char *path, bool create, char *why, size_t len)
 	return -1;
 }
 
+/* How deep dir_tree_trusted goes (a checkpoint directory is 2 deep). */
+#define TREE_TRUST_DEPTH 16
+
+static int tree_trusted_at(int dirfd, const char *path, int depth, char *why, size_t len)
+{
+	int fd = dup(dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		snprintf(why, len, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	rewinddir(d);
+	int rc = 0;
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		struct stat st;
+		if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue; /* (gone meanwhile) */
+			snprintf(why, len, "%s/%s: %s", path, e->d_name, strerror(errno));
+			rc = -1;
+		} else if (st.st_uid != geteuid() && st.st_uid != 0) {
+			snprintf(why, len, "%s/%s is owned by uid %u, not by uid %u or root", path, e->d_name,
+				 (unsigned)st.st_uid, (unsigned)geteuid());
+			rc = -1;
+		} else if (!S_ISLNK(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+			snprintf(why, len, "%s/%s is writable by %s (mode %04o)", path, e->d_name,
+				 st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+			rc = -1;
+		} else if (S_ISDIR(st.st_mode)) {
+			char sub[PATH_MAX];
+			int sfd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+			if (sfd < 0)
+				rc = (snprintf(why, len, "%s: %s", sub, strerror(errno)), -1);
+			else if (depth >= TREE_TRUST_DEPTH)
+				rc = (snprintf(why, len, "%s: deeper than %d directories", sub, TREE_TRUST_DEPTH), -1);
+			else
+				rc = tree_trusted_at(sfd, sub, depth + 1, why, len);
+			if (sfd >= 0)
+				close(sfd);
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+int dir_tree_trusted(int dirfd, const char *path, char *why, size_t len)
+{
+	return tree_trusted_at(dirfd, path, 0, why, len);
+}
+
 /* Root's run directory is 0711: the owner of a tree can look up (never list)
  * root's lock of its processes by name, so that root's and the owner's
  * commands exclude each other. */

@@ -207,6 +207,25 @@ static bool dump_refused(pid_t root, int rc)
 	return P.conf_error[0] || rc != 0;
 }
 
+/* CRIU's images directory and everything in it its owner's or root's,
+ * writable by no one else (DESIGN.md §9): what the plugin reads and writes
+ * there steers a restore run as root. 0, or -1 (said, with outcome). */
+static int images_trusted(const char *outcome)
+{
+	char why[PATH_MAX + 256];
+	int fd = path_ancestors_trusted(P.dir, why, sizeof(why)) < 0 ? -1
+								     : dir_open_trusted(P.dir, false, why, sizeof(why));
+	int rc = fd >= 0 ? dir_tree_trusted(fd, P.dir, why, sizeof(why)) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		plugin_say(VOICE_ERROR,
+			   "%s (everything in CRIU's images directory must be yours or root's, writable by "
+			   "no one else): %s",
+			   why, outcome);
+	return rc;
+}
+
 static int pause_devices(int pid)
 {
 	if (P.stage != CRIU_STAGE_DUMP)
@@ -230,6 +249,8 @@ static int pause_devices(int pid)
 	}
 	if (P.owner != OWNER_MINE)
 		return -ENOTSUP; /* no CUDA here: CRIU alone */
+	if (images_trusted("dump refused, nothing changed") < 0)
+		return -1;
 	int rc = tree_load(pid, &P.s, &P.t);
 	P.loaded = rc == 0; /* (what it loaded, freed at exit) */
 	if (rc == 0 && P.t.ncuda == 0) {
@@ -504,6 +525,10 @@ static int read_image(char *here, size_t len)
 	char why[PATH_MAX + 200];
 	if (images_dir(P.dir, sizeof(P.dir)) < 0)
 		return 0;
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/" PLUGIN_IMAGE, P.dir);
+	if (access(path, F_OK) == 0 && images_trusted("restore refused, nothing made") < 0)
+		return -1; /* (ours, and not to be read) */
 	int got = plugin_image_read(P.dir, &im, why, sizeof(why));
 	if (got < 0)
 		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);

@@ -109,6 +109,13 @@ int use_dir(const char *dir, bool create, int *held)
 		return fail(EX_USAGE,
 			    "%s (as ssh's StrictModes: owned by you or root, writable by no one else); nothing done",
 			    why);
+	if (dir_tree_trusted(fd, dir, why, sizeof(why)) < 0) {
+		close(fd);
+		return fail(EX_USAGE,
+			    "%s: refusing to use %s (everything in it must be yours or root's, writable by no one "
+			    "else: a checkpoint steers what a restore makes); nothing done",
+			    why, dir);
+	}
 	if (!held) {
 		close(fd);
 		return 0;

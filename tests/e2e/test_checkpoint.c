@@ -541,6 +541,45 @@ static void damaged_images(void)
 	reap_all();
 }
 
+/* Nothing in a checkpoint directory may be a stranger's (DESIGN.md §9): a
+ * core image (whose credentials CRIU gives the process it makes) owned by
+ * another user, the images directory owned by another user, or the manifest
+ * writable by its group, and the restore is refused before anything is made,
+ * the entry named; as written, the same checkpoint restores and passes. (A
+ * stranger could otherwise rewrite both an image and its digest in the
+ * manifest.) */
+static void foreign_owned(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], core[PATH_MAX + 64], images[PATH_MAX + 48], manifest[PATH_MAX + 48], *out;
+	if (group_checkpointed(&g, "foreign", NULL, dir) < 0)
+		return;
+	snprintf(core, sizeof(core), "%s/images/core-%d.img", dir, g.root);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	struct stat st;
+	CHECK_EQ(stat(manifest, &st), 0);
+	const char *const victims[] = {core, images};
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(chown(victims[i], 65534, 65534), 0);
+		CHECK_EQ(restore(dir, &out), 64);
+		CHECK_CONTAINS(out, "is owned by uid 65534");
+		CHECK_CONTAINS(out, strrchr(victims[i], '/') + 1);
+		CHECK_CONTAINS(out, "nothing done");
+		free(out);
+		CHECK_EQ(restored_root(dir), 0); /* CRIU never ran */
+		CHECK_EQ(chown(victims[i], 0, 0), 0);
+	}
+	CHECK_EQ(chmod(manifest, 0660), 0);
+	CHECK_SAYS(out, restore(dir, &out), 64, "manifest.json is writable by its group");
+	CHECK_EQ(chmod(manifest, st.st_mode & 07777), 0);
+	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
+	pid_t root = restored_root(dir);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	reap_all();
+}
+
 /* File content through a checkpoint (DESIGN.md §6.2): the shared bytes in a
  * file of their own in the checkpoint directory, its digest in the manifest. A damaged or
  * truncated file is refused before CRIU runs, the file named; put back as
@@ -879,6 +918,8 @@ int main(void)
 	test_run("a checkpoint failing into a directory with a good one: the good one stands and restores",
 		 failed_over_good);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
+	test_run("an image, the images directory or the manifest a stranger could write: refused before CRIU runs",
+		 foreign_owned);
 	test_run("file content: the shared bytes in a file of the checkpoint; damaged or truncated, refused",
 		 file_content);
 	test_run("a runaway CRIU restore (a cut page image, no digests): ended at its log bound, exit 2", runaway_criu);

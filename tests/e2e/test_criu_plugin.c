@@ -688,6 +688,16 @@ static void damaged_images(void)
 	free(out);
 	CHECK(restored_root(dir) <= 0);
 	CHECK_EQ(rename(saved, pages), 0);
+	/* A core image a stranger owns (one could rewrite it and its digest): refused at init. */
+	char core[PATH_MAX + 64];
+	snprintf(core, sizeof(core), "%s/core-%d.img", images, g.root);
+	CHECK_EQ(chown(core, 65534, 65534), 0);
+	CHECK(restore(dir, shell, &out) != 0);
+	CHECK_CONTAINS(out, "is owned by uid 65534");
+	CHECK_CONTAINS(out, "restore refused, nothing made");
+	free(out);
+	CHECK(restored_root(dir) <= 0);
+	CHECK_EQ(chown(core, 0, 0), 0);
 	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
 	RESTORED_PASSES(&g, dir, 2);
 }
@@ -717,7 +727,8 @@ int main(void)
 	test_run("the gate at CRIU's init: another GPU model and an older driver refused, nothing made; restored "
 		 "here",
 		 restore_gate);
-	test_run("a truncated page image: refused at the restore's init by the plugin's digests, nothing made",
+	test_run("a truncated page image, a core image a stranger owns: refused at the restore's init by the plugin, "
+		 "nothing made",
 		 damaged_images);
 	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
 	return e2e_done();
