@@ -276,7 +276,7 @@ static int pause_devices(int pid)
 	P.root = pid;
 	P.rec = (struct record){.root = pid, .dir = P.dir};
 	struct coord_report r;
-	if (tree_prepare(&P.t, &P.rec, P.s.content, &r))
+	if (tree_prepare(&P.t, &P.rec, settings_content(&P.s, true), &r))
 		return -1; /* (undone and said) */
 	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	char err[1600] = "";
@@ -297,7 +297,7 @@ static int write_image(void)
 	 * restore on this host clears them (DESIGN.md §9.4). */
 	struct inet_sock *tw = NULL;
 	ssize_t ntw = P.nsocks ? inet_time_wait_of(P.socks, P.nsocks, &tw) : 0;
-	struct plugin_image im = {.content = P.s.content,
+	struct plugin_image im = {.content = settings_content(&P.s, true),
 				  .vmm = P.t.nshim > 0,
 				  .cuda_processes = P.t.ncuda,
 				  .gpus = devmap_gpus_json(&P.t.nat),

@@ -259,7 +259,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	t0 = now_ms();
 	struct record rec = {.root = t.procs[0].pid, .dir = work};
 	struct coord_report cr;
-	if ((rc = tree_suspend(&t, &rec, a->s->content, &cr)))
+	if ((rc = tree_suspend(&t, &rec, settings_content(a->s, true), &cr)))
 		goto out;
 	r->bytes_copied = cr.bytes;
 	r->shared = cr.shared;
@@ -282,7 +282,8 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	char manifest[PATH_MAX + 48];
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
-	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, NULL, NULL, net_json) < 0) {
+	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, NULL, NULL,
+			   net_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -307,7 +308,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
 	progress_bytes("criu dump", r->image_bytes);
 	digests = digest_images(images, false, r->image_bytes);
-	if (vmm && a->s->content == PROTO_CONTENT_FILE)
+	if (vmm && settings_content(a->s, true) == PROTO_CONTENT_FILE)
 		content = digest_images(work, true, r->bytes_copied);
 	if (!leave_running) {
 		dumped_tree_gone(&t);
@@ -329,8 +330,8 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 		}
 		r->ms_restore_in_place = now_ms() - t0;
 	}
-	if (manifest_write(wfd, &t, pid, a->s->content, vmm, leave_running, criu, argv, r, digests, content, net_json) <
-	    0)
+	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, digests,
+			   content, net_json) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
 			"dump stands, and a restore cannot verify the images\n",

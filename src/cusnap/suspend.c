@@ -44,7 +44,7 @@ static int suspend_tree(const struct args *a, struct tree *t)
 		 vmm ? "interposed: VMM steps" : "not interposed: native steps only");
 	struct record rec = {.root = t->procs[0].pid, .dir = dir};
 	struct coord_report r;
-	if ((rc = tree_suspend(t, &rec, a->s->content, &r)))
+	if ((rc = tree_suspend(t, &rec, settings_content(a->s, false), &r)))
 		return rc;
 	if (a->json)
 		json_emit(stdout,

@@ -167,6 +167,14 @@ struct settings {
 #undef SETTING
 	struct boundary *boundary; /* NULL: no group */
 };
+/* The content a command saves shared and private memory in: the one set, else
+ * file for a checkpoint (cusnap checkpoint, the CRIU plugin, a group's
+ * checkpoint: the GPU bytes stay out of CRIU's images) and host for a suspend
+ * in place (DESIGN.md §6.2). */
+static inline enum proto_content settings_content(const struct settings *s, bool checkpoint)
+{
+	return s->content ? s->content : checkpoint ? PROTO_CONTENT_FILE : PROTO_CONTENT_HOST;
+}
 /* ---- settings.c: the rows of settings.def ---- */
 struct setting;
 /* Each row's defaults (a path's is "": not set). */

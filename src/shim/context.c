@@ -89,6 +89,21 @@ void ctx_mark_active_devices(bool *used, int n)
 	}
 }
 
+int shim_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, bool detached)
+{
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	if (detached)
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* (the shim's threads never take the application's signals) */
+	int err = pthread_create(t, &attr, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	return err ? -err : 0;
+}
+
 /* A synchronisation run on a thread of its own, so that its caller can stop
  * waiting: shared by both until the later of them lets go. */
 struct sync_job {
@@ -138,17 +153,8 @@ CUresult ctx_synchronize_within(const bool *used, int budget_ms, int *failed_dev
 	pthread_cond_init(&j->cv, NULL);
 	memcpy(j->used, used, sizeof(j->used));
 	j->refs = 2;
-	pthread_attr_t attr;
 	pthread_t t;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* (the helper never takes the application's signals) */
-	int err = pthread_create(&t, &attr, sync_job_run, j);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
-	if (err) {
+	if (shim_thread_start(&t, sync_job_run, j, true) != 0) {
 		j->refs = 1;
 		sync_job_put(j);
 		*failed_call = "pthread_create";

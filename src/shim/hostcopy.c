@@ -105,7 +105,7 @@ static void *slot_take(size_t size)
 
 void hostcopy_forget(struct shim_alloc *a)
 {
-	a->in_file = false;
+	hostfile_forget(a);
 	if (!a->saved)
 		return;
 	a->saved = NULL;
@@ -218,7 +218,7 @@ static CUresult lane_start(struct shim_alloc **list, struct lane *l, struct item
 			if ((rc = map_temp(a, &items[i], r)))
 				return rc;
 		}
-		if ((rc = j->copy(j, a, items[i].va, l->stream, r)))
+		if (j->copy && (rc = j->copy(j, a, items[i].va, l->stream, r)))
 			return rc;
 	}
 	return CUDA_SUCCESS;
@@ -328,6 +328,69 @@ static void arena_unregister(const struct shim_alloc *a)
 	}
 }
 
+/* One lane's part of a job that runs lanes at once (run_lane), on a thread of its own. */
+struct lane_run {
+	struct copy_job *job;
+	struct shim_alloc **list;
+	CUdeviceptr *va;
+	size_t n;
+	int dev;
+	pthread_t thread;
+	bool started;
+	CUresult rc;
+	struct life_result r;
+};
+
+static void *lane_thread(void *arg)
+{
+	struct lane_run *x = arg;
+	x->rc = life_enter(x->list[0], &x->r);
+	if (!x->rc)
+		x->rc = x->job->run_lane(x->job, x->dev, x->list, x->va, x->n, &x->r);
+	ctx_leave_all();
+	return NULL;
+}
+
+/* Every started lane's part run at once, each on a thread of its own (its
+ * device's context current there); the first failure into r. */
+static CUresult lanes_run(struct shim_alloc **list, struct lane *lanes, size_t nlanes, const struct item *items,
+			  struct copy_job *j, struct life_result *r)
+{
+	size_t n = lanes[nlanes - 1].first + lanes[nlanes - 1].count;
+	struct lane_run *runs = calloc(nlanes, sizeof(*runs));
+	CUdeviceptr *va = calloc(n, sizeof(*va));
+	if (!runs || !va) {
+		free(runs);
+		free(va);
+		life_fail(r, NULL, "out of memory for %zu lanes of copies", nlanes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t i = 0; i < n; i++)
+		va[i] = items[i].va;
+	CUresult rc = CUDA_SUCCESS;
+	for (size_t k = 0; k < nlanes; k++) {
+		runs[k] = (struct lane_run){.job = j,
+					    .list = list + lanes[k].first,
+					    .va = va + lanes[k].first,
+					    .n = lanes[k].count,
+					    .dev = lanes[k].dev};
+		runs[k].started = shim_thread_start(&runs[k].thread, lane_thread, &runs[k], false) == 0;
+		if (!runs[k].started && !rc) { /* (run here, after the others started) */
+			lane_thread(&runs[k]);
+			runs[k].rc ? (*r = runs[k].r, rc = runs[k].rc) : 0;
+		}
+	}
+	for (size_t k = 0; k < nlanes; k++) {
+		if (runs[k].started)
+			pthread_join(runs[k].thread, NULL);
+		if (runs[k].rc && !rc)
+			*r = runs[k].r, rc = runs[k].rc;
+	}
+	free(runs);
+	free(va);
+	return rc;
+}
+
 CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, struct life_result *r)
 {
 	qsort(list, n, sizeof(*list), ctx_by_device);
@@ -353,6 +416,8 @@ CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, 
 	size_t started = 0;
 	while (!rc && started < nlanes)
 		rc = lane_start(list, &lanes[started++], items, j, r);
+	if (!rc && j->run_lane)
+		rc = lanes_run(list, lanes, nlanes, items, j, r);
 	for (size_t i = 0; i < started; i++)
 		rc = lane_finish(list, &lanes[i], items, rc, r);
 	double t1 = now_ms();
@@ -369,8 +434,8 @@ CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, 
 		       "host-mode copy %s: %zu bytes of %zu allocations on %zu device(s)%s%s in %.1f ms (%.2f GB/s; "
 		       "pinning the arena took %.1f ms more, unpinning it %.1f ms)",
 		       j->to_device ? "back" : "out", bytes, n, nlanes, pinned ? ", pinned" : "",
-		       j->pin_arena ? "" : ", through the file", ms, ms > 0 ? (double)bytes / (ms * 1e6) : 0.0,
-		       t0 - t_reg, t_unreg);
+		       j->run_lane ? ", through the file, devices at once" : "", ms,
+		       ms > 0 ? (double)bytes / (ms * 1e6) : 0.0, t0 - t_reg, t_unreg);
 	}
 	free(items);
 	free(lanes);

@@ -163,14 +163,17 @@ static enum proto_content content_of(const struct shim_alloc *a, enum proto_cont
 	return a->role == SHIM_ROLE_CREATOR || mode != PROTO_CONTENT_NATIVE ? mode : PROTO_CONTENT_HOST;
 }
 
-/* Every shared allocation this process created or carries: anchored, its bytes copied out
- * together (host: to the arena; file: to fd), then taken down. On a failure, what was
- * taken down stays so for the abort; an allocation left untouched gives back the
- * reference taken for it and its copy. */
+/* Every allocation this process created or carries: anchored, its bytes copied out
+ * together (host: to the arena; file: to fd), then taken down. Native content
+ * takes the shared ones alone (the driver's checkpoint saves the others); host
+ * and file content every one, private too (an engine's weights and KV cache:
+ * cusnap moves them faster than the driver's checkpoint does, and out of
+ * CRIU's images). On a failure, what was taken down stays so for the abort; an
+ * allocation left untouched gives back the reference taken for it and its copy. */
 static CUresult prepare_creators(enum proto_content mode, int fd, struct life_result *r)
 {
 	size_t n, nhost = 0;
-	struct shim_alloc **list = collect(true, true, &n, r);
+	struct shim_alloc **list = collect(true, mode == PROTO_CONTENT_NATIVE, &n, r);
 	if (!list)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < n; i++) { /* those copied out first, in device order still */

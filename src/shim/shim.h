@@ -167,7 +167,7 @@ struct shim_alloc {
 	void *saved;       /* host mode: the bytes while detached */
 	bool in_file;      /* file mode: the bytes are in the file PREPARE was given ... */
 	uint64_t file_off; /* ... at this offset, */
-	uint32_t file_crc; /* with this CRC32C */
+	struct file_chunks *chunks; /* ... chunk by chunk (hostfile.c) */
 };
 
 /* One bind this process made into a multicast object. */
@@ -410,6 +410,10 @@ struct copy_job {
 	bool to_device;
 	bool pin_arena; /* the arena registered with the driver for the batch */
 	CUresult (*copy)(struct copy_job *j, struct shim_alloc *a, CUdeviceptr va, CUstream s, struct life_result *r);
+	/* Instead of copy: each device's allocations (list[i] through va[i]) at
+	 * once, on a thread of the device's own, its context current there. */
+	CUresult (*run_lane)(struct copy_job *j, int dev, struct shim_alloc **list, const CUdeviceptr *va, size_t n,
+			     struct life_result *r);
 };
 CUresult hostcopy_batch(struct shim_alloc **list, size_t n, struct copy_job *j, struct life_result *r);
 /* Its memory is on the host: the CPU copies it through va. */
@@ -420,6 +424,14 @@ bool hostcopy_on_host(const struct shim_alloc *a);
 CUresult hostfile_save(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
 CUresult hostfile_check(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
 CUresult hostfile_load(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
+/* a's bytes are no longer in a file: its chunk records go. */
+void hostfile_forget(struct shim_alloc *a);
+/* The ring file content moves through, per device: slots of bytes each
+ * (SNAPSHOT_CUDA_VMM_RING=SLOTSxMIB; DESIGN.md §11.1). */
+#define SHIM_RING_MAX_SLOTS 64
+void shim_ring(size_t *slots, size_t *bytes);
+/* A thread of the shim's own (every signal blocked in it). 0 or -errno. */
+int shim_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, bool detached);
 /* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
 int mc_prepare(struct life_result *r);
 int mc_restore_create(const uint8_t *payload, size_t len, struct life_result *r);

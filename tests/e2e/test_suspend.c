@@ -123,7 +123,9 @@ static void file_content_damaged(void)
 	CHECK(fd >= 0);
 	CHECK_EQ(pwrite(fd, "damage", 6, (off_t)e2e_alloc_bytes() + 100), 6); /* the second allocation */
 	close(fd);
-	CHECK_SAYS(out, group_resume(&g, &out, NULL), 2, "are damaged: CRC32C");
+	char at[96];
+	snprintf(at, sizeof(at), ".bytes is damaged at %zu: ", e2e_alloc_bytes()); /* (the file and the block named) */
+	CHECK_SAYS(out, group_resume(&g, &out, NULL), 2, at);
 	char *back[] = {"cp", saved, path, NULL};
 	CHECK_EQ(test_run_cmd(back, NULL, 30000), 0);
 	CHECK_EQ(truncate(path, (off_t)e2e_alloc_bytes()), 0);

@@ -78,7 +78,9 @@ static void files(void)
 	CHECK_EQ(chmod(path, 0664), 0);
 	CHECK_EQ(plugin_conf_load(&c, dir, why, sizeof(why)), -1);
 	CHECK_CONTAINS(why, "writable by no one else");
-	CHECK_EQ(c.s.content, PROTO_CONTENT_HOST); /* nothing of it is used: the default, not its native */
+	CHECK_EQ(c.s.content, 0); /* nothing of it is used: the default, not its native */
+	CHECK_EQ(settings_content(&c.s, true), PROTO_CONTENT_FILE);  /* (a checkpoint's default) */
+	CHECK_EQ(settings_content(&c.s, false), PROTO_CONTENT_HOST); /* (a suspend's) */
 	CHECK_EQ(chmod(path, 0644), 0);
 
 	char link[80];
@@ -135,7 +137,7 @@ static void rows(void)
 	CHECK_EQ(settings_environment(&s, env, why, sizeof(why)), 0);
 	CHECK_STR(s.criu, "/opt/criu");
 	CHECK_EQ(s.native_parallel, 3);
-	CHECK_EQ(s.content, PROTO_CONTENT_HOST); /* (empty: not set) */
+	CHECK_EQ(s.content, 0); /* (empty: not set) */
 	char *wrong[] = {"CUSNAP_CRIU_TIMEOUT_MS=soon", NULL};
 	CHECK_EQ(settings_environment(&s, wrong, why, sizeof(why)), -1);
 	CHECK_CONTAINS(why, "CUSNAP_CRIU_TIMEOUT_MS=soon: use milliseconds");
