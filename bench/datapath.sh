@@ -22,12 +22,13 @@
 # machine's single-core memcpy, the rate of a first write to fresh memory (what
 # bounds every leg that lands in new pages) and a page-cache read. Needs root.
 #   bench/datapath.sh            BENCH_SIZES="1 2" (GiB), BENCH_PLACES="tmpfs disk",
-#                                BENCH_CONTENTS="host file native"
+#                                BENCH_CONTENTS="host file native", BENCH_WORKER_MIB=64
+#                                (BENCH_SIZES="" runs the worker shape alone)
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$repo/build}
-sizes=${BENCH_SIZES:-1 2}
-places=${BENCH_PLACES:-tmpfs disk}
+sizes=${BENCH_SIZES-1 2}
+places=${BENCH_PLACES-tmpfs disk}
 contents=${BENCH_CONTENTS:-host file native}
 export LD_LIBRARY_PATH=$build/emu
 [ "$(id -u)" = 0 ] || { echo "bench/datapath.sh: needs root (CRIU)" >&2; exit 69; }
@@ -59,14 +60,14 @@ anon() {
 # Wait until every PID listed is gone (init reaps the dumped workers).
 gone() { local p; for p in "$@"; do for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done; done; }
 
-# One checkpoint and restore of the group: prints a table row.
-group_run() { # GIB CONTENT PLACE DIR
-	local gib=$1 content=$2 place=$3 dir=$4
-	local per=$((gib * (1 << 30) / 4))
+# One checkpoint and restore of the group: prints a table row. GPU: the bytes
+# the native legs' rates are of (0: not printed); the rest, vmm_group's options.
+group_run() { # LABEL CONTENT PLACE DIR GPU VMM_GROUP_ARGS...
+	local gib=$1 content=$2 place=$3 dir=$4 gpu=$5
+	shift 5
 	mkdir -p "$dir/control"
 	export SNAPSHOT_CONTROL_DIR=$dir/control
-	setsid "$cusnap" run -- "$build/examples/vmm_group" --workers 1 --allocs 4 --size "$per" --timeout 600 \
-		>"$dir/log" 2>&1 </dev/null &
+	setsid "$cusnap" run -- "$build/examples/vmm_group" "$@" --timeout 600 >"$dir/log" 2>&1 </dev/null &
 	local pid=$!
 	for _ in $(seq 1200); do [ -f "$dir/control/ready-for-snapshot" ] && break; sleep 0.1; done
 	local procs base peak=0 c r
@@ -74,6 +75,7 @@ group_run() { # GIB CONTENT PLACE DIR
 	base=$(anon "$pid")
 	( while kill -0 "$pid" 2>/dev/null; do echo $(($(anon "$pid") - base)); sleep 0.05; done ) >"$dir/mem" &
 	local sampler=$!
+	own_mem=$base
 	c=$("$cusnap" checkpoint --pid "$pid" --dir "$dir/ckpt" --criu "$criu" --content "$content" --json --quiet 2>"$dir/ckpt.err")
 	kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
 	peak=$(sort -n "$dir/mem" | tail -1)
@@ -95,15 +97,18 @@ group_run() { # GIB CONTENT PLACE DIR
 	cb=$(phase bytes "$r" "criu restore") cs=$(phase seconds "$r" "criu restore")
 	nr=$(phase seconds "$r" "native restore+unlock")
 	rb=$(phase bytes "$r" RESTORE_CREATORS) rs=$(phase seconds "$r" RESTORE_CREATORS)
-	# The native legs move the GPU memory in use: the shared bytes plus each process's own.
-	local gpu=$((gib * (1 << 30)))
-	[ "$content" = native ] || gpu=0 # (host, file: the shared bytes were released before; the rest is not counted)
+	# The native legs: the GPU memory they moved, as the phases say, else GPU.
+	local nb
+	nb=$(phase bytes "$c" "native checkpoint")
+	[ "${nb:-0}" -gt 0 ] 2>/dev/null && gpu=$nb
+	[ "$content" = native ] || [ "${nb:-0}" -gt 0 ] 2>/dev/null || gpu=0
 	printf "%-4s %-6s %-5s | %5s %5s | %5s %5s | %5s %5s | %6s %6s | %5s %5s | %5s %5s | %6s %6s | %6s | %s/2\n" \
 		"$gib" "$content" "$place" "$(secs "$ps")" "$(rate "$pb" "$ps")" "$(secs "$ns")" "$(rate "$gpu" "$ns")" \
 		"$(secs "$ds")" "$(rate "$db" "$ds")" "$(secs "$cs")" "$(rate "$cb" "$cs")" "$(secs "$nr")" \
 		"$(rate "$gpu" "$nr")" "$(secs "$rs")" "$(rate "$rb" "$rs")" "$(awk -v t="${total_c:-0}" 'BEGIN{printf "%.2f", t/1000}')" \
 		"$(awk -v t="${total_r:-0}" 'BEGIN{printf "%.2f", t/1000}')" "$(awk -v m="${peak:-0}" 'BEGIN{printf "%.2f", m/1073741824}')" "$pass"
 	echo "${images:-0}" >"$dir/images-bytes"
+	echo "${images:-0} ${own_mem:-0} ${total_c:-0} ${total_r:-0}" >"$dir/sums"
 	rm -rf "$dir/ckpt"
 }
 
@@ -139,12 +144,46 @@ for gib in $sizes; do
 		base=$tmp_tmpfs
 		[ "$place" = disk ] && base=$tmp_disk
 		for content in $contents; do
-			group_run "$gib" "$content" "$place" "$base/g-$gib-$content"
+			per=$((gib * (1 << 30) / 4))
+			gpu=0
+			[ "$content" = native ] && gpu=$((gib * (1 << 30)))
+			group_run "$gib" "$content" "$place" "$base/g-$gib-$content" "$gpu" --workers 1 --allocs 4 --size "$per"
 		done
 		imgs=$(cat "$base/g-$gib-host/images-bytes" 2>/dev/null || cat "$base"/g-"$gib"-*/images-bytes | head -1)
 		floors+=("$gib $place $imgs $(floor_run "$imgs" "$base/floor-$gib")")
 	done
 done
+# The worker shape (issue of record: DESIGN.md §11.1): 2 processes, each with
+# private weights (cuMemAlloc), a KV cache of which a quarter is written, an
+# expandable segment and an untracked pool, and a buffer shared with the
+# neighbour; BENCH_WORKER_MIB (64) sizes the weights and the KV cache.
+wm=${BENCH_WORKER_MIB:-64}
+worker_rows=()
+for place in $places; do
+	base=$tmp_tmpfs
+	[ "$place" = disk ] && base=$tmp_disk
+	for content in $contents; do
+		VMM_GROUP_PRIVATE=1 VMM_GROUP_WEIGHTS=$((wm << 20)) VMM_GROUP_KV=$((wm << 20)) \
+			VMM_GROUP_KV_USED=$((wm << 18)) group_run "w$wm" "$content" "$place" "$base/w-$content" 0 \
+			--workers 1 --allocs 1 --size $((8 << 20))
+	done
+	# What the worker wrote: the shared buffer; each process's untracked 8 MiB,
+	# weights (64 KiB + W), segment (3 x 2 MiB) and KV cache's used quarter.
+	written=$(((8 << 20) + 2 * ((8 << 20) + (64 << 10) + (wm << 20) + (6 << 20) + (wm << 18))))
+	read -r fd fr <<<"$(floor_run "$written" "$base/floor-w")"
+	for content in $contents; do
+		read -r im own tc tr <"$base/w-$content/sums"
+		worker_rows+=("$(printf "  %-6s %-5s: images %6.1f MiB (the processes' own memory %6.1f MiB), checkpoint + restore %5.2f s = %.2fx the floor's %5.2f s" \
+			"$content" "$place" "$(awk -v b="$im" 'BEGIN{print b/1048576}')" "$(awk -v b="$own" 'BEGIN{print b/1048576}')" \
+			"$(awk -v a="$tc" -v b="$tr" 'BEGIN{print (a+b)/1000}')" \
+			"$(awk -v a="$tc" -v b="$tr" -v c="$fd" -v d="$fr" 'BEGIN{ if (c+d > 0) print (a+b)/1000/(c+d); else print 0 }')" \
+			"$(awk -v c="$fd" -v d="$fr" 'BEGIN{print c+d}')")")
+	done
+	worker_rows+=("$(printf "  floor  %-5s: %.1f MiB the worker wrote: dump %5.2f s, restore %5.2f s" "$place" "$(awk -v b="$written" 'BEGIN{print b/1048576}')" "$fd" "$fr")")
+done
+echo
+echo "the worker shape (rows w$wm above), against the CRIU floor of the bytes it wrote:"
+for w in "${worker_rows[@]}"; do echo "$w"; done
 echo
 echo "CRIU floor: a plain process holding as many bytes as the group's host-content images"
 for f in "${floors[@]}"; do

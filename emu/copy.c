@@ -3,6 +3,7 @@
  * real addresses of this process, so a copy is a memcpy once the range has been
  * checked against the mappings and their access. Each stream has one worker
  * thread that runs its operations in order. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -115,6 +116,33 @@ static CUresult check_range(uint64_t p, size_t n, bool write, bool host_ok)
 	return CUDA_SUCCESS;
 }
 
+/* Zeros over [p, p + n), checked writable device memory: whole pages of a
+ * placed mapping by punching its memfd (they read as zeros again, as a
+ * device's fresh memory does, and cost no page written: file content sets
+ * never-written blocks so), the rest by memset. Caller holds emu.lock. */
+static void zero_range(uint64_t p, size_t n)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), end = p + n;
+	while (p < end) {
+		struct emu_mapping *m = emu_mapping_at(p);
+		uint64_t stop = m && m->node.end < end ? m->node.end : end;
+		uint64_t lo = (p + page - 1) / page * page, hi = stop / page * page;
+		bool punched = false;
+		if (m && m->placed && m->alloc->kind == EMU_OBJ_MEMORY && m->alloc->fd >= 0 && lo < hi) {
+			off_t at = (off_t)(m->offset + (lo - m->node.start));
+			punched = fallocate(m->alloc->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at,
+					    (off_t)(hi - lo)) == 0;
+		}
+		if (punched) {
+			memset((void *)(uintptr_t)p, 0, lo - p);
+			memset((void *)(uintptr_t)hi, 0, stop - hi);
+		} else {
+			memset((void *)(uintptr_t)p, 0, stop - p);
+		}
+		p = stop;
+	}
+}
+
 static CUresult run_op(struct op *o)
 {
 	CUresult rc = CUDA_SUCCESS;
@@ -131,7 +159,9 @@ static CUresult run_op(struct op *o)
 	case OP_SET:
 		pthread_mutex_lock(&emu.lock);
 		rc = check_range(o->dst, o->count * o->width, true, false);
-		if (!rc) {
+		if (!rc && o->value == 0) {
+			zero_range(o->dst, o->count * o->width);
+		} else if (!rc) {
 			if (o->width == 1) {
 				memset((void *)(uintptr_t)o->dst, (int)(o->value & 0xff), o->count);
 			} else if (o->width == 2) {

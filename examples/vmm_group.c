@@ -52,7 +52,12 @@
  *
  * VMM_GROUP_CHURN=1: every process allocates, maps and releases VMM memory in a
  * thread of its own from ready until it verifies (vmm_group_churn.h): it is not
- * parked, and none of those calls may fail.
+ * parked, and none of those calls may fail; =copy: it copies into memory of its
+ * own instead.
+ *
+ * VMM_GROUP_PRIVATE=1: every process also holds private memory as an engine does
+ * (vmm_group_private.h): cuMemAlloc'd weights, an expandable segment and a KV
+ * cache barely used, checked after the release.
  *
  * VMM_GROUP_FAULT_ROLE=parent|workerN keeps CUEMU_FAULT and CUEMU_TRACE in that process only.
  *
@@ -405,6 +410,13 @@ static int mc_verify(int rank)
 #include "vmm_group_tcp.h"
 #include "vmm_group_churn.h"
 
+static size_t round_up_to(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+#include "vmm_group_private.h"
+
 static int wait_file(const char *name)
 {
 	char path[4200];
@@ -496,7 +508,7 @@ static int worker_main(int w, int sock)
 	}
 	if (ipc.on && ipc_setup(w + 1, NULL, sock) < 0)
 		return 1;
-	if (make_private(device) < 0)
+	if (make_private(device) < 0 || private_setup(device) < 0)
 		return 1;
 	churn_start(device);
 	put(sock, 'R');
@@ -505,6 +517,7 @@ static int worker_main(int w, int sock)
 		return 1;
 	churn_stop();
 	verify_local(w + 1, false);
+	private_verify();
 	if (multicast)
 		mc_verify(w + 1);
 	if (ipc.on) {
@@ -599,7 +612,7 @@ static int parent_main(int *socks, pid_t *pids)
 	}
 	if (ipc.on && ipc_setup(0, socks, -1) < 0)
 		return 1;
-	if (make_private(0) < 0)
+	if (make_private(0) < 0 || private_setup(0) < 0)
 		return 1;
 	for (int w = 0; w < workers; w++)
 		check(get(socks[w]) == 'R', "worker %d did not get ready", w);
@@ -631,6 +644,7 @@ static int parent_main(int *socks, pid_t *pids)
 	check(tcp_exchange("restored") == 0, "the link to the other tree does not carry a token any more");
 	check(tcp_accepts() == 0, "the restored listener does not accept");
 	verify_local(0, true);
+	private_verify();
 	if (multicast)
 		mc_verify(0);
 	if (ipc.on)

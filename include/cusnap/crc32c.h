@@ -11,5 +11,7 @@
 uint32_t crc32c(uint32_t crc, const void *data, size_t len);
 /* The same, by table on any processor (what the tests compare it with). */
 uint32_t crc32c_portable(uint32_t crc, const void *data, size_t len);
+/* crc continued over n zero bytes, in log n steps (a sparse file's holes). */
+uint32_t crc32c_zeros(uint32_t crc, uint64_t n);
 
 #endif

@@ -62,14 +62,13 @@ long content_files_oversize(const struct topo_participant *p, size_t n, const in
 {
 	for (size_t i = 0; i < n; i++) {
 		uint64_t bound = 0;
-		for (size_t k = 0; k < p[i].nallocs; k++)
-			if (p[i].allocs[k].shared)
-				bound += (p[i].allocs[k].size + 4095) & ~(uint64_t)4095;
+		for (size_t k = 0; k < p[i].nallocs; k++) /* (what it carries: shared and private) */
+			bound += (p[i].allocs[k].size + 4095) & ~(uint64_t)4095;
 		struct stat st;
 		if (fds[i] >= 0 && fstat(fds[i], &st) == 0 && (uint64_t)st.st_size > bound) {
 			snprintf(err, errlen,
-				 "its file of file content holds %lld bytes, more than the %llu of everything it "
-				 "shares",
+				 "its file of file content holds %lld bytes, more than the %llu of every allocation "
+				 "it records",
 				 (long long)st.st_size, (unsigned long long)bound);
 			return (long)i;
 		}

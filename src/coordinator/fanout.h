@@ -63,8 +63,8 @@ void content_file_name(const struct cusnap_id *id, char *out, size_t len);
 int content_files_create(const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
 			 size_t errlen);
 /* After PREPARE: the first participant whose file holds more than every
- * shared allocation it records (a workload writing through the descriptor it
- * was lent), with err; or -1. */
+ * allocation it records (a workload writing through the descriptor it was
+ * lent), with err; or -1. */
 long content_files_oversize(const struct topo_participant *p, size_t n, const int *fds, char *err, size_t errlen);
 /* After PREPARE: the files nothing was written to removed (their fds[] -1). */
 void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds);

@@ -89,10 +89,10 @@ static int session_dumpable(pid_t root)
 }
 
 /* After a dump that ended the tree: wait until its processes have exited (a
- * large one takes a while to release its memory: at most 10 s), then briefly
- * for their parents to reap them; a zombie left holding its PID (a restore
- * here needs it free, and waits for it) is named with the parent that has not
- * reaped it. */
+ * large one takes a while to release its memory: at most 10 s), then 50 ms for
+ * their parents to reap them (a restore here waits for a PID a zombie holds
+ * anyway: a longer wait only delays the checkpoint); a zombie left holding its
+ * PID is named with the parent that has not reaped it. */
 static void dumped_tree_gone(const struct tree *t)
 {
 	for (int waited = 0;; waited += 20) {
@@ -107,7 +107,7 @@ static void dumped_tree_gone(const struct tree *t)
 		}
 		if (!dying && !zombies)
 			return;
-		if ((!dying && waited >= 500) || waited >= 10000) {
+		if ((!dying && waited >= 50) || waited >= 10000) {
 			if (dying)
 				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n",
 					dying);

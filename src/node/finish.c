@@ -103,11 +103,14 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	}
 	double t0 = now_ms();
 	if (frozen) {
+		uint64_t before = cuda_resident(t);
 		if (native_thaw(t, dir, map ? map->pairs : NULL, map ? map->npairs : 0, err, errlen) < 0)
 			return -1;
+		uint64_t after = cuda_resident(t), moved = before > after ? before - after : 0;
 		out->ms_thaw = now_ms() - t0;
-		progress("native restore+unlock", out->ms_thaw, "%zu processes%s", frozen,
-			 map && map->npairs ? ", devices remapped" : "");
+		progress("native restore+unlock", out->ms_thaw, "%zu processes%s, %.1f MiB of them back on the GPU",
+			 frozen, map && map->npairs ? ", devices remapped" : "", (double)moved / (1 << 20));
+		progress_bytes("native restore+unlock", moved);
 	}
 	/* The participants know their phase (a locked or checkpointed process
 	 * answers only once thawed): whatever the state directory holds, the tree

@@ -87,4 +87,9 @@ int state_dir_begin(pid_t pid, const char *dir);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
 void devmap_uuid_text(const CUuuid *u, char out[48]);
 
+/* The anonymous resident memory of the tree's CUDA processes (native_steps.c):
+ * what the driver's checkpoint moves out of the GPU lands there, and leaves it
+ * at the native restore (on cuemu too: its device memory is shared memory). */
+uint64_t cuda_resident(const struct tree *t);
+
 #endif

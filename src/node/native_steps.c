@@ -119,13 +119,28 @@ int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen)
 	return 0;
 }
 
+uint64_t cuda_resident(const struct tree *t)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < t->ncuda; i++) {
+		long kib = proc_status_field("/proc", t->targets[i].obs, "RssAnon");
+		sum += kib > 0 ? (uint64_t)kib << 10 : 0;
+	}
+	return sum;
+}
+
 int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errlen)
 {
 	double t0 = now_ms();
+	uint64_t before = cuda_resident(t);
 	if (freeze_step(t, NATIVE_CHECKPOINT, rec, err, errlen) < 0)
 		return -1;
-	if (t->ncuda)
-		progress("native checkpoint", now_ms() - t0, "GPU memory released");
+	uint64_t after = cuda_resident(t), moved = after > before ? after - before : 0;
+	if (t->ncuda) {
+		progress("native checkpoint", now_ms() - t0, "GPU memory released, %.1f MiB of it into the processes",
+			 (double)moved / (1 << 20));
+		progress_bytes("native checkpoint", moved);
+	}
 	/* Every process CHECKPOINTED: the job file as the driver left it. */
 	if (job_save(&t->job, rec->dir, err, errlen) < 0)
 		return -1;

@@ -6,6 +6,8 @@
  * multicast groups. */
 #include <dirent.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 
 #include "cusnap/fault.h"
 #include "cusnap/json.h"
@@ -541,6 +543,119 @@ static void damaged_images(void)
 	reap_all();
 }
 
+/* The bytes of CRIU's images that are 64 bytes of the private memory's mark
+ * (examples/vmm_group_private.h): how many images hold it. */
+static int images_with_mark(const char *dir)
+{
+	char images[PATH_MAX + 16];
+	snprintf(images, sizeof(images), "%s/images", dir);
+	uint32_t needle[16];
+	for (int i = 0; i < 16; i++)
+		needle[i] = 0x5ec0de77u;
+	DIR *d = opendir(images);
+	struct dirent *e;
+	int found = 0;
+	while (d && (e = readdir(d))) {
+		char p[PATH_MAX + 300];
+		snprintf(p, sizeof(p), "%s/%s", images, e->d_name);
+		int fd = strncmp(e->d_name, "pages-", 6) ? -1 : open(p, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		close(fd);
+		if (m != MAP_FAILED) {
+			found += memmem(m, (size_t)st.st_size, needle, sizeof(needle)) != NULL;
+			munmap(m, (size_t)st.st_size);
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Private memory through a checkpoint (DESIGN.md §6.2, §11.1): weights from
+ * cuMemAlloc, an expandable segment, a KV cache barely used, in each process.
+ * In file content (the default: no --content) none of its bytes is in CRIU's
+ * images (looked for, page image by page image); in host content they are (the
+ * arena CRIU dumps: the look finds them when they are there). Restored, each
+ * process checks its bytes, pointers, handles and access. */
+static void private_memory(void)
+{
+	char *env[] = {"VMM_GROUP_PRIVATE=1", NULL}, *out, pid[16], dir[PATH_MAX + 32];
+	for (int c = 0; c < 2; c++) {
+		struct group g;
+		if (group_start(&g, c ? "private-host" : "private-file", 1, 2, false, NULL, env, NULL) < 0)
+			return;
+		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		int rc = c ? checkpoint(&g, dir, "host", false, criu, &out)
+			   : tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--control-dir", g.ctl,
+				  "--criu", criu, "--wait-ready", NULL);
+		CHECK_EQ(rc, 0);
+		if (!c)
+			CHECK_CONTAINS(out, "(file content)");
+		free(out);
+		group_dumped(&g);
+		int marked = images_with_mark(dir);
+		if (c == 0 && marked)
+			test_fail(__FILE__, __LINE__, "file content: %d of CRIU's page images hold private GPU bytes",
+				  marked);
+		if (c == 1)
+			CHECK(marked > 0);
+		CHECK_SAYS(out, restore(dir, &out), 0, "topology identical");
+		pid_t root = restored_root(dir);
+		if (root > 0)
+			CHECK_EQ(restored_passes(&g, root), 2);
+		char *log = test_read_file(g.log);
+		CHECK_EQ(count_of(log, "private memory (weights, an expandable segment, a KV cache) intact"), 2);
+		free(log);
+		reap_all();
+	}
+}
+
+/* A file system that fills while file content writes (a 12 MiB tmpfs of this
+ * test's mount namespace, for some 40 MiB of the group's memory): the
+ * checkpoint fails at PREPARE naming the full file system, is undone (exit 1,
+ * nothing left in the directory), and the group runs on and passes. */
+static void disk_full(void)
+{
+	char small[PATH_MAX], dir[PATH_MAX + 32], pid[16], *out, *env[] = {"VMM_GROUP_PRIVATE=1", NULL};
+	snprintf(small, sizeof(small), "%s/small", e2e_root);
+	CHECK_EQ(mkdir(small, 0700), 0);
+	if (mount("tmpfs", small, "tmpfs", 0, "size=12m,mode=0700") != 0) {
+		printf("  (skipped: cannot mount a small tmpfs here: %s)\n", strerror(errno));
+		return;
+	}
+	struct group g;
+	if (group_start(&g, "full", 1, 2, false, NULL, env, NULL) == 0) {
+		snprintf(dir, sizeof(dir), "%s/ckpt", small);
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		CHECK_EQ(tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir, "--control-dir", g.ctl,
+			      "--criu", criu, "--wait-ready", NULL),
+			 1);
+		CHECK_CONTAINS(out, "No space left on device");
+		CHECK_CONTAINS(out, "runs as before");
+		free(out);
+		DIR *d = opendir(dir);
+		int left = 0;
+		for (struct dirent *e; d && (e = readdir(d));)
+			left += e->d_name[0] != '.' || strcmp(e->d_name, ".partial") == 0;
+		if (d)
+			closedir(d);
+		CHECK_EQ(left, 0);
+		CHECK_EQ(group_finish(&g), 2);
+		char *log = test_read_file(g.log);
+		CHECK_EQ(count_of(log, "private memory (weights, an expandable segment, a KV cache) intact"), 2);
+		free(log);
+		group_kill(&g);
+	}
+	CHECK_EQ(umount(small), 0);
+}
+
 /* Nothing in a checkpoint directory may be a stranger's (DESIGN.md §9): a
  * core image (whose credentials CRIU gives the process it makes) owned by
  * another user, the images directory owned by another user, or the manifest
@@ -917,6 +1032,10 @@ int main(void)
 	test_run("a churning workload (not parked) checkpointed and restored: its calls wait, none fails", churning);
 	test_run("a checkpoint failing into a directory with a good one: the good one stands and restores",
 		 failed_over_good);
+	test_run("private memory through a checkpoint: none of it in CRIU's images in file content (the default)",
+		 private_memory);
+	test_run("the file system full while file content is written: undone, nothing left, the group runs on",
+		 disk_full);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
 	test_run("an image, the images directory or the manifest a stranger could write: refused before CRIU runs",
 		 foreign_owned);

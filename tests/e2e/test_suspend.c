@@ -135,6 +135,49 @@ static void file_content_damaged(void)
 	group_done(&g, 2);
 }
 
+/* Private memory through cusnap's path (DESIGN.md §6.2): weights from
+ * cuMemAlloc (the adapter's chunks), an expandable segment of three
+ * allocations and a KV cache barely used, in each process, suspended and
+ * resumed in each content; each process checks its bytes, pointers, handles
+ * and access. In file content every byte of it is in the files, the KV cache's
+ * unused blocks as holes: the files are sparse and come back as zeros. */
+static void private_memory(void)
+{
+	char *env[] = {"VMM_GROUP_PRIVATE=1", NULL}, *out, state[PATH_MAX + 16];
+	static const char *const contents[] = {"file", "host", "native"};
+	for (int c = 0; c < 3; c++) {
+		struct group g;
+		if (group_start(&g, "private", 1, 2, false, NULL, env, NULL) < 0)
+			return;
+		CHECK_EQ(group_suspend(&g, contents[c], &out, NULL), 0);
+		free(out);
+		if (c == 0) {
+			snprintf(state, sizeof(state), "%s/state", g.ctl);
+			DIR *d = opendir(state);
+			struct dirent *e;
+			long long size = 0, stored = 0;
+			while (d && (e = readdir(d))) {
+				struct stat st;
+				if (layout_content_name(e->d_name) && fstatat(dirfd(d), e->d_name, &st, 0) == 0)
+					size += st.st_size, stored += (long long)st.st_blocks * 512;
+			}
+			if (d)
+				closedir(d);
+			/* (each process: 6 MiB of its KV cache never written) */
+			CHECK(size >= (long long)(2 * 3 * (2u << 20)));
+			if (stored > size - (long long)(2 * 3 * (2u << 20)))
+				test_fail(__FILE__, __LINE__, "the files hold %lld bytes of their %lld: not sparse",
+					  stored, size);
+		}
+		CHECK_SAYS(out, group_resume(&g, &out, NULL), 0, "topology identical");
+		CHECK_EQ(group_finish(&g), 2);
+		char *log = test_read_file(g.log);
+		CHECK_EQ(count_of(log, "private memory (weights, an expandable segment, a KV cache) intact"), 2);
+		free(log);
+		group_kill(&g);
+	}
+}
+
 /* A creator that let go of what it shared (DESIGN.md §6.2): the first worker
  * carries each allocation, the other is rebuilt as its importer, and the
  * parent's exports, cached from before, resolve after the resume (the
@@ -618,6 +661,9 @@ int main(void)
 		 file_content);
 	test_run("file content damaged or truncated while suspended: refused, parked; resumed from the file as written",
 		 file_content_damaged);
+	test_run("private memory (cuMemAlloc weights, an expandable segment, a KV cache barely used) in each content; "
+		 "file content's holes",
+		 private_memory);
 	test_run("a creator that let go: an importer carries, host content", let_go_host);
 	test_run("a creator that let go: an importer carries, native content (also legacy IPC)", let_go_native);
 	test_run("resume unlocks children before their parents", children_unlocked_first);

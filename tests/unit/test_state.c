@@ -67,6 +67,13 @@ static void crc_vector(void)
 		for (size_t len = 0; len + off <= sizeof(buf); len += 13)
 			CHECK_EQ(crc32c(5, buf + off, len), crc32c_portable(5, buf + off, len));
 	CHECK_EQ(crc32c_portable(0, "123456789", 9), 0xe3069283);
+	/* n zero bytes at once: as if they were read (a sparse file's holes). */
+	static uint8_t zeros[70000];
+	static const uint64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 63, 64, 255, 4096, 65536, 69999};
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		CHECK_EQ(crc32c_zeros(0, lens[i]), crc32c(0, zeros, lens[i]));
+		CHECK_EQ(crc32c_zeros(0xe3069283u, lens[i]), crc32c(0xe3069283u, zeros, lens[i]));
+	}
 }
 
 /* The sample state written to dir, and the file's bytes (*len of them,
@@ -234,7 +241,7 @@ int main(void)
 	if (!d)
 		SKIP("no temporary directory");
 	snprintf(dir, sizeof(dir), "%s", d);
-	test_run("CRC32C check value", crc_vector);
+	test_run("CRC32C check value, zeros at once", crc_vector);
 	test_run("golden header and round trip", golden_and_round_trip);
 	test_run("empty, truncated, bit-flipped, bad magic, newer, bad count: each refused", refusals);
 	test_run("a failed write (create, full disk) leaves the old file intact", torn_write_keeps_old);
