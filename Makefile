@@ -417,6 +417,7 @@ gpu-build: all $(BUILD)/tests/emu/target_helper
 	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/probe tests/gpu/probe.c -ldl -lpthread
 	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/rt_clients tests/gpu/rt_clients.c -ldl
 	$(CC) $(GPU_CFLAGS) -o $(BUILD)/gpu/copy_bench tests/gpu/copy_bench.c -L$(CUDA_HOME)/lib64/stubs -lcuda
+	$(CC) $(GPU_CFLAGS) -Ibench -o $(BUILD)/gpu/gate bench/gate.c -L$(CUDA_HOME)/lib64/stubs -lcuda
 	@if [ -x "$(NVCC)" ]; then \
 		echo "$(NVCC) tests/gpu/kernel_share.cu"; \
 		$(NVCC) -O2 -std=c++17 -o $(BUILD)/gpu/kernel_share tests/gpu/kernel_share.cu -L$(CUDA_HOME)/lib64/stubs -lcuda; \
@@ -434,7 +435,7 @@ gpu-bundle: gpu-build
 	@scripts/setup-criu.sh $(BUILD) >/dev/null || echo "gpu-bundle: no CRIU (the CRIU checks will skip)"
 	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/tests/emu $(GPU_BUNDLE)/cudart $(GPU_BUNDLE)/gpu
 	cp -r $(BUILD)/bin $(BUILD)/lib $(BUILD)/examples $(GPU_BUNDLE)/
-	cp $(BUILD)/gpu/probe $(BUILD)/gpu/rt_clients $(BUILD)/gpu/copy_bench $(GPU_BUNDLE)/gpu/
+	cp $(BUILD)/gpu/probe $(BUILD)/gpu/rt_clients $(BUILD)/gpu/copy_bench $(BUILD)/gpu/gate $(GPU_BUNDLE)/gpu/
 	-cp $(BUILD)/gpu/kernel_share $(GPU_BUNDLE)/gpu/ 2>/dev/null
 	-cp $(BUILD)/gpu/nccl_allreduce $(GPU_BUNDLE)/gpu/ 2>/dev/null
 	cp $(BUILD)/tests/emu/target_helper $(GPU_BUNDLE)/tests/emu/

@@ -108,7 +108,7 @@ group_run() { # LABEL CONTENT PLACE DIR GPU VMM_GROUP_ARGS...
 		"$(rate "$gpu" "$nr")" "$(secs "$rs")" "$(rate "$rb" "$rs")" "$(awk -v t="${total_c:-0}" 'BEGIN{printf "%.2f", t/1000}')" \
 		"$(awk -v t="${total_r:-0}" 'BEGIN{printf "%.2f", t/1000}')" "$(awk -v m="${peak:-0}" 'BEGIN{printf "%.2f", m/1073741824}')" "$pass"
 	echo "${images:-0}" >"$dir/images-bytes"
-	echo "${images:-0} ${own_mem:-0} ${total_c:-0} ${total_r:-0}" >"$dir/sums"
+	echo "${images:-0} $((${own_mem:-0} + ${nb:-0})) ${total_c:-0} ${total_r:-0}" >"$dir/sums"
 	rm -rf "$dir/ckpt"
 }
 
@@ -173,7 +173,7 @@ for place in $places; do
 	read -r fd fr <<<"$(floor_run "$written" "$base/floor-w")"
 	for content in $contents; do
 		read -r im own tc tr <"$base/w-$content/sums"
-		worker_rows+=("$(printf "  %-6s %-5s: images %6.1f MiB (the processes' own memory %6.1f MiB), checkpoint + restore %5.2f s = %.2fx the floor's %5.2f s" \
+		worker_rows+=("$(printf "  %-6s %-5s: images %6.1f MiB (the processes' own memory, the driver's copy of untracked GPU memory in it: %6.1f MiB), checkpoint + restore %5.2f s = %.2fx the floor's %5.2f s" \
 			"$content" "$place" "$(awk -v b="$im" 'BEGIN{print b/1048576}')" "$(awk -v b="$own" 'BEGIN{print b/1048576}')" \
 			"$(awk -v a="$tc" -v b="$tr" 'BEGIN{print (a+b)/1000}')" \
 			"$(awk -v a="$tc" -v b="$tr" -v c="$fd" -v d="$fr" 'BEGIN{ if (c+d > 0) print (a+b)/1000/(c+d); else print 0 }')" \
