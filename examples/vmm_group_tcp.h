@@ -10,7 +10,9 @@
  * short connections to it that its side closed first (their TIME_WAIT entries
  * hold its port), and one connection kept, both ends in this process. The
  * tokens go through that connection; after restore-complete the listener must
- * also accept a new connection. Its port is printed ("tcp: listening on"). */
+ * also accept a new connection. Its port is printed ("tcp: listening on").
+ * VMM_GROUP_TCP_REUSEPORT=1: the listener sets SO_REUSEPORT first, as NCCL's
+ * RAS service does on its well-known port. */
 #ifndef VMM_GROUP_TCP_H
 #define VMM_GROUP_TCP_H
 
@@ -44,7 +46,12 @@ static int tcp_self(void)
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	socklen_t len = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	const char *reuse = getenv("VMM_GROUP_TCP_REUSEPORT");
+	if (l >= 0 && reuse && !strcmp(reuse, "1") && setsockopt(l, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+		perror("vmm_group: VMM_GROUP_TCP_REUSEPORT=1: SO_REUSEPORT");
+		return -1;
+	}
 	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 8) < 0 ||
 	    getsockname(l, (struct sockaddr *)&a, &len) < 0) {
 		perror("vmm_group: VMM_GROUP_TCP=self: cannot listen");
@@ -73,18 +80,27 @@ static int tcp_self(void)
 	return 0;
 }
 
-/* After a restore: the listener accepts a new connection. 0 or -1 (said). */
+/* After a restore: the listener accepts a new connection. With SO_REUSEPORT
+ * the kernel spreads connections over every listener of the port by their
+ * addresses: up to 32 tries, each from another port, 1 s each. 0 or -1 (said). */
 static int tcp_accepts(void)
 {
 	struct sockaddr_in a;
 	socklen_t len = sizeof(a);
 	if (tcp_listener < 0)
 		return 0;
-	int c = getsockname(tcp_listener, (struct sockaddr *)&a, &len) == 0 ? tcp_dial(ntohs(a.sin_port)) : -1;
-	struct pollfd p = {.fd = tcp_listener, .events = POLLIN};
-	int s = c >= 0 && poll(&p, 1, 30000) == 1 ? accept4(tcp_listener, NULL, NULL, SOCK_CLOEXEC) : -1;
-	if (c >= 0)
-		close(c);
+	int s = -1;
+	for (int tries = 0; s < 0 && tries < 32; tries++) {
+		int c = getsockname(tcp_listener, (struct sockaddr *)&a, &len) == 0 ? tcp_dial(ntohs(a.sin_port)) : -1;
+		struct pollfd p = {.fd = tcp_listener, .events = POLLIN};
+		s = c >= 0 && poll(&p, 1, tries ? 1000 : 30000 / 32) == 1
+			    ? accept4(tcp_listener, NULL, NULL, SOCK_CLOEXEC)
+			    : -1;
+		if (c >= 0)
+			close(c);
+		if (c < 0)
+			break;
+	}
 	if (s < 0) {
 		fprintf(stderr, "vmm_group: tcp: the listener accepts no new connection\n");
 		return -1;

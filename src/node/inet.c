@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cusnap/paths.h"
@@ -189,6 +190,39 @@ static ssize_t socket_inodes(pid_t pid, unsigned long **out)
 	return (ssize_t)n;
 }
 
+/* SO_REUSEPORT of socket inode, held by pid: its descriptor borrowed with
+ * pidfd_getfd (Linux 5.6; what CRIU's own parasite reads). 1 or 0; -1 when it
+ * cannot be asked (an older kernel, not root). */
+static int sock_reuseport(pid_t pid, unsigned long inode)
+{
+	char path[64], want[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	DIR *d = opendir(path);
+	int fdno = -1;
+	struct dirent *e;
+	while (d && fdno < 0 && (e = readdir(d))) {
+		char link[320], target[64];
+		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		if (len > 0 && (target[len] = '\0', !strcmp(target, want)))
+			fdno = atoi(e->d_name);
+	}
+	if (d)
+		closedir(d);
+	int pfd = fdno < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+	int fd = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pfd, fdno, 0);
+	int on = 0, rc = -1;
+	socklen_t len = sizeof(on);
+	if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, &len) == 0)
+		rc = on != 0;
+	if (fd >= 0)
+		close(fd);
+	if (pfd >= 0)
+		close(pfd);
+	return rc;
+}
+
 static bool holds(const unsigned long *inodes, size_t n, unsigned long inode)
 {
 	for (size_t i = 0; i < n; i++)
@@ -238,6 +272,9 @@ ssize_t inet_of_tree(const struct proc *procs, size_t nprocs, struct inet_sock *
 		for (size_t i = first; i < n; i++) {
 			v[i].pid = procs[p].pid;
 			v[i].netns_here = own;
+			bool binds = (v[i].proto == IPPROTO_TCP && v[i].state == TCPS_LISTEN) ||
+				     v[i].proto == IPPROTO_UDP;
+			v[i].reuseport = binds && v[i].lport && sock_reuseport(procs[p].pid, v[i].inode) == 1;
 		}
 		free(inodes);
 	}
@@ -427,6 +464,17 @@ static bool on_a_port(const struct inet_sock *s, void *arg)
 	return false;
 }
 
+/* Does live socket s (held by pid) let the tree's socket on its port bind
+ * beside it: both set SO_REUSEPORT, with the same uid (the kernel's rule)? */
+static bool shares_port(const struct inet_sock *tree, size_t n, const struct inet_sock *s, pid_t pid)
+{
+	for (size_t j = 0; j < n; j++)
+		if (bound_here(&tree[j]) && collide(s, &tree[j]))
+			if (!tree[j].reuseport || tree[j].uid != s->uid || sock_reuseport(pid, s->inode) != 1)
+				return false;
+	return true;
+}
+
 int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_sock *ours, size_t nours, int wait_ms,
 		    char *why, size_t len)
 {
@@ -452,6 +500,8 @@ int inet_ports_free(const struct inet_sock *tree, size_t n, const struct inet_so
 				char comm[64];
 				unsigned uid;
 				pid_t pid = owner_of(v[i].inode, comm, sizeof(comm), &uid);
+				if (pid && shares_port(tree, n, &v[i], pid))
+					continue; /* SO_REUSEPORT on both, the same uid: the kernel binds both */
 				if (pid)
 					snprintf(why, len,
 						 "%s %s, which the checkpointed tree must bind again, is taken by "

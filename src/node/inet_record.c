@@ -21,9 +21,10 @@ static json_t *sock_json(const struct inet_sock *s, bool full)
 	inet_endpoint_text(s, true, peer, sizeof(peer));
 	if (!full)
 		return json_pack("{s:s, s:s}", "local", at, "remote", peer);
-	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b}", "pid", (int)s->pid, "protocol",
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:b, s:i}", "pid", (int)s->pid, "protocol",
 			 s->proto == IPPROTO_TCP ? "tcp" : "udp", "local", at, "remote", peer, "state",
-			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here);
+			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here, "reuseport", s->reuseport,
+			 "uid", (int)s->uid);
 }
 
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw)
@@ -59,6 +60,8 @@ static int sock_from_json(const json_t *o, bool full, struct inet_sock *s)
 			s->state = k;
 	s->pid = (pid_t)json_member_number(o, "pid", 0);
 	s->netns_here = json_is_true(json_object_get(o, "netns_here"));
+	s->reuseport = json_is_true(json_object_get(o, "reuseport")); /* (absent before: not set) */
+	s->uid = (unsigned)json_member_number(o, "uid", 0);
 	return s->state < 0 ? -EINVAL : 0;
 }
 

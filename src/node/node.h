@@ -55,6 +55,7 @@ struct inet_sock {
 	unsigned uid;
 	pid_t pid;       /* the tree's process that holds it */
 	bool netns_here; /* in cusnap's own network namespace (a restore here binds it again) */
+	bool reuseport;  /* a listener or bound UDP socket with SO_REUSEPORT set */
 };
 /* The TCP and UDP sockets the processes hold, into *out (to free): the count,
  * or -errno. */

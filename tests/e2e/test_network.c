@@ -59,6 +59,21 @@ static int recorded(const char *dir, const char *what)
 	return n;
 }
 
+/* The sockets of the manifest's network record with SO_REUSEPORT set, or -1. */
+static int recorded_reuseport(const char *dir)
+{
+	struct manifest m;
+	char err[512];
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+		return -1;
+	const json_t *socks = json_object_get(json_object_get(m.root, "network"), "sockets");
+	int n = 0;
+	for (size_t i = 0; i < json_array_size(socks); i++)
+		n += json_is_true(json_object_get(json_array_get(socks, i), "reuseport"));
+	manifest_free(&m);
+	return n;
+}
+
 /* This kernel as MAJOR * 1000 + MINOR. */
 static int kernel_version(void)
 {
@@ -120,18 +135,25 @@ static void needs_tcp_established(void)
 }
 
 /* A socket of this process on port (SO_REUSEADDR: TIME_WAIT entries on it do
- * not stop it), listening: its descriptor, or -1. */
-static int take_port(int port)
+ * not stop it; SO_REUSEPORT too when reuseport), listening: its descriptor, or -1. */
+static int take_port_as(int port, bool reuseport)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int one = 1, s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (reuseport)
+		setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if (s >= 0 && (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 1) < 0)) {
 		close(s);
 		s = -1;
 	}
 	return s;
+}
+
+static int take_port(int port)
+{
+	return take_port_as(port, false);
 }
 
 /* Checkpointed with its connections, restored at once on this host (its own
@@ -191,6 +213,42 @@ static void restore_at_once(void)
 	}
 }
 
+/* A listener with SO_REUSEPORT (NCCL's RAS port in every rank): the
+ * checkpoint records it, and a restore goes on beside another listener of the
+ * same uid on that port that set it too, as the kernel and plain CRIU allow
+ * (before: "taken by process N", nothing made); one without it is still named. */
+static void reuseport_peer(void)
+{
+	static char *env[] = {"VMM_GROUP_TCP=self", "VMM_GROUP_TCP_REUSEPORT=1", NULL};
+	struct group g;
+	if (group_start(&g, "reuse", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	int port = listening_port(&g);
+	CHECK(port > 0);
+	char dir[PATH_MAX + 32], *out, filter[64];
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	int rc = checkpoint(&g, dir, criu, true, &out);
+	if (!group_dump_ok(&g, rc, out))
+		return;
+	CHECK_EQ(recorded_reuseport(dir), 1);
+	snprintf(filter, sizeof(filter), "( sport = :%d )", port);
+	char *ss[] = {"/usr/bin/ss", "-K", "-t", "state", "time-wait", filter, NULL};
+	CHECK_EQ(test_run_cmd(ss, "/dev/null", 10000), 0);
+	int plain = take_port_as(port, false);
+	CHECK(plain >= 0);
+	CHECK_SAYS(out, restore(dir, &out), 1, "is taken by process");
+	close(plain);
+	int peer = take_port_as(port, true);
+	CHECK(peer >= 0);
+	CHECK_EQ(restore(dir, &out), 0);
+	free(out);
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	close(peer);
+}
+
 /* Images of a newer CRIU: a restore with an older one is refused (69) before
  * anything is made (4.1.1 cannot read 4.2's page maps). */
 static void newer_images(void)
@@ -230,6 +288,7 @@ int main(void)
 	test_run("checkpoint --tcp-established, restore at once on this host; a port taken named; restored again at "
 		 "once",
 		 restore_at_once);
+	test_run("an SO_REUSEPORT listener restored beside another of the same uid that set it too", reuseport_peer);
 	test_run("images of a newer CRIU: a restore with an older one refused (69), nothing made", newer_images);
 	return e2e_done();
 }
