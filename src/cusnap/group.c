@@ -268,29 +268,29 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 
 /* Does this member see every member of the operation ready (under a live
  * lease, named as --members says)? What a "go" is followed on: 1 yes, 0 no,
- * -1 etcd not reached (cannot tell). */
+ * -1 etcd not reached (cannot tell). Whom it saw is recorded (g->seen), so
+ * that a member that crosses on a decision it found at its first look still
+ * knows whose results to wait for (no silent split). */
 static int all_ready(struct group *g)
 {
-	char scratch[4][256], reason[300];
+	char reason[300];
 	struct etcd_kv *kvs;
 	size_t n = 0;
 	if (members(g, &kvs, &n, reason, sizeof(reason)) < 0)
 		return -1;
 	etcd_kvs_free(kvs, n);
-	n = 0;
-	char(*seen)[256] = (size_t)g->a->members <= 4 ? scratch : calloc((size_t)g->a->members, 256);
-	int rc = seen ? look(g, seen, &n, reason, sizeof(reason)) : 0;
-	if (seen != scratch)
-		free(seen);
-	return rc == 1;
+	if (!g->seen && !(g->seen = calloc((size_t)g->a->members, 256)))
+		return 0;
+	return look(g, g->seen, &g->nseen, reason, sizeof(reason)) == 1;
 }
 
 static int at_boundary(struct boundary *b, char *why, size_t len)
 {
 	struct group *g = (struct group *)b;
 	char reason[1000] = "", err[512];
-	char(*seen)[256] = g->seen = calloc((size_t)g->a->members, 256);
-	size_t nseen = 0;
+	if (!g->seen)
+		g->seen = calloc((size_t)g->a->members, 256);
+	char(*seen)[256] = g->seen;
 	bool warned = false;
 	double start = now_ms();
 	fault_point(FAULT_GROUP_READY);
@@ -329,7 +329,7 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 					  g->member, strsignal(signal_caught()));
 			break;
 		}
-		int seen_now = look(g, seen, &nseen, reason, sizeof(reason));
+		int seen_now = look(g, seen, &g->nseen, reason, sizeof(reason));
 		if (seen_now) {
 			rc = seen_now < 0 ? -1 : 0;
 			break;
@@ -339,12 +339,11 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 			snprintf(reason, sizeof(reason),
 				 "%zu of %d members arrived within %d ms of member %s being ready; not every one "
 				 "was ready",
-				 nseen, g->a->members, g->a->group_timeout_ms, g->member);
+				 g->nseen, g->a->members, g->a->group_timeout_ms, g->member);
 			break;
 		}
 		usleep(POLL_US);
 	}
-	g->nseen = nseen;
 	/* One decision for all: whatever was decided first stands. */
 	int d = decide(g, rc == 0, reason, why, len);
 	g->crossed = d == 0;

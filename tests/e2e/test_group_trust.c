@@ -432,6 +432,42 @@ static void split(void)
 	}
 }
 
+/* The decision found at the first look: m1 says it is ready and is held
+ * before it reads the decision; m0 sees both ready, decides "go", crosses and
+ * dies (after its native lock) before it writes its result. m1, let go while
+ * m0's lease still lives, finds "go" at once and crosses: it saw m0 ready, so
+ * when no result of m0's comes it says the group may be split and exits 2
+ * (it exited 0: a member that found the decision at once recorded no one). */
+static void split_at_first_look(void)
+{
+	struct group g[2];
+	trees_start(g, 2, "firstlook");
+	struct member m[2];
+	char *hold[] = {"CUSNAP_FAULT=group-waiting:stop", NULL}, *die[] = {"CUSNAP_FAULT=kill-after-lock:self", NULL};
+	in_place(&m[1], &g[1], "suspend", "firstlook", 2, "m1", hold, "3000");
+	CHECK(wait_stopped(m[1].pid, 20000));
+	in_place(&m[0], &g[0], "suspend", "firstlook", 2, "m0", die, "3000");
+	char *out[2];
+	int rc0 = member_wait(&m[0], &out[0]);
+	CHECK_EQ(rc0, -1); /* (killed by its fault, after its lock) */
+	kill(m[1].pid, SIGCONT);
+	int rc1 = member_wait(&m[1], &out[1]);
+	CHECK_EQ(rc1, 2);
+	CHECK_CONTAINS(out[1], "the group may be split");
+	CHECK_CONTAINS(out[1], "m0");
+	free_all(out, 2);
+	char *o = NULL;
+	CHECK_EQ(group_resume(&g[1], &o, NULL), 0); /* m1 crossed: its tree is suspended */
+	free(o);
+	CHECK_EQ(group_resume(&g[0], &o, NULL), 0); /* m0's, locked when it died */
+	free(o);
+	for (int i = 0; i < 2; i++) {
+		untouched(&g[i]);
+		restore_complete(&g[i]);
+		group_done(&g[i], 2);
+	}
+}
+
 int main(void)
 {
 	e2e_init("group-trust");
@@ -448,6 +484,9 @@ int main(void)
 		 records_not_trusted);
 	test_run("two jobs under one group name: the stranger refused (75), the job goes through", two_jobs);
 	test_run("etcd lost between the decision and a member's reading of it: both say the group may be split", split);
+	test_run("the decision found at a member's first look: it still knows whom it saw, and says the group may "
+		 "be split",
+		 split_at_first_look);
 	etcd_stop();
 	return e2e_done();
 }
