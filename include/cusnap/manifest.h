@@ -51,6 +51,7 @@ struct manifest {
 	const json_t *image_files;   /* images_digest(), or NULL (before the dump's end) */
 	const json_t *content_files; /* content_digest() of file content's files, or NULL (none) */
 	const json_t *network;       /* network_json(), or NULL */
+	const json_t *written_files; /* written_files_json(): the files the tree wrote (an array), or NULL */
 	json_t *root;                /* parsed: what holds the strings above */
 	void *owned;                 /* parsed: the arrays above */
 };

@@ -65,6 +65,8 @@ char *manifest_encode(const struct manifest *m, size_t *len)
 		json_object_set(j, "content_files", (json_t *)m->content_files);
 	if (j && m->network)
 		json_object_set(j, "network", (json_t *)m->network);
+	if (j && m->written_files)
+		json_object_set(j, "written_files", (json_t *)m->written_files);
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(7)) : NULL;
 	json_decref(j);
 	if (!text)
@@ -172,7 +174,8 @@ static int fields_from_json(const json_t *root, struct manifest *m, const char *
 	    get_record(root, "needs", false, &m->needs, bad) ||
 	    get_record(root, "image_files", false, &m->image_files, bad) ||
 	    get_record(root, "content_files", false, &m->content_files, bad) ||
-	    get_record(root, "network", false, &m->network, bad) || procs_from_json(procs, m->procs, bad))
+	    get_record(root, "network", false, &m->network, bad) ||
+	    get_record(root, "written_files", true, &m->written_files, bad) || procs_from_json(procs, m->procs, bad))
 		return -1;
 	m->created = v[0];
 	m->root_pid = (int)v[1];

@@ -283,7 +283,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
 	net_json = network_json(&net);
 	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, NULL, NULL,
-			   net_json) < 0) {
+			   net_json, net.written_json) < 0) {
 		rc = finish(&t, &rec, "cannot write %s", manifest);
 		goto out;
 	}
@@ -331,7 +331,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 		r->ms_restore_in_place = now_ms() - t0;
 	}
 	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, digests,
-			   content, net_json) < 0)
+			   content, net_json, net.written_json) < 0)
 		fprintf(stderr,
 			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
 			"dump stands, and a restore cannot verify the images\n",

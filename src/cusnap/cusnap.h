@@ -156,6 +156,10 @@ struct network {
 	size_t n;
 	struct inet_sock *time_wait; /* after the dump: its own closed connections on its ports */
 	size_t ntime_wait;
+	/* What else of the tree's a restore must find as the dump left it: the
+	 * regular files it writes (its logs), and the manifest's record of them. */
+	struct written_files written;
+	json_t *written_json;
 };
 /* Before anything changes: the tree's sockets into *net; refused (the exit
  * code, reported) when the CRIU at criu cannot dump them on this kernel, or
@@ -172,13 +176,16 @@ struct manifest;
  * this host free again (its own TIME_WAIT entries cleared, others waited for);
  * 0, or the exit code (reported) with nothing done. */
 int network_ports_free(const struct manifest *m);
+/* Before a restore creates anything: the files the tree wrote as the dump left
+ * them (written_files_ready); 0, or the exit code (reported), nothing done. */
+int network_files_ready(const struct manifest *m);
 /* ---- manifest_write.c ---- */
 /* manifest.json in dfd (a checkpoint being built), atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
 /* images: the image digests (images_digest; NULL before the dump); files:
  * those of file content's files (content_digest; NULL: none); net: the tree's
- * sockets (network_json). */
+ * sockets (network_json); written: the files it writes (written_files_json). */
 int manifest_write(int dfd, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images, const json_t *files, const json_t *net);
+		   const json_t *images, const json_t *files, const json_t *net, const json_t *written);
 
 #endif

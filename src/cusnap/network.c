@@ -5,6 +5,7 @@
  * connections left on its ports), and, before a restore on this host, the
  * ports made bindable again (inet.c). */
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given, struct network *net)
 {
 	memset(net, 0, sizeof(*net));
+	if (written_files_of(t->procs, t->nprocs, &net->written) < 0 ||
+	    !(net->written_json = written_files_json(&net->written)))
+		return fail(EX_LEFT_RUNNING, "out of memory; nothing done");
 	ssize_t n = inet_of_tree(t->procs, t->nprocs, &net->socks);
 	if (n < 0)
 		return fail(EX_LEFT_RUNNING, "cannot read the tree's sockets: %s; nothing done", strerror((int)-n));
@@ -47,12 +51,20 @@ void network_after_dump(struct network *net)
 {
 	ssize_t n = net->n ? inet_time_wait_of(net->socks, net->n, &net->time_wait) : 0;
 	net->ntime_wait = n > 0 ? (size_t)n : 0;
+	written_files_sized(&net->written);
+	json_t *w = written_files_json(&net->written);
+	if (w) {
+		json_decref(net->written_json);
+		net->written_json = w;
+	}
 }
 
 void network_free(struct network *net)
 {
 	free(net->socks);
 	free(net->time_wait);
+	written_files_free(&net->written);
+	json_decref(net->written_json);
 	memset(net, 0, sizeof(*net));
 }
 
@@ -71,6 +83,14 @@ int network_ports_free(const struct manifest *m)
 	if (rc == -EINVAL)
 		return fail(EX_USAGE, "the manifest's \"network\": %s; nothing done", why);
 	if (rc < 0)
+		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
+	return 0;
+}
+
+int network_files_ready(const struct manifest *m)
+{
+	char why[PATH_MAX + 400];
+	if (m->written_files && written_files_ready(m->written_files, why, sizeof(why)) < 0)
 		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	return 0;
 }

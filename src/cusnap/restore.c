@@ -159,6 +159,8 @@ static int restore_ready(const struct args *a, int dfd, struct manifest *m, stru
 		rc = pids_free(m);
 	if (!rc)
 		rc = network_ports_free(m);
+	if (!rc)
+		rc = network_files_ready(m);
 	if (rc)
 		manifest_free(m);
 	return rc;

@@ -176,6 +176,28 @@ static inline enum proto_content settings_content(const struct settings *s, bool
 {
 	return s->content ? s->content : checkpoint ? PROTO_CONTENT_FILE : PROTO_CONTENT_HOST;
 }
+/* ---- written.c: the regular files a tree has open for writing (DESIGN.md §9.2) ---- */
+struct written_file {
+	char path[PATH_MAX];
+	unsigned uid, gid;       /* the file's owner */
+	unsigned long long size; /* bytes at the dump */
+};
+struct written_files {
+	struct written_file *f;
+	size_t n;
+};
+/* Those the processes hold open for writing, in cusnap's own mount namespace
+ * (a container's are its runtime's): 0, or -ENOMEM. Before the dump. */
+int written_files_of(const struct proc *procs, size_t nprocs, struct written_files *w);
+/* Each one's size now (after the dump: what CRIU recorded). */
+void written_files_sized(struct written_files *w);
+/* The manifest's record (an array; the caller owns it). */
+json_t *written_files_json(const struct written_files *w);
+void written_files_free(struct written_files *w);
+/* Before CRIU restores: each recorded file as the dump left it, a grown one set
+ * aside and made again (as its owner). 0, or -1 with why naming the file. */
+int written_files_ready(const json_t *rec, char *why, size_t len);
+
 /* ---- settings.c: the rows of settings.def ---- */
 struct setting;
 /* Each row's defaults (a path's is "": not set). */

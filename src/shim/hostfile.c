@@ -83,11 +83,16 @@ static void ring_free(struct ring *g)
 		hostmem_free(g->mem, g->slots * g->bytes, COUNT_SHIM_MAP);
 }
 
-/* The calling thread's ring (its device's context current), pinned where the
- * driver will (else the copies run pageable: slower, still correct). */
-static CUresult ring_make(struct ring *g, struct life_result *r)
+/* The calling thread's ring (its device's context current) for the lane's n
+ * allocations: no more slots than they have chunks, pinned where the driver
+ * will (else the copies run pageable: slower, still correct). */
+static CUresult ring_make(struct ring *g, struct shim_alloc **list, size_t n, struct life_result *r)
 {
 	shim_ring(&g->slots, &g->bytes);
+	size_t chunks = 0;
+	for (size_t i = 0; i < n && chunks < g->slots; i++)
+		chunks += (list[i]->size + g->bytes - 1) / g->bytes;
+	g->slots = chunks < g->slots ? (chunks ? chunks : 1) : g->slots;
 	if (!(g->mem = hostmem_alloc(g->slots * g->bytes, COUNT_SHIM_MAP))) {
 		life_fail(r, NULL, "no host memory for the %zu x %zu-byte ring of file content", g->slots, g->bytes);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -219,7 +224,7 @@ static CUresult lane_save(struct copy_job *j, int dev, struct shim_alloc **list,
 	(void)dev;
 	struct file_job *f = (struct file_job *)j;
 	struct ring g = {0};
-	CUresult rc = ring_make(&g, r);
+	CUresult rc = ring_make(&g, list, n, r);
 	/* The ring as a queue: slot k % slots holds chunk k; every slot kept busy. */
 	struct cursor issue = {0}, done = {0};
 	size_t queued = 0, processed = 0;
@@ -309,7 +314,7 @@ static CUresult lane_load(struct copy_job *j, int dev, struct shim_alloc **list,
 	(void)dev;
 	struct file_job *f = (struct file_job *)j;
 	struct ring g = {0};
-	CUresult rc = ring_make(&g, r);
+	CUresult rc = ring_make(&g, list, n, r);
 	struct cursor c = {0};
 	for (size_t k = 0; !rc && c.i < n; k++) {
 		struct shim_alloc *a = list[c.i];

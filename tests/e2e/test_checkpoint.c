@@ -656,6 +656,38 @@ static void disk_full(void)
 	CHECK_EQ(umount(small), 0);
 }
 
+/* One checkpoint restored ten times in a row by a group that writes its log
+ * (opened for appending, as every engine's): each restore finds the log grown
+ * by the last restored group, sets it aside whole and makes it again as the
+ * dump left it, so that CRIU takes it (before: "File ... has bad size", exit 2,
+ * from the second restore on); each restored group passes. A log shorter than
+ * the dump's is named, nothing made. */
+static void restored_ten_times(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], *out;
+	if (group_checkpointed(&g, "ten", NULL, dir) < 0)
+		return;
+	for (int i = 0; i < 10; i++) {
+		int rc = restore(dir, &out);
+		CHECK_EQ(rc, 0);
+		if (i > 0)
+			CHECK_CONTAINS(out, "had grown since the checkpoint: set aside");
+		free(out);
+		pid_t root = restored_root(dir);
+		if (rc != 0 || root <= 0)
+			break;
+		CHECK_EQ(restored_passes(&g, root), 2); /* (the log made again as the dump left it: this run's) */
+		reap_all();
+	}
+	char pidfile[PATH_MAX + 48];
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	unlink(pidfile); /* (the last restore's) */
+	CHECK_EQ(truncate(g.log, 10), 0);
+	CHECK_SAYS(out, restore(dir, &out), 1, "is shorter than it was");
+	CHECK_EQ(restored_root(dir), 0);
+}
+
 /* Nothing in a checkpoint directory may be a stranger's (DESIGN.md §9): a
  * core image (whose credentials CRIU gives the process it makes) owned by
  * another user, the images directory owned by another user, or the manifest
@@ -1036,6 +1068,8 @@ int main(void)
 		 private_memory);
 	test_run("the file system full while file content is written: undone, nothing left, the group runs on",
 		 disk_full);
+	test_run("one checkpoint restored ten times by a group writing its log: each restore sets the grown log aside",
+		 restored_ten_times);
 	test_run("damaged or truncated images: refused before CRIU runs, the file named", damaged_images);
 	test_run("an image, the images directory or the manifest a stranger could write: refused before CRIU runs",
 		 foreign_owned);
