@@ -168,6 +168,8 @@ static void dump_argv(const struct args *a, char *pidstr, char *images, char *pl
 	const char *lock = a->criu_config ? NULL : criu_network_lock();
 	if (a->tcp_established)
 		argv[n++] = "--tcp-established";
+	if (a->tcp_close)
+		argv[n++] = "--tcp-close";
 	if (a->tcp_established && lock) {
 		argv[n++] = "--network-lock";
 		argv[n++] = (char *)lock;
@@ -249,7 +251,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	r->cuda = t.ncuda;
 	if ((rc = tree_hold(&t, "checkpoint")) || (rc = session_dumpable(pid)) || (rc = check_freezable(&t)) ||
 	    (rc = check_interposer(&t)) ||
-	    (rc = network_check(&t, criu, a->tcp_established, a->criu_config != NULL, &net)))
+	    (rc = network_check(&t, criu, a->tcp_established, a->criu_config != NULL || a->tcp_close, &net)))
 		goto out;
 	bool vmm = t.nshim > 0;
 	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
@@ -312,7 +314,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 		content = digest_images(work, true, r->bytes_copied);
 	if (!leave_running) {
 		dumped_tree_gone(&t);
-		network_after_dump(&net);
+		network_after_dump(&net, log);
 		json_decref(net_json);
 		net_json = network_json(&net);
 	}
@@ -397,6 +399,8 @@ int cmd_checkpoint(const struct args *a)
 	struct checkpoint_result local;
 	struct checkpoint_result *r = a->result ? a->result : &local;
 	memset(r, 0, sizeof(*r));
+	if (a->tcp_established && a->tcp_close)
+		return fail(EX_USAGE, "--tcp-established and --tcp-close: one or the other; nothing done");
 	int held = -1, rc = check_pid_guard(a->pid);
 	if (rc || (rc = criu_privileged("checkpoint")) ||
 	    (a->criu_config && (rc = criu_config_trusted(a->criu_config))) || (rc = use_dir(a->dir, true, &held)))

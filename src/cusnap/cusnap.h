@@ -32,6 +32,8 @@ struct args {
 	bool discard_state;             /* --discard-state */
 	bool launch_job;                /* run: --launch-job */
 	bool tcp_established;           /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
+	bool tcp_close;                 /* checkpoint: --tcp-close (dumped closed, no lock) */
+	bool unlock_network;            /* inspect --dir: remove the lock the checkpoint left */
 	const char *criu_config;        /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
 	int processes;                  /* demo: --processes */
 	unsigned long long size;        /* demo: --size */
@@ -160,14 +162,17 @@ struct network {
 	 * regular files it writes (its logs), and the manifest's record of them. */
 	struct written_files written;
 	json_t *written_json;
+	const char *lock;    /* CRIU's network lock of the connections (--tcp-established): its method, or NULL */
+	char lock_table[64]; /* nftables: CRIU's table ("inet CRIU-..."), from its dump log */
 };
 /* Before anything changes: the tree's sockets into *net; refused (the exit
  * code, reported) when the CRIU at criu cannot dump them on this kernel, or
  * when a connection would need --tcp-established (unless a --criu-config may
  * give it). */
 int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given, struct network *net);
-/* After the dump: the TIME_WAIT entries on the tree's ports. */
-void network_after_dump(struct network *net);
+/* After the dump (its log at log): the TIME_WAIT entries on the tree's ports,
+ * the files' sizes, CRIU's nftables table. */
+void network_after_dump(struct network *net, const char *log);
 void network_free(struct network *net);
 /* The manifest's "network" object (new reference). */
 json_t *network_json(const struct network *net);
@@ -179,6 +184,12 @@ int network_ports_free(const struct manifest *m);
 /* Before a restore creates anything: the files the tree wrote as the dump left
  * them (written_files_ready); 0, or the exit code (reported), nothing done. */
 int network_files_ready(const struct manifest *m);
+/* After a restore: CRIU's lock of the dump, left in the dump's network
+ * namespace when the tree was restored in another one, removed there (said). */
+void network_lock_lifted(const struct manifest *m);
+/* What `inspect --dir` says of the lock the checkpoint m recorded (NULL: none
+ * recorded), removing it when unlock; the exit code when the removal failed. */
+int network_lock_inspect(const struct manifest *m, bool unlock, FILE *out);
 /* ---- manifest_write.c ---- */
 /* manifest.json in dfd (a checkpoint being built), atomically (include/cusnap/manifest.h reads it). 0 or -errno. */
 /* images: the image digests (images_digest; NULL before the dump); files:

@@ -11,6 +11,19 @@
 #include "cusnap/request.h"
 #include "cusnap/state.h"
 
+/* The network lock the checkpoint in dir left, said (and removed with
+ * --unlock-network): 0, or the exit code. */
+static int inspect_lock(const char *dir, const struct args *a)
+{
+	struct manifest m;
+	char err[512];
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+		return a->unlock_network ? fail(EX_USAGE, "--unlock-network: %s", err) : 0;
+	int rc = network_lock_inspect(&m, a->unlock_network, a->json ? stderr : stdout);
+	manifest_free(&m);
+	return rc;
+}
+
 int cmd_inspect(const struct args *a)
 {
 	pid_t pid = a->pid;
@@ -20,6 +33,9 @@ int cmd_inspect(const struct args *a)
 	if (dir) {
 		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
+		int lock_rc = inspect_lock(dir, a);
+		if (lock_rc)
+			return lock_rc;
 		json_t *verdict = restore_verdict_print(a->s, dir, a->json);
 		char path[PATH_MAX + 32], err[1200];
 		snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);

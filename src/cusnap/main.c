@@ -41,6 +41,8 @@
 	X(JOB_FILE, "job-file", required_argument, 'J')                     \
 	X(LAUNCH_JOB, "launch-job", no_argument, 'G')                       \
 	X(TCP_ESTABLISHED, "tcp-established", no_argument, 'T')             \
+	X(TCP_CLOSE, "tcp-close", no_argument, 'y')                         \
+	X(UNLOCK_NETWORK, "unlock-network", no_argument, 'u')               \
 	X(CRIU_CONFIG, "criu-config", required_argument, 'F')               \
 	X(GROUP, "group", required_argument, 'g')                           \
 	X(MEMBERS, "members", required_argument, 'm')                       \
@@ -83,16 +85,23 @@ static const struct command commands[] = {
 	 "is on PATH), which driver 610 needs to checkpoint native legacy IPC"},
 	{"checkpoint", cmd_checkpoint,
 	 O(PID) | O(DIR) | O(LEAVE_RUNNING) | O(CONTENT) | O(CRIU) | O(WAIT_READY) | O(REQUIRE_INTERPOSER) | O(JSON) |
-		 O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) | O(TCP_ESTABLISHED) | O(CRIU_CONFIG) | GROUP_OPTIONS |
-		 O(QUIET) | O(METRICS_DIR),
-	 "--pid PID --dir DIR [--leave-running] [--content host|file|native]\n"
+		 O(TIMEOUT) | O(CONTROL_DIR) | O(JOB_FILE) | O(TCP_ESTABLISHED) | O(TCP_CLOSE) | O(CRIU_CONFIG) |
+		 GROUP_OPTIONS | O(QUIET) | O(METRICS_DIR),
+	 "--pid PID --dir DIR [--leave-running] [--content file|host|native]\n"
 	 "            [--criu PATH] [--wait-ready] [--require-interposer] [--job-file F]\n"
-	 "            [--tcp-established] [--criu-config FILE] [GROUP] [--json] [--quiet] [--metrics-dir DIR]",
-	 "dump the process tree rooted at PID to DIR with CRIU: prepare shared VMM memory, lock\n"
-	 "and checkpoint every CUDA process natively, dump; the tree is gone afterwards unless\n"
-	 "--leave-running (then it is resumed in place and snapshot-complete is written);\n"
+	 "            [--tcp-established | --tcp-close] [--criu-config FILE] [GROUP] [--json] [--quiet]\n"
+	 "            [--metrics-dir DIR]",
+	 "dump the process tree rooted at PID to DIR with CRIU: save every allocation the interposer\n"
+	 "tracks (shared and private; --content file, the default, writes them beside the images),\n"
+	 "lock and checkpoint every CUDA process natively (what the interposer does not track:\n"
+	 "contexts, modules, memory without the POSIX FD handle type, pools), dump; the tree is\n"
+	 "gone afterwards unless --leave-running (then it is resumed in place and\n"
+	 "snapshot-complete is written);\n"
 	 "--tcp-established: CRIU dumps the tree's established TCP connections (NCCL's\n"
-	 "bootstrap keeps some between ranks) and the restore brings them back;\n"
+	 "bootstrap keeps some between ranks) and the restore brings them back, CRIU's network\n"
+	 "lock holding them meanwhile (recorded: see inspect --unlock-network);\n"
+	 "--tcp-close: the connections are dumped closed and come back closed (no lock: for a\n"
+	 "checkpoint meant to move elsewhere);\n"
 	 "--criu-config FILE: further CRIU options (CRIU's own --config file; yours or root's,\n"
 	 "writable by no one else)"},
 	{"restore", cmd_restore,
@@ -122,10 +131,14 @@ static const struct command commands[] = {
 	 "file, from each process's own records)"},
 	{"inspect", cmd_inspect,
 	 O(PID) | O(DIR) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(GROUP) | O(ETCD) | O(ETCD_CACERT) | O(ETCD_CERT) |
-		 O(ETCD_KEY) | O(ETCD_USER) | O(ETCD_PASSWORD_FILE),
-	 "(--pid PID | --dir DIR | --group NAME --etcd URL[,URL...]) [--json]",
+		 O(ETCD_KEY) | O(ETCD_USER) | O(ETCD_PASSWORD_FILE) | O(UNLOCK_NETWORK) | O(DEVICE_MAP),
+	 "(--pid PID | --dir DIR [--device-map auto|OLD=NEW,...] [--unlock-network] |\n"
+	 "             --group NAME --etcd URL[,URL...] [--etcd-cacert F] [--etcd-cert F --etcd-key F]\n"
+	 "             [--etcd-user U --etcd-password-file F]) [--json]",
 	 "show the tree's CUDA processes and what they share, a command working on it, a\n"
-	 "checkpoint directory, or a group's members and its operations' results"},
+	 "checkpoint directory (whether it restores here, with --device-map as a restore would take\n"
+	 "it; the network lock its --tcp-established dump left, which --unlock-network removes where\n"
+	 "it was made), or a group's members and its operations' results"},
 	{"demo", cmd_demo, O(PROCESSES) | O(SIZE) | O(IN_PLACE) | O(KEEP) | O(CRIU) | O(TIMEOUT),
 	 "[--processes N] [--size BYTES] [--in-place] [--keep DIR] [--criu PATH]",
 	 "run the example process group under the interposer, checkpoint, kill and restore it\n"
@@ -316,6 +329,8 @@ static int take(int c, const char *arg, struct args *a)
 	case 'D': a->discard_state = true; break;
 	case 'G': a->launch_job = true; break;
 	case 'T': a->tcp_established = true; break;
+	case 'y': a->tcp_close = true; break;
+	case 'u': a->unlock_network = true; break;
 	case 'F': return absolute("criu-config", arg, &a->criu_config);
 	case 'g':
 		if (!*arg || strchr(arg, '/') || strlen(arg) > 128)

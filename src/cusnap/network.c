@@ -7,11 +7,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "cusnap.h"
+#include "cusnap/json.h"
 #include "cusnap/manifest.h"
 
 int network_check(const struct tree *t, const char *criu, bool tcp_established, bool config_given, struct network *net)
@@ -33,6 +35,11 @@ int network_check(const struct tree *t, const char *criu, bool tcp_established, 
 	if (!criu_dumps_inet(version, why, sizeof(why)))
 		return fail(EX_UNAVAILABLE, "process %d holds %s %s (%s): %s; nothing done", (int)s->pid,
 			    s->proto == IPPROTO_TCP ? "TCP" : "UDP", at, inet_state_name(s->proto, s->state), why);
+	bool connected = false;
+	for (size_t i = 0; i < net->n; i++)
+		connected |= inet_needs_tcp_established(&net->socks[i]);
+	if (connected && tcp_established)
+		net->lock = criu_network_lock() ? criu_network_lock() : "iptables";
 	for (size_t i = 0; i < net->n && !tcp_established && !config_given; i++) {
 		s = &net->socks[i];
 		if (!inet_needs_tcp_established(s))
@@ -47,8 +54,26 @@ int network_check(const struct tree *t, const char *criu, bool tcp_established, 
 	return 0;
 }
 
-void network_after_dump(struct network *net)
+/* CRIU's lock as its dump log shows it: an nftables table ("inet CRIU-..."),
+ * then its name into net (a --criu-config may choose either method). */
+static void lock_table_of(struct network *net, const char *log)
 {
+	FILE *f = net->lock ? fopen(log, "re") : NULL;
+	char line[1024];
+	while (f && !net->lock_table[0] && fgets(line, sizeof(line), f)) {
+		const char *t = strstr(line, "inet CRIU-");
+		if (t)
+			snprintf(net->lock_table, sizeof(net->lock_table), "%.*s", (int)strcspn(t + 5, " ]\n") + 5, t);
+	}
+	if (f)
+		fclose(f);
+	if (net->lock_table[0])
+		net->lock = "nftables";
+}
+
+void network_after_dump(struct network *net, const char *log)
+{
+	lock_table_of(net, log);
 	ssize_t n = net->n ? inet_time_wait_of(net->socks, net->n, &net->time_wait) : 0;
 	net->ntime_wait = n > 0 ? (size_t)n : 0;
 	written_files_sized(&net->written);
@@ -70,7 +95,12 @@ void network_free(struct network *net)
 
 json_t *network_json(const struct network *net)
 {
-	return inet_record(net->socks, net->n, net->time_wait, net->ntime_wait);
+	json_t *o = inet_record(net->socks, net->n, net->time_wait, net->ntime_wait);
+	if (o && net->lock) /* (what a restore elsewhere or an operator lifts, DESIGN.md §9.4) */
+		json_object_set_new(o, "lock",
+				    json_pack("{s:s, s:I, s:s}", "method", net->lock, "netns",
+					      (json_int_t)netlock_netns_here(), "table", net->lock_table));
+	return o;
 }
 
 int network_ports_free(const struct manifest *m)
@@ -93,4 +123,96 @@ int network_files_ready(const struct manifest *m)
 	if (m->written_files && written_files_ready(m->written_files, why, sizeof(why)) < 0)
 		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	return 0;
+}
+
+/* The rules of m's lock still in its namespace: 1 (rules, count, netns set),
+ * 0 none recorded or left, -ENOENT its namespace gone, -EINVAL malformed. */
+static int lock_rules(const struct manifest *m, unsigned long *netns, const char **method, char *rules, size_t len,
+		      size_t *count)
+{
+	struct inet_sock *conns = NULL;
+	size_t n = 0;
+	*count = 0;
+	int rc = m->network ? inet_record_lock(m->network, netns, method, &conns, &n) : 0;
+	const char *table = rc > 0 ? json_member_string(json_object_get(m->network, "lock"), "table") : NULL;
+	if (rc > 0 && strcmp(*method, "iptables") == 0) {
+		rc = netlock_rules(*netns, conns, n, rules, len, count) < 0 ? -ENOENT : *count > 0;
+	} else if (rc > 0) { /* nftables: one table, named */
+		int there = table && *table ? netlock_nft_table(*netns, table, false) : -EIO;
+		rc = there == -ENOENT ? -ENOENT : there < 0 ? -EINVAL : there;
+		*count = (size_t)(there > 0);
+		snprintf(rules, len, "%s", there > 0 ? table : "");
+	}
+	free(conns);
+	return rc;
+}
+
+/* Remove what lock_rules found: 0, or -errno; *removed. */
+static int lock_remove(unsigned long netns, const char *method, const char *rules, size_t *removed)
+{
+	if (strcmp(method, "iptables") == 0)
+		return netlock_remove(netns, rules, removed);
+	int rc = netlock_nft_table(netns, rules, true);
+	*removed = rc > 0;
+	return rc < 0 ? rc : 0;
+}
+
+void network_lock_lifted(const struct manifest *m)
+{
+	unsigned long netns = 0;
+	const char *method = NULL;
+	static char rules[1 << 14];
+	size_t count = 0, removed = 0;
+	if (lock_rules(m, &netns, &method, rules, sizeof(rules), &count) <= 0 || netns == netlock_netns_here())
+		return; /* (none, or CRIU's restore here lifted it) */
+	int rc = lock_remove(netns, method, rules, &removed);
+	if (rc == 0)
+		progress("network lock", 0,
+			 "%zu rule%s of the dump's lock removed from its network namespace (%lu): the connections "
+			 "live here now",
+			 removed, removed == 1 ? "" : "s", netns);
+	else
+		voice(VOICE_WARN,
+		      "%zu of %zu rules of the dump's network lock could not be removed from network "
+		      "namespace %lu: `cusnap inspect --dir DIR --unlock-network` there",
+		      count - removed, count, netns);
+}
+
+int network_lock_inspect(const struct manifest *m, bool unlock, FILE *out)
+{
+	unsigned long netns = 0;
+	const char *method = NULL;
+	static char rules[1 << 14];
+	size_t count = 0, removed = 0;
+	int rc = lock_rules(m, &netns, &method, rules, sizeof(rules), &count);
+	if (rc == 0 && !method)
+		return 0;
+	if (rc == -EINVAL)
+		return fprintf(out, "network lock: the record is malformed\n"), 0;
+	if (rc == -ENOENT) {
+		fprintf(out,
+			"network lock: CRIU's %s lock in network namespace %lu, which no process is in any more: "
+			"gone with it\n",
+			method, netns);
+		return 0;
+	}
+	if (!count) {
+		fprintf(out, "network lock: none left (network namespace %lu)\n", netns);
+		return 0;
+	}
+	if (!unlock) {
+		fprintf(out,
+			"network lock: %s still drop%s the dumped connections in network namespace %lu (a "
+			"restore there lifts it; `--unlock-network` removes it):\n%s%s",
+			strcmp(method, "iptables") ? "CRIU's nftables table"
+			: count == 1               ? "1 rule of CRIU's"
+						   : "rules of CRIU's",
+			strcmp(method, "iptables") || count == 1 ? "s" : "", netns, rules,
+			strcmp(method, "iptables") ? "\n" : "");
+		return 0;
+	}
+	rc = lock_remove(netns, method, rules, &removed);
+	fprintf(out, "network lock: %zu of %zu rule%s removed from network namespace %lu\n", removed, count,
+		count == 1 ? "" : "s", netns);
+	return rc < 0 ? EX_LEFT_RUNNING : 0;
 }

@@ -186,6 +186,8 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 		argv[n++] = "--shell-job";
 	if (manifest_dump_arg(m, "--tcp-established"))
 		argv[n++] = "--tcp-established"; /* the connections dumped come back */
+	if (manifest_dump_arg(m, "--tcp-close"))
+		argv[n++] = "--tcp-close"; /* (dumped closed: they come back closed) */
 	const char *lock = manifest_dump_arg_value(m, "--network-lock");
 	if (lock && (!strcmp(lock, "nftables") || !strcmp(lock, "iptables"))) {
 		argv[n++] = "--network-lock"; /* unlocked as they were locked */
@@ -275,6 +277,7 @@ static int restore_from(const struct args *a, int dfd, struct checkpoint_result 
 		return rc;
 	}
 	r->restored_root = root;
+	network_lock_lifted(&m); /* (restored in another namespace: the dump's lock is stale there) */
 	/* The restored processes see the control directory the checkpoint recorded. */
 	struct settings s = *a->s;
 	snprintf(s.control_dir, sizeof(s.control_dir), "%s", m.control_dir);

@@ -105,3 +105,25 @@ int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len
 	free(tw);
 	return rc;
 }
+
+int inet_record_lock(const json_t *rec, unsigned long *netns, const char **method, struct inet_sock **conns, size_t *n)
+{
+	const json_t *lock = json_object_get(rec, "lock");
+	*conns = NULL;
+	*n = 0;
+	if (!json_is_object(lock))
+		return 0;
+	*netns = (unsigned long)json_member_number(lock, "netns", 0);
+	*method = json_member_string(lock, "method");
+	struct inet_sock *socks;
+	size_t ns;
+	if (!*netns || !*method || list_from_json(json_object_get(rec, "sockets"), true, &socks, &ns) < 0)
+		return -EINVAL;
+	size_t k = 0;
+	for (size_t i = 0; i < ns; i++) /* (the connections: what the lock holds) */
+		if (inet_needs_tcp_established(&socks[i]))
+			socks[k++] = socks[i];
+	*conns = socks;
+	*n = k;
+	return 1;
+}

@@ -103,6 +103,23 @@ int content_verify(const char *dir, const json_t *files, char *why, size_t len);
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
 /* inet_ports_free over a record: 0, -EINVAL (malformed) or -EADDRINUSE, with why. */
 int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len);
+/* The network lock rec records (its "lock": the dump's network namespace and
+ * CRIU's method), with the connections it holds into *conns (to free): 1,
+ * 0 when none is recorded, -EINVAL when malformed. */
+int inet_record_lock(const json_t *rec, unsigned long *netns, const char **method, struct inet_sock **conns, size_t *n);
+/* ---- netlock.c: CRIU's network lock, found and lifted (DESIGN.md §9.4) ---- */
+/* This process's network namespace (its inode). */
+unsigned long netlock_netns_here(void);
+/* CRIU's iptables rules in network namespace netns that lock one of conns,
+ * one "iptables RULE" line each into rules (at most len), their number in
+ * *count: 0, or -ENOENT when no process is in that namespace any more. */
+int netlock_rules(unsigned long netns, const struct inet_sock *conns, size_t n, char *rules, size_t len, size_t *count);
+/* Those rules (netlock_rules' lines) deleted in netns: 0, or -errno; *removed. */
+int netlock_remove(unsigned long netns, const char *rules, size_t *removed);
+/* CRIU's nftables lock, table ("inet CRIU-..."), in netns: there (1) or not
+ * (0), deleted first when del (then 1: it was deleted); -ENOENT no such
+ * namespace any more, -EIO it could not be asked. */
+int netlock_nft_table(unsigned long netns, const char *table, bool del);
 
 /* ---- native.c: the driver's checkpoint API, loaded with dlopen ---- */
 struct native {

@@ -203,6 +203,9 @@ pid_t restored_root(const char *dir);
 
 /* The restored workload verifies itself (restore-complete was written by
  * cusnap restore) and exits; it is our child now (we are a subreaper). */
+/* The log at path with those restores set aside before it (path.before-restore-*,
+ * oldest first): everything every run of the workload wrote (malloc'ed). */
+char *e2e_log_all(const char *path);
 int restored_passes(struct group *g, pid_t root);
 
 /* The tree restored from dir (its pidfile) verifies itself: want PASS lines

@@ -38,7 +38,7 @@ static int restore(const char *dir, char **out)
 /* The port the group's parent listens on (its log says), or 0. */
 static int listening_port(struct group *g)
 {
-	char *log = test_read_file(g->log);
+	char *log = e2e_log_all(g->log);
 	const char *at = log ? strstr(log, "tcp: listening on 127.0.0.1:") : NULL;
 	int port = at ? atoi(at + strlen("tcp: listening on 127.0.0.1:")) : 0;
 	free(log);
@@ -206,7 +206,7 @@ static void restore_at_once(void)
 		if (root <= 0)
 			return;
 		CHECK_EQ(restored_passes(&g, root), 2 * (round / 2 + 1)); /* (the log's lines so far) */
-		char *log = test_read_file(g.log);
+		char *log = e2e_log_all(g.log);
 		CHECK_EQ(count_of(log, "token restored exchanged"), round / 2 + 1);
 		CHECK_EQ(count_of(log, "the listener accepted a new connection"), round / 2 + 1);
 		free(log);
@@ -249,6 +249,65 @@ static void reuseport_peer(void)
 	close(peer);
 }
 
+/* CRIU's network lock accounted for: a --tcp-established checkpoint records it
+ * (this namespace, CRIU's method); inspect --dir lists what of it still drops
+ * the connections here; restored in another network namespace (a fresh one,
+ * its loopback up), the restore removes the stale lock here (it was left for
+ * good: 308 rules piled up on one machine), and inspect says none is left.
+ * --unlock-network removes a lock no restore will lift (a checkpoint moved or
+ * discarded); --tcp-close dumps the connections closed, with no lock. */
+static void network_lock(void)
+{
+	static char *env[] = {"VMM_GROUP_TCP=self", NULL};
+	struct group g;
+	char dir[PATH_MAX + 32], *out, pid[16];
+	if (group_start(&g, "lock", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	int rc = checkpoint(&g, dir, criu, true, &out);
+	if (!group_dump_ok(&g, rc, out))
+		return;
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, "still drop");
+	char script[4 * PATH_MAX];
+	snprintf(script, sizeof(script), "ip link set lo up && exec %s restore --dir %s --criu %s --timeout 60000",
+		 cusnap, dir, criu);
+	CHECK_SAYS(out, tool(&out, NULL, "/usr/bin/unshare", "-n", "/bin/sh", "-c", script, NULL), 0,
+		   "of the dump's lock removed from its network namespace");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, "network lock: none left");
+	pid_t root = restored_root(dir);
+	CHECK(root > 0);
+	if (root > 0)
+		CHECK_EQ(restored_passes(&g, root), 2);
+	/* A checkpoint never restored: its lock removed on the operator's word. */
+	struct group h;
+	if (group_start(&h, "lock2", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char dir2[PATH_MAX + 32];
+	snprintf(dir2, sizeof(dir2), "%s/ckpt", h.ctl);
+	rc = checkpoint(&h, dir2, criu, true, &out);
+	if (!group_dump_ok(&h, rc, out))
+		return;
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir2, "--unlock-network", NULL), 0, "removed");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir2, NULL), 0, "network lock: none left");
+	/* --tcp-close: no lock, the connection back closed (the group says so and passes). */
+	struct group k;
+	if (group_start(&k, "close", 1, 2, false, NULL, env, NULL) < 0)
+		return;
+	char dir3[PATH_MAX + 32];
+	snprintf(dir3, sizeof(dir3), "%s/ckpt", k.ctl);
+	snprintf(pid, sizeof(pid), "%d", k.root);
+	rc = tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir3, "--control-dir", k.ctl, "--criu", criu,
+		  "--timeout", "60000", "--tcp-close", NULL);
+	if (!group_dump_ok(&k, rc, out))
+		return;
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir3, NULL), 0, "restorable here: yes");
+	CHECK_SAYS(out,
+		   tool(&out, NULL, cusnap, "checkpoint", "--pid", pid, "--dir", dir3, "--tcp-close",
+			"--tcp-established", NULL),
+		   64, "one or the other");
+	tree_kill(k.root);
+}
+
 /* Images of a newer CRIU: a restore with an older one is refused (69) before
  * anything is made (4.1.1 cannot read 4.2's page maps). */
 static void newer_images(void)
@@ -289,6 +348,9 @@ int main(void)
 		 "once",
 		 restore_at_once);
 	test_run("an SO_REUSEPORT listener restored beside another of the same uid that set it too", reuseport_peer);
+	test_run("CRIU's network lock: recorded, listed, removed when restored in another namespace or on the "
+		 "operator's word; --tcp-close takes none",
+		 network_lock);
 	test_run("images of a newer CRIU: a restore with an older one refused (69), nothing made", newer_images);
 	return e2e_done();
 }

@@ -502,10 +502,51 @@ pid_t restored_root(const char *dir)
 	return pid;
 }
 
+/* The order set-aside logs are read in: by their names (the time in each). */
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+char *e2e_log_all(const char *path)
+{
+	char dir[PATH_MAX], prefix[PATH_MAX + 32];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return test_read_file(path);
+	*slash = '\0';
+	snprintf(prefix, sizeof(prefix), "%s.before-restore-", slash + 1);
+	struct dirent **names = NULL;
+	int n = scandir(dir, &names, NULL, by_name);
+	size_t len = 0;
+	char *all = calloc(1, 1);
+	for (int i = 0; i <= n && all; i++) {
+		char p[PATH_MAX + 300];
+		if (i < n && strncmp(names[i]->d_name, prefix, strlen(prefix)))
+			continue;
+		if (i < n)
+			snprintf(p, sizeof(p), "%s/%s", dir, names[i]->d_name);
+		char *text = test_read_file(i < n ? p : path);
+		size_t add = text ? strlen(text) : 0;
+		char *g = realloc(all, len + add + 1);
+		if (g) {
+			memcpy(g + len, text ? text : "", add + 1);
+			len += add;
+		}
+		all = g;
+		free(text);
+	}
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return all;
+}
+
 int restored_passes(struct group *g, pid_t root)
 {
 	int status = test_wait_child(root, 60000);
-	char *log = test_read_file(g->log);
+	char *log = e2e_log_all(g->log);
 	int pass = count_of(log, "PASS vmm_group");
 	if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
 		printf("  restored workload exited with %#x; log:\n%s\n", status, log ? log : "");
