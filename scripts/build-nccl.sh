@@ -6,8 +6,9 @@
 #   scripts/build-nccl.sh [BUILD_DIR]
 #
 # - the source: $NCCL_SOURCE, else ../shared/third_party/nccl-2.28.9-1.tar.gz
-#   beside the checkout (NCCL's tag v2.28.9-1); its SHA-256 must match the one
-#   published beside it;
+#   beside the checkout (NCCL's tag v2.28.9-1, `git archive --prefix=nccl-2.28.9-1/`);
+#   its SHA-256 must match the one published there when that is present (a
+#   clone elsewhere names its own archive of the tag, said when none is found);
 # - host code linked against the project's CUDA runtime (BUILD/lib/libcudart.so.13,
 #   named in libnccl's DT_RPATH so that it is found before any other): NVIDIA's
 #   libcudart never runs on cuemu (and cuemu refuses cuInit beside it);
@@ -40,7 +41,17 @@ symk='k.coll == "AllReduce" and k.ty == "f32"' # the symmetric kernels kept
 arch='-gencode=arch=compute_90,code=sm_90'
 quick='-Xptxas -O0 -Xcicc -O0' # device code never runs: no optimisation
 host='-O0 -g0'                 # nor is the host code measured or debugged
-[ -f "$tarball" ] || { echo "build-nccl: no NCCL source at $tarball (set NCCL_SOURCE to NCCL v2.28.9-1's source archive)" >&2; exit 69; }
+if [ ! -f "$tarball" ]; then
+	cat >&2 <<-EOF
+	build-nccl: no NCCL source at $tarball
+	  NCCL's source is not part of this project: a checkout beside ../shared/third_party finds it there;
+	  elsewhere make an archive of NCCL's tag v2.28.9-1 from NVIDIA's nccl repository and name it:
+	    git clone --branch v2.28.9-1 --depth 1 https://github.com/NVIDIA/nccl.git nccl
+	    git -C nccl archive --prefix=nccl-2.28.9-1/ -o \$PWD/nccl-2.28.9-1.tar.gz v2.28.9-1
+	    NCCL_SOURCE=\$PWD/nccl-2.28.9-1.tar.gz make nccl
+	EOF
+	exit 69
+fi
 [ -x "$cuda/bin/nvcc" ] || { echo "build-nccl: no nvcc at $cuda/bin/nvcc (set CUDA_HOME)" >&2; exit 69; }
 [ -f "$build/lib/libcudart.so.13" ] || { echo "build-nccl: no $build/lib/libcudart.so.13: run make first" >&2; exit 69; }
 sum=$(sha256sum "$tarball" | cut -d' ' -f1)

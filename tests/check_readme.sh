@@ -5,8 +5,8 @@
 # in one bash (set -eu) started in the checkout's root, as a new user would
 # paste them. Each block must finish, and print exactly N lines starting
 # "PASS " and none starting "FAIL ". Their scratch directories (mktemp -d) lie
-# in a directory of this test's own, and whatever the blocks started is killed
-# at the end. Runs in the plain build only (the blocks name build/), as root
+# in a directory of this test's own, and must be gone when they end; whatever
+# the blocks started is killed at the end. (The Podman recipe: check_podman.) Runs in the plain build only (the blocks name build/), as root
 # with a working CRIU; skips (77) otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +57,9 @@ while read -r n; do
 		echo "ok   README block $k: $n PASS"
 	fi
 done <"$tmp/want"
+# (each block removes its scratch directory: a user's /tmp keeps nothing of them)
+left=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d)
+[ -z "$left" ] || { echo "FAIL: the blocks left behind: $left"; fail=1; }
 [ $fail = 0 ] && [ $rc = 0 ] && exit 0
 [ $rc = 0 ] || echo "FAIL: the blocks' bash exited $rc"
 echo "--- their output:"

@@ -25,9 +25,10 @@ static inline bool layout_content_name(const char *name)
 	return len > pre + suf && !strncmp(name, LAYOUT_CONTENT_PREFIX, pre) &&
 	       !strcmp(name + len - suf, LAYOUT_CONTENT_SUFFIX);
 }
-#define LAYOUT_JOB "cuda-checkpoint-job" /* the copy of the checkpoint job's file (job.c) */
-#define LAYOUT_MANIFEST "manifest.json"  /* what the checkpoint holds (manifest.h): written last */
-#define LAYOUT_PARTIAL ".partial"        /* a checkpoint being built beside the one held */
-#define LAYOUT_PREVIOUS ".previous"      /* the one held, while the new one moves in */
+#define LAYOUT_JOB "cuda-checkpoint-job"    /* the copy of the checkpoint job's file (job.c) */
+#define LAYOUT_MANIFEST "manifest.json"     /* what the checkpoint holds (manifest.h): written last */
+#define LAYOUT_PARTIAL ".partial"           /* a checkpoint being built beside the one held */
+#define LAYOUT_PREVIOUS ".previous"         /* the one held, while the new one moves in */
+#define LAYOUT_FAILED_LOG "dump-failed.log" /* CRIU's log of the last attempt whose dump failed */
 
 #endif

@@ -218,6 +218,18 @@ static json_t *digest_images(const char *dir, bool content, uint64_t bytes)
 	return digests;
 }
 
+/* CRIU's dump failed (crc, as criu_run says): it left the tree running
+ * (frozen natively); ours undone, its log kept beyond the attempt's
+ * directory (log: its path, then where it is kept). The exit code. */
+static int dump_failed(struct tree *t, struct record *rec, int crc, int dfd, const char *dir, char *log, size_t len)
+{
+	ckptdir_keep_log(dfd, dir, log, len);
+	if (crc < -1)
+		return finish(t, rec, "CRIU dump killed at its %s bound (log: %s)", crc == -EFBIG ? "log" : "time",
+			      log);
+	return finish(t, rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
+}
+
 /* The checkpoint of a->pid into a->dir, held open as dfd. */
 static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_result *r)
 {
@@ -298,12 +310,7 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	ticker_stop(k);
 	r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
-		/* The dump failed: CRIU left the tree running (frozen natively); undo ours. */
-		if (crc < -1)
-			rc = finish(&t, &rec, "CRIU dump killed at its %s bound (log: %s)",
-				    crc == -EFBIG ? "log" : "time", log);
-		else
-			rc = finish(&t, &rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
+		rc = dump_failed(&t, &rec, crc, dfd, dir, log, sizeof(log));
 		goto out;
 	}
 	r->image_bytes = dir_bytes(images);

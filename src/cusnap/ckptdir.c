@@ -72,6 +72,14 @@ void ckptdir_discard(int dfd)
 	remove_at(dfd, PARTIAL);
 }
 
+int ckptdir_keep_log(int dfd, const char *dir, char *out, size_t len)
+{
+	if (renameat(dfd, PARTIAL "/" LAYOUT_IMAGES "/" LAYOUT_DUMP_LOG, dfd, LAYOUT_FAILED_LOG) < 0)
+		return -errno;
+	snprintf(out, len, "%s/" LAYOUT_FAILED_LOG, dir);
+	return 0;
+}
+
 /* The files of file content (named by participant, so as many as the tree
  * has) move as one more entry: every one DIR holds aside (only while the
  * attempt still holds its images, which move first: after that, those in DIR
@@ -139,6 +147,7 @@ out:
 	if (rc == 0) {
 		remove_at(dfd, PREVIOUS);
 		remove_at(dfd, PARTIAL);
+		unlinkat(dfd, LAYOUT_FAILED_LOG, 0); /* (an earlier attempt's: this one stands) */
 	}
 	return rc;
 }

@@ -148,6 +148,9 @@ int ckptdir_begin(int dfd, const char *dir, char *out, size_t len, int *work);
 int ckptdir_publish(int dfd, char *why, size_t len);
 /* A failed attempt: dir/.partial removed. */
 void ckptdir_discard(int dfd);
+/* A failed dump's log kept where the attempt's removal leaves it:
+ * dir/dump-failed.log (its path in out), or -errno. */
+int ckptdir_keep_log(int dfd, const char *dir, char *out, size_t len);
 /* Before a command uses dir: an attempt cut short after its dump finished put
  * in place, any other removed (the previous checkpoint kept). 0, or -errno
  * with why. */

@@ -212,6 +212,11 @@ static const char *transfer_cause(CURLcode rc)
 	case CURLE_SEND_ERROR:
 		return "the connection was closed (with --client-cert-auth, etcd refuses a client without a "
 		       "certificate it trusts: --etcd-cert, --etcd-key)";
+	case CURLE_GOT_NOTHING:
+	case CURLE_WEIRD_SERVER_REPLY:
+		/* (etcd serving TLS on the port closes a plain request unanswered) */
+		return "something listens there but does not answer plain HTTP (an etcd serving TLS: name it "
+		       "https://, with --etcd-cacert)";
 	default: return "unreachable";
 	}
 }

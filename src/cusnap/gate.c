@@ -51,7 +51,12 @@ json_t *restore_verdict_print(const struct settings *s, const char *dir, bool js
 	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
 		return NULL;
 	bool have_criu = criu_find(s, criu, sizeof(criu), err, sizeof(err)) == 0;
-	json_t *reasons = restore_verdict(s, &m, NULL, have_criu ? criu : NULL, err, sizeof(err));
+	struct devmap map;
+	json_t *reasons = NULL;
+	if (devmap_for(s, m.gpus, &map, err, sizeof(err)) < 0) /* (--device-map as a restore would take it) */
+		reasons = json_pack("[s+]", "--device-map: ", err);
+	else
+		reasons = restore_verdict(s, &m, &map, have_criu ? criu : NULL, err, sizeof(err));
 	manifest_free(&m);
 	if (!reasons)
 		reasons = json_pack("[s]", err);
@@ -59,10 +64,13 @@ json_t *restore_verdict_print(const struct settings *s, const char *dir, bool js
 		json_array_append_new(reasons, json_string("no CRIU here (scripts/setup-criu.sh)"));
 	if (!json && reasons) {
 		reasons_text(reasons, text, sizeof(text));
-		printf("restorable here: %s%s%s\n", json_array_size(reasons) ? "no — " : "yes", text,
-		       json_array_size(reasons) ? ""
-						: " (GPUs, models, memory, driver, CRIU and state format as "
-						  "the checkpoint needs; --device-map aside)");
+		if (json_array_size(reasons))
+			printf("restorable here: no — %s\n", text);
+		else
+			printf("restorable here: yes (GPUs, models, memory, driver, CRIU and state format as the "
+			       "checkpoint needs; %s%s)\n",
+			       s->device_map[0] ? "with --device-map " : "no --device-map",
+			       s->device_map[0] ? s->device_map : "");
 	}
 	return reasons;
 }

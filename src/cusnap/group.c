@@ -536,16 +536,21 @@ static bool all_done(struct group *g)
 	return busy == 0;
 }
 
+/* Why results() stopped short of every member's result. */
+enum short_of { RESULTS_WHOLE, RESULTS_TIMEOUT, RESULTS_ETCD_LOST, RESULTS_INTERRUPTED };
+
 /* Every member's result: all of them, or those of the members that did not
- * go away, within the group timeout. */
-static json_t *results(struct group *g, bool *timed_out)
+ * go away, within the group timeout (*short_of: why not all; lost, why
+ * etcd could not be reached). */
+static json_t *results(struct group *g, enum short_of *short_of, char *lost, size_t lost_len)
 {
 	char prefix[600], why[512];
 	op_key(g, "results/", prefix, sizeof(prefix));
 	struct etcd_kv *kvs = NULL;
 	size_t n = 0;
-	*timed_out = false;
+	*short_of = RESULTS_WHOLE;
 	double lost_since = 0;
+	int signals = signals_caught();
 	for (double start = now_ms();; usleep(POLL_US)) {
 		etcd_kvs_free(kvs, n);
 		/* Whether every member is done or gone, asked before the results are
@@ -555,17 +560,21 @@ static json_t *results(struct group *g, bool *timed_out)
 		bool done = all_done(g);
 		bool reached = etcd_range(&g->e, prefix, &kvs, &n, why, sizeof(why)) == 0;
 		if (!reached)
-			kvs = NULL, n = 0;
+			kvs = NULL, n = 0, snprintf(lost, lost_len, "%s", why);
 		lost_since = reached ? 0 : lost_since ? lost_since : now_ms();
 		if (n >= (size_t)g->a->members || done)
 			break;
 		/* (etcd lost for a while: nothing more will come; one that did not cross stops at once) */
 		if (lost_since && (!g->crossed || now_ms() - lost_since > 5000)) {
-			*timed_out = true;
+			*short_of = RESULTS_ETCD_LOST;
 			break;
 		}
 		if (now_ms() - start > g->a->group_timeout_ms) {
-			*timed_out = true;
+			*short_of = RESULTS_TIMEOUT;
+			break;
+		}
+		if (signals_caught() != signals) { /* (this member's result is written: it stops waiting) */
+			*short_of = RESULTS_INTERRUPTED;
 			break;
 		}
 	}
@@ -610,8 +619,9 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	free(text);
 	put_member(g, "done", why, sizeof(why));
 	fault_point(FAULT_GROUP_DONE);
-	bool timed_out;
-	json_t *all = results(g, &timed_out);
+	enum short_of short_of;
+	char lost[512] = "";
+	json_t *all = results(g, &short_of, lost, sizeof(lost));
 	size_t ok = 0;
 	for (size_t i = 0; i < json_array_size(all); i++) {
 		const json_t *r = json_array_get(all, i);
@@ -621,15 +631,27 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 			json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
 			json_member_text(r, "error"));
 	}
+	bool mine_read = false;
+	for (size_t i = 0; i < json_array_size(all) && !mine_read; i++)
+		mine_read = !strcmp(json_member_text(json_array_get(all, i), "member"), g->member);
+	if (!mine_read) /* (etcd lost: this member's own, as it knows it) */
+		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, g->member,
+			rc == 0 ? "ok" : "failed", rc == 0 ? "" : ": ", error);
 	char unknown[1024] = "";
 	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
-		bool reported = false;
+		bool reported = !strcmp(g->seen[s], g->member); /* (this one knows its own) */
 		for (size_t i = 0; i < json_array_size(all) && !reported; i++)
 			reported = !strcmp(json_member_text(json_array_get(all, i), "member"), g->seen[s]);
 		if (!reported)
 			at += (size_t)snprintf(unknown + at, sizeof(unknown) - at, "%s%s", at ? ", " : "", g->seen[s]);
 	}
-	if (unknown[0]) {
+	if (short_of == RESULTS_INTERRUPTED)
+		fprintf(stderr,
+			"cusnap: group %s: %s: interrupted by %s while waiting for the members' results (%zu of %d "
+			"read%s%s): this member's is written and stands; `cusnap inspect --group %s` for the others\n",
+			g->a->group, g->op, strsignal(signal_caught()), json_array_size(all), g->a->members,
+			unknown[0] ? "; none yet from " : "", unknown, g->a->group);
+	else if (unknown[0]) {
 		/* This member crossed; whether the others did cannot be confirmed. */
 		fprintf(stderr,
 			"cusnap: group %s: %s: the group may be split: this member crossed, but no result came from "
@@ -637,9 +659,14 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 			"--group %s`)\n",
 			g->a->group, g->op, unknown, g->a->group);
 		rc = EX_TERMINATED;
-	} else if (json_array_size(all) < (size_t)g->a->members && timed_out)
+	} else if (json_array_size(all) < (size_t)g->a->members && short_of == RESULTS_TIMEOUT)
 		fprintf(stderr, "cusnap: group %s: %s: %zu of %d members reported within %d ms\n", g->a->group, g->op,
 			json_array_size(all), g->a->members, g->a->group_timeout_ms);
+	else if (short_of == RESULTS_ETCD_LOST)
+		fprintf(stderr,
+			"cusnap: group %s: %s: the members' results cannot be read (%s): this member's is above; "
+			"`cusnap inspect --group %s` once etcd is back\n",
+			g->a->group, g->op, lost, g->a->group);
 	else if (json_array_size(all) < (size_t)g->a->members)
 		fprintf(stderr,
 			"cusnap: group %s: %s: %zu of %d members reported; the others are no longer in the group "

@@ -4,9 +4,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cusnap.h"
 #include "cusnap/json.h"
+#include "cusnap/layout.h"
 #include "cusnap/manifest.h"
 #include "cusnap/request.h"
 #include "cusnap/state.h"
@@ -24,6 +26,29 @@ static int inspect_lock(const char *dir, const struct args *a)
 	return rc;
 }
 
+/* What else dir holds that a restore of it would meet, said (text output). */
+static void inspect_leftovers(const char *dir)
+{
+	char path[PATH_MAX + 64], err[512];
+	struct manifest m;
+	if (manifest_load(dir, &m, err, sizeof(err)) == 0) {
+		if (!m.image_files)
+			printf("digests: none recorded (an older cusnap, or rewriting the manifest after the dump "
+			       "failed): a restore cannot verify the images, and says so\n");
+		manifest_free(&m);
+	}
+	snprintf(path, sizeof(path), "%s/" LAYOUT_PARTIAL, dir);
+	if (access(path, F_OK) == 0)
+		printf("%s: an attempt cut short; the next checkpoint or restore on %s puts it in place if its "
+		       "dump finished, else removes it\n",
+		       path, dir);
+	snprintf(path, sizeof(path), "%s/" LAYOUT_FAILED_LOG, dir);
+	if (access(path, F_OK) == 0)
+		printf("%s: CRIU's log of the last attempt, whose dump failed (a checkpoint here is an earlier "
+		       "one)\n",
+		       path);
+}
+
 int cmd_inspect(const struct args *a)
 {
 	pid_t pid = a->pid;
@@ -33,6 +58,8 @@ int cmd_inspect(const struct args *a)
 	if (dir) {
 		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
+		if (!a->json)
+			inspect_leftovers(dir);
 		int lock_rc = inspect_lock(dir, a);
 		if (lock_rc)
 			return lock_rc;

@@ -234,8 +234,35 @@ static int int_option(const char *name, const char *arg, long lo, long hi, int *
 	return 0;
 }
 
-/* --members N, or --members NAME,NAME,... (the members expected, each once):
- * 0, or 64 (said). */
+static int name_order(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* The n names of list (commas between) in one order, a copy the process
+ * keeps: "b,a" and "a,b" are the same job. NULL when out of memory. */
+static char *names_sorted(const char *list, int n)
+{
+	char *copy = strdup(list), *out = strdup(list), **names = calloc((size_t)n, sizeof(*names));
+	if (copy && out && names) {
+		int k = 0;
+		for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && k < n; t = strtok_r(NULL, ",", &save))
+			names[k++] = t;
+		qsort(names, (size_t)k, sizeof(*names), name_order);
+		char *w = out;
+		for (int i = 0; i < k; i++)
+			w += sprintf(w, "%s%s", i ? "," : "", names[i]); /* (as long as list) */
+	} else {
+		free(out);
+		out = NULL;
+	}
+	free(names);
+	free(copy);
+	return out;
+}
+
+/* --members N, or --members NAME,NAME,... (the members expected, each once,
+ * in any order): 0, or 64 (said). */
 static int members_option(const char *arg, struct args *a)
 {
 	if (strspn(arg, "0123456789") == strlen(arg))
@@ -259,7 +286,8 @@ static int members_option(const char *arg, struct args *a)
 		p += l + (p[l] == ',');
 	}
 	a->members = n;
-	a->member_names = arg;
+	if (!(a->member_names = names_sorted(arg, n)))
+		return fail(EX_SOFTWARE, "--members: out of memory");
 	return 0;
 }
 

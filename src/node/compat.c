@@ -76,6 +76,31 @@ static void gpu_reasons(json_t *out, size_t d, const json_t *had, const struct g
 		       bytes_text(g[t].memory, b));
 }
 
+/* What is wrong with a needs record (compat_record's shape), or NULL: a
+ * missing or damaged one cannot say every check passed. */
+static const char *needs_malformed(const json_t *needs)
+{
+	if (!json_is_object(needs))
+		return "no record";
+	if (!json_is_integer(json_object_get(needs, "driver_version")))
+		return "driver_version";
+	if (!json_is_integer(json_object_get(needs, "state_major")))
+		return "state_major";
+	const json_t *gpus = json_object_get(needs, "gpus"), *g;
+	if (!json_is_array(gpus))
+		return "gpus";
+	size_t i;
+	json_array_foreach(gpus, i, g)
+	{
+		const char *uuid = json_member_string(g, "uuid");
+		CUuuid u;
+		if (!uuid || id_parse_uuid(uuid, strlen(uuid), (uint8_t *)u.bytes) < 0 ||
+		    !json_is_string(json_object_get(g, "model")) || !json_is_integer(json_object_get(g, "memory")))
+			return "a GPU's uuid, model or memory";
+	}
+	return NULL;
+}
+
 json_t *compat_check(const char *libcuda, const json_t *needs, const struct devmap *map, const char *criu_had,
 		     const char *criu_here, char *why, size_t len)
 {
@@ -89,6 +114,13 @@ json_t *compat_check(const char *libcuda, const json_t *needs, const struct devm
 		return NULL;
 	}
 	json_t *out = json_array();
+	const char *bad = needs_malformed(needs);
+	if (bad) {
+		REASON("the checkpoint's record of what it needs of a machine is missing or damaged (%s): nothing can "
+		       "be checked",
+		       bad);
+		return out;
+	}
 	char a[16], b[16];
 	int need = (int)json_member_number(needs, "driver_version", 0), have = driver_version(&nat);
 	if (need && have && have < need)

@@ -107,12 +107,16 @@ static int auto_targets(const CUuuid *had, size_t nhad, const CUuuid *here, size
 	return 0;
 }
 
-/* target[i] from "OLD=NEW,...": every GPU of the checkpoint once. */
+/* target[i] from "OLD=NEW,...": every GPU of the checkpoint once, each onto
+ * a GPU of its own. */
 static int pair_targets(const char *spec, const CUuuid *had, size_t nhad, const CUuuid *here, size_t nhere, int *target,
 			char *why, size_t len)
 {
+	int onto[PROTO_MAX_DEVICES]; /* onto[j]: the checkpoint's GPU put on GPU j here */
 	for (size_t i = 0; i < nhad; i++)
 		target[i] = -1;
+	for (size_t j = 0; j < nhere; j++)
+		onto[j] = -1;
 	int k = 0;
 	for (const char *p = spec; *p; k++) {
 		size_t plen = strcspn(p, ",");
@@ -130,7 +134,15 @@ static int pair_targets(const char *spec, const CUuuid *had, size_t nhad, const 
 			return snprintf(why, len, "pair %d names a GPU this machine does not have", k + 1), -1;
 		if (target[from] >= 0)
 			return snprintf(why, len, "GPU %d of the checkpoint is mapped more than once", from), -1;
+		if (onto[to] >= 0)
+			return snprintf(why, len,
+					"GPU %d here is named for GPUs %d and %d of the checkpoint (each needs a GPU "
+					"of "
+					"its own)",
+					to, onto[to], from),
+			       -1;
 		target[from] = to;
+		onto[to] = from;
 		p += plen;
 		if (*p == ',')
 			p++;

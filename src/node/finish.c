@@ -287,11 +287,12 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 
 /* ---- signals: SIGINT, SIGTERM and SIGHUP end a command at its next boundary ---- */
 
-static volatile sig_atomic_t caught;
+static volatile sig_atomic_t caught, times;
 
 static void on_signal(int sig)
 {
 	caught = sig;
+	times = times + 1;
 }
 
 void signals_arm(void)
@@ -309,6 +310,11 @@ void signals_arm(void)
 int signal_caught(void)
 {
 	return caught;
+}
+
+int signals_caught(void)
+{
+	return times;
 }
 
 int interrupted(struct tree *t, const struct record *rec, const char *after)

@@ -29,17 +29,29 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 	return 0;
 }
 
-static int suspend_steps(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
+/* Each step under a ticker of its own: a line that moves while it runs (the
+ * copies, a group's boundary, the driver), named after it. */
+int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
 {
 	signals_arm();
+	struct ticker *k = ticker_start("(prepare)", 0, NULL, NULL);
 	int rc = tree_prepare(t, rec, content, r);
+	ticker_stop(k);
 	if (rc || (rc = interrupted(t, rec, "prepare")))
 		return rc;
 	char err[1600];
 	struct boundary *b = t->s->boundary;
-	if (b && b->ready(b, err, sizeof(err)) < 0)
-		return finish(t, rec, "%s", err);
-	if (native_freeze(t, rec, err, sizeof(err)) < 0)
+	if (b) {
+		k = ticker_start("(group: at the boundary)", 0, NULL, NULL);
+		rc = b->ready(b, err, sizeof(err));
+		ticker_stop(k);
+		if (rc < 0)
+			return finish(t, rec, "%s", err);
+	}
+	k = ticker_start("(native checkpoint)", 0, NULL, NULL);
+	rc = native_freeze(t, rec, err, sizeof(err));
+	ticker_stop(k);
+	if (rc < 0)
 		return finish(t, rec, "%s", err);
 	/* The tree as recorded: a CUDA process that died on the way is no suspended tree. */
 	for (size_t i = 0; i < t->ncuda; i++)
@@ -47,13 +59,4 @@ static int suspend_steps(struct tree *t, struct record *rec, enum proto_content 
 			return finish(t, rec, "CUDA process %d (namespace PID %d) died during the operation",
 				      t->targets[i].obs, t->targets[i].ns);
 	return interrupted(t, rec, "the native checkpoint");
-}
-
-int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
-{
-	/* (a line that moves while it waits: the copies, a group's boundary, the driver) */
-	struct ticker *k = ticker_start("(prepare, checkpoint)", 0, NULL, NULL);
-	int rc = suspend_steps(t, rec, content, r);
-	ticker_stop(k);
-	return rc;
 }

@@ -5,11 +5,14 @@
  * left on its ports), each endpoint as text; its writer beside its reader,
  * and the check a restore makes with it. */
 #include <errno.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cusnap/json.h"
 #include "internal.h"
@@ -89,6 +92,41 @@ static int list_from_json(const json_t *a, bool full, struct inet_sock **out, si
 	return 0;
 }
 
+static bool on_loopback(const struct inet_sock *s)
+{
+	static const unsigned char v6[16] = {[15] = 1};
+	return s->family == AF_INET ? s->local[0] == 127 : !memcmp(s->local, v6, 16);
+}
+
+/* Is this network namespace's loopback up? (an unknown answer: yes) */
+static bool loopback_up(void)
+{
+	struct ifreq ifr = {.ifr_name = "lo"};
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool up = fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0 || (ifr.ifr_flags & IFF_UP);
+	if (fd >= 0)
+		close(fd);
+	return up;
+}
+
+/* A socket of socks[0..n) to be bound again here on the loopback while this
+ * namespace's loopback is down: -EADDRNOTAVAIL with why (CRIU would fail to
+ * bind it), else 0. */
+static int loopback_ready(const struct inet_sock *socks, size_t n, char *why, size_t len)
+{
+	for (size_t i = 0; i < n; i++)
+		if (socks[i].netns_here && on_loopback(&socks[i]) && !loopback_up()) {
+			char at[INET6_ADDRSTRLEN + 10];
+			inet_endpoint_text(&socks[i], false, at, sizeof(at));
+			snprintf(why, len,
+				 "%s %s, which the checkpointed tree must bind again, is on the loopback, and the "
+				 "loopback of this network namespace is down (`ip link set lo up` in it)",
+				 socks[i].proto == IPPROTO_TCP ? "TCP" : "UDP", at);
+			return -EADDRNOTAVAIL;
+		}
+	return 0;
+}
+
 int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len)
 {
 	struct inet_sock *socks = NULL, *tw = NULL;
@@ -98,7 +136,7 @@ int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len
 	    list_from_json(json_object_get(rec, "time_wait"), false, &tw, &ntw) < 0) {
 		snprintf(why, len, "the record of the tree's sockets is malformed");
 		rc = -EINVAL;
-	} else {
+	} else if ((rc = loopback_ready(socks, n, why, len)) == 0) {
 		rc = inet_ports_free(socks, n, tw, ntw, wait_ms, why, len);
 	}
 	free(socks);

@@ -443,6 +443,8 @@ int tree_release(struct tree *t, const char *dir, enum recover_from from, const 
 void signals_arm(void);
 /* The signal caught since signals_arm, or 0. */
 int signal_caught(void);
+/* How many were caught so far (a new one: the count moved). */
+int signals_caught(void);
 /* At a phase boundary: when a signal was caught, finish (exit 1 or 2,
  * reported); else 0. */
 int interrupted(struct tree *t, const struct record *rec, const char *after);

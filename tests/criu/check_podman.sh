@@ -35,10 +35,13 @@
 #   move these bind mounts; the dump refuses the option);
 # - the plugin's settings in cusnap.conf beside it (the driver's path: CRIU runs
 #   through its own loader; the content mode).
-# Skips (77), with the reason, where containers cannot run.
+# And the README's Podman recipe, run as written (its IMAGE and WORKER this
+# test's). Skips (77), with the reason, where containers cannot run.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)
+# (run from the source tree, tests/criu: the plain build beside it)
+[ -f "$build/Makefile" ] && [ -d "$build/build/lib/criu" ] && build=$build/build
 repo=$(cd "$build/.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 fail() {
@@ -70,7 +73,10 @@ apt_install_missing "$build/podman-apt.log" podman runc || skip "cannot install 
 w=$(mktemp -d /dev/shm/cusnap-podman-XXXXXX) || fail "mktemp in /dev/shm"
 chmod 0711 "$w"
 P=(podman --root "$w/storage" --runroot "$w/run")
+recipe_dir=/var/lib/cusnap/worker # (the README's recipe's: made and removed by it)
+made_recipe_dir=0
 cleanup() {
+	[ $made_recipe_dir = 1 ] && rm -rf "$recipe_dir" && rmdir "${recipe_dir%/*}" 2>/dev/null
 	[ -n "${KEEP:-}" ] && { echo "kept: $w"; return; } # (KEEP=1: for a look at CRIU's logs)
 	"${P[@]}" rm -a -f >/dev/null 2>&1
 	"${P[@]}" system reset -f >/dev/null 2>&1 # (the storage's mounts)
@@ -171,6 +177,39 @@ if [ $nccl = 1 ]; then
 	}
 	echo "ok   podman checkpoint/restore --tcp-established of a 2-rank NCCL group: its connections restored"
 	exit 0
+fi
+
+# The README's recipe, as written: its IMAGE this test's image (with what it
+# needs to run the build) and its WORKER the example under cusnap run; the
+# restored group verifies itself and the container exits 0.
+# (a plain `podman`, as the recipe runs it, uses the same storage, with the driver podman chose)
+driver=$("${P[@]}" info --format '{{.Store.GraphDriverName}}' 2>/dev/null)
+printf '[storage]\ndriver = "%s"\ngraphroot = "%s"\nrunroot = "%s"\n' "${driver:-overlay}" "$w/storage" "$w/run" \
+	>"$w/storage.conf"
+export CONTAINERS_STORAGE_CONF=$w/storage.conf
+recipe=$(awk '/^<!-- check_podman: the recipe -->$/ { armed = 1; next }
+	armed && /^```/ { if (inside) exit; inside = 1; next }
+	inside { print }' "$repo/README.md")
+[ -n "$recipe" ] || fail "README.md has no block after <!-- check_podman: the recipe -->"
+if [ -e "$recipe_dir" ]; then
+	echo "  (the README's recipe not run: $recipe_dir exists, and it is the recipe's)"
+else
+	made_recipe_dir=1
+	ctl=$w/ctl-recipe
+	mkdir -p "$ctl"
+	IMAGE="--network none -e LD_LIBRARY_PATH=$build/emu ${binds[*]} -v $ctl:/snapshot-control --tmpfs /tmp"
+	IMAGE="$IMAGE localhost/cusnap-rootfs"
+	WORKER="$build/bin/cusnap run -- $build/examples/vmm_group --workers 1 --allocs 2 --timeout 120"
+	out=$(cd "$repo" && IMAGE=$IMAGE WORKER=$WORKER timeout 300 bash -eu -c "$recipe" 2>&1) ||
+		fail "the README's Podman recipe: $(echo "$out" | tail -n 20)"
+	rc=$(timeout 120 podman wait worker 2>&1 | tail -n1)
+	logs=$(podman logs worker 2>&1)
+	[ "$rc" = 0 ] && [ "$(grep -c '^PASS vmm_group' <<<"$logs")" = 2 ] ||
+		fail "the README's recipe: the restored worker exited ${rc:-?}: $logs"
+	podman rm -f worker >/dev/null
+	rm -rf "$recipe_dir" && rmdir "${recipe_dir%/*}" 2>/dev/null
+	made_recipe_dir=0
+	echo "ok   the README's Podman recipe as written: checkpointed, restored, the worker passed"
 fi
 
 for content in host native; do

@@ -363,10 +363,18 @@ static void criu_failing(void)
 		return;
 	char fake[PATH_MAX + 32], dir[PATH_MAX + 32], *out;
 	snprintf(fake, sizeof(fake), "%s/fake-criu", e2e_root);
-	test_write_file(fake, "#!/bin/sh\necho 'Error (fake): refusing to dump' >&2\nexit 1\n");
+	test_write_file(fake, "#!/bin/sh\necho 'Error (fake): refusing to dump' | tee \"$5/dump.log\" >&2\nexit 1\n");
 	chmod(fake, 0755);
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, fake, &out), 1, "CRIU dump failed");
+	/* (the log it names outlives the attempt's directory) */
+	char log[PATH_MAX + 64], said[PATH_MAX + 80];
+	snprintf(log, sizeof(log), "%s/dump-failed.log", dir);
+	snprintf(said, sizeof(said), "log: %s)", log);
+	CHECK_SAYS(out, checkpoint(&g, dir, "host", false, fake, &out), 1, said);
+	char *kept = test_read_file(log);
+	CHECK(kept && strstr(kept, "refusing to dump"));
+	free(kept);
 	/* Still running and healthy: it verifies itself. */
 	CHECK_EQ(group_finish(&g), 2);
 	reap_all();
@@ -387,8 +395,8 @@ static char *checkpoint_id(const char *dir)
 
 /* A checkpoint that fails (its CRIU writes part of an image, then fails) into
  * a directory holding a good one: the good one stands whole (the same
- * manifest, nothing of the failed attempt left), the workload runs on, and the
- * good checkpoint restores and passes. */
+ * manifest, nothing of the failed attempt left but its CRIU log, which inspect
+ * names), the workload runs on, and the good checkpoint restores and passes. */
 static void failed_over_good(void)
 {
 	struct group good, g;
@@ -399,7 +407,7 @@ static void failed_over_good(void)
 	CHECK(id != NULL);
 	snprintf(fake, sizeof(fake), "%s/fake-criu-partial", e2e_root);
 	test_write_file(fake, "#!/bin/sh\n[ \"$1\" = dump ] && head -c 1048576 /dev/zero > \"$5/pages-1.img\"\n"
-			      "echo 'Error (fake): no space left on device' >&2\nexit 1\n");
+			      "echo 'Error (fake): no space left on device' | tee \"$5/dump.log\" >&2\nexit 1\n");
 	chmod(fake, 0755);
 	if (group_start_pair(&g, "over-good") == 0) {
 		CHECK_SAYS(out, checkpoint(&g, dir, "host", false, fake, &out), 1, "CRIU dump failed");
@@ -412,8 +420,19 @@ static void failed_over_good(void)
 	free(id);
 	snprintf(partial, sizeof(partial), "%s/.partial", dir);
 	CHECK(access(partial, F_OK) != 0);
+	/* inspect --dir names what a restore will meet: the failed attempt's log,
+	 * an attempt cut short (one made here), and later no digests. */
+	CHECK_EQ(mkdir(partial, 0700), 0);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, "dump-failed.log: CRIU's log");
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, ".partial: an attempt cut short");
 	CHECK_SAYS(out, restore(dir, &out), 0, "verify images");
 	RESTORED_PASSES(&good, dir, 2);
+	char manifest[PATH_MAX + 48];
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", dir);
+	json_t *m = json_load_file(manifest, 0, NULL);
+	CHECK(m && json_object_del(m, "image_files") == 0 && json_dump_file(m, manifest, JSON_INDENT(2)) == 0);
+	json_decref(m);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, "digests: none recorded");
 	reap_all();
 }
 

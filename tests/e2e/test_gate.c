@@ -6,7 +6,9 @@
  * `cusnap inspect --dir` gives the same verdict without restoring. cuemu
  * stands for the other machines: CUEMU_DEVICES, CUEMU_MODEL, CUEMU_MEMORY and
  * CUEMU_DRIVER_VERSION in the restoring command's environment change what the
- * driver it loads answers. The same checkpoint then restores here and passes.
+ * driver it loads answers (CUEMU_UUID_SEED: another node's GPUs, to be
+ * mapped). A missing or damaged record of what the checkpoint needs is a
+ * reason too. The same checkpoint then restores here and passes.
  * (The plugin's gate at CRIU's init: test_criu_plugin.) */
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
@@ -38,6 +40,13 @@ static void manifest_set(const char *dir, const char *parent, const char *key, j
 	json_object_set_new(o, key, value);
 	CHECK_EQ(json_dump_file(m, path, JSON_INDENT(2)), 0);
 	json_decref(m);
+}
+
+/* The manifest at path as text was (undoing manifest_set). */
+static void manifest_put(const char *path, const char *text)
+{
+	FILE *f = text ? fopen(path, "w") : NULL;
+	CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
 }
 
 /* A refused restore under env: 69, every reason in want (NULL-ended) named
@@ -73,6 +82,7 @@ static void gate(void)
 		return;
 	out = verdict(dir, NULL);
 	CHECK_CONTAINS(out, "restorable here: yes");
+	CHECK_CONTAINS(out, "; no --device-map)");
 	free(out);
 
 	char *fewer[] = {"CUEMU_DEVICES=1", NULL};
@@ -98,9 +108,35 @@ static void gate(void)
 	refused(dir, NULL,
 		(const char *const[]){"CRIU 99.1 wrote the images", "cannot read a newer CRIU's images",
 				      "state format 99, this cusnap reads 1", NULL});
-	FILE *f = saved ? fopen(path, "w") : NULL;
-	CHECK(f && fputs(saved, f) >= 0 && fclose(f) == 0);
+	manifest_put(path, saved);
+	/* A missing or damaged record of what it needs: nothing checked, refused. */
+	manifest_set(dir, NULL, "needs", json_null());
+	refused(dir, NULL, (const char *const[]){"what it needs of a machine is missing or damaged (no record)", NULL});
+	manifest_set(dir, NULL, "needs",
+		     json_pack("{s:i, s:i, s:[{s:s}]}", "driver_version", 13000, "state_major", 1, "gpus", "uuid",
+			       "GPU-1"));
+	refused(dir, NULL, (const char *const[]){"missing or damaged (a GPU's uuid, model or memory)", NULL});
+	manifest_put(path, saved);
 	free(saved);
+
+	/* Another node (other GPU UUIDs): "no" without a device map, "yes" with
+	 * the map a restore would take; a map putting two GPUs on one refused
+	 * before anything is made, by both. */
+	char *other[] = {"CUEMU_UUID_SEED=another-node", NULL};
+	out = verdict(dir, other);
+	CHECK_CONTAINS(out, "restorable here: no — GPU 0 of the checkpoint");
+	free(out);
+	CHECK_EQ(tool(&out, other, cusnap, "inspect", "--dir", dir, "--device-map", "auto", NULL), 0);
+	CHECK_CONTAINS(out, "restorable here: yes");
+	CHECK_CONTAINS(out, "with --device-map auto)");
+	free(out);
+	CHECK_EQ(tool(&out, other, cusnap, "inspect", "--dir", dir, "--device-map", "0=0,1=0", NULL), 0);
+	CHECK_CONTAINS(out, "restorable here: no — --device-map: GPU 0 here is named for GPUs 0 and 1");
+	free(out);
+	CHECK_SAYS(out,
+		   tool(&out, other, cusnap, "restore", "--dir", dir, "--criu", criu, "--device-map", "0=0,1=0", NULL),
+		   64, "GPU 0 here is named for GPUs 0 and 1 of the checkpoint");
+	CHECK(restored_root(dir) <= 0);
 
 	/* The machine it was made on: restored, and it verifies itself. */
 	CHECK_SAYS(out, restore(dir, NULL, &out), 0, "topology identical");

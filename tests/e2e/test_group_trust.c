@@ -190,6 +190,13 @@ static void tls_and_auth(void)
 		   *no_ca[] = {"--etcd-cert", ccrt, "--etcd-key", ckey, NULL};
 	CHECK_SAYS(out, inspect_through(mtls, no_client, &out), 69, "client");
 	CHECK_SAYS(out, inspect_through(mtls, no_ca, &out), 69, "etcd's certificate cannot be verified");
+	/* (the same etcd named http://: TLS named as the cause, not "start etcd") */
+	char plain[80];
+	snprintf(plain, sizeof(plain), "http://%s", mtls + strlen("https://"));
+	CHECK_EQ(inspect_through(plain, mine, &out), 69);
+	CHECK_CONTAINS(out, "an etcd serving TLS: name it https://");
+	CHECK(!contains(out, "start etcd"));
+	free(out);
 	kill(a, SIGKILL);
 	test_wait_child(a, 10000);
 
@@ -348,7 +355,8 @@ static void records_not_trusted(void)
 
 /* Two jobs under one group name (--members NAME,NAME): the second job's
  * member is refused (75) and joins nothing; the first job's members go
- * through; a --member not in the list is a usage error. */
+ * through, one naming them in another order; a --member not in the list is
+ * a usage error. */
 static void two_jobs(void)
 {
 	struct group a[2], b;
@@ -376,7 +384,7 @@ static void two_jobs(void)
 	char pid1[16], dir1[PATH_MAX + 16];
 	tree_args(&a[1], "suspend", pid1, dir1, argv);
 	const char *job_a1[] = {"suspend",       "--pid",  pid1,        "--dir", dir1,
-				"--control-dir", a[1].ctl, "--members", "a0,a1", NULL};
+				"--control-dir", a[1].ctl, "--members", "a1,a0", NULL};
 	member_start(&ma[1], "shared", 2, "a1", NULL, job_a1);
 	MEMBER_OK(&ma[0]);
 	MEMBER_OK(&ma[1]);
@@ -398,8 +406,9 @@ static void two_jobs(void)
 /* etcd lost between the decision and another member's reading of it: m0
  * crossed; m1 (held after it said it was ready) cannot read the decision,
  * tries within its bound, then undoes alone saying the group may be split;
- * m0 cannot confirm m1's result and says so, naming it, exit 2 (it exited 0
- * saying "0 of 2 members reported"). */
+ * m0 cannot confirm m1's result and says so, naming it (not itself), exit 2
+ * (it exited 0 saying "0 of 2 members reported"); m1 says the results cannot
+ * be read (it said "0 of 2 reported within 3000 ms" at once). */
 static void split(void)
 {
 	struct group g[2];
@@ -416,9 +425,14 @@ static void split(void)
 	int rc0 = member_wait(&m[0], &out[0]), rc1 = member_wait(&m[1], &out[1]);
 	CHECK_EQ(rc0, 2);
 	CHECK_CONTAINS(out[0], "the group may be split");
-	CHECK_CONTAINS(out[0], "member(s) m1");
+	CHECK_CONTAINS(out[0], "member(s) m1 ("); /* (not itself) */
 	CHECK_EQ(rc1, 1);
 	CHECK_CONTAINS(out[1], "the group may be split");
+	/* (no result to read: said so, its own named, no "within" it never waited) */
+	CHECK_CONTAINS(out[1], "the members' results cannot be read");
+	CHECK_CONTAINS(out[1], "member m1: failed");
+	CHECK(!contains(out[1], "reported within"));
+	CHECK_CONTAINS(out[1], "cusnap: (group: at the boundary) "); /* (its ticker while it tries) */
 	free_all(out, 2);
 	/* (etcd back, on a new port, for whatever comes next) */
 	etcd_pid = etcd_launch("trust2", "http", NULL, NULL, etcd_url);
@@ -468,6 +482,39 @@ static void split_at_first_look(void)
 	}
 }
 
+/* SIGINT after the boundary, while a member waits for the others' results
+ * (m1 stopped after its lock, before its result): the member stops waiting
+ * at once and says so, its own result standing (it waited, silent, for the
+ * group timeout). Both trees crossed: both resumed. */
+static void signal_after_boundary(void)
+{
+	struct group g[2];
+	trees_start(g, 2, "after");
+	struct member m[2];
+	char *hold[] = {"CUSNAP_FAULT=kill-after-lock:stop", NULL};
+	in_place(&m[1], &g[1], "suspend", "after", 2, "m1", hold, "60000");
+	in_place(&m[0], &g[0], "suspend", "after", 2, "m0", NULL, "60000");
+	CHECK(wait_stopped(m[1].pid, 20000));
+	CHECK(member_phase("after", "m0", "done"));
+	kill(m[0].pid, SIGINT);
+	char *out[2];
+	CHECK_EQ(member_wait(&m[0], &out[0]), 0);
+	CHECK_CONTAINS(out[0], "interrupted by Interrupt while waiting for the members' results (1 of 2 read; none yet "
+			       "from m1)");
+	CHECK_CONTAINS(out[0], "member m0: ok");
+	kill(m[1].pid, SIGCONT);
+	member_wait(&m[1], &out[1]); /* (its lease may have lapsed meanwhile: whatever it says) */
+	free_all(out, 2);
+	for (int i = 0; i < 2; i++) {
+		char *o = NULL;
+		CHECK_EQ(group_resume(&g[i], &o, NULL), 0);
+		free(o);
+		untouched(&g[i]);
+		restore_complete(&g[i]);
+		group_done(&g[i], 2);
+	}
+}
+
 int main(void)
 {
 	e2e_init("group-trust");
@@ -477,6 +524,8 @@ int main(void)
 	etcd_pid = etcd_launch("trust", "http", NULL, NULL, etcd_url);
 	atexit(etcd_stop);
 	test_run("SIGINT at the boundary: the member undoes at once, its tree untouched", signal_at_boundary);
+	test_run("SIGINT after the boundary, waiting for the others' results: said, the member's result stands",
+		 signal_after_boundary);
 	test_run("etcd with mutual TLS, and with TLS and a user granted its prefix: a group through each; refusals "
 		 "named",
 		 tls_and_auth);

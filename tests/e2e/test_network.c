@@ -252,7 +252,7 @@ static void reuseport_peer(void)
 /* CRIU's network lock accounted for: a --tcp-established checkpoint records it
  * (this namespace, CRIU's method); inspect --dir lists what of it still drops
  * the connections here; restored in another network namespace (a fresh one,
- * its loopback up), the restore removes the stale lock here (it was left for
+ * its loopback up; first down, refused with the fix), the restore removes the stale lock here (it was left for
  * good: 308 rules piled up on one machine), and inspect says none is left.
  * --unlock-network removes a lock no restore will lift (a checkpoint moved or
  * discarded); --tcp-close dumps the connections closed, with no lock. */
@@ -269,6 +269,11 @@ static void network_lock(void)
 		return;
 	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, NULL), 0, "still drop");
 	char script[4 * PATH_MAX];
+	/* (its loopback down, as a new namespace's is: refused with the fix, nothing made) */
+	snprintf(script, sizeof(script), "exec %s restore --dir %s --criu %s --timeout 60000", cusnap, dir, criu);
+	CHECK_SAYS(out, tool(&out, NULL, "/usr/bin/unshare", "-n", "/bin/sh", "-c", script, NULL), 1,
+		   "the loopback of this network namespace is down (`ip link set lo up` in it); nothing done");
+	CHECK(restored_root(dir) <= 0);
 	snprintf(script, sizeof(script), "ip link set lo up && exec %s restore --dir %s --criu %s --timeout 60000",
 		 cusnap, dir, criu);
 	CHECK_SAYS(out, tool(&out, NULL, "/usr/bin/unshare", "-n", "/bin/sh", "-c", script, NULL), 0,

@@ -35,12 +35,12 @@ static int on_group(struct group *g, const char *verb, char **out, const char *c
 		    m[0], m[1], m[2], m[3], m[4], m[5], NULL);
 }
 
-/* How many ticker lines of the prepare and native checkpoint out holds, each
+/* How many ticker lines of the native checkpoint (stalled) out holds, each
  * between before and after, whatever time it shows (a busy machine ticks late:
  * the times are not the property). */
 static int ticks(const char *out, const char *before, const char *after)
 {
-	static const char tag[] = "cusnap: (prepare, checkpoint) ";
+	static const char tag[] = "cusnap: (native checkpoint) ";
 	int n = 0;
 	for (const char *p = out; p && (p = strstr(p, before)); p++) {
 		const char *q = p + strlen(before);

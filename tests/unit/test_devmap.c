@@ -67,6 +67,7 @@ static void refused(void)
 	} bad[] = {
 		{"0=1", "GPU 1 of the checkpoint is not mapped"},
 		{"0=1,0=0", "GPU 0 of the checkpoint is mapped more than once"},
+		{"0=1,1=1", "GPU 1 here is named for GPUs 0 and 1 of the checkpoint"},
 		{"0=1,2=0", "pair 2 names a GPU the checkpoint does not have"},
 		{"0=1,1=7", "pair 2 names a GPU this machine does not have"},
 		{"0=1,1", "pair 2 (\"1\") is not OLD=NEW"},
