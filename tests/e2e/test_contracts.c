@@ -162,8 +162,9 @@ static void contract_shapes(void)
 		return;
 	}
 	const char *wrapper[] = {"/usr/bin/unshare", "--pid", "--fork", NULL};
+	static char *private[] = {"VMM_GROUP_PRIVATE=1", NULL}; /* (weights, a segment, a KV cache: carried too) */
 	struct group g;
-	if (group_start(&g, "pidns", 2, 2, false, wrapper, NULL, NULL) < 0)
+	if (group_start(&g, "pidns", 2, 2, false, wrapper, private, NULL) < 0)
 		return;
 	pid_t pids[8];
 	group_pids(&g, pids, 3);
@@ -189,7 +190,7 @@ static void contract_shapes(void)
 		      obs[0], ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),
 		 0);
 	free(out);
-	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0 + 3); /* only the private allocations remain */
+	CHECK_EQ(group_device_mappings(&g, "memfd:cuemu"), 0 + 3); /* every tracked one released, private too */
 	/* Restore, as it runs inside the container: empty proc-root, SNAPSHOT_CONTROL_DIR. */
 	CHECK_EQ(tool(&out, env, coord, "--restore", "--proc-root", "", "--checkpoint-dir", dir, "--process", obs[0],
 		      ns[0], "--process", obs[1], ns[1], "--process", obs[2], ns[2], NULL),

@@ -2,6 +2,8 @@
 /* What cusnap suspend and resume leave after a failure (DESIGN.md §6.1, §12):
  * a rollback that fails, a participant that dies, a native call that does not
  * return, cusnap itself SIGKILLed or SIGTERMed at each phase boundary. */
+#include <pthread.h>
+
 #include "cusnap/fault.h"
 #include "cusnap/coord.h"
 #include "sweep.h"
@@ -206,6 +208,64 @@ static void abort_on_dead_participant(void)
 	CHECK_EQ(test_count_maps(pids[0], "memfd:cuemu-mem"), 2 + 1);
 	CHECK_EQ(test_count_maps(pids[1], "memfd:cuemu-mem"), 2 + 1);
 	group_kill(&g);
+}
+
+/* Kills victim once its trace (CUEMU_TRACE, emptied first) shows the copy
+ * that stalls begun. */
+struct killer {
+	char trace[PATH_MAX + 32];
+	pid_t victim;
+	bool fired;
+};
+
+static void *kill_when_stalled(void *arg)
+{
+	struct killer *k = arg;
+	for (int i = 0; i < 800 && !k->fired; i++) {
+		char *calls = test_read_file(k->trace);
+		if (calls && strstr(calls, "cuMemcpyDtoHAsync"))
+			k->fired = kill(k->victim, SIGKILL) == 0;
+		else
+			usleep(25000);
+		free(calls);
+	}
+	return NULL;
+}
+
+/* A participant killed in the middle of its copy out (the worker's first
+ * device-to-host copy stalled 4 s, SIGKILL meanwhile), in host and file
+ * content: it is named, the parent is rebuilt, running, its memory back
+ * (private too), exit 1. */
+static void killed_mid_copy(void)
+{
+	static const char *const contents[] = {"host", "file"};
+	for (size_t c = 0; c < 2; c++) {
+		struct group g;
+		struct killer k = {.fired = false};
+		char name[32], trace[PATH_MAX + 64], *out;
+		snprintf(name, sizeof(name), "midcopy-%s", contents[c]);
+		snprintf(k.trace, sizeof(k.trace), "%s/trace-%s", e2e_root, name);
+		snprintf(trace, sizeof(trace), "CUEMU_TRACE=%s", k.trace);
+		char *env[] = {"CUEMU_FAULT=cuMemcpyDtoHAsync:1:stall=4000", trace, "VMM_GROUP_FAULT_ROLE=worker0",
+			       "VMM_GROUP_PRIVATE=1", NULL};
+		if (group_start(&g, name, 1, 2, false, NULL, env, NULL) < 0)
+			return;
+		pid_t pids[8];
+		group_pids(&g, pids, 2);
+		k.victim = pids[1]; /* (the worker: the parent's death ends its workers) */
+		test_write_file(k.trace, ""); /* (what it called before) */
+		pthread_t th;
+		CHECK_EQ(pthread_create(&th, NULL, kill_when_stalled, &k), 0);
+		CHECK_SAYS(out, group_suspend(&g, contents[c], &out, NULL), 1, "is gone");
+		pthread_join(th, NULL);
+		CHECK(k.fired);
+		char *json = group_inspect(&g);
+		CHECK_EQ(count_of(json, "\"phase\":\"active\""), 1);
+		CHECK_EQ(count_of(json, "\"state\":\"running\""), 1);
+		free(json);
+		CHECK(test_count_maps(pids[0], "memfd:cuemu-mem") >= 2);
+		group_kill(&g);
+	}
 }
 
 /* A group of one worker whose parent fails the nth call named by fault (its
@@ -414,6 +474,8 @@ int main(void)
 	snprintf(coord, sizeof(coord), "%s/snapshot-cuda-vmm", bin_dir);
 	test_run("a failing rollback: exit 2, the participant and the call named", failing_rollback);
 	test_run("a participant killed after QUIESCE: exit 1, survivors rebuilt", abort_on_dead_participant);
+	test_run("a participant killed in the middle of its copy, host and file content: exit 1, the other rebuilt",
+		 killed_mid_copy);
 	test_run("a native call that does not return: named, exit 2, resumable", native_watchdog);
 	test_run("suspend SIGKILLed at each phase boundary: resume --pid alone recovers", recovery_after_sigkill);
 	test_run("SIGTERM at each phase boundary of suspend: everything undone, exit 1", sigterm_undoes);
