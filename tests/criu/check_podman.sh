@@ -200,8 +200,15 @@ else
 	IMAGE="--network none -e LD_LIBRARY_PATH=$build/emu ${binds[*]} -v $ctl:/snapshot-control --tmpfs /tmp"
 	IMAGE="$IMAGE localhost/cusnap-rootfs"
 	WORKER="$build/bin/cusnap run -- $build/examples/vmm_group --workers 1 --allocs 2 --timeout 120"
-	out=$(cd "$repo" && IMAGE=$IMAGE WORKER=$WORKER timeout 300 bash -eu -c "$recipe" 2>&1) ||
+	# Its `make install` goes to a scratch directory (PREFIX and CRIU_PLUGIN_DIR
+	# from the environment), never into the machine's: a cusnap plugin in CRIU's
+	# own directory is loaded by every plain CRIU run on the machine.
+	recipe=${recipe//\/usr\/lib\/criu/$w/criu-lib}
+	out=$(cd "$repo" && IMAGE=$IMAGE WORKER=$WORKER PREFIX=$w/prefix CRIU_PLUGIN_DIR=$w/criu-lib \
+		timeout 300 bash -eu -c "$recipe" 2>&1) ||
 		fail "the README's Podman recipe: $(echo "$out" | tail -n 20)"
+	[ -f "$w/criu-lib/cusnap_plugin.so" ] && [ -x "$w/prefix/bin/cusnap" ] ||
+		fail "the README's recipe: its make install did not install into the scratch directory"
 	rc=$(timeout 120 podman wait worker 2>&1 | tail -n1)
 	logs=$(podman logs worker 2>&1)
 	[ "$rc" = 0 ] && [ "$(grep -c '^PASS vmm_group' <<<"$logs")" = 2 ] ||

@@ -252,7 +252,7 @@ static void killed_mid_copy(void)
 			return;
 		pid_t pids[8];
 		group_pids(&g, pids, 2);
-		k.victim = pids[1]; /* (the worker: the parent's death ends its workers) */
+		k.victim = pids[1];           /* (the worker: the parent's death ends its workers) */
 		test_write_file(k.trace, ""); /* (what it called before) */
 		pthread_t th;
 		CHECK_EQ(pthread_create(&th, NULL, kill_when_stalled, &k), 0);
