@@ -80,6 +80,7 @@ struct topo_participant {
 	uint32_t phase;
 	uint32_t major_min, major_max, minor; /* the protocol versions it speaks */
 	uint64_t caps;                        /* PROTO_CAP_* bits */
+	uint64_t generation;                  /* tracked changes allowed so far (0: not said, before 1.8) */
 	char endpoint[4200];
 	struct topo_alloc *allocs;
 	size_t nallocs;

@@ -32,6 +32,7 @@ static int decode_identity(const struct proto_rec *r, struct topo_participant *p
 		case F_MAJOR_MAX: rc = prec_u32(&f, &p->major_max); break;
 		case F_MINOR: rc = prec_u32(&f, &p->minor); break;
 		case F_CAPS: rc = prec_u64(&f, &p->caps); break;
+		case F_GENERATION: rc = prec_u64(&f, &p->generation); break;
 		case F_ENDPOINT: rc = prec_str(&f, p->endpoint, sizeof(p->endpoint)); break;
 		default: break;
 		}
@@ -223,6 +224,8 @@ void topo_encode_identity(struct proto_buf *b, uint16_t type, const struct topo_
 	pbuf_put_u32(b, F_MAJOR_MAX, p->major_max);
 	pbuf_put_u32(b, F_MINOR, p->minor);
 	pbuf_put_u64(b, F_CAPS, p->caps);
+	if (p->generation)
+		pbuf_put_u64(b, F_GENERATION, p->generation);
 	pbuf_put_str(b, F_ENDPOINT, p->endpoint);
 	pbuf_end(b, at);
 }

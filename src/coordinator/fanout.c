@@ -92,19 +92,23 @@ void stage_progress(const struct coord_options *o, const char *stage, double ms,
 	o->on_stage(stage, ms, note);
 }
 
+uint64_t result_u64(const struct call *c, uint16_t field)
+{
+	struct proto_field_iter it;
+	struct proto_rec f;
+	uint64_t v = 0;
+	pfield_init(&it, c->reply_payload, c->reply_payload ? c->reply.payload_len : 0, REC_RESULT);
+	while (pfield_next(&it, &f))
+		if (f.type == field && prec_u64(&f, &v) == 0)
+			return v;
+	return 0;
+}
+
 uint64_t bytes_of(const struct call *calls, size_t n)
 {
 	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct proto_field_iter it;
-		struct proto_rec f;
-		uint64_t b;
-		pfield_init(&it, calls[i].reply_payload, calls[i].reply_payload ? calls[i].reply.payload_len : 0,
-			    REC_RESULT);
-		while (pfield_next(&it, &f))
-			if (f.type == F_BYTES && prec_u64(&f, &b) == 0)
-				total += b;
-	}
+	for (size_t i = 0; i < n; i++)
+		total += result_u64(&calls[i], F_BYTES);
 	return total;
 }
 

@@ -36,6 +36,8 @@ long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bo
 		  struct topo_participant *p, struct coord_report *r);
 /* Sum of F_BYTES over the lifecycle results in calls[]. */
 uint64_t bytes_of(const struct call *calls, size_t n);
+/* A u64 field of c's REC_RESULT reply, or 0 when it has none. */
+uint64_t result_u64(const struct call *c, uint16_t field);
 /* r->error: "STAGE: participant OBS (ns NS): what the call said". */
 void stage_error(struct coord_report *r, const struct call *c, const char *stage);
 /* Participants, allocations, shared allocations and mappings of p[] into r. */

@@ -8,6 +8,7 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,11 +156,12 @@ struct work_slot *shim_work_begin(CUresult *rc)
 		return NULL;
 	}
 	for (;;) {
-		__atomic_store_n(&w->busy, w->busy + 1, __ATOMIC_RELAXED);
-		if (__builtin_expect(work_fenced, 0))
-			__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		else
+		if (__builtin_expect(work_fenced, 0)) {
+			__atomic_add_fetch(&w->busy, 1, __ATOMIC_SEQ_CST); /* (a full barrier of its own) */
+		} else {
+			__atomic_store_n(&w->busy, w->busy + 1, __ATOMIC_RELAXED);
 			__atomic_signal_fence(__ATOMIC_SEQ_CST); /* (a full barrier at QUIESCE's membarrier) */
+		}
 		if (__builtin_expect(__atomic_load_n(&phase, __ATOMIC_RELAXED) == PROTO_PHASE_ACTIVE, 1) || own_thread)
 			return w;
 		__atomic_store_n(&w->busy, w->busy - 1, __ATOMIC_RELEASE);
@@ -219,11 +221,21 @@ void shim_step_set_phase(int p)
 	set_phase(p);
 }
 
+/* Counted from 1, so that 0 means "not said". */
+static _Atomic uint64_t generation = 1;
+
+uint64_t shim_generation(void)
+{
+	return atomic_load(&generation);
+}
+
 CUresult shim_mutation_allowed(const char *call)
 {
 	int p = shim_phase();
-	if (p == PROTO_PHASE_ACTIVE)
+	if (p == PROTO_PHASE_ACTIVE) {
+		atomic_fetch_add(&generation, 1); /* (a change follows, under the same lock) */
 		return CUDA_SUCCESS;
+	}
 	if (p != PROTO_PHASE_FAILED && !own_thread)
 		return SHIM_RETRY; /* a step began since the call passed the gate: it waits there */
 	LOG_AT(LOG_ERROR, "%s refused while a checkpoint is under way (phase %s)", call, proto_phase_name((uint32_t)p));
@@ -331,6 +343,7 @@ int shim_serve(int op, const uint8_t *payload, size_t len, int in_fd, struct pro
 		pbuf_put_u64(out, F_BYTES, c.r.bytes);
 		pbuf_put_u32(out, F_COUNT, c.r.count);
 		pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
+		pbuf_put_u64(out, F_GENERATION, shim_generation());
 		pbuf_end(out, at);
 	} else {
 		shim_error_reply(out, "%s", c.r.msg);

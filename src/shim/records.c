@@ -16,7 +16,10 @@ _Static_assert((int)PROTO_HANDLE_POSIX_FD == (int)CU_MEM_HANDLE_TYPE_POSIX_FILE_
 		       (int)PROTO_HANDLE_FABRIC == (int)CU_MEM_HANDLE_TYPE_FABRIC,
 	       "handle types travel as cuda.h numbers them");
 
-static void put_identity(struct proto_buf *b, uint16_t type)
+/* This participant's identity record; generation: the count of tracked
+ * changes (INSPECT: read under tbl.lock before the records are, so that a
+ * change between the two moves the count a later step answers). */
+static void put_identity(struct proto_buf *b, uint16_t type, uint64_t generation)
 {
 	const struct shim_identity *me = shim_self();
 	struct topo_participant *p = calloc(1, sizeof(*p)); /* 4 KiB of endpoint: not on these stacks */
@@ -32,6 +35,7 @@ static void put_identity(struct proto_buf *b, uint16_t type)
 	p->major_min = p->major_max = PROTO_MAJOR;
 	p->minor = PROTO_MINOR;
 	p->caps = PROTO_CAPS_SHIM;
+	p->generation = generation;
 	snprintf(p->endpoint, sizeof(p->endpoint), "%s", me->endpoint);
 	topo_encode_identity(b, type, p);
 	free(p);
@@ -137,14 +141,17 @@ static void put_mapping(struct proto_buf *b, const struct shim_mapping *m)
 
 int serve_HELLO(struct op_call *c)
 {
-	put_identity(c->out, REC_HELLO);
+	put_identity(c->out, REC_HELLO, 0);
 	return c->out->failed ? PROTO_E_INTERNAL : PROTO_OK;
 }
 
 int serve_INSPECT(struct op_call *c)
 {
 	struct proto_buf *out = c->out;
-	put_identity(out, REC_PARTICIPANT);
+	pthread_mutex_lock(&tbl.lock);
+	uint64_t generation = shim_generation();
+	pthread_mutex_unlock(&tbl.lock);
+	put_identity(out, REC_PARTICIPANT, generation);
 	pthread_mutex_lock(&tbl.lock);
 	const struct shim_alloc *a;
 	hmap_for_each(&tbl.allocs, a) {

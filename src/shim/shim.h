@@ -301,6 +301,10 @@ int shim_work_drain(int budget_ms, unsigned *left);
  * SHIM_RETRY when a step began meanwhile; CUDA_ERROR_NOT_READY (logged) in
  * FAILED, or on the shim's own threads while a step is under way. */
 CUresult shim_mutation_allowed(const char *call);
+/* How many tracked changes were allowed so far (each allowed one bumps it
+ * before it changes anything, under tbl.lock): a QUIESCE answering the count an
+ * INSPECT answered says the topology is the one that INSPECT saw. */
+uint64_t shim_generation(void);
 /* The body of a wrapped call: body (an expression) run from the gate until
  * no step began under it, its result returned. */
 #define SHIM_GATED(body)                            \

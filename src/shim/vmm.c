@@ -604,7 +604,11 @@ static CUresult shim_import_cap_once(const char *call, const struct shim_cap *ca
 	pthread_mutex_lock(&tbl.lock);
 	CUmemGenericAllocationHandle drv = 0;
 	CUmemAllocationProp prop = {0};
-	CUresult rc = real.cuMemImportFromShareableHandle(&drv, (void *)(intptr_t)raw, type);
+	/* (a step may have begun while it was redeemed; and the change is counted
+	 * under the lock it is made under, for INSPECT's generation) */
+	CUresult rc = shim_mutation_allowed(call);
+	if (rc == CUDA_SUCCESS)
+		rc = real.cuMemImportFromShareableHandle(&drv, (void *)(intptr_t)raw, type);
 	close(raw); /* the raw driver FD never reaches the application */
 	if (rc == CUDA_SUCCESS) {
 		/* A multicast object has no allocation properties; EXPORT said what it is. */

@@ -286,6 +286,59 @@ static void export_many(void)
 		CHECK_CU(cuMemRelease(h[i]));
 }
 
+/* INSPECT's F_GENERATION (0 when not said). */
+static uint64_t inspected_generation(void)
+{
+	uint8_t buf[PROTO_HEADER_LEN];
+	struct proto_header h = {.magic = PROTO_MAGIC, .major = PROTO_MAJOR, .op = PROTO_OP_INSPECT};
+	proto_header_pack(&h, buf);
+	int s = connect_self();
+	if (s < 0)
+		return 0;
+	CHECK_EQ(send(s, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+	uint8_t *payload = NULL;
+	uint64_t g = 0;
+	if (proto_recv(s, &h, &payload, NULL, proto_deadline(5000)) == PROTO_OK && h.status == PROTO_OK) {
+		struct proto_field_iter it;
+		struct proto_rec f;
+		pfield_init(&it, payload, h.payload_len, REC_PARTICIPANT);
+		while (pfield_next(&it, &f))
+			if (f.type == F_GENERATION)
+				CHECK_EQ(prec_u64(&f, &g), 0);
+	}
+	free(payload);
+	close(s);
+	return g;
+}
+
+/* The count the coordinator compares to skip a second INSPECT after QUIESCE:
+ * every tracked change moves it, nothing else does. */
+static void generation_counts_changes(void)
+{
+	uint64_t g0 = inspected_generation();
+	CHECK(g0 > 0);
+	CHECK_EQ(inspected_generation(), g0); /* (an INSPECT is no change) */
+	CUmemAllocationProp p = emu_prop(0);
+	CUmemGenericAllocationHandle h;
+	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
+	uint64_t g1 = inspected_generation();
+	CHECK(g1 > g0);
+	CUdeviceptr va = 0;
+	CHECK_CU(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
+	CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CHECK_CU(cuMemSetAccess(va, 2 * MiB, &rw, 1));
+	uint64_t g2 = inspected_generation();
+	CHECK(g2 > g1);
+	CHECK_CU(cuMemsetD8(va, 7, 2 * MiB)); /* (bytes are not topology) */
+	CHECK_EQ(inspected_generation(), g2);
+	CHECK_CU(cuMemUnmap(va, 2 * MiB));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, 2 * MiB));
+	CHECK(inspected_generation() > g2);
+}
+
 static void bad_input(void)
 {
 	uint8_t garbage[100];
@@ -344,6 +397,8 @@ int main(int argc, char **argv)
 	test_run("its own capability, imported and released, redeems again", own_capability);
 	test_run("EXPORT_MANY: FDs in order, all or nothing, at most 253", export_many);
 	test_run("a release racing an EXPORT waits for it: the redeemer gets what it asked for", release_racing_export);
+	test_run("INSPECT's generation moves with every tracked change and with nothing else",
+		 generation_counts_changes);
 	CHECK_EQ(shim_fds_settle(fds_with_endpoint), fds_with_endpoint);
 	CHECK_CU(cuMemRelease(alloc));
 	/* Only the allocation's memfd and the capability the shim kept for it went. */
