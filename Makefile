@@ -219,12 +219,12 @@ $(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 # The group's records in etcd, alone.
-$(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o $(BUILD)/obj/src/cusnap/group_codec.o $(HARNESS) $(COMMON_LIB)
+$(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o $(BUILD)/obj/src/node/group_codec.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
 # What cusnap sends etcd and reads back, alone.
-$(BUILD)/tests/unit/test_etcd_wire: $(BUILD)/obj/tests/unit/test_etcd_wire.o $(BUILD)/obj/src/cusnap/etcd_wire.o $(HARNESS) $(COMMON_LIB)
+$(BUILD)/tests/unit/test_etcd_wire: $(BUILD)/obj/tests/unit/test_etcd_wire.o $(BUILD)/obj/src/node/etcd_wire.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 

@@ -9,8 +9,8 @@
 
 #include <cuda.h>
 
+#include "../node/group.h"
 #include "../node/node.h"
-#include "etcd.h"
 
 /* ---- commands: one file each (main.c parses the command line into struct args) ---- */
 struct checkpoint_result {
@@ -82,61 +82,13 @@ unsigned long long dir_bytes(const char *dir);
 void summary_checkpoint(const struct args *a, const struct tree *t, const struct checkpoint_result *r);
 void summary_restore(const struct args *a, pid_t root, const struct tree *t, const struct checkpoint_result *r);
 int cmd_demo(const struct args *a);
-/* ---- group.c: one worker over several nodes, met through etcd (DESIGN.md §16) ---- */
+/* ---- group_cmd.c: a command as one member of a group (DESIGN.md §16; ../node/group.h) ---- */
 /* Command op (run) as one member of a->group: the group met in etcd first
  * (69: not reached, 75: busy with another operation), every member ready
  * before any crosses its boundary, every member's result printed after. */
 int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
 int group_inspect(const struct args *a);
-/* ---- group_codec.c: the group's records in etcd, written and read in one shape ---- */
-/* members/NAME: a member in its phase (arrived, ready, crossed, failed, done). */
-struct member_record {
-	char operation[32];
-	int members; /* --members */
-	char opid[ID_HEX_LEN + 1];
-	char phase[16];
-	char host[256]; /* "" in a record of a member before this codec */
-	int pid;
-	char *names; /* --members NAME,NAME,...; "" when any N (member_record_free) */
-};
-/* ops/OPID/decision: go, or abort with why; by whom. */
-struct decision_record {
-	bool go;
-	char why[1024];
-	char by[256];
-};
-/* ops/OPID/results/NAME: how a member's command ended. */
-struct result_record {
-	char member[256];
-	int exit;
-	bool crossed, holds_checkpoint;
-	char error[2048];
-	char operation[32];
-	char host[256];
-	long long time; /* seconds since the epoch */
-};
-/* Each as JSON (NULL: out of memory), as the text etcd keeps (malloc'd;
- * NULL: out of memory), and from that text: 0, or -1 when it is not one. */
-json_t *member_record_json(const struct member_record *m);
-char *member_record_encode(const struct member_record *m);
-int member_record_decode(const char *text, struct member_record *m);
-void member_record_free(struct member_record *m);
-json_t *decision_record_json(const struct decision_record *d);
-char *decision_record_encode(const struct decision_record *d);
-int decision_record_decode(const char *text, struct decision_record *d);
-json_t *result_record_json(const struct result_record *r);
-char *result_record_encode(const struct result_record *r);
-int result_record_decode(const char *text, struct result_record *r);
-/* ---- group_records.c: what a member trusts of the group's records ---- */
-/* Is kv a member's record (it parses as one, and a lease keeps it)? When not
- * and warn, said once, with how to clear it. */
-bool record_valid(const char *group, const struct etcd_kv *kv, bool warn);
-/* The valid records of kvs[0..n) kept in order at the front (the others freed,
- * each warned about once): how many. */
-size_t records_valid(const char *group, struct etcd_kv *kvs, size_t n);
-/* Is name one of the comma-separated list (--members NAME,NAME,...)? */
-bool name_listed(const char *list, const char *name);
 /* ---- ckptdir.c: a checkpoint directory replaced only by a whole checkpoint ---- */
 /* Each works through dfd, the directory dir held open (use_dir), never
  * following a link. */

@@ -8,7 +8,7 @@
 
 #include "cusnap.h"
 #include "cusnap/json.h"
-#include "etcd.h"
+#include "../node/etcd.h"
 
 /* The record under rest (the key past the group's prefix) as JSON, through
  * its codec: NULL when it is none that reads. */

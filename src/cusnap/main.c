@@ -285,8 +285,10 @@ static int members_option(const char *arg, struct args *a)
 				    arg);
 		p += l + (p[l] == ',');
 	}
+	static char *kept; /* (the process's: reachable to the end) */
+	free(kept);
 	a->members = n;
-	if (!(a->member_names = names_sorted(arg, n)))
+	if (!(a->member_names = kept = names_sorted(arg, n)))
 		return fail(EX_SOFTWARE, "--members: out of memory");
 	return 0;
 }

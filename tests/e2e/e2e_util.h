@@ -184,6 +184,19 @@ int count_of(const char *text, const char *needle);
 		free(got_);                                                                                  \
 	} while (0)
 
+/* The control files a command wrote for the workload in ctl (snapshot-complete,
+ * restore-complete) named in out ("" when none). */
+const char *control_said(const char *ctl, char out[64]);
+
+/* After a checkpoint that was undone, through any door (DESIGN.md §3): the
+ * workload is told nothing, as a failed checkpoint tells it nothing. */
+#define CHECK_NOTHING_SAID(ctl)                                                                          \
+	do {                                                                                             \
+		char s_[64];                                                                             \
+		if (*control_said((ctl), s_))                                                            \
+			test_fail(__FILE__, __LINE__, "after an undone checkpoint %s holds %s", (ctl), s_); \
+	} while (0)
+
 /* ---- CRIU restores (test_checkpoint, test_criu_plugin) ---- */
 
 /* Reap everything that died (the dumped tree's processes come to us). */

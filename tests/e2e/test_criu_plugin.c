@@ -206,18 +206,21 @@ static void both_crius(void)
 }
 
 /* A dump that fails after the plugin prepared (at PAUSE_DEVICES, or once the
- * tree was checkpointed): when `criu dump` returns (non-zero) the tree is put
- * back already, and verifies itself; why is in CRIU's own log too. */
+ * tree was checkpointed), with -R or without: when `criu dump` returns
+ * (non-zero) the tree is put back already, told nothing (no snapshot-complete:
+ * there is no checkpoint), and verifies itself; why is in CRIU's own log too. */
 static void dump_failing(void)
 {
 	static const char *const points[] = {"CUSNAP_FAULT=plugin-pause:fail", "CUSNAP_FAULT=plugin-checkpoint:fail"};
-	for (int i = 0; i < 2; i++) {
+	for (int k = 0; k < 4; k++) {
+		int i = k % 2;
 		struct group g;
 		if (group_start(&g, "plug-fail", 2, 2, false, NULL, NULL, NULL) < 0)
 			return;
 		char dir[PATH_MAX + 32], *out, *extra[] = {(char *)points[i], NULL};
 		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-		CHECK(dump(g.root, dir, "host", plugins, false, extra, &out) != 0);
+		CHECK(dump(g.root, dir, "host", plugins, k >= 2, extra, &out) != 0);
+		CHECK_NOTHING_SAID(g.ctl);
 		char *json = group_inspect(&g); /* at once: no waiting for a helper */
 		CHECK_EQ(count_of(json, "\"state\":\"running\""), 3);
 		CHECK_EQ(count_of(json, "\"phase\":\"active\""), 3);

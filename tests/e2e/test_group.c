@@ -140,6 +140,7 @@ static void member_fails(void)
 		/* (m0 came after m1 had failed, on a busy machine: nothing done there) */
 		CHECK(strstr(out[i], "everything undone") || strstr(out[i], "failed before this member came"));
 		untouched(&g[i]);
+		CHECK_NOTHING_SAID(g[i].ctl);
 	}
 	free_all(out, 2);
 	group_cmd(g, 2, "suspend", "faulty", NULL, NULL, rc, out); /* (the group is free again) */

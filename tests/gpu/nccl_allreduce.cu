@@ -109,9 +109,13 @@ static int rank_main(int rank, shared *sh)
 	TRY(ncclCommSplit(comm, 0, rank, &split, nullptr) == ncclSuccess, "ncclCommSplit after the restore");
 	w = round_trip(split, buf, n, rank, s, wrong);
 	TRY(w == 0, "all-reduce on the split communicator: %lld wrong elements", w);
+	/* Ended as a real job ends them, finalized first (on cuemu a communicator
+	 * over NET/Socket never finalizes: its proxy waits for what kernels move). */
+	TRY(ncclCommFinalize(split) == ncclSuccess, "ncclCommFinalize of the split communicator");
 	ncclCommDestroy(split);
 	ncclMemFree(buf);
 	cudaFree(wrong);
+	TRY(ncclCommFinalize(comm) == ncclSuccess, "ncclCommFinalize after the restore");
 	ncclCommDestroy(comm);
 	std::printf("PASS nccl_allreduce rank %d\n", rank);
 	return 0;

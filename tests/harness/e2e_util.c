@@ -461,6 +461,20 @@ int count_of(const char *text, const char *needle)
 	return n;
 }
 
+const char *control_said(const char *ctl, char out[64])
+{
+	static const char *const said[] = {"snapshot-complete", "restore-complete"};
+	size_t at = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < 2; i++) {
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/%s", ctl, said[i]);
+		if (faccessat(AT_FDCWD, path, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			at += (size_t)snprintf(out + at, 64 - at, "%s%s", at ? ", " : "", said[i]);
+	}
+	return out;
+}
+
 void reap_all(void)
 {
 	for (int i = 0; i < 200; i++) {

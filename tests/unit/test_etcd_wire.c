@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* What cusnap sends etcd's JSON gateway and reads back (src/cusnap/etcd_wire.c):
+/* What cusnap sends etcd's JSON gateway and reads back (src/node/etcd_wire.c):
  * base64 against RFC 4648's vectors, each request body's golden bytes, a
  * range reply's kvs decoded, and what is not base64 refused. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/cusnap/etcd.h"
+#include "../../src/node/etcd.h"
 #include "../harness/test.h"
 #include "cusnap/json.h"
 

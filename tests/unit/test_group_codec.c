@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The group's records in etcd (src/cusnap/group_codec.c, DESIGN.md §16):
+/* The group's records in etcd (src/node/group_codec.c, DESIGN.md §16):
  * golden bytes for each, read back whole, the records of a member before the
  * codec still read, and every record that is not one refused. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/cusnap/cusnap.h"
+#include "../../src/node/group.h"
 #include "../harness/test.h"
 #include "cusnap/json.h"
 

@@ -3,8 +3,8 @@
  * values base64), with libcurl: what the group of a multi-node worker needs
  * (leases, put, range over a prefix, create-if-absent, delete). One handle per
  * thread. */
-#ifndef CUSNAP_CUSNAP_ETCD_H
-#define CUSNAP_CUSNAP_ETCD_H
+#ifndef CUSNAP_NODE_ETCD_H
+#define CUSNAP_NODE_ETCD_H
 
 #include <stdbool.h>
 #include <stddef.h>

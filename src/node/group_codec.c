@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cusnap.h"
+#include "group.h"
 #include "cusnap/json.h"
 
 /* j as compact text (malloc'd), j dropped; NULL when out of memory. */

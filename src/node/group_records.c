@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cusnap.h"
+#include "group.h"
+#include "node.h"
 #include "cusnap/json.h"
 #include "etcd.h"
 

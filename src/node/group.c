@@ -26,11 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cusnap/exitcodes.h"
 #include "cusnap/fault.h"
-#include "cusnap.h"
 #include "cusnap/ids.h"
 #include "cusnap/json.h"
 #include "etcd.h"
+#include "group.h"
+#include "node.h"
 
 #define MEMBER_TTL_S 5
 #define RESULT_TTL_S 3600
@@ -40,7 +42,7 @@
 
 struct group {
 	struct boundary boundary; /* first: settings.boundary points here */
-	const struct args *a;
+	struct group_spec spec;   /* (its strings the caller's, alive while g is) */
 	const char *op;
 	struct etcd e;
 	char prefix[300]; /* /cusnap/groups/NAME/ */
@@ -84,7 +86,9 @@ static void op_key(const struct group *g, const char *tail, char *out, size_t le
  * of memory). */
 static char *member_text(const struct group *g, const char *phase)
 {
-	struct member_record m = {.members = g->a->members, .pid = (int)getpid(), .names = (char *)g->a->member_names};
+	struct member_record m = {.members = g->spec.members,
+				  .pid = (int)getpid(),
+				  .names = (char *)g->spec.member_names};
 	snprintf(m.operation, sizeof(m.operation), "%s", g->op);
 	snprintf(m.opid, sizeof(m.opid), "%s", g->opid);
 	snprintf(m.phase, sizeof(m.phase), "%s", phase);
@@ -109,8 +113,8 @@ static int members(struct group *g, struct etcd_kv **kvs, size_t *n, char *why, 
 	snprintf(prefix, sizeof(prefix), "%smembers/", g->prefix);
 	if (etcd_range(&g->e, prefix, kvs, n, why, len) < 0)
 		return -1;
-	*n = records_valid(g->a->group, *kvs, *n); /* (the rest is ignored, said once) */
-	for (size_t i = 1; i < *n; i++)            /* (a handful: insertion sort) */
+	*n = records_valid(g->spec.group, *kvs, *n); /* (the rest is ignored, said once) */
+	for (size_t i = 1; i < *n; i++)              /* (a handful: insertion sort) */
 		for (size_t k = i; k > 0 && (*kvs)[k].create_revision < (*kvs)[k - 1].create_revision; k--) {
 			struct etcd_kv t = (*kvs)[k];
 			(*kvs)[k] = (*kvs)[k - 1];
@@ -126,14 +130,14 @@ static const char *member_name(const struct group *g, const struct etcd_kv *kv)
 
 /* Plain http:// with no authentication: anyone who can reach etcd can write
  * the group's records, and so steer its members across their boundaries. */
-static void plain_http_warning(const struct args *a)
+static void plain_http_warning(const struct group_spec *spec)
 {
-	if (strstr(a->etcd, "http://") && !a->etcd_auth.user)
-		fprintf(stderr,
-			"cusnap: warning: group %s: etcd over plain http:// without authentication: anyone who can "
-			"reach it can steer the group (https:// with --etcd-cacert, --etcd-cert/--etcd-key or "
-			"--etcd-user keep strangers out)\n",
-			a->group);
+	if (strstr(spec->etcd, "http://") && !spec->auth.user)
+		voice(VOICE_WARN,
+		      "group %s: etcd over plain http:// without authentication: anyone who can reach it can steer "
+		      "the group (https:// with --etcd-cacert, --etcd-cert/--etcd-key or --etcd-user keep strangers "
+		      "out)",
+		      spec->group);
 }
 
 /* ---- the lease, kept alive while this cusnap runs ---- */
@@ -143,7 +147,7 @@ static void *keep_alive(void *arg)
 	struct group *g = arg;
 	struct etcd e; /* its own handle: one per thread */
 	char why[512];
-	if (etcd_init(&e, g->a->etcd, &g->a->etcd_auth, 5000, why, sizeof(why)) < 0)
+	if (etcd_init(&e, g->spec.etcd, &g->spec.auth, 5000, why, sizeof(why)) < 0)
 		e.curl = NULL;
 	while (!atomic_load(&g->stop)) {
 		for (int i = 0; i < 10 && !atomic_load(&g->stop); i++)
@@ -184,7 +188,7 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 	char *value = decision_record_encode(&d);
 	/* etcd lost now could split the group (another member may have read "go"):
 	 * tried again within a bound before this member decides alone. */
-	int bound = g->a->group_timeout_ms < DECISION_RETRY_MS ? g->a->group_timeout_ms : DECISION_RETRY_MS;
+	int bound = g->spec.timeout_ms < DECISION_RETRY_MS ? g->spec.timeout_ms : DECISION_RETRY_MS;
 	struct etcd_kv kv;
 	int got = -1;
 	for (double t0 = now_ms(); got <= 0; usleep(4 * POLL_US)) {
@@ -198,13 +202,13 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 		snprintf(why, len,
 			 "group %s: the decision cannot be read from etcd within %d ms (%s): this member undoes alone; "
 			 "the group may be split if another member read \"go\"",
-			 g->a->group, bound, text);
+			 g->spec.group, bound, text);
 		return -2;
 	}
 	char by[128];
 	bool yes = decision_of(kv.value, text, sizeof(text), by, sizeof(by)) == 1;
 	if (!yes)
-		snprintf(why, len, "group %s: %s", g->a->group, text);
+		snprintf(why, len, "group %s: %s", g->spec.group, text);
 	int ready = yes ? all_ready(g) : 1;
 	for (double t0 = now_ms(); ready < 0 && now_ms() - t0 < bound; usleep(4 * POLL_US))
 		ready = all_ready(g); /* (etcd lost for a moment: tried again within the bound) */
@@ -213,13 +217,13 @@ static int decide(struct group *g, bool go, const char *reason, char *why, size_
 		snprintf(why, len,
 			 "group %s: the decision says go, but etcd cannot be read within %d ms to check that "
 			 "every member is ready: this member undoes alone; the group may be split",
-			 g->a->group, bound);
+			 g->spec.group, bound);
 	else if (yes && !ready) /* a "go" this member cannot check: never followed */
 		yes = false,
 		snprintf(why, len,
 			 "group %s: the decision says go (by member %s), but this member does not see every "
 			 "member ready: not followed",
-			 g->a->group, by);
+			 g->spec.group, by);
 	free(kv.key);
 	free(kv.value);
 	return yes ? 0 : -1;
@@ -249,12 +253,12 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 		const char *name = member_name(g, &kvs[i]);
 		/* (with --members NAME,...: only the members named count) */
 		if (member_record_decode(kvs[i].value, &m) == 0 && !strcmp(m.opid, g->opid) &&
-		    (!g->a->member_names || name_listed(g->a->member_names, name))) {
+		    (!g->spec.member_names || name_listed(g->spec.member_names, name))) {
 			const char *phase = m.phase;
 			bool known = false;
 			for (size_t s = 0; s < *nseen && !known; s++)
 				known = !strcmp(seen[s], name);
-			if (!known && *nseen < (size_t)g->a->members)
+			if (!known && *nseen < (size_t)g->spec.members)
 				snprintf(seen[(*nseen)++], 256, "%s", name);
 			ready += !strcmp(phase, "ready") || !strcmp(phase, "crossed") || !strcmp(phase, "done");
 			if (!strcmp(phase, "failed"))
@@ -263,7 +267,7 @@ static int look(struct group *g, char seen[][256], size_t *nseen, char *reason, 
 		member_record_free(&m);
 	}
 	etcd_kvs_free(kvs, n);
-	return rc ? rc : ready >= (size_t)g->a->members;
+	return rc ? rc : ready >= (size_t)g->spec.members;
 }
 
 /* Does this member see every member of the operation ready (under a live
@@ -279,7 +283,7 @@ static int all_ready(struct group *g)
 	if (members(g, &kvs, &n, reason, sizeof(reason)) < 0)
 		return -1;
 	etcd_kvs_free(kvs, n);
-	if (!g->seen && !(g->seen = calloc((size_t)g->a->members, 256)))
+	if (!g->seen && !(g->seen = calloc((size_t)g->spec.members, 256)))
 		return 0;
 	return look(g, g->seen, &g->nseen, reason, sizeof(reason)) == 1;
 }
@@ -289,7 +293,7 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 	struct group *g = (struct group *)b;
 	char reason[1000] = "", err[512];
 	if (!g->seen)
-		g->seen = calloc((size_t)g->a->members, 256);
+		g->seen = calloc((size_t)g->spec.members, 256);
 	char(*seen)[256] = g->seen;
 	bool warned = false;
 	double start = now_ms();
@@ -312,10 +316,10 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 			if (!go || all_ready(g) != 0)
 				break; /* decided: followed (or not) below */
 			if (!warned)
-				fprintf(stderr,
-					"cusnap: warning: group %s: a decision \"go\" while not every member is ready: "
-					"not followed (written by whom?); waiting for the members\n",
-					g->a->group);
+				voice(VOICE_WARN,
+				      "group %s: a decision \"go\" while not every member is ready: "
+				      "not followed (written by whom?); waiting for the members",
+				      g->spec.group);
 			warned = true;
 		}
 		if (atomic_load(&g->lost)) {
@@ -334,12 +338,12 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 			rc = seen_now < 0 ? -1 : 0;
 			break;
 		}
-		if (now_ms() - start > g->a->group_timeout_ms) {
+		if (now_ms() - start > g->spec.timeout_ms) {
 			rc = -1,
 			snprintf(reason, sizeof(reason),
 				 "%zu of %d members arrived within %d ms of member %s being ready; not every one "
 				 "was ready",
-				 g->nseen, g->a->members, g->a->group_timeout_ms, g->member);
+				 g->nseen, g->spec.members, g->spec.timeout_ms, g->member);
 			break;
 		}
 		usleep(POLL_US);
@@ -349,8 +353,8 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 	g->crossed = d == 0;
 	if (d == 0) {
 		put_member(g, "crossed", err, sizeof(err));
-		progress("group", now_ms() - start, "%s: every one of the %d members ready: crossing", g->a->group,
-			 g->a->members);
+		progress("group", now_ms() - start, "%s: every one of the %d members ready: crossing", g->spec.group,
+			 g->spec.members);
 	} else {
 		/* (the decision, or why it cannot be read: the end does not try again) */
 		snprintf(g->decided, sizeof(g->decided), "%s", why);
@@ -394,7 +398,7 @@ static int group_fail(struct group *g, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	leave(g);
-	return fail(code, "group %s: %s", g->a->group, msg);
+	return fail(code, "group %s: %s", g->spec.group, msg);
 }
 
 /* Is this member's place in the operation the first member began (the
@@ -408,13 +412,13 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 	snprintf(from, sizeof(from), "%s", n ? member_name(g, &kvs[0]) : "");
 	snprintf(g->opid, sizeof(g->opid), "%s", first.opid);
 	int rc = 0;
-	if (strcmp(first.names ? first.names : "", g->a->member_names ? g->a->member_names : "") != 0)
+	if (strcmp(first.names ? first.names : "", g->spec.member_names ? g->spec.member_names : "") != 0)
 		rc = group_fail(g, EX_BUSY,
 				"another job uses this group name (its members: %s; begun by member %s): this one "
 				"(%s) joins nothing; nothing done",
 				first.names && first.names[0] ? first.names : "any", from,
-				g->a->member_names ? g->a->member_names : "any");
-	else if (strcmp(first.operation, g->op) != 0 || first.members != g->a->members)
+				g->spec.member_names ? g->spec.member_names : "any");
+	else if (strcmp(first.operation, g->op) != 0 || first.members != g->spec.members)
 		rc = group_fail(g, EX_BUSY, "busy with %s of %d members (begun by member %s); nothing done",
 				first.operation, first.members, from);
 	member_record_free(&first);
@@ -429,9 +433,9 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 			place = i;
 		member_record_free(&m);
 	}
-	if (place >= (size_t)g->a->members)
+	if (place >= (size_t)g->spec.members)
 		return group_fail(g, EX_BUSY, "its %d members are there already (begun by member %s); nothing done",
-				  g->a->members, from);
+				  g->spec.members, from);
 	struct etcd_kv kv;
 	char key[600], why[512];
 	op_key(g, "decision", key, sizeof(key));
@@ -455,39 +459,38 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 
 /* Meet the group in etcd before anything is done. 0, or an exit code
  * (reported, nothing changed): 69 etcd cannot be reached, 75 the group is busy. */
-static int group_begin(struct group *g, const struct args *a, const char *op)
+static int group_begin(struct group *g, const struct group_spec *spec, const char *op)
 {
 	char why[1024];
-	memset(g, 0, sizeof(*g));
-	g->a = a;
+	g->spec = *spec;
 	g->op = op;
 	g->boundary.ready = at_boundary;
-	snprintf(g->prefix, sizeof(g->prefix), "/cusnap/groups/%s/", a->group);
-	if (a->member) {
-		snprintf(g->member, sizeof(g->member), "%s", a->member);
+	snprintf(g->prefix, sizeof(g->prefix), "/cusnap/groups/%s/", spec->group);
+	if (spec->member) {
+		snprintf(g->member, sizeof(g->member), "%s", spec->member);
 	} else {
 		char host[200] = "";
 		gethostname(host, sizeof(host) - 1);
-		snprintf(g->member, sizeof(g->member), "%s:%s", host, a->pid ? "" : a->dir);
-		if (a->pid)
-			snprintf(g->member, sizeof(g->member), "%s:%d", host, (int)a->pid);
+		snprintf(g->member, sizeof(g->member), "%s:%s", host, spec->pid || !spec->dir ? "" : spec->dir);
+		if (spec->pid)
+			snprintf(g->member, sizeof(g->member), "%s:%d", host, (int)spec->pid);
 	}
-	if (a->member_names && !name_listed(a->member_names, g->member))
+	if (spec->member_names && !name_listed(spec->member_names, g->member))
 		return fail(EX_USAGE, "--member %s is not one of --members %s; nothing done", g->member,
-			    a->member_names);
+			    spec->member_names);
 	struct cusnap_id id;
 	id_random(&id);
 	id_hex(&id, g->opid);
 	if (etcd_global_init(why, sizeof(why)) < 0)
-		return fail(EX_UNAVAILABLE, "group %s: %s; nothing done", a->group, why);
-	if (etcd_init(&g->e, a->etcd, &a->etcd_auth, 5000, why, sizeof(why)) < 0)
+		return fail(EX_UNAVAILABLE, "group %s: %s; nothing done", spec->group, why);
+	if (etcd_init(&g->e, spec->etcd, &spec->auth, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
-	plain_http_warning(a);
+	plain_http_warning(spec);
 	if (etcd_ping(&g->e, why, sizeof(why)) < 0 ||
 	    etcd_lease_grant(&g->e, MEMBER_TTL_S, &g->lease, why, sizeof(why)) < 0 ||
 	    etcd_lease_grant(&g->e, RESULT_TTL_S, &g->results_lease, why, sizeof(why)) < 0) {
 		etcd_free(&g->e);
-		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", a->group, why, etcd_advice(why));
+		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", spec->group, why, etcd_advice(why));
 	}
 	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
 	char *text = member_text(g, "arrived"), key[600];
@@ -512,8 +515,8 @@ static int group_begin(struct group *g, const struct args *a, const char *op)
 	int rc = join(g, kvs, n);
 	etcd_kvs_free(kvs, n);
 	if (!rc)
-		progress("group", 0, "%s: member %s of %d for %s (operation %.8s)", a->group, g->member, a->members, op,
-			 g->opid);
+		progress("group", 0, "%s: member %s of %d for %s (operation %.8s)", spec->group, g->member,
+			 spec->members, op, g->opid);
 	return rc;
 }
 
@@ -562,14 +565,14 @@ static json_t *results(struct group *g, enum short_of *short_of, char *lost, siz
 		if (!reached)
 			kvs = NULL, n = 0, snprintf(lost, lost_len, "%s", why);
 		lost_since = reached ? 0 : lost_since ? lost_since : now_ms();
-		if (n >= (size_t)g->a->members || done)
+		if (n >= (size_t)g->spec.members || done)
 			break;
 		/* (etcd lost for a while: nothing more will come; one that did not cross stops at once) */
 		if (lost_since && (!g->crossed || now_ms() - lost_since > 5000)) {
 			*short_of = RESULTS_ETCD_LOST;
 			break;
 		}
-		if (now_ms() - start > g->a->group_timeout_ms) {
+		if (now_ms() - start > g->spec.timeout_ms) {
 			*short_of = RESULTS_TIMEOUT;
 			break;
 		}
@@ -614,8 +617,8 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	snprintf(tail, sizeof(tail), "results/%s", g->member);
 	op_key(g, tail, key, sizeof(key));
 	if (!text || etcd_put(&g->e, key, text, g->results_lease, why, sizeof(why)) < 0)
-		fprintf(stderr, "cusnap: warning: group %s: this member's result cannot be written: %s\n", g->a->group,
-			text ? why : "out of memory");
+		voice(VOICE_WARN, "group %s: this member's result cannot be written: %s", g->spec.group,
+		      text ? why : "out of memory");
 	free(text);
 	put_member(g, "done", why, sizeof(why));
 	fault_point(FAULT_GROUP_DONE);
@@ -627,16 +630,16 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		const json_t *r = json_array_get(all, i);
 		int code = (int)json_member_number(r, "exit", -1);
 		ok += code == 0;
-		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op,
-			json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
-			json_member_text(r, "error"));
+		voice(code == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s", g->spec.group, g->op,
+		      json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
+		      json_member_text(r, "error"));
 	}
 	bool mine_read = false;
 	for (size_t i = 0; i < json_array_size(all) && !mine_read; i++)
 		mine_read = !strcmp(json_member_text(json_array_get(all, i), "member"), g->member);
 	if (!mine_read) /* (etcd lost: this member's own, as it knows it) */
-		fprintf(stderr, "cusnap: group %s: %s: member %s: %s%s%s\n", g->a->group, g->op, g->member,
-			rc == 0 ? "ok" : "failed", rc == 0 ? "" : ": ", error);
+		voice(rc == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s", g->spec.group, g->op,
+		      g->member, rc == 0 ? "ok" : "failed", rc == 0 ? "" : ": ", error);
 	char unknown[1024] = "";
 	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
 		bool reported = !strcmp(g->seen[s], g->member); /* (this one knows its own) */
@@ -646,35 +649,35 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 			at += (size_t)snprintf(unknown + at, sizeof(unknown) - at, "%s%s", at ? ", " : "", g->seen[s]);
 	}
 	if (short_of == RESULTS_INTERRUPTED)
-		fprintf(stderr,
-			"cusnap: group %s: %s: interrupted by %s while waiting for the members' results (%zu of %d "
-			"read%s%s): this member's is written and stands; `cusnap inspect --group %s` for the others\n",
-			g->a->group, g->op, strsignal(signal_caught()), json_array_size(all), g->a->members,
-			unknown[0] ? "; none yet from " : "", unknown, g->a->group);
+		voice(VOICE_ERROR,
+		      "group %s: %s: interrupted by %s while waiting for the members' results (%zu of %d "
+		      "read%s%s): this member's is written and stands; `cusnap inspect --group %s` for the others",
+		      g->spec.group, g->op, strsignal(signal_caught()), json_array_size(all), g->spec.members,
+		      unknown[0] ? "; none yet from " : "", unknown, g->spec.group);
 	else if (unknown[0]) {
 		/* This member crossed; whether the others did cannot be confirmed. */
-		fprintf(stderr,
-			"cusnap: group %s: %s: the group may be split: this member crossed, but no result came from "
-			"member(s) %s (etcd lost, or they failed after the boundary): check them (`cusnap inspect "
-			"--group %s`)\n",
-			g->a->group, g->op, unknown, g->a->group);
+		voice(VOICE_ERROR,
+		      "group %s: %s: the group may be split: this member crossed, but no result came from "
+		      "member(s) %s (etcd lost, or they failed after the boundary): check them (`cusnap inspect "
+		      "--group %s`)",
+		      g->spec.group, g->op, unknown, g->spec.group);
 		rc = EX_TERMINATED;
-	} else if (json_array_size(all) < (size_t)g->a->members && short_of == RESULTS_TIMEOUT)
-		fprintf(stderr, "cusnap: group %s: %s: %zu of %d members reported within %d ms\n", g->a->group, g->op,
-			json_array_size(all), g->a->members, g->a->group_timeout_ms);
+	} else if (json_array_size(all) < (size_t)g->spec.members && short_of == RESULTS_TIMEOUT)
+		voice(VOICE_ERROR, "group %s: %s: %zu of %d members reported within %d ms", g->spec.group, g->op,
+		      json_array_size(all), g->spec.members, g->spec.timeout_ms);
 	else if (short_of == RESULTS_ETCD_LOST)
-		fprintf(stderr,
-			"cusnap: group %s: %s: the members' results cannot be read (%s): this member's is above; "
-			"`cusnap inspect --group %s` once etcd is back\n",
-			g->a->group, g->op, lost, g->a->group);
-	else if (json_array_size(all) < (size_t)g->a->members)
-		fprintf(stderr,
-			"cusnap: group %s: %s: %zu of %d members reported; the others are no longer in the group "
-			"(their commands ended without a result, or were killed)\n",
-			g->a->group, g->op, json_array_size(all), g->a->members);
+		voice(VOICE_ERROR,
+		      "group %s: %s: the members' results cannot be read (%s): this member's is above; "
+		      "`cusnap inspect --group %s` once etcd is back",
+		      g->spec.group, g->op, lost, g->spec.group);
+	else if (json_array_size(all) < (size_t)g->spec.members)
+		voice(VOICE_ERROR,
+		      "group %s: %s: %zu of %d members reported; the others are no longer in the group "
+		      "(their commands ended without a result, or were killed)",
+		      g->spec.group, g->op, json_array_size(all), g->spec.members);
 	if (json)
 		json_emit(stdout, json_pack("{s:b, s:s, s:s, s:s, s:s, s:i, s:i, s:o}", "ok", rc == 0, "group",
-					    g->a->group, "operation", g->op, "opid", g->opid, "member", g->member,
+					    g->spec.group, "operation", g->op, "opid", g->opid, "member", g->member,
 					    "exit", rc, "members_ok", (int)ok, "members", all));
 	else
 		json_decref(all);
@@ -682,21 +685,37 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	return rc;
 }
 
-int group_run(int (*run)(const struct args *), const struct args *a, const char *op)
+struct group *group_join(const struct group_spec *spec, const char *op, int *code)
 {
-	if (!a->members || !a->etcd)
-		return fail(EX_USAGE, "--group needs --members N and --etcd URL[,URL...]");
-	struct group g;
-	int rc = group_begin(&g, a, op);
-	if (rc)
-		return rc;
-	struct settings s = *a->s;
-	struct args inner = *a;
-	bool boundary = has_boundary(op);
-	if (boundary)
-		s.boundary = &g.boundary;
-	inner.s = &s;
-	inner.json = false; /* (the group's result is the summary) */
-	rc = run(&inner);
-	return group_end(&g, rc, boundary, a->json);
+	if (!spec->group || !spec->members || !spec->etcd) {
+		*code = fail(EX_USAGE, "a group needs its name, its members (N, or NAME,NAME,...) and etcd's URL");
+		return NULL;
+	}
+	struct group *g = calloc(1, sizeof(*g));
+	if (!g) {
+		*code = fail(EX_SOFTWARE, "group %s: out of memory", spec->group);
+		return NULL;
+	}
+	if ((*code = group_begin(g, spec, op)) != 0) {
+		free(g);
+		return NULL;
+	}
+	return g;
+}
+
+struct boundary *group_boundary(struct group *g)
+{
+	return has_boundary(g->op) ? &g->boundary : NULL;
+}
+
+bool group_crossed(const struct group *g)
+{
+	return g->crossed;
+}
+
+int group_leave(struct group *g, int rc, bool json)
+{
+	rc = group_end(g, rc, has_boundary(g->op), json);
+	free(g);
+	return rc;
 }
