@@ -213,10 +213,11 @@ $(BUILD)/tests/unit/test_devmap: $(BUILD)/obj/tests/unit/test_devmap.o $(BUILD)/
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
-# The CRIU plugin's configuration file and its image, alone.
-$(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(BUILD)/obj/src/criu/plugin_image.o $(BUILD)/obj/src/node/settings.o $(HARNESS) $(COMMON_LIB)
+# The CRIU plugin's configuration file and its image, alone (the group's
+# settings read through the node library).
+$(BUILD)/tests/unit/test_plugin_conf: $(BUILD)/obj/tests/unit/test_plugin_conf.o $(BUILD)/obj/src/criu/plugin_conf.o $(BUILD)/obj/src/criu/plugin_image.o $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
 # The group's records in etcd, alone.
 $(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o $(BUILD)/obj/src/node/group_codec.o $(HARNESS) $(COMMON_LIB)

@@ -46,6 +46,7 @@
 #include "cusnap/atomicfile.h"
 #include "cusnap/control.h"
 #include "cusnap/json.h"
+#include "../node/group.h"
 #include "plugin.h"
 
 #define API __attribute__((visibility("default")))
@@ -79,10 +80,11 @@ static struct {
 	struct inet_sock *socks;                  /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;
-	bool criu_fails;  /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
-	bool restoring;   /* restore: the images are this plugin's */
-	bool dump_failed; /* dump: CRIU's status was not 0 */
-	double t0;        /* when CRIU loaded the plugin (the operation's start, for the metrics) */
+	bool criu_fails;     /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool restoring;      /* restore: the images are this plugin's */
+	bool dump_failed;    /* dump: CRIU's status was not 0 */
+	double t0;           /* when CRIU loaded the plugin (the operation's start, for the metrics) */
+	struct group *group; /* dump: the group this dump is one member of (plugin_group.c) */
 } P;
 
 /* metrics_dir: the dump's or restore's result for node_exporter (a warning
@@ -275,15 +277,23 @@ static int pause_devices(int pid)
 		return -1;
 	P.root = pid;
 	P.rec = (struct record){.root = pid, .dir = P.dir};
+	if (plugin_group_join(&P.s, pid, NULL, "checkpoint", &P.group) < 0)
+		return -1; /* (said; nothing changed) */
 	struct coord_report r;
-	if (tree_prepare(&P.t, &P.rec, settings_content(&P.s, true), &r))
-		return -1; /* (undone and said) */
+	if (tree_prepare(&P.t, &P.rec, settings_content(&P.s, true), &r)) {
+		plugin_group_leave(&P.group, 1); /* (every member undoes) */
+		return -1;                       /* (undone and said) */
+	}
 	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	char err[1600] = "";
-	if (native_lock(&P.t, &P.rec, err, sizeof(err)) < 0 || fault_fails(FAULT_PLUGIN_PAUSE)) {
+	/* The group's boundary: every member prepared before any locks. */
+	struct boundary *b = P.group ? group_boundary(P.group) : NULL;
+	if ((b && b->ready(b, err, sizeof(err)) < 0) || native_lock(&P.t, &P.rec, err, sizeof(err)) < 0 ||
+	    fault_fails(FAULT_PLUGIN_PAUSE)) {
 		/* The tree still runs: undone here, at once. */
 		finish(&P.t, &P.rec, "%s", err[0] ? err : "the plugin's pause failed");
 		P.rec.changed = false;
+		plugin_group_leave(&P.group, 1);
 		return -1;
 	}
 	fault_point(FAULT_PLUGIN_PAUSE);
@@ -404,8 +414,11 @@ static void criu_exit_waits(void)
 				   (int)P.root, helper_bound_ms(), (int)P.root);
 		P.criu_fails |= code != 0;
 		/* A failed dump put back is a failure left running (1); one not put back, 2. */
-		if (P.stage == CRIU_STAGE_DUMP)
-			plugin_metrics("checkpoint", code == 0 && !P.dump_failed ? 0 : code == 0 || code == 1 ? 1 : 2);
+		int outcome = code == 0 && !P.dump_failed ? 0 : code == 0 || code == 1 ? 1 : 2;
+		if (P.stage == CRIU_STAGE_DUMP) {
+			plugin_metrics("checkpoint", outcome);
+			P.criu_fails |= plugin_group_leave(&P.group, outcome) != outcome;
+		}
 	}
 	plugin_log_stop();
 	if (P.criu_fails)
@@ -436,6 +449,7 @@ static void dump_exit(int ret)
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed)) {
 		if (P.owner == OWNER_MINE)
 			plugin_metrics("checkpoint", ret ? 1 : 0);
+		P.criu_fails |= plugin_group_leave(&P.group, ret ? 1 : 0) != (ret ? 1 : 0);
 		return;
 	}
 	int h = helper_start(&P.helper);
@@ -639,6 +653,13 @@ static int after_restore(void)
 	}
 	if (proc_status_field("/proc", P.root, "TracerPid") < 0)
 		return 2; /* gone: CRIU failed the restore and killed it (its log says why) */
+	struct group *group;
+	if (plugin_group_join(&P.s, 0, P.dir, "restore", &group) < 0) {
+		proc_tree_kill(P.root, false);
+		return 2;
+	}
+	if (group)
+		P.s.boundary = group_boundary(group); /* (met in tree_release, before restore-complete) */
 	struct tree t;
 	struct recovery r;
 	char err[4800];
@@ -656,7 +677,7 @@ static int after_restore(void)
 	if (rc != 0)
 		plugin_say(VOICE_ERROR, "restore of the tree of %d: %s: the restored tree is killed", (int)P.root, err);
 	tree_free(&t);
-	return rc == 0 ? 0 : 2;
+	return plugin_group_leave(&group, rc == 0 ? 0 : 2);
 }
 
 static int resume_devices_late(int pid)

@@ -5,7 +5,8 @@
  *   plugin_log.c: what it and the node library say, into CRIU's own log as well as stderr;
  *   plugin_peer.c: CRIU's own CUDA plugin in the same plugin directory;
  *   plugin_helper.c: work CRIU must not return before, in a helper process;
- *   plugin_image.c: its image, what a restore needs besides the state file. */
+ *   plugin_image.c: its image, what a restore needs besides the state file;
+ *   plugin_group.c: a dump or restore as one member of a group. */
 #ifndef CUSNAP_CRIU_PLUGIN_H
 #define CUSNAP_CRIU_PLUGIN_H
 
@@ -72,6 +73,17 @@ void plugin_say(enum voice_level level, const char *fmt, ...) __attribute__((for
 void plugin_log_start(void);
 /* Its voice as it was, stderr alone (before the plugin is unloaded). */
 void plugin_log_stop(void);
+
+/* ---- plugin_group.c ---- */
+
+struct group;
+/* The group s names (none: *g NULL) joined for op ("checkpoint", "restore"),
+ * for the tree of pid or the checkpoint dir: 0, or -1 (said: refused, nothing
+ * changed). */
+int plugin_group_join(const struct settings *s, pid_t pid, const char *dir, const char *op, struct group **g);
+/* This member's outcome (its exit code) written and every member's said, the
+ * group left (*g NULL after): the code, 2 when the group may be split. */
+int plugin_group_leave(struct group **g, int code);
 
 /* ---- plugin_peer.c ---- */
 

@@ -42,13 +42,6 @@ struct args {
 	bool quiet;                     /* --quiet: no progress lines */
 	int argc;                       /* run: PROGRAM [ARG...] */
 	char **argv;                    /* */
-	const char *group;              /* --group: one worker over several nodes (group.c) */
-	int members;                    /* --members: how many nodes' commands meet */
-	const char *member_names;       /* --members NAME,NAME,...: which (NULL: any N) */
-	const char *etcd;               /* --etcd: where they meet */
-	struct etcd_auth etcd_auth;     /* --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password-file */
-	int group_timeout_ms;           /* --group-timeout (default --timeout) */
-	const char *member;             /* --member: this node's name in the group (default HOST:PID or HOST:DIR) */
 	struct checkpoint_result *result; /* checkpoint, restore: the figures for a caller (the
 						  demo) instead of the summary; NULL: printed */
 };
@@ -86,9 +79,9 @@ int cmd_demo(const struct args *a);
 /* Command op (run) as one member of a->group: the group met in etcd first
  * (69: not reached, 75: busy with another operation), every member ready
  * before any crosses its boundary, every member's result printed after. */
-int group_run(int (*run)(const struct args *), const struct args *a, const char *op);
+int group_run(int (*run)(const struct args *), const struct args *a, const struct group_spec *spec, const char *op);
 /* inspect --group: every member's phase and every recent operation's results. */
-int group_inspect(const struct args *a);
+int group_inspect(const struct args *a, const struct group_spec *spec);
 /* ---- ckptdir.c: a checkpoint directory replaced only by a whole checkpoint ---- */
 /* Each works through dfd, the directory dir held open (use_dir), never
  * following a link. */

@@ -30,27 +30,27 @@ static json_t *record_json(const char *rest, const char *value)
 	return j;
 }
 
-int group_inspect(const struct args *a)
+int group_inspect(const struct args *a, const struct group_spec *spec)
 {
 	struct etcd e;
 	char why[1024], prefix[300];
-	snprintf(prefix, sizeof(prefix), "/cusnap/groups/%s/", a->group);
-	if (!a->etcd)
+	snprintf(prefix, sizeof(prefix), "/cusnap/groups/%s/", spec->group);
+	if (!spec->etcd)
 		return fail(EX_USAGE, "inspect --group needs --etcd URL[,URL...]");
 	if (etcd_global_init(why, sizeof(why)) < 0)
 		return fail(EX_UNAVAILABLE, "%s", why);
-	if (etcd_init(&e, a->etcd, &a->etcd_auth, 5000, why, sizeof(why)) < 0)
+	if (etcd_init(&e, spec->etcd, &spec->auth, 5000, why, sizeof(why)) < 0)
 		return fail(EX_USAGE, "%s", why);
 	struct etcd_kv *kvs;
 	size_t n;
 	if (etcd_range(&e, prefix, &kvs, &n, why, sizeof(why)) < 0) {
 		etcd_free(&e);
-		return fail(EX_UNAVAILABLE, "group %s: %s%s", a->group, why, etcd_advice(why));
+		return fail(EX_UNAVAILABLE, "group %s: %s%s", spec->group, why, etcd_advice(why));
 	}
-	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", a->group, "members", "operations", "ignored");
+	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", spec->group, "members", "operations", "ignored");
 	for (size_t i = 0; i < n; i++) {
 		const char *rest = kvs[i].key + strlen(prefix);
-		if (!strncmp(rest, "members/", 8) && !record_valid(a->group, &kvs[i], false)) {
+		if (!strncmp(rest, "members/", 8) && !record_valid(spec->group, &kvs[i], false)) {
 			/* (shown, with how to clear it: members ignore it) */
 			json_array_append_new(json_object_get(out, "ignored"), json_text(kvs[i].key));
 			continue;
@@ -88,7 +88,7 @@ int group_inspect(const struct args *a)
 		return EX_OK;
 	}
 	const json_t *m = json_object_get(out, "members");
-	printf("group %s: %zu member(s) at work\n", a->group, json_array_size(m));
+	printf("group %s: %zu member(s) at work\n", spec->group, json_array_size(m));
 	for (size_t i = 0; i < json_array_size(m); i++) {
 		const json_t *x = json_array_get(m, i);
 		printf("  member %s: %s of %d members, %s (operation %.8s)\n", json_member_text(x, "member"),

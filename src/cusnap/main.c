@@ -234,65 +234,6 @@ static int int_option(const char *name, const char *arg, long lo, long hi, int *
 	return 0;
 }
 
-static int name_order(const void *x, const void *y)
-{
-	return strcmp(*(char *const *)x, *(char *const *)y);
-}
-
-/* The n names of list (commas between) in one order, a copy the process
- * keeps: "b,a" and "a,b" are the same job. NULL when out of memory. */
-static char *names_sorted(const char *list, int n)
-{
-	char *copy = strdup(list), *out = strdup(list), **names = calloc((size_t)n, sizeof(*names));
-	if (copy && out && names) {
-		int k = 0;
-		for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && k < n; t = strtok_r(NULL, ",", &save))
-			names[k++] = t;
-		qsort(names, (size_t)k, sizeof(*names), name_order);
-		char *w = out;
-		for (int i = 0; i < k; i++)
-			w += sprintf(w, "%s%s", i ? "," : "", names[i]); /* (as long as list) */
-	} else {
-		free(out);
-		out = NULL;
-	}
-	free(names);
-	free(copy);
-	return out;
-}
-
-/* --members N, or --members NAME,NAME,... (the members expected, each once,
- * in any order): 0, or 64 (said). */
-static int members_option(const char *arg, struct args *a)
-{
-	if (strspn(arg, "0123456789") == strlen(arg))
-		return int_option("members", arg, 1, 4096, &a->members);
-	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
-	int n = 0;
-	for (const char *p = arg; *p; n++) {
-		size_t l = strcspn(p, ",");
-		char name[201];
-		bool bad = !l || l > 200 || strspn(p, ok) < l || p[0] == '.';
-		if (!bad) {
-			memcpy(name, p, l);
-			name[l] = '\0';
-			bad = name_listed(p + l + (p[l] == ','), name); /* (named twice) */
-		}
-		if (bad || n == 4096)
-			return fail(EX_USAGE,
-				    "--members %s: a number, or the members' names (letters, digits, . _ : -), each "
-				    "once, separated by commas",
-				    arg);
-		p += l + (p[l] == ',');
-	}
-	static char *kept; /* (the process's: reachable to the end) */
-	free(kept);
-	a->members = n;
-	if (!(a->member_names = kept = names_sorted(arg, n)))
-		return fail(EX_SOFTWARE, "--members: out of memory");
-	return 0;
-}
-
 /* A path option made absolute (CRIU runs in its image directory, so a
  * relative --dir would name another place there) into out: 0, or 64 (said). */
 static int absolute_into(const char *name, const char *arg, char out[PATH_MAX])
@@ -362,29 +303,6 @@ static int take(int c, const char *arg, struct args *a)
 	case 'y': a->tcp_close = true; break;
 	case 'u': a->unlock_network = true; break;
 	case 'F': return absolute("criu-config", arg, &a->criu_config);
-	case 'g':
-		if (!*arg || strchr(arg, '/') || strlen(arg) > 128)
-			return fail(EX_USAGE, "--group %s: a name of 1 to 128 characters without '/'", arg);
-		a->group = arg;
-		break;
-	case 'm': return members_option(arg, a);
-	case 'e': a->etcd = arg; break;
-	case 'o': return int_option("group-timeout", arg, 1, 86400000, &a->group_timeout_ms);
-	case 'n':
-		if (!*arg || strlen(arg) > 200 ||
-		    strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != strlen(arg) ||
-		    arg[0] == '.')
-			return fail(EX_USAGE,
-				    "--member %s: a name of 1 to 200 letters, digits, '.', '_', ':' or '-', not "
-				    "starting with '.'",
-				    arg);
-		a->member = arg;
-		break;
-	case 'A': a->etcd_auth.cacert = arg; break;
-	case 'B': a->etcd_auth.cert = arg; break;
-	case 'E': a->etcd_auth.key = arg; break;
-	case 'U': a->etcd_auth.user = arg; break;
-	case 'X': a->etcd_auth.password_file = arg; break;
 	case 'S': {
 		char *end;
 		a->size = strtoull(arg, &end, 0);
@@ -464,20 +382,23 @@ static int run(int argc, char **argv, bool *json)
 			    why);
 	if (fd >= 0)
 		close(fd);
-	*json = a.json && !a.group; /* (a group prints its own result) */
+	/* (--group and its kin, or CUSNAP_GROUP and its kin from the environment) */
+	struct group_spec spec;
+	int grouped = group_spec_from(&s, a.pid, a.dir, &spec, why, sizeof(why));
+	if (grouped < 0)
+		return fail(EX_USAGE, "%s", why);
+	if (grouped && !(cmd->takes & O(GROUP)))
+		return fail(EX_USAGE, "%s takes no group (CUSNAP_GROUP is set: unset it)", cmd->name);
+	*json = a.json && !grouped; /* (a group prints its own result) */
 	a.argc = argc - optind;
 	a.argv = argv + optind;
 	if (cmd->run != cmd_run && a.argc)
 		return fail(EX_USAGE, "%s: unexpected argument '%s'", cmd->name, a.argv[0]);
-	if (!a.group_timeout_ms)
-		a.group_timeout_ms = s.timeout_ms;
-	if (a.group && cmd->run == cmd_inspect)
-		return group_inspect(&a);
-	if (!a.group && (a.members || a.etcd || a.member))
-		return fail(EX_USAGE, "--members, --etcd and --member go with --group NAME");
+	if (grouped && cmd->run == cmd_inspect)
+		return group_inspect(&a, &spec);
 	progress_quiet(a.quiet);
 	double t0 = now_ms();
-	rc = a.group ? group_run(cmd->run, &a, cmd->name) : cmd->run(&a);
+	rc = grouped ? group_run(cmd->run, &a, &spec, cmd->name) : cmd->run(&a);
 	if (s.metrics_dir[0])
 		metrics_after(&a, cmd->name, rc, (now_ms() - t0) / 1000.0);
 	return rc;

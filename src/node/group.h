@@ -19,17 +19,25 @@ struct boundary;
 /* What makes a command a member (the tool's --group options, the plugin's
  * keys of the same names). */
 struct group_spec {
-	const char *group;        /* NULL: no group */
-	int members;              /* how many nodes' commands meet */
-	const char *member_names; /* NAME,NAME,... sorted (NULL: any members) */
-	const char *member;       /* this node's name (NULL: HOST:PID, or HOST:DIR without a PID) */
-	const char *etcd;         /* URL[,URL...] */
+	const char *group;       /* NULL: no group */
+	int members;             /* how many nodes' commands meet */
+	char member_names[2048]; /* NAME,NAME,... sorted ("": any members) */
+	const char *member;      /* this node's name (NULL: HOST:PID, or HOST:DIR without a PID) */
+	const char *etcd;        /* URL[,URL...] */
 	struct etcd_auth auth;
 	int timeout_ms;  /* how long the members wait for each other */
 	pid_t pid;       /* the tree's root, for the default name */
 	const char *dir; /* the checkpoint, for the default name of a restore */
 };
 struct group;
+struct settings;
+/* The spec the settings give (group, members, member, etcd, etcd-cacert,
+ * etcd-cert, etcd-key, etcd-user, etcd-password-file, group-timeout; its
+ * strings are the settings', alive as long as they are), for the tree of pid
+ * or the checkpoint dir: 1 a group, 0 none asked, -1 with why (a setting
+ * missing or malformed, named as the tool spells it). */
+int group_spec_from(const struct settings *s, pid_t pid, const char *dir, struct group_spec *spec, char *why,
+		    size_t len);
 /* Meet the group in etcd for operation op ("suspend", "checkpoint", "restore",
  * "resume") before anything is done: the member, or NULL with *code (said): 64
  * a bad spec, 69 etcd cannot be reached, 75 the group is busy, 1 the

@@ -179,6 +179,8 @@ struct boundary {
 #define SETTING_DIM_PATH [PATH_MAX]
 #define SETTING_TYPE_DEVMAP char
 #define SETTING_DIM_DEVMAP [2048]
+#define SETTING_TYPE_TEXT char
+#define SETTING_DIM_TEXT [2048]
 struct settings {
 #define SETTING(field, kind, min, max, def, option, key, env, help) SETTING_TYPE_##kind field SETTING_DIM_##kind;
 #include "settings.def"

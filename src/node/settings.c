@@ -11,7 +11,7 @@
 #include "internal.h"
 #include "cusnap/request.h"
 
-enum kind { MS, COUNT, BYTES, FLAG, CONTENT, PATH, DEVMAP };
+enum kind { MS, COUNT, BYTES, FLAG, CONTENT, PATH, DEVMAP, TEXT };
 
 struct setting {
 	const char *field;
@@ -41,7 +41,8 @@ struct settings settings_default(void)
 		case FLAG: *(bool *)at = rows[i].def != 0; break;
 		case CONTENT: *(enum proto_content *)at = (enum proto_content)rows[i].def; break;
 		case PATH:
-		case DEVMAP: break; /* "" */
+		case DEVMAP:
+		case TEXT: break; /* "" */
 		}
 	}
 	return s;
@@ -125,6 +126,10 @@ int setting_set(struct settings *s, const struct setting *d, const char *value, 
 		if (value[0] != '/' || strlen(value) >= d->size)
 			return snprintf(why, len, "use an absolute path"), -1;
 		break;
+	case TEXT: /* (a name, a list, URLs: each user checks its own) */
+		if (!*value || strlen(value) >= d->size || strpbrk(value, " \t\r\n"))
+			return snprintf(why, len, "use one word of at most %zu characters", d->size - 1), -1;
+		break;
 	case DEVMAP: {
 		bool pairs = strspn(value, "GPUgpu0123456789abcdefABCDEF-=,") == strlen(value) && strchr(value, '=');
 		if (strlen(value) >= d->size || (strcmp(value, "auto") && !pairs))
@@ -160,7 +165,8 @@ void settings_help(FILE *out)
 					   [FLAG] = "",
 					   [CONTENT] = "host|file|native",
 					   [PATH] = "PATH",
-					   [DEVMAP] = "auto|OLD=NEW,..."};
+					   [DEVMAP] = "auto|OLD=NEW,...",
+					   [TEXT] = "TEXT"};
 	for (size_t i = 0; i < NROWS; i++) {
 		const struct setting *d = &rows[i];
 		fprintf(out, "  %s", d->field);

@@ -120,11 +120,12 @@ void member_start(struct member *m, const char *group, int members, const char *
 	char n[16];
 	const char *argv[40] = {cusnap};
 	int k = 1;
+	bool named = false; /* (--members NAME,NAME,... given: no count after it, the last one would win) */
 	for (int i = 0; args[i]; i++)
-		argv[k++] = args[i];
+		named |= !strcmp(args[i], "--members"), argv[k++] = args[i];
 	snprintf(n, sizeof(n), "%d", members);
-	const char *tail[] = {"--group", group, "--members", n, "--etcd", etcd_url, "--member", name, NULL};
-	for (int i = 0; tail[i]; i++)
+	const char *tail[] = {"--group", group, "--etcd", etcd_url, "--member", name, "--members", n, NULL};
+	for (int i = 0; tail[i] && !(named && !strcmp(tail[i], "--members")); i++)
 		argv[k++] = tail[i];
 	for (int i = 0; etcd_extra[i] && k < 38; i++)
 		argv[k++] = etcd_extra[i];

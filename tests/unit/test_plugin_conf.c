@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../src/criu/plugin.h"
+#include "../../src/node/group.h"
 #include "../harness/test.h"
 #include "cusnap/json.h"
 #include "cusnap/request.h"
@@ -32,6 +33,30 @@ static void lines(void)
 	CHECK_STR(c.s.device_map, "0=1,1=0"); /* (CRIU's plugin option spelling) */
 	CHECK_EQ(plugin_conf_parse(&c, "f", "device_map=auto", why, sizeof(why)), 0);
 	CHECK_STR(c.s.device_map, "auto");
+	/* A group's settings under the tool's option names (DESIGN.md §16). */
+	CHECK_EQ(plugin_conf_parse(&c, "f",
+				   "group = tp16\nmembers = node-b,node-a\nmember = node-a\n"
+				   "etcd = https://etcd:2379\netcd-cacert = /etc/cusnap/ca.crt\n"
+				   "etcd-user = node\netcd-password-file = /etc/cusnap/etcd.pw\ngroup-timeout = 60000\n",
+				   why, sizeof(why)),
+		 0);
+	CHECK_STR(c.s.group, "tp16");
+	CHECK_STR(c.s.etcd_cacert, "/etc/cusnap/ca.crt");
+	CHECK_EQ(c.s.group_timeout_ms, 60000);
+	struct group_spec spec;
+	CHECK_EQ(group_spec_from(&c.s, 42, NULL, &spec, why, sizeof(why)), 1);
+	CHECK_STR(spec.member_names, "node-a,node-b"); /* (one job in any order) */
+	CHECK_EQ(spec.members, 2);
+	CHECK_STR(spec.auth.password_file, "/etc/cusnap/etcd.pw");
+	CHECK(spec.auth.cert == NULL);
+	struct settings bare = settings_default();
+	snprintf(bare.etcd, sizeof(bare.etcd), "http://e:2379");
+	CHECK_EQ(group_spec_from(&bare, 42, NULL, &spec, why, sizeof(why)), -1); /* (etcd without a group) */
+	CHECK_CONTAINS(why, "go with a group");
+	snprintf(bare.group, sizeof(bare.group), "g");
+	snprintf(bare.members, sizeof(bare.members), "a,,b");
+	CHECK_EQ(group_spec_from(&bare, 42, NULL, &spec, why, sizeof(why)), -1);
+	CHECK_CONTAINS(why, "members a,,b");
 
 	static const struct {
 		const char *text, *says;
