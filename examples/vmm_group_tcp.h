@@ -5,6 +5,9 @@
  * do) exchange a token when ready, and another over the same connection after
  * restore-complete: the ranks still talk after a group suspend and resume.
  *
+ * An IPv4 address before the port (listen:198.18.0.2:PORT) stands for
+ * another node's; without one, the loopback.
+ *
  * VMM_GROUP_TCP=self: the parent alone, as NCCL's bootstrap leaves a rank: a
  * listener on an ephemeral loopback port (no SO_REUSEADDR) kept open, a few
  * short connections to it that its side closed first (their TIME_WAIT entries
@@ -119,12 +122,18 @@ static int tcp_open(void)
 	if (!strcmp(spec, "self"))
 		return tcp_self();
 	bool listening = !strncmp(spec, "listen:", 7);
-	int port = atoi(strchr(spec, ':') ? strchr(spec, ':') + 1 : "0");
+	/* [ADDR:]PORT: the loopback unless an IPv4 address is named (two nodes) */
+	const char *at = strchr(spec, ':') ? strchr(spec, ':') + 1 : "", *colon = strrchr(at, ':');
+	int port = atoi(colon ? colon + 1 : at);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	char host[64] = "";
+	if (colon && (size_t)(colon - at) < sizeof(host))
+		memcpy(host, at, (size_t)(colon - at));
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || port <= 0 || (!listening && strncmp(spec, "connect:", 8) != 0)) {
-		fprintf(stderr, "vmm_group: VMM_GROUP_TCP=%s: listen:PORT or connect:PORT\n", spec);
+	if (s < 0 || port <= 0 || (!listening && strncmp(spec, "connect:", 8) != 0) ||
+	    (colon && inet_pton(AF_INET, host, &a.sin_addr) != 1)) {
+		fprintf(stderr, "vmm_group: VMM_GROUP_TCP=%s: listen:[ADDR:]PORT or connect:[ADDR:]PORT\n", spec);
 		return -1;
 	}
 	if (listening) {

@@ -18,6 +18,7 @@
  * theirs (while they wait for its result) still resumes its own. Past the boundary nothing is undone:
  * the results say which members hold what. Atomicity is never claimed. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -492,7 +493,13 @@ static int group_begin(struct group *g, const struct group_spec *spec, const cha
 		etcd_free(&g->e);
 		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", spec->group, why, etcd_advice(why));
 	}
+	/* Every signal blocked in the keeper: a signal meant for the command (CRIU's
+	 * SIGCHLD of its helpers, in the plugin) must never run on it. */
+	sigset_t all, was;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &was);
 	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
 	char *text = member_text(g, "arrived"), key[600];
 	member_key(g, key, sizeof(key));
 	int made = text ? etcd_create(&g->e, key, text, g->lease, why, sizeof(why)) : -1;

@@ -10,6 +10,9 @@
 extern char etcd_url[64];
 extern const char *etcd_extra[12];
 extern pid_t etcd_pid;
+/* The address etcd_launch's etcd serves clients on (127.0.0.1 unless a test
+ * names another: a bridge its simulated nodes reach). */
+extern const char *etcd_host;
 
 /* After e2e_init: where cusnap is. */
 void group_util_init(void);

@@ -12,6 +12,7 @@
 char etcd_url[64];
 const char *etcd_extra[12];
 pid_t etcd_pid;
+const char *etcd_host = "127.0.0.1";
 static char cusnap[PATH_MAX];
 
 void group_util_init(void)
@@ -74,7 +75,7 @@ pid_t etcd_launch(const char *name, const char *scheme, const char *const *extra
 	char data[PATH_MAX + 32], client_url[64], peer_url[64], log[PATH_MAX + 32], cluster[128];
 	snprintf(data, sizeof(data), "%s/etcd-%s", e2e_root, name);
 	snprintf(log, sizeof(log), "%s/etcd-%s.log", e2e_root, name);
-	snprintf(client_url, sizeof(client_url), "%s://127.0.0.1:%d", scheme, client);
+	snprintf(client_url, sizeof(client_url), "%s://%s:%d", scheme, etcd_host, client);
 	snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", peer);
 	snprintf(cluster, sizeof(cluster), "%s=%s", name, peer_url);
 	snprintf(url, 64, "%s", client_url);
