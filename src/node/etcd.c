@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,14 @@
 
 #include "cusnap/json.h"
 #include "etcd.h"
+
+/* Every request this process sent (etcd_requests: the barrier's benchmark). */
+static atomic_ulong requests;
+
+unsigned long etcd_requests(void)
+{
+	return atomic_load(&requests);
+}
 
 /* ---- requests ---- */
 
@@ -320,6 +329,7 @@ static json_t *post(struct etcd *e, const char *path, const char *text, char *wh
 			curl.easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
 		if (e->key[0])
 			curl.easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+		atomic_fetch_add(&requests, 1);
 		CURLcode rc = curl.easy_perform(e->curl);
 		long status = 0;
 		curl.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);

@@ -72,6 +72,8 @@ void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 /* What to do about why (an error of these calls): "" or advice to append;
  * only an etcd that cannot be reached is one to start. */
 const char *etcd_advice(const char *why);
+/* The requests this process has sent etcd so far (lease keep-alives included). */
+unsigned long etcd_requests(void);
 
 /* ---- etcd_wire.c: the gateway's bodies and replies ---- */
 typedef struct json_t json_t;
