@@ -219,6 +219,13 @@ void emu_record(const char *env, const char *fmt, ...) __attribute__((format(pri
 
 /* vmm.c */
 struct emu_alloc *emu_alloc_get(CUmemGenericAllocationHandle h);
+/* The extended attribute of an allocation's memfd naming what an importer needs. */
+#define MEMFD_XATTR "user.cuemu.name"
+/* vmm.c, for vmm_share.c: a new allocation of kind over fd (its backing), one freed
+ * (the last reference gone), and a properties struct checked as cuMemCreate checks it. */
+struct emu_alloc *emu_alloc_new(enum emu_obj_kind kind, int fd, size_t size, const CUmemAllocationProp *prop);
+void emu_alloc_free(struct emu_alloc *a);
+CUresult emu_check_prop(const CUmemAllocationProp *prop);
 /* Give memory a's memfd if it has none yet (allocations are backed when first
  * mapped, exported or bound). Caller holds emu.lock. 0 or -errno. */
 int emu_backing(struct emu_alloc *a);

@@ -37,6 +37,33 @@ if [ -n "$long" ]; then
 else
 	echo "ok   no function in src/ or emu/ over 150 lines"
 fi
+# No file in src/ or emu/ over 800 lines: past that it holds more than one
+# responsibility (split it, DESIGN.md §2).
+over=$(for f in $files; do
+	case $f in src/* | emu/*) ;; *) continue ;; esac
+	n=$(wc -l <"$f")
+	[ "$n" -gt 800 ] && echo "$f: $n lines"
+done)
+if [ -n "$over" ]; then
+	echo "FAIL: files over 800 lines (split them):"
+	echo "$over" | sed 's/^/    /'
+	bad=$((bad + 1))
+else
+	echo "ok   no file in src/ or emu/ over 800 lines"
+fi
+# No issue of this project's tracker named in the tree: the code and the docs
+# say what and why, the history says when (another project's issue, named
+# with its project, is a reference).
+cited=$(git grep -nIiE "\bissues? #?[0-9]+" -- . ':!*.md' 2>/dev/null | grep -viE "NVIDIA/|github|cuda-checkpoint" |
+	grep -v '^tests/check_format.sh:')
+cited_md=$(git grep -nIiE "\bissues? #?[0-9]+" -- '*.md' 2>/dev/null | grep -viE "NVIDIA/|github|cuda-checkpoint")
+if [ -n "$cited$cited_md" ]; then
+	echo "FAIL: issue numbers in the tree (say what, not which issue):"
+	printf '%s\n%s\n' "$cited" "$cited_md" | grep -v '^$' | sed 's/^/    /'
+	bad=$((bad + 1))
+else
+	echo "ok   no issue numbers in the tree"
+fi
 # Every section of docs/DESIGN.md the code cites ("DESIGN.md §6.2") is there.
 cited=$(git grep -hoE "DESIGN\.md §[0-9]+(\.[0-9]+)?" 2>/dev/null | sed 's/.*§//' | sort -uV)
 missing=""

@@ -23,25 +23,25 @@ struct checkpoint_result {
 };
 /* A command's own arguments, parsed; what a command does not take stays zero. */
 struct args {
-	const struct settings *s;       /* settings.def's rows: --timeout, --content, --criu, ... */
-	bool json;                      /* --json: the summary, or the error, as JSON on stdout */
-	bool control_dir_given;         /* --control-dir (run: passed on to the program) */
-	pid_t pid;                      /* --pid */
-	const char *dir;                /* --dir */
-	bool leave_running, wait_ready; /* --leave-running, --wait-ready */
-	bool discard_state;             /* --discard-state */
-	bool launch_job;                /* run: --launch-job */
-	bool tcp_established;           /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
-	bool tcp_close;                 /* checkpoint: --tcp-close (dumped closed, no lock) */
-	bool unlock_network;            /* inspect --dir: remove the lock the checkpoint left */
-	const char *criu_config;        /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
-	int processes;                  /* demo: --processes */
-	unsigned long long size;        /* demo: --size */
-	bool in_place;                  /* demo: --in-place */
-	const char *keep;               /* demo: --keep */
-	bool quiet;                     /* --quiet: no progress lines */
-	int argc;                       /* run: PROGRAM [ARG...] */
-	char **argv;                    /* */
+	const struct settings *s;         /* settings.def's rows: --timeout, --content, --criu, ... */
+	bool json;                        /* --json: the summary, or the error, as JSON on stdout */
+	bool control_dir_given;           /* --control-dir (run: passed on to the program) */
+	pid_t pid;                        /* --pid */
+	const char *dir;                  /* --dir */
+	bool leave_running, wait_ready;   /* --leave-running, --wait-ready */
+	bool discard_state;               /* --discard-state */
+	bool launch_job;                  /* run: --launch-job */
+	bool tcp_established;             /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
+	bool tcp_close;                   /* checkpoint: --tcp-close (dumped closed, no lock) */
+	bool unlock_network;              /* inspect --dir: remove the lock the checkpoint left */
+	const char *criu_config;          /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
+	int processes;                    /* demo: --processes */
+	unsigned long long size;          /* demo: --size */
+	bool in_place;                    /* demo: --in-place */
+	const char *keep;                 /* demo: --keep */
+	bool quiet;                       /* --quiet: no progress lines */
+	int argc;                         /* run: PROGRAM [ARG...] */
+	char **argv;                      /* */
 	struct checkpoint_result *result; /* checkpoint, restore: the figures for a caller (the
 						  demo) instead of the summary; NULL: printed */
 };

@@ -190,10 +190,10 @@ const char *control_said(const char *ctl, char out[64]);
 
 /* After a checkpoint that was undone, through any door (DESIGN.md §3): the
  * workload is told nothing, as a failed checkpoint tells it nothing. */
-#define CHECK_NOTHING_SAID(ctl)                                                                          \
-	do {                                                                                             \
-		char s_[64];                                                                             \
-		if (*control_said((ctl), s_))                                                            \
+#define CHECK_NOTHING_SAID(ctl)                                                                             \
+	do {                                                                                                \
+		char s_[64];                                                                                \
+		if (*control_said((ctl), s_))                                                               \
 			test_fail(__FILE__, __LINE__, "after an undone checkpoint %s holds %s", (ctl), s_); \
 	} while (0)
 

@@ -37,7 +37,8 @@ static void lines(void)
 	CHECK_EQ(plugin_conf_parse(&c, "f",
 				   "group = tp16\nmembers = node-b,node-a\nmember = node-a\n"
 				   "etcd = https://etcd:2379\netcd-cacert = /etc/cusnap/ca.crt\n"
-				   "etcd-user = node\netcd-password-file = /etc/cusnap/etcd.pw\ngroup-timeout = 60000\n",
+				   "etcd-user = node\netcd-password-file = /etc/cusnap/etcd.pw\ngroup-timeout = "
+				   "60000\n",
 				   why, sizeof(why)),
 		 0);
 	CHECK_STR(c.s.group, "tp16");
