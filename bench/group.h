@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cusnap/coord.h"
+#include "../src/coordinator/coord.h"
 
 enum { BENCH_MAX_PARTS = 64 };
 

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cusnap/coord.h"
+#include "../src/coordinator/coord.h"
 #include "cusnap/counters.h"
 #include "cusnap/request.h"
 #include "group.h"

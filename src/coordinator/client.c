@@ -8,7 +8,7 @@
 
 #include "cusnap/control.h"
 #include "cusnap/counters.h"
-#include "cusnap/coord.h"
+#include "coord.h"
 #include "cusnap/usock.h"
 
 int coord_endpoint_path(const char *proc_root, const char *control_dir, int obs, int ns, char *out, size_t len)

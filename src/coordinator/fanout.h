@@ -3,7 +3,7 @@
 #ifndef CUSNAP_COORD_FANOUT_H
 #define CUSNAP_COORD_FANOUT_H
 
-#include "cusnap/coord.h"
+#include "coord.h"
 
 /* One request to one participant and what came back. */
 struct call {

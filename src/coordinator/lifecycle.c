@@ -21,13 +21,13 @@
 
 const char *const coord_stage_key[COORD_STAGE_COUNT] = {
 #define STAGE(id, key, label) [COORD_STAGE_##id] = key,
-#include "cusnap/stages.def"
+#include "stages.def"
 #undef STAGE
 };
 
 const char *const coord_stage_label[COORD_STAGE_COUNT] = {
 #define STAGE(id, key, label) [COORD_STAGE_##id] = label,
-#include "cusnap/stages.def"
+#include "stages.def"
 #undef STAGE
 };
 

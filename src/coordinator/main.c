@@ -13,7 +13,7 @@
 #include "cusnap/fault.h"
 #include "cusnap/request.h"
 #include "cusnap/control.h"
-#include "cusnap/coord.h"
+#include "coord.h"
 #include "cusnap/fdcheck.h"
 #include "cusnap/exitcodes.h"
 #include "cusnap/json.h"

@@ -4,7 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "cusnap/coord_client.h"
+#include "coord_client.h"
 #include "cusnap/json.h"
 #include "cusnap/state.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cusnap/coord.h"
+#include "coord.h"
 #include "cusnap/hmap.h"
 #include "cusnap/request.h"
 

@@ -49,7 +49,7 @@ int cmd_suspend(const struct args *a); /* suspend.c */
 int cmd_resume(const struct args *a);  /* suspend.c */
 int cmd_inspect(const struct args *a); /* inspect.c */
 int cmd_run(const struct args *a);     /* run.c */
-/* gate.c: can this machine restore a checkpoint (DESIGN.md §9.5)? */
+/* restorable.c: can this machine restore a checkpoint (DESIGN.md §9.5)? */
 struct manifest;
 /* The reasons it cannot restore m with map (NULL: none) and CRIU criu (NULL:
  * not checked): an array of texts, empty when it can; NULL when the driver

@@ -150,7 +150,7 @@ const char *native_error(const struct native *n, CUresult r);
 #include <limits.h>
 #include <stdio.h>
 
-#include "cusnap/coord.h"
+#include "../coordinator/coord.h"
 #include "cusnap/paths.h"
 #include "cusnap/proto.h"
 #include "cusnap/rundir.h"

@@ -12,7 +12,7 @@
 #include "cusnap/fault.h"
 #include "cusnap/json.h"
 #include "cusnap/manifest.h"
-#include "cusnap/coord.h"
+#include "../../src/coordinator/coord.h"
 #include "sweep.h"
 
 static char cusnap[PATH_MAX], criu[PATH_MAX];

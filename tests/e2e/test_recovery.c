@@ -5,7 +5,7 @@
 #include <pthread.h>
 
 #include "cusnap/fault.h"
-#include "cusnap/coord.h"
+#include "../../src/coordinator/coord.h"
 #include "sweep.h"
 
 static char coord[PATH_MAX + 32];

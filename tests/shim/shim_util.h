@@ -13,7 +13,7 @@
 
 #include "../emu/emu_util.h"
 #include "../harness/test.h"
-#include "cusnap/coord.h"
+#include "../../src/coordinator/coord.h"
 
 extern char shim_ctl[PATH_MAX];
 

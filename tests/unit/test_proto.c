@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../harness/test.h"
-#include "cusnap/coord_client.h"
+#include "../../src/coordinator/coord_client.h"
 #include "cusnap/proto.h"
 #include "cusnap/usock.h"
 #include "cusnap/topo.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../harness/test.h"
-#include "cusnap/coord.h"
+#include "../../src/coordinator/coord.h"
 #include "cusnap/proto.h"
 
 #define MIB (1u << 20)

@@ -146,7 +146,7 @@ static void gate(void)
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
-	e2e_init("gate");
+	e2e_init("restorable");
 	cusnap_path(cusnap, sizeof(cusnap));
 	test_run("the restore gate: GPU count, model, memory, driver, CRIU version, state format refused (69) with "
 		 "every reason, nothing made; inspect --dir agrees; restored here",

@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "cusnap/coord_client.h"
+#include "coord_client.h"
 #include "cusnap/request.h"
 
 #include "cusnap/state.h"
@@ -56,7 +56,7 @@ struct coord_options {
 /* The stages of prepare, restore and abort (include/cusnap/stages.def). */
 enum coord_stage {
 #define STAGE(id, key, label) COORD_STAGE_##id,
-#include "cusnap/stages.def"
+#include "stages.def"
 #undef STAGE
 	COORD_STAGE_COUNT
 };
