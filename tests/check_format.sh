@@ -24,19 +24,23 @@ if ! clang-format --dry-run -Werror $files >/dev/null 2>&1; then
 	[ $bad = 0 ] && { echo "FAIL: clang-format fails over all the files and passes each one"; bad=1; }
 fi
 [ $bad = 0 ] && echo "ok   $(echo "$files" | wc -w) files formatted as .clang-format says"
+# verdict FOUND FAILS OK: a check's line (FOUND, one per line: each a failure).
+verdict() {
+	if [ -n "$1" ]; then
+		echo "FAIL: $2:"
+		echo "$1" | sed 's/^/    /'
+		bad=$((bad + 1))
+	else
+		echo "ok   $3"
+	fi
+}
 # No function in src/ or emu/ over 150 lines (from the "{" that opens it at
 # the start of a line to the "}" that closes it), so that each reads as one step.
 long=$(for f in $files; do
 	case $f in src/*.c | emu/*.c) ;; *) continue ;; esac
 	awk -v f="$f" '/^\{/ { s = NR; name = prev } /^\}/ { if (s && NR - s > 150) printf "%s:%d: %d lines: %s\n", f, s, NR - s, name; s = 0 } { prev = $0 }' "$f"
 done)
-if [ -n "$long" ]; then
-	echo "FAIL: functions over 150 lines (split them):"
-	echo "$long" | sed 's/^/    /'
-	bad=$((bad + 1))
-else
-	echo "ok   no function in src/ or emu/ over 150 lines"
-fi
+verdict "$long" "functions over 150 lines (split them)" "no function in src/ or emu/ over 150 lines"
 # No file in src/ or emu/ over 800 lines: past that it holds more than one
 # responsibility (split it, DESIGN.md §2).
 over=$(for f in $files; do
@@ -44,26 +48,15 @@ over=$(for f in $files; do
 	n=$(wc -l <"$f")
 	[ "$n" -gt 800 ] && echo "$f: $n lines"
 done)
-if [ -n "$over" ]; then
-	echo "FAIL: files over 800 lines (split them):"
-	echo "$over" | sed 's/^/    /'
-	bad=$((bad + 1))
-else
-	echo "ok   no file in src/ or emu/ over 800 lines"
-fi
+verdict "$over" "files over 800 lines (split them)" "no file in src/ or emu/ over 800 lines"
 # No issue of this project's tracker named in the tree: the code and the docs
 # say what and why, the history says when (another project's issue, named
 # with its project, is a reference).
 cited=$(git grep -nIiE "\bissues? #?[0-9]+" -- . ':!*.md' 2>/dev/null | grep -viE "NVIDIA/|github|cuda-checkpoint" |
 	grep -v '^tests/check_format.sh:')
 cited_md=$(git grep -nIiE "\bissues? #?[0-9]+" -- '*.md' 2>/dev/null | grep -viE "NVIDIA/|github|cuda-checkpoint")
-if [ -n "$cited$cited_md" ]; then
-	echo "FAIL: issue numbers in the tree (say what, not which issue):"
-	printf '%s\n%s\n' "$cited" "$cited_md" | grep -v '^$' | sed 's/^/    /'
-	bad=$((bad + 1))
-else
-	echo "ok   no issue numbers in the tree"
-fi
+verdict "$(printf '%s\n%s' "$cited" "$cited_md" | grep -v '^$')" "issue numbers in the tree (say what, not which issue)" \
+	"no issue numbers in the tree"
 # Every section of docs/DESIGN.md the code cites ("DESIGN.md §6.2") is there.
 cited=$(git grep -hoE "DESIGN\.md §[0-9]+(\.[0-9]+)?" 2>/dev/null | sed 's/.*§//' | sort -uV)
 missing=""
