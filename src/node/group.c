@@ -637,9 +637,10 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		const json_t *r = json_array_get(all, i);
 		int code = (int)json_member_number(r, "exit", -1);
 		ok += code == 0;
-		voice(code == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s", g->spec.group, g->op,
+		bool holds = json_is_true(json_object_get(r, "holds_checkpoint"));
+		voice(code == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s%s", g->spec.group, g->op,
 		      json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
-		      json_member_text(r, "error"));
+		      json_member_text(r, "error"), holds ? " (it holds a checkpoint)" : "");
 	}
 	bool mine_read = false;
 	for (size_t i = 0; i < json_array_size(all) && !mine_read; i++)

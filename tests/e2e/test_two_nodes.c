@@ -152,6 +152,46 @@ static void staggered(void)
 	across_nodes("tcp10", 10);
 }
 
+/* Node b's CRIU fails after the boundary (both crossed): a holds a checkpoint,
+ * b is undone and runs on; each node's results say which holds one. */
+static void fails_after_boundary(void)
+{
+	struct group g[2];
+	trees_start_linked(g, "late");
+	char ck[2][PATH_MAX + 32], pid[2][16], log[2][PATH_MAX + 32], fake[PATH_MAX + 32], *out;
+	snprintf(fake, sizeof(fake), "%s/fake-criu", e2e_root);
+	test_write_file(fake, "#!/bin/sh\necho 'Error (fake): refusing to dump' >&2\nexit 1\n");
+	chmod(fake, 0755);
+	pid_t p[2];
+	for (int i = 0; i < 2; i++) {
+		snprintf(ck[i], sizeof(ck[i]), "%s/late-ck-%d", e2e_root, i);
+		snprintf(pid[i], sizeof(pid[i]), "%d", (int)g[i].root);
+		const char *args[] = {"checkpoint",
+				      "--pid",
+				      pid[i],
+				      "--dir",
+				      ck[i],
+				      "--control-dir",
+				      g[i].ctl,
+				      "--criu",
+				      i ? fake : criu,
+				      "--tcp-established",
+				      NULL};
+		p[i] = on_node(i, "late", args, log[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(wait_out(p[i], log[i], &out), i ? 1 : 0);
+		CHECK_CONTAINS(out, "every one of the 2 members ready: crossing");
+		CHECK_CONTAINS(out, "member n0: ok (it holds a checkpoint)");
+		CHECK_CONTAINS(out, "member n1: failed: CRIU dump failed");
+		free(out);
+	}
+	group_dumped(&g[0]);
+	untouched(&g[1]); /* (undone in place: every process running, every participant active) */
+	CHECK_NOTHING_SAID(g[1].ctl);
+	group_kill(&g[1]);
+}
+
 /* Plain criu dump --tcp-established and criu restore with cusnap's plugin on
  * each node, as one group (its settings in CRIU's environment). */
 static void plugin_across_nodes(void)
@@ -249,6 +289,8 @@ int main(void)
 	atexit(etcd_stop);
 	test_run("two nodes: group checkpoint --tcp-established and restore together; the link talks after", together);
 	test_run("two nodes: node b restored 10 s after node a; the link talks after", staggered);
+	test_run("two nodes: node b's CRIU fails after the boundary: a holds a checkpoint, b runs on; both say which",
+		 fails_after_boundary);
 	test_run("two nodes: plain criu dump --tcp-established and restore with the plugin, as one group",
 		 plugin_across_nodes);
 	return e2e_done();
