@@ -779,6 +779,9 @@ static void plugin_exit(int stage, int ret)
 	plugin_log_stop();
 }
 
+CRIU_UNTIMED_HOOK(pause_devices_untimed, pause_devices)
+CRIU_UNTIMED_HOOK(checkpoint_devices_untimed, checkpoint_devices)
+
 API struct criu_plugin_desc CR_PLUGIN_DESC = {
 	.name = "cusnap",
 	.init = plugin_init,
@@ -788,7 +791,7 @@ API struct criu_plugin_desc CR_PLUGIN_DESC = {
 	.hooks =
 		{
 			[CRIU_HOOK_RESUME_DEVICES_LATE] = (void *)resume_devices_late,
-			[CRIU_HOOK_PAUSE_DEVICES] = (void *)pause_devices,
-			[CRIU_HOOK_CHECKPOINT_DEVICES] = (void *)checkpoint_devices,
+			[CRIU_HOOK_PAUSE_DEVICES] = (void *)pause_devices_untimed,
+			[CRIU_HOOK_CHECKPOINT_DEVICES] = (void *)checkpoint_devices_untimed,
 		},
 };

@@ -113,6 +113,21 @@ __attribute__((noreturn)) void helper_report(struct helper *h, int code);
 /* In CRIU: the helper's exit code, waiting up to timeout_ms; -1 when it did
  * not say (0 when none was started). */
 int helper_wait(struct helper *h, int timeout_ms);
+/* CRIU's --timeout (its SIGALRM, 10 s by default) bounds CRIU's own seizing of
+ * the tree; a hook's work (the prepare's copies, a group's boundary, the native
+ * steps) is bounded by the plugin's own deadlines instead, so CRIU's alarm is
+ * held while it runs (the seconds it had left, 0: none set) and re-armed after. */
+unsigned criu_alarm_hold(void);
+void criu_alarm_resume(unsigned left);
+/* A hook that runs body with CRIU's alarm held. */
+#define CRIU_UNTIMED_HOOK(name, body)               \
+	static int name(int pid)                    \
+	{                                           \
+		unsigned left_ = criu_alarm_hold(); \
+		int rc_ = body(pid);                \
+		criu_alarm_resume(left_);           \
+		return rc_;                         \
+	}
 
 struct tree;
 /* Is pid gone, a zombie, or on its way out (killed by the dump)? */

@@ -99,3 +99,14 @@ int wait_released(const struct tree *t, int timeout_ms)
 	}
 	return -1;
 }
+
+unsigned criu_alarm_hold(void)
+{
+	return alarm(0);
+}
+
+void criu_alarm_resume(unsigned left)
+{
+	if (left)
+		alarm(left);
+}

@@ -3,7 +3,9 @@
  * own plain `criu dump` with cusnap's plugin, meet as one group in an etcd this
  * test starts on the loopback, with nothing but the group's settings in CRIU's
  * environment (CUSNAP_GROUP, CUSNAP_MEMBERS, CUSNAP_ETCD, CUSNAP_MEMBER): both
- * dumped, both restored by their own `criu restore` and passing; and a member
+ * dumped (one 5 s after the other, longer than CRIU's own --timeout 3: the
+ * wait at the boundary is the plugin's to bound), both restored by their own
+ * `criu restore` and passing; and a member
  * failing at its boundary keeps the other from crossing (its dump fails, its
  * tree runs on, told nothing). */
 #include <sys/prctl.h>
@@ -37,8 +39,10 @@ static pid_t member_criu(const char *op, const struct group *g, const char *grou
 	mkdir(images, 0700);
 	const char *shell = getsid(g->root) != g->root ? "--shell-job" : NULL;
 	if (!strcmp(op, "dump")) {
-		char *argv[] = {criu,       "dump", "-t",       pid,     "-D",          images, "-o",
-				"dump.log", "-v4",  "--libdir", plugins, (char *)shell, NULL};
+		/* (CRIU's own --timeout short: a member waiting at its boundary longer than
+		 * it is the plugin's to bound, not CRIU's) */
+		char *argv[] = {criu,        "dump", "-t",  pid,        "-D",    images,        "-o", "dump.log",
+				"--timeout", "3",    "-v4", "--libdir", plugins, (char *)shell, NULL};
 		return test_spawn(argv, env, log);
 	}
 	unlink(pidfile);
@@ -62,8 +66,11 @@ static void dumped_and_restored_together(void)
 	trees_start(g, 2, "pg");
 	char log[2][PATH_MAX + 32], *out;
 	pid_t p[2];
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
+		if (i)
+			sleep(5); /* (n0 waits at its boundary past CRIU's --timeout 3) */
 		p[i] = member_criu("dump", &g[i], "plugged", i ? "n1" : "n0", NULL, log[i]);
+	}
 	for (int i = 0; i < 2; i++) /* (both waited for before the dumped trees are reaped) */
 		CHECK_SAYS(out, criu_wait(p[i], log[i], &out), 0, "every one of the 2 members ready: crossing");
 	for (int i = 0; i < 2; i++)
