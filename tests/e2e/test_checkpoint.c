@@ -565,14 +565,17 @@ static void damaged_images(void)
 	reap_all();
 }
 
-/* The bytes of CRIU's images that are 64 bytes of the private memory's mark
- * (examples/vmm_group_private.h): how many images hold it. */
+/* How many of CRIU's page images hold a page (4 KiB) of the private memory's
+ * mark (examples/vmm_group_private.h). A page, not less: cuemu's memsets run
+ * on the CPU, whose vector registers hold the pattern, and a signal frame
+ * saved on a thread's stack keeps up to 2 KiB of them (seen: 576 bytes);
+ * memory that a checkpoint copies comes in whole pages. */
 static int images_with_mark(const char *dir)
 {
 	char images[PATH_MAX + 16];
 	snprintf(images, sizeof(images), "%s/images", dir);
-	uint32_t needle[16];
-	for (int i = 0; i < 16; i++)
+	static uint32_t needle[1024];
+	for (int i = 0; i < 1024; i++)
 		needle[i] = 0x5ec0de77u;
 	DIR *d = opendir(images);
 	struct dirent *e;
