@@ -12,6 +12,9 @@
  *   libcuda = /usr/lib/x86_64-linux-gnu/libcuda.so.1
  *   device_map = auto | 0=1,1=0 | GPU-...=GPU-...   at restore (devmap.c);
  *                also spelt cuda.device-map, as CRIU's plugin option will be
+ *   group = tp16, members = 2 (or node-a,node-b), member = node-a,
+ *   etcd = https://etcd:2379, etcd-cacert = ..., group-timeout = 60000
+ *                this dump or restore as one member of a group (group.h)
  *
  * The rows' environment variables (CUSNAP_CONTENT, ...) override it where
  * they reach. CRIU runs as root and the file steers it, so it is hostile
