@@ -79,7 +79,7 @@ SHIM_TEST_EXTRA := $(BUILD)/tests/emu/fake_runtime/libcudart.so.13 $(BUILD)/test
 # archive: each test links the objects it uses.
 HARNESS := $(BUILD)/lib/libtest-harness.a
 
-.PHONY: all tests test check clean deps criu help bench bench-datapath bench-group install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
+.PHONY: all tests test check clean deps criu help bench bench-datapath bench-group bench-two-nodes install demo gpu-build gpu-bundle fuzz sweep nccl zdtm
 # Keep objects of chained pattern rules (no needless rebuilds).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -356,6 +356,11 @@ $(BUILD)/bench/hold: $(BUILD)/obj/bench/hold.o
 $(BUILD)/bench/lifecycle: $(BUILD)/obj/bench/lifecycle.o $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
+
+# The longest gap of a TCP stream between two simulated nodes across a group
+# checkpoint and restore, together and staggered (root; CRIU, etcd).
+bench-two-nodes: tests
+	@BUILD=$(BUILD) bench/two_nodes.sh
 
 # A group's barrier in etcd, phase by phase, with 2, 4 and 8 members (an etcd
 # started for it by bench/group_barrier.sh: scripts/setup-etcd.sh).

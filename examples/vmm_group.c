@@ -642,6 +642,7 @@ static int parent_main(int *socks, pid_t *pids)
 	if (release && import_kept() < 0)
 		return 1;
 	check(tcp_exchange("restored") == 0, "the link to the other tree does not carry a token any more");
+	tcp_stream_report();
 	check(tcp_accepts() == 0, "the restored listener does not accept");
 	verify_local(0, true);
 	private_verify();

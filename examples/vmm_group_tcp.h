@@ -22,6 +22,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +116,90 @@ static int tcp_accepts(void)
 	return 0;
 }
 
+/* VMM_GROUP_TCP_STREAM=1 beside listen:/connect:: a second connection on
+ * PORT + 1 carries a byte every millisecond from the connecting tree to the
+ * listening one, whose reader keeps the longest gap between two arrivals: what
+ * a stream between the nodes sees across a checkpoint and restore (printed after
+ * restore-complete, for bench/two_nodes.sh). */
+static int tcp_stream_fd = -1;
+static double tcp_stream_gap_ms;
+static unsigned long tcp_stream_bytes;
+
+static double tcp_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void *tcp_stream_run(void *arg)
+{
+	bool reader = arg != NULL;
+	char byte = 's';
+	double last = 0;
+	for (;;) {
+		if (!reader) {
+			if (send(tcp_stream_fd, &byte, 1, MSG_NOSIGNAL) != 1)
+				return NULL;
+			usleep(1000);
+			continue;
+		}
+		char buf[256];
+		ssize_t r = recv(tcp_stream_fd, buf, sizeof(buf), 0);
+		if (r <= 0)
+			return NULL;
+		double now = tcp_now_ms();
+		if (last && now - last > tcp_stream_gap_ms)
+			tcp_stream_gap_ms = now - last;
+		last = now;
+		tcp_stream_bytes += (unsigned long)r;
+	}
+}
+
+/* The stream's connection (listening: accept on addr's port + 1), its thread started. 0 or -1 (said). */
+static int tcp_stream_open(bool listening, struct sockaddr_in a)
+{
+	const char *on = getenv("VMM_GROUP_TCP_STREAM");
+	if (!on || strcmp(on, "1"))
+		return 0;
+	a.sin_port = htons((uint16_t)(ntohs(a.sin_port) + 1));
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	if (listening) {
+		struct pollfd p = {.fd = s, .events = POLLIN};
+		setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 1) < 0 || poll(&p, 1, 30000) != 1 ||
+		    (tcp_stream_fd = accept4(s, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+			perror("vmm_group: VMM_GROUP_TCP_STREAM: no stream");
+			return -1;
+		}
+		close(s);
+	} else {
+		for (int tries = 0; connect(s, (struct sockaddr *)&a, sizeof(a)) < 0; tries++) {
+			close(s);
+			if (tries == 300) {
+				perror("vmm_group: VMM_GROUP_TCP_STREAM: cannot connect");
+				return -1;
+			}
+			usleep(100000);
+			s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		}
+		tcp_stream_fd = s;
+	}
+	pthread_t t;
+	if (pthread_create(&t, NULL, tcp_stream_run, listening ? (void *)1 : NULL) != 0)
+		return -1;
+	pthread_detach(t);
+	return 0;
+}
+
+/* After restore-complete and a token: the stream's longest gap (the reader). */
+static void tcp_stream_report(void)
+{
+	if (tcp_stream_fd >= 0 && tcp_stream_bytes)
+		printf("vmm_group: tcp: the stream's longest gap %.1f ms (%lu bytes read)\n", tcp_stream_gap_ms,
+		       tcp_stream_bytes);
+}
+
 /* The connection VMM_GROUP_TCP asks for (none: 0), within 30 s. 0 or -1 (said). */
 static int tcp_open(void)
 {
@@ -147,7 +234,7 @@ static int tcp_open(void)
 			return -1;
 		}
 		close(s); /* (one peer) */
-		return 0;
+		return tcp_stream_open(true, a);
 	}
 	for (int tries = 0; connect(s, (struct sockaddr *)&a, sizeof(a)) < 0; tries++) {
 		if (tries == 300) {
@@ -160,7 +247,7 @@ static int tcp_open(void)
 		s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	}
 	tcp_link = s;
-	return 0;
+	return tcp_stream_open(false, a);
 }
 
 /* Send token, receive the peer's: it must be the same. 0 or -1 (said). */
