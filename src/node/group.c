@@ -598,6 +598,14 @@ static json_t *results(struct group *g, enum short_of *short_of, char *lost, siz
 	return list;
 }
 
+/* One member's result, a line: ok (and whether it holds a checkpoint), or failed and why. */
+static void say_result(const struct group *g, const char *member, int code, const char *error, bool holds)
+{
+	voice(code == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s%s", g->spec.group, g->op, member,
+	      code == 0 ? "ok" : "failed", code == 0 ? "" : ": ", code == 0 ? "" : error,
+	      holds ? " (it holds a checkpoint)" : "");
+}
+
 /* This member's outcome into etcd, every member's printed (--json: one
  * object on stdout), and the group left. Returns rc. */
 static int group_end(struct group *g, int rc, bool boundary, bool json)
@@ -637,17 +645,14 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		const json_t *r = json_array_get(all, i);
 		int code = (int)json_member_number(r, "exit", -1);
 		ok += code == 0;
-		bool holds = json_is_true(json_object_get(r, "holds_checkpoint"));
-		voice(code == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s%s", g->spec.group, g->op,
-		      json_member_text(r, "member"), code == 0 ? "ok" : "failed", code == 0 ? "" : ": ",
-		      json_member_text(r, "error"), holds ? " (it holds a checkpoint)" : "");
+		say_result(g, json_member_text(r, "member"), code, json_member_text(r, "error"),
+			   json_is_true(json_object_get(r, "holds_checkpoint")));
 	}
 	bool mine_read = false;
 	for (size_t i = 0; i < json_array_size(all) && !mine_read; i++)
 		mine_read = !strcmp(json_member_text(json_array_get(all, i), "member"), g->member);
 	if (!mine_read) /* (etcd lost: this member's own, as it knows it) */
-		voice(rc == 0 ? VOICE_INFO : VOICE_ERROR, "group %s: %s: member %s: %s%s%s", g->spec.group, g->op,
-		      g->member, rc == 0 ? "ok" : "failed", rc == 0 ? "" : ": ", error);
+		say_result(g, g->member, rc, error, false);
 	char unknown[1024] = "";
 	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
 		bool reported = !strcmp(g->seen[s], g->member); /* (this one knows its own) */

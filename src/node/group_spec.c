@@ -9,6 +9,14 @@
 #include "group.h"
 #include "node.h"
 
+/* A member's name: 1 to 200 letters, digits, '.', '_', ':' or '-', not beginning with '.'. */
+static bool name_ok(const char *t)
+{
+	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+	size_t n = strlen(t);
+	return n && n <= 200 && strspn(t, ok) == n && t[0] != '.';
+}
+
 static int name_order(const void *x, const void *y)
 {
 	return strcmp(*(char *const *)x, *(char *const *)y);
@@ -18,7 +26,6 @@ static int name_order(const void *x, const void *y)
  * spec, the names sorted ("b,a" and "a,b" are one job): 0, or -1 with why. */
 static int members_parse(const char *arg, struct group_spec *spec, char *why, size_t len)
 {
-	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
 	const char *bad = "a number from 1 to 4096, or the members' names (letters, digits, . _ : -), each once, "
 			  "separated by commas";
 	spec->member_names[0] = '\0';
@@ -35,7 +42,7 @@ static int members_parse(const char *arg, struct group_spec *spec, char *why, si
 	snprintf(copy, sizeof(copy), "%s", arg);
 	int n = 0;
 	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		bool wrong = n == 4096 || strlen(t) > 200 || strspn(t, ok) < strlen(t) || t[0] == '.';
+		bool wrong = n == 4096 || !name_ok(t);
 		for (int i = 0; i < n && !wrong; i++)
 			wrong = !strcmp(names[i], t); /* (named twice) */
 		if (wrong)
@@ -63,9 +70,7 @@ int group_spec_from(const struct settings *s, pid_t pid, const char *dir, struct
 	}
 	if (strchr(s->group, '/') || strlen(s->group) > 128)
 		return snprintf(why, len, "group %s: a name of 1 to 128 characters without '/'", s->group), -1;
-	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
-	if (s->member[0] &&
-	    (strlen(s->member) > 200 || strspn(s->member, ok) < strlen(s->member) || s->member[0] == '.'))
+	if (s->member[0] && !name_ok(s->member))
 		return snprintf(why, len,
 				"member %s: a name of 1 to 200 letters, digits, '.', '_', ':' or '-', not beginning "
 				"with '.'",
