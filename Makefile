@@ -234,6 +234,11 @@ $(BUILD)/tests/unit/test_ckpt_wire: $(BUILD)/obj/tests/unit/test_ckpt_wire.o $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS)
 
+# The node library's sequence of steps, alone (with its voice).
+$(BUILD)/tests/unit/test_steps: $(BUILD)/obj/tests/unit/test_steps.o $(BUILD)/obj/src/node/steps.o $(BUILD)/obj/src/node/report.o $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -lpthread
+
 # The node library's voice, alone.
 $(BUILD)/tests/unit/test_voice: $(BUILD)/obj/tests/unit/test_voice.o $(BUILD)/obj/src/node/report.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)

@@ -20,6 +20,7 @@
 #define VMM_GROUP_TCP_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -42,6 +43,28 @@ static int tcp_dial(int port)
 	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		close(s);
 		s = -1;
+	}
+	return s;
+}
+
+/* The same within ms: a SYN that another listener of a SO_REUSEPORT port
+ * drops (its queue full) is sent again from the same port to the same
+ * listener, and a plain connect would wait minutes. */
+static int tcp_dial_within(int port, int ms)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err = 0;
+	socklen_t len = sizeof(err);
+	if (s < 0)
+		return -1;
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		struct pollfd p = {.fd = s, .events = POLLOUT};
+		if (errno != EINPROGRESS || poll(&p, 1, ms) != 1 ||
+		    getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
+			close(s);
+			return -1;
+		}
 	}
 	return s;
 }
@@ -88,7 +111,8 @@ static int tcp_self(void)
 
 /* After a restore: the listener accepts a new connection. With SO_REUSEPORT
  * the kernel spreads connections over every listener of the port by their
- * addresses: up to 32 tries, each from another port, 1 s each. 0 or -1 (said). */
+ * addresses: up to 32 tries, each from another port, 1 s each (a try whose
+ * SYN another listener drops gives up at that second too). 0 or -1 (said). */
 static int tcp_accepts(void)
 {
 	struct sockaddr_in a;
@@ -96,16 +120,15 @@ static int tcp_accepts(void)
 	if (tcp_listener < 0)
 		return 0;
 	int s = -1;
-	for (int tries = 0; s < 0 && tries < 32; tries++) {
-		int c = getsockname(tcp_listener, (struct sockaddr *)&a, &len) == 0 ? tcp_dial(ntohs(a.sin_port)) : -1;
+	bool listening = getsockname(tcp_listener, (struct sockaddr *)&a, &len) == 0;
+	for (int tries = 0; listening && s < 0 && tries < 32; tries++) {
+		int c = tcp_dial_within(ntohs(a.sin_port), 1000);
 		struct pollfd p = {.fd = tcp_listener, .events = POLLIN};
 		s = c >= 0 && poll(&p, 1, tries ? 1000 : 30000 / 32) == 1
 			    ? accept4(tcp_listener, NULL, NULL, SOCK_CLOEXEC)
 			    : -1;
 		if (c >= 0)
 			close(c);
-		if (c < 0)
-			break;
 	}
 	if (s < 0) {
 		fprintf(stderr, "vmm_group: tcp: the listener accepts no new connection\n");

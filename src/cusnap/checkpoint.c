@@ -8,6 +8,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -218,164 +220,284 @@ static json_t *digest_images(const char *dir, bool content, uint64_t bytes)
 	return digests;
 }
 
-/* CRIU's dump failed (crc, as criu_run says): it left the tree running
- * (frozen natively); ours undone, its log kept beyond the attempt's
- * directory (log: its path, then where it is kept). The exit code. */
-static int dump_failed(struct tree *t, struct record *rec, int crc, int dfd, const char *dir, char *log, size_t len)
+/* ---- the checkpoint as one list of steps (DESIGN.md §9) ---- */
+
+struct ckpt {
+	const struct args *a;
+	struct checkpoint_result *r;
+	int dfd, wfd;
+	double start;
+	struct tree t;
+	struct record rec;
+	struct network net;
+	json_t *digests, *content, *net_json;
+	bool loaded, vmm;
+	bool prepared; /* the tree was suspended: a failure resumes it (finish()) */
+	bool settled;  /* past undo: the tree dumped and gone, or released after --leave-running */
+	bool published;
+	char *argv[24];
+	char criu[PATH_MAX], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
+	char pidstr[16], plugins[PATH_MAX + 32], manifest[PATH_MAX + 48];
+	char why[2000]; /* a failure after the prepare, for its undo to say */
+};
+
+static int ck_failed(void *ctx, const char *why)
 {
-	ckptdir_keep_log(dfd, dir, log, len);
-	if (crc < -1)
-		return finish(t, rec, "CRIU dump killed at its %s bound (log: %s)", crc == -EFBIG ? "log" : "time",
-			      log);
-	return finish(t, rec, "CRIU dump failed (exit %d; log: %s)", crc, log);
+	struct ckpt *c = ctx;
+	const char *dir = c->a->dir;
+	if (c->settled)
+		return fail(c->a->leave_running ? EX_LEFT_RUNNING : EX_TERMINATED,
+			    "%s: the checkpoint in %s/.partial is whole but not in place: the next `cusnap restore "
+			    "--dir %s` puts it there",
+			    why, dir, dir);
+	if (c->prepared) {
+		snprintf(c->why, sizeof(c->why), "%s", why); /* said by the prepare's undo */
+		return EX_LEFT_RUNNING;
+	}
+	return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 }
+
+static int ck_failed_f(struct ckpt *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ck_failed_f(struct ckpt *c, const char *fmt, ...)
+{
+	char why[2000];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	return ck_failed(c, why);
+}
+
+/* The tree, CRIU and the workload's readiness. */
+static int ck_find(void *ctx)
+{
+	struct ckpt *c = ctx;
+	const struct args *a = c->a;
+	char err[1200];
+	if (criu_find(a->s, c->criu, sizeof(c->criu), err, sizeof(err)) < 0)
+		return fail(EX_UNAVAILABLE, "%s", err);
+	if (a->wait_ready) {
+		double t0 = now_ms();
+		if (wait_for(a->pid, a->s, CONTROL_READY) < 0)
+			return ck_failed_f(c, "%s/%s of process %d did not appear within %d ms", a->s->control_dir,
+					   CONTROL_READY, (int)a->pid, a->s->timeout_ms);
+		progress("wait ready", now_ms() - t0, "%s/%s", a->s->control_dir, CONTROL_READY);
+	}
+	int rc = tree_load(a->pid, a->s, &c->t);
+	c->loaded = rc == 0;
+	c->r->processes = c->t.nprocs;
+	c->r->cuda = c->t.ncuda;
+	return rc;
+}
+
+/* dir/.partial, to be put in place once whole. */
+static int ck_directory(void *ctx)
+{
+	struct ckpt *c = ctx;
+	if (work_begin(c->dfd, c->a->dir, c->work, sizeof(c->work), &c->wfd, c->images, sizeof(c->images)) < 0)
+		return ck_failed_f(c, "cannot create %s: %s", c->images, strerror(errno));
+	return 0;
+}
+
+static int ck_directory_undo(void *ctx, int code)
+{
+	struct ckpt *c = ctx;
+	if (!c->settled && !c->published)
+		ckptdir_discard(c->dfd); /* a failed attempt leaves nothing; the previous checkpoint stands */
+	return code;
+}
+
+/* What would make the dump fail, refused before anything changes. */
+static int ck_check(void *ctx)
+{
+	struct ckpt *c = ctx;
+	const struct args *a = c->a;
+	int rc;
+	if ((rc = tree_hold(&c->t, "checkpoint")) || (rc = session_dumpable(a->pid)) || (rc = check_freezable(&c->t)) ||
+	    (rc = check_interposer(&c->t)) ||
+	    (rc = network_check(&c->t, c->criu, a->tcp_established, a->criu_config != NULL || a->tcp_close, &c->net)))
+		return rc;
+	c->vmm = c->t.nshim > 0;
+	progress("find", now_ms() - c->start, "%zu processes, %zu CUDA, %s", c->t.nprocs, c->t.ncuda,
+		 c->vmm       ? "interposed: VMM steps"
+		 : c->t.ncuda ? "not interposed: native steps only"
+			      : "no CUDA: CRIU only");
+	return 0;
+}
+
+/* The VMM prepare and the native lock and checkpoint (tree_suspend undoes
+ * its own part when it fails). */
+static int ck_prepare(void *ctx)
+{
+	struct ckpt *c = ctx;
+	struct checkpoint_result *r = c->r;
+	struct coord_report cr;
+	double t0 = now_ms();
+	c->rec = (struct record){.root = c->t.procs[0].pid, .dir = c->work};
+	int rc = tree_suspend(&c->t, &c->rec, settings_content(c->a->s, true), &cr);
+	if (rc)
+		return rc;
+	c->prepared = true;
+	r->bytes_copied = cr.bytes;
+	r->shared = cr.shared;
+	memcpy(r->device_bytes, cr.device_bytes, sizeof(r->device_bytes));
+	r->ms_prepare = c->vmm ? cr.ms_total : 0;
+	r->ms_checkpoint = now_ms() - t0 - r->ms_prepare;
+	return 0;
+}
+
+static int ck_resume(void *ctx, int code)
+{
+	struct ckpt *c = ctx;
+	if (c->settled || !c->why[0])
+		return code;
+	return finish(&c->t, &c->rec, "%s", c->why);
+}
+
+/* CRIU's command line, and the manifest before the dump: once CRIU has
+ * dumped the tree (it exits), the checkpoint must be restorable even if
+ * cusnap dies before the dump returns. */
+static int ck_manifest(void *ctx)
+{
+	struct ckpt *c = ctx;
+	const struct args *a = c->a;
+	snprintf(c->pidstr, sizeof(c->pidstr), "%d", (int)a->pid);
+	if (criu_plugin_dir(c->work, c->plugins, sizeof(c->plugins)) < 0)
+		return ck_failed_f(c, "cannot make %s: %s", c->plugins, strerror(errno));
+	dump_argv(a, c->pidstr, c->images, c->plugins, c->argv);
+	snprintf(c->log, sizeof(c->log), "%s/" LAYOUT_DUMP_LOG, c->images);
+	snprintf(c->manifest, sizeof(c->manifest), "%s/" MANIFEST_FILE, c->work);
+	c->net_json = network_json(&c->net);
+	if (manifest_write(c->wfd, &c->t, a->pid, settings_content(a->s, true), c->vmm, a->leave_running, c->criu,
+			   c->argv, c->r, NULL, NULL, c->net_json, c->net.written_json) < 0)
+		return ck_failed_f(c, "cannot write %s", c->manifest);
+	return 0;
+}
+
+/* CRIU, in its own process group: a Ctrl-C reaches cusnap only, which lets
+ * the dump end and then finishes. A failed dump left the tree running
+ * (frozen natively): its log is kept beyond the attempt's directory. */
+static int ck_dump(void *ctx)
+{
+	struct ckpt *c = ctx;
+	double t0 = now_ms();
+	struct criu_bounds dump_bounds = criu_bounds_default(true, false, c->a->s);
+	struct ticker *k = ticker_start("(criu dump)", tree_resident(&c->t), images_written, c->images);
+	int crc = criu_run(c->criu, c->argv, c->log, &dump_bounds);
+	ticker_stop(k);
+	c->r->ms_dump = now_ms() - t0;
+	if (crc != 0) {
+		ckptdir_keep_log(c->dfd, c->a->dir, c->log, sizeof(c->log));
+		if (crc < -1)
+			return ck_failed_f(c, "CRIU dump killed at its %s bound (log: %s)",
+					   crc == -EFBIG ? "log" : "time", c->log);
+		return ck_failed_f(c, "CRIU dump failed (exit %d; log: %s)", crc, c->log);
+	}
+	c->settled = !c->a->leave_running; /* the tree has exited: past undo */
+	c->r->image_bytes = dir_bytes(c->images);
+	progress("criu dump", c->r->ms_dump, "%.1f MiB of images in %s", c->r->image_bytes / 1048576.0, c->images);
+	progress_bytes("criu dump", c->r->image_bytes);
+	return 0;
+}
+
+/* The images' and content files' digests; the tree's end awaited. */
+static int ck_digests(void *ctx)
+{
+	struct ckpt *c = ctx;
+	c->digests = digest_images(c->images, false, c->r->image_bytes);
+	if (c->vmm && settings_content(c->a->s, true) == PROTO_CONTENT_FILE)
+		c->content = digest_images(c->work, true, c->r->bytes_copied);
+	if (!c->a->leave_running) {
+		dumped_tree_gone(&c->t);
+		network_after_dump(&c->net, c->log);
+		json_decref(c->net_json);
+		c->net_json = network_json(&c->net);
+	}
+	fault_point(FAULT_KILL_AFTER_DUMP);
+	return 0;
+}
+
+static bool ck_leaves_running(void *ctx)
+{
+	return ((struct ckpt *)ctx)->a->leave_running;
+}
+
+/* --leave-running: the tree released where it runs. */
+static int ck_release(void *ctx)
+{
+	struct ckpt *c = ctx;
+	char err[1200];
+	int sig = signal_caught();
+	if (sig) {
+		voice(VOICE_ERROR, "%s after the CRIU dump: undoing", strsignal(sig));
+		/* (undone: the images are no checkpoint) */
+		return ck_failed_f(c, "interrupted by %s after the CRIU dump", strsignal(sig));
+	}
+	double t0 = now_ms();
+	struct recovery rr;
+	if (tree_release(&c->t, c->work, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0)
+		return ck_failed_f(c, "after the dump: %s", err);
+	c->settled = true;
+	c->r->ms_restore_in_place = now_ms() - t0;
+	return 0;
+}
+
+/* The manifest with its digests, and the checkpoint put in place. */
+static int ck_publish(void *ctx)
+{
+	struct ckpt *c = ctx;
+	const struct args *a = c->a;
+	char err[PATH_MAX + 200];
+	if (manifest_write(c->wfd, &c->t, a->pid, settings_content(a->s, true), c->vmm, a->leave_running, c->criu,
+			   c->argv, c->r, c->digests, c->content, c->net_json, c->net.written_json) < 0)
+		voice(VOICE_WARN,
+		      "cannot rewrite %s with the images' digests: the one written before the dump stands, and a "
+		      "restore cannot verify the images",
+		      c->manifest);
+	if (ckptdir_publish(c->dfd, err, sizeof(err)) < 0)
+		return ck_failed_f(c, "the checkpoint could not be put in place (%s)", err);
+	c->published = true;
+	state_dir_end(c->rec.root, NULL); /* (its directory is the checkpoint: never emptied) */
+	if (!a->leave_running && signal_caught())
+		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
+		return fail(EX_TERMINATED,
+			    "interrupted by %s after the dump: the tree was dumped and has exited; the "
+			    "checkpoint in %s is complete (`cusnap restore --dir %s`)",
+			    strsignal(signal_caught()), a->dir, a->dir);
+	c->r->ms_total = now_ms() - c->start;
+	if (a->json && !a->result)
+		summary_checkpoint(a, &c->t, c->r);
+	return 0;
+}
+
+static const struct step checkpoint_steps[] = {
+	{"find", NULL, ck_find, NULL},         {"directory", NULL, ck_directory, ck_directory_undo},
+	{"check", NULL, ck_check, NULL},       {"prepare", NULL, ck_prepare, ck_resume},
+	{"manifest", NULL, ck_manifest, NULL}, {"criu dump", NULL, ck_dump, NULL},
+	{"digests", NULL, ck_digests, NULL},   {"release", ck_leaves_running, ck_release, NULL},
+	{"publish", NULL, ck_publish, NULL},
+};
+
+static const struct sequence checkpoint_sequence = {"checkpoint", checkpoint_steps,
+						    sizeof(checkpoint_steps) / sizeof(checkpoint_steps[0]), ck_failed};
 
 /* The checkpoint of a->pid into a->dir, held open as dfd. */
 static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_result *r)
 {
-	pid_t pid = a->pid;
-	const char *dir = a->dir;
-	bool leave_running = a->leave_running, published = false;
-	char criu[PATH_MAX], err[1200], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
-	int wfd = -1;
-	if (criu_find(a->s, criu, sizeof(criu), err, sizeof(err)) < 0)
-		return fail(EX_UNAVAILABLE, "%s", err);
-	double start = now_ms(), t0;
-	if (a->wait_ready) {
-		t0 = now_ms();
-		if (wait_for(pid, a->s, CONTROL_READY) < 0)
-			return fail(EX_LEFT_RUNNING, "%s/%s of process %d did not appear within %d ms: nothing done",
-				    a->s->control_dir, CONTROL_READY, (int)pid, a->s->timeout_ms);
-		progress("wait ready", now_ms() - t0, "%s/%s", a->s->control_dir, CONTROL_READY);
-	}
-	struct tree t;
-	struct network net = {0};
-	json_t *digests = NULL, *content = NULL, *net_json = NULL;
-	int rc = tree_load(pid, a->s, &t);
-	if (rc)
-		return rc;
-	if (work_begin(dfd, dir, work, sizeof(work), &wfd, images, sizeof(images)) < 0) {
-		rc = fail(EX_LEFT_RUNNING, "cannot create %s: %s; nothing done", images, strerror(errno));
-		tree_free(&t);
-		return rc;
-	}
-	r->processes = t.nprocs;
-	r->cuda = t.ncuda;
-	if ((rc = tree_hold(&t, "checkpoint")) || (rc = session_dumpable(pid)) || (rc = check_freezable(&t)) ||
-	    (rc = check_interposer(&t)) ||
-	    (rc = network_check(&t, criu, a->tcp_established, a->criu_config != NULL || a->tcp_close, &net)))
-		goto out;
-	bool vmm = t.nshim > 0;
-	progress("find", now_ms() - start, "%zu processes, %zu CUDA, %s", t.nprocs, t.ncuda,
-		 vmm       ? "interposed: VMM steps"
-		 : t.ncuda ? "not interposed: native steps only"
-			   : "no CUDA: CRIU only");
-	t0 = now_ms();
-	struct record rec = {.root = t.procs[0].pid, .dir = work};
-	struct coord_report cr;
-	if ((rc = tree_suspend(&t, &rec, settings_content(a->s, true), &cr)))
-		goto out;
-	r->bytes_copied = cr.bytes;
-	r->shared = cr.shared;
-	memcpy(r->device_bytes, cr.device_bytes, sizeof(r->device_bytes));
-	r->ms_prepare = vmm ? cr.ms_total : 0;
-	r->ms_checkpoint = now_ms() - t0 - r->ms_prepare;
-	/* CRIU: explicit argv, the log in the images directory. */
-	char pidstr[16];
-	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
-	char plugins[PATH_MAX + 32];
-	if (criu_plugin_dir(work, plugins, sizeof(plugins)) < 0) {
-		rc = finish(&t, &rec, "cannot make %s: %s", plugins, strerror(errno));
-		goto out;
-	}
-	char *argv[24];
-	dump_argv(a, pidstr, images, plugins, argv);
-	snprintf(log, sizeof(log), "%s/" LAYOUT_DUMP_LOG, images);
-	/* The manifest goes first: once CRIU has dumped the tree (it exits), the
-	 * checkpoint must be restorable even if cusnap dies before the dump returns. */
-	char manifest[PATH_MAX + 48];
-	snprintf(manifest, sizeof(manifest), "%s/" MANIFEST_FILE, work);
-	net_json = network_json(&net);
-	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, NULL, NULL,
-			   net_json, net.written_json) < 0) {
-		rc = finish(&t, &rec, "cannot write %s", manifest);
-		goto out;
-	}
-	t0 = now_ms();
-	/* In its own process group: a Ctrl-C reaches cusnap only, which lets the
-	 * dump end and then finishes. */
-	struct criu_bounds dump_bounds = criu_bounds_default(true, false, a->s);
-	struct ticker *k = ticker_start("(criu dump)", tree_resident(&t), images_written, images);
-	int crc = criu_run(criu, argv, log, &dump_bounds);
-	ticker_stop(k);
-	r->ms_dump = now_ms() - t0;
-	if (crc != 0) {
-		rc = dump_failed(&t, &rec, crc, dfd, dir, log, sizeof(log));
-		goto out;
-	}
-	r->image_bytes = dir_bytes(images);
-	progress("criu dump", r->ms_dump, "%.1f MiB of images in %s", r->image_bytes / 1048576.0, images);
-	progress_bytes("criu dump", r->image_bytes);
-	digests = digest_images(images, false, r->image_bytes);
-	if (vmm && settings_content(a->s, true) == PROTO_CONTENT_FILE)
-		content = digest_images(work, true, r->bytes_copied);
-	if (!leave_running) {
-		dumped_tree_gone(&t);
-		network_after_dump(&net, log);
-		json_decref(net_json);
-		net_json = network_json(&net);
-	}
-	fault_point(FAULT_KILL_AFTER_DUMP);
-	if (leave_running) {
-		if (signal_caught()) {
-			rc = interrupted(&t, &rec, "the CRIU dump"); /* undone: the images are no checkpoint */
-			goto out;
-		}
-		t0 = now_ms();
-		struct recovery rr;
-		if (tree_release(&t, work, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0) {
-			rc = finish(&t, &rec, "after the dump: %s", err);
-			goto out;
-		}
-		r->ms_restore_in_place = now_ms() - t0;
-	}
-	if (manifest_write(wfd, &t, pid, settings_content(a->s, true), vmm, leave_running, criu, argv, r, digests,
-			   content, net_json, net.written_json) < 0)
-		fprintf(stderr,
-			"cusnap: warning: cannot rewrite %s with the images' digests: the one written before the "
-			"dump stands, and a restore cannot verify the images\n",
-			manifest);
-	if (ckptdir_publish(dfd, err, sizeof(err)) < 0) {
-		rc = fail(leave_running ? EX_LEFT_RUNNING : EX_TERMINATED,
-			  "the checkpoint in %s/.partial is whole but could not be put in place (%s): the next "
-			  "`cusnap restore --dir %s` puts it there",
-			  dir, err, dir);
-		published = true; /* (kept for that) */
-		goto out;
-	}
-	published = true;
-	state_dir_end(rec.root, NULL); /* (its directory is the checkpoint: never emptied) */
-	if (!leave_running && signal_caught()) {
-		/* Past the point of no return: the tree has exited; the checkpoint is whole. */
-		rc = fail(EX_TERMINATED,
-			  "interrupted by %s after the dump: the tree was dumped and has exited; the "
-			  "checkpoint in %s is complete (`cusnap restore --dir %s`)",
-			  strsignal(signal_caught()), dir, dir);
-		goto out;
-	}
-	r->ms_total = now_ms() - start;
-	if (a->json && !a->result)
-		summary_checkpoint(a, &t, r);
-	rc = EX_OK;
-out:
-	close(wfd);
-	if (!published)
-		ckptdir_discard(dfd); /* a failed attempt leaves nothing; the previous checkpoint stands */
-	json_decref(digests);
-	json_decref(content);
-	json_decref(net_json);
-	network_free(&net);
-	tree_free(&t);
+	struct ckpt *c = calloc(1, sizeof(*c));
+	if (!c)
+		return fail(EX_LEFT_RUNNING, "checkpoint: out of memory; nothing done");
+	*c = (struct ckpt){.a = a, .r = r, .dfd = dfd, .wfd = -1, .start = now_ms()};
+	size_t at;
+	int rc = steps_run(&checkpoint_sequence, c, &at);
+	close(c->wfd);
+	json_decref(c->digests);
+	json_decref(c->content);
+	json_decref(c->net_json);
+	network_free(&c->net);
+	if (c->loaded)
+		tree_free(&c->t);
+	free(c);
 	return rc;
 }
 

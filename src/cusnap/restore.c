@@ -258,56 +258,124 @@ static int restore_matches(const struct manifest *m, const struct tree *t)
 	return 0;
 }
 
-/* The checkpoint of a->dir restored: the manifest and everything checked
- * before CRIU makes a process, CRIU, the tree found again, then its GPU state
- * (native restore onto the device map's GPUs, the sharing rebuilt) and
- * restore-complete (tree_release); on a failure the restored tree is killed. */
-static int restore_from(const struct args *a, int dfd, struct checkpoint_result *r)
-{
-	char criu[PATH_MAX], err[PATH_MAX + 1200];
+/* ---- the restore as one list of steps (DESIGN.md §9.2) ---- */
+
+struct rstr {
+	const struct args *a;
+	struct checkpoint_result *r;
+	int dfd;
+	double start;
 	struct manifest m;
 	struct devmap map;
-	double start = now_ms();
-	int rc = restore_ready(a, dfd, &m, &map, criu);
+	struct settings s; /* the caller's, with the control directory the checkpoint recorded */
+	struct tree t;
+	bool have_manifest, loaded;
+	pid_t root; /* the restored tree's root, once CRIU made it */
+	char criu[PATH_MAX];
+};
+
+static int rs_failed(void *ctx, const char *why)
+{
+	struct rstr *c = ctx;
+	if (c->root > 0)
+		return fail(EX_TERMINATED, "%s (restored tree killed)", why);
+	return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
+}
+
+/* Everything checked before CRIU makes a process. */
+static int rs_check(void *ctx)
+{
+	struct rstr *c = ctx;
+	int rc = restore_ready(c->a, c->dfd, &c->m, &c->map, c->criu);
+	c->have_manifest = rc == 0;
+	return rc;
+}
+
+static int rs_criu(void *ctx)
+{
+	struct rstr *c = ctx;
+	int rc = restore_criu(c->a, &c->m, c->criu, c->r, &c->root);
+	if (rc)
+		c->root = 0; /* (killed there) */
+	c->r->restored_root = c->root;
+	return rc;
+}
+
+/* A half-restored workload must never run. */
+static int rs_kill(void *ctx, int code)
+{
+	struct rstr *c = ctx;
+	proc_tree_kill(c->root, true);
+	return code == EX_UNAVAILABLE ? code : EX_TERMINATED;
+}
+
+/* The restored tree found again, every CUDA process of the manifest in it. */
+static int rs_find(void *ctx)
+{
+	struct rstr *c = ctx;
+	network_lock_lifted(&c->m); /* (restored in another namespace: the dump's lock is stale there) */
+	/* The restored processes see the control directory the checkpoint recorded. */
+	c->s = *c->a->s;
+	snprintf(c->s.control_dir, sizeof(c->s.control_dir), "%s", c->m.control_dir);
+	int rc = tree_load(c->root, &c->s, &c->t);
 	if (rc)
 		return rc;
-	pid_t root = 0;
-	if ((rc = restore_criu(a, &m, criu, r, &root))) {
-		manifest_free(&m);
-		return rc;
-	}
-	r->restored_root = root;
-	network_lock_lifted(&m); /* (restored in another namespace: the dump's lock is stale there) */
-	/* The restored processes see the control directory the checkpoint recorded. */
-	struct settings s = *a->s;
-	snprintf(s.control_dir, sizeof(s.control_dir), "%s", m.control_dir);
-	struct tree t;
-	if ((rc = tree_load(root, &s, &t))) {
-		proc_tree_kill(root, true);
-		manifest_free(&m);
-		return rc == EX_UNAVAILABLE ? rc : EX_TERMINATED;
-	}
-	r->processes = t.nprocs;
-	r->cuda = t.ncuda;
+	c->loaded = true;
+	c->r->processes = c->t.nprocs;
+	c->r->cuda = c->t.ncuda;
+	return restore_matches(&c->m, &c->t);
+}
+
+/* Its GPU state: the native restore onto the device map's GPUs, the sharing
+ * rebuilt, restore-complete. */
+static int rs_release(void *ctx)
+{
+	struct rstr *c = ctx;
+	char err[PATH_MAX + 1200];
 	struct recovery rec;
 	memset(&rec, 0, sizeof(rec));
-	rc = restore_matches(&m, &t);
+	int rc = restore_interrupted(c->a->dir, "the CRIU restore");
 	struct ticker *k = ticker_start("(native restore, rebuild)", 0, NULL, NULL);
-	if (!rc && !(rc = restore_interrupted(a->dir, "the CRIU restore")) &&
-	    tree_release(&t, a->dir, m.prepared ? RECOVER_STATE : RECOVER_ANY, &map, RELEASE_RESTORED, &rec, err,
-			 sizeof(err)) < 0)
-		rc = fail(EX_TERMINATED, "%s (restored tree killed)", err);
+	if (!rc && tree_release(&c->t, c->a->dir, c->m.prepared ? RECOVER_STATE : RECOVER_ANY, &c->map,
+				RELEASE_RESTORED, &rec, err, sizeof(err)) < 0)
+		rc = rs_failed(c, err);
 	ticker_stop(k);
-	if (rc)
-		proc_tree_kill(root, true); /* a half-restored workload must never run */
-	r->ms_native_restore = rec.ms_thaw;
-	r->ms_vmm_restore = rec.ms_rebuild;
-	r->bytes_copied = rec.report.bytes;
-	r->ms_total = now_ms() - start;
+	c->r->ms_native_restore = rec.ms_thaw;
+	c->r->ms_vmm_restore = rec.ms_rebuild;
+	c->r->bytes_copied = rec.report.bytes;
+	return rc;
+}
+
+static const struct step restore_steps[] = {
+	{"check", NULL, rs_check, NULL},
+	{"criu restore", NULL, rs_criu, rs_kill},
+	{"find", NULL, rs_find, NULL},
+	{"release", NULL, rs_release, NULL},
+};
+
+static const struct sequence restore_sequence = {"restore", restore_steps,
+						 sizeof(restore_steps) / sizeof(restore_steps[0]), rs_failed};
+
+/* The checkpoint of a->dir restored; on a failure the restored tree is killed. */
+static int restore_from(const struct args *a, int dfd, struct checkpoint_result *r)
+{
+	struct rstr *c = calloc(1, sizeof(*c));
+	if (!c)
+		return fail(EX_LEFT_RUNNING, "restore: out of memory; nothing done");
+	c->a = a;
+	c->r = r;
+	c->dfd = dfd;
+	c->start = now_ms();
+	size_t at;
+	int rc = steps_run(&restore_sequence, c, &at);
+	r->ms_total = now_ms() - c->start;
 	if (!rc && a->json && !a->result)
-		summary_restore(a, root, &t, r);
-	tree_free(&t);
-	manifest_free(&m);
+		summary_restore(a, c->root, &c->t, r);
+	if (c->loaded)
+		tree_free(&c->t);
+	if (c->have_manifest)
+		manifest_free(&c->m);
+	free(c);
 	return rc;
 }
 

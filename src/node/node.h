@@ -283,6 +283,33 @@ int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *report_error(void);
 const char *state_name(int s);
 
+/* ---- steps.c: a sequence as data (DESIGN.md §9) ---- */
+/* One step of a checkpoint or a restore over the sequence's context: its name
+ * (what CUSNAP_FAIL_STEP and the undo's lines call it), whether it applies
+ * (when: NULL, always), its work (0, or the exit code: a step that fails
+ * undoes its own part and fails through the sequence's failed()) and the
+ * undo of that work (NULL: none), given the exit code so far and returning
+ * the one to end with (finish() decides it from what the undo saw). */
+struct step {
+	const char *name;
+	bool (*when)(void *ctx);
+	int (*run)(void *ctx);
+	int (*undo)(void *ctx, int code);
+};
+struct sequence {
+	const char *name; /* "checkpoint" */
+	const struct step *steps;
+	size_t n;
+	/* A step's failure, why: said, or kept for the undo that says it
+	 * (finish()); the exit code. */
+	int (*failed)(void *ctx, const char *why);
+};
+/* The steps in order; on the first failure the undo of every step done before
+ * it, the last done first. *at: the index of the failing step (n: none).
+ * 0, or the exit code. CUSNAP_FAIL_STEP=NAME fails the step of that name
+ * before its work (a name of no step: refused, EX_USAGE, nothing done). */
+int steps_run(const struct sequence *seq, void *ctx, size_t *at);
+
 /* ---- job.c: checkpoint jobs (driver 590 and later; DESIGN.md §9) ---- */
 struct job {
 	char path[4200]; /* the job file as cusnap opens it; "" when the tree is in no job */
