@@ -23,6 +23,14 @@ enum criu_hook {
 	CRIU_HOOKS_4_1 = 12                /* the table's length in CRIU 4.1 */
 };
 
+/* Each hook's type: the descriptor's table holds them as void *, so a row is
+ * written CRIU_HOOK_FN(type, fn), which refuses to compile a function of
+ * another type. */
+typedef int criu_resume_devices_late_fn(int pid);
+typedef int criu_pause_devices_fn(int pid);
+typedef int criu_checkpoint_devices_fn(int pid);
+#define CRIU_HOOK_FN(type, fn) _Generic((fn), type * : (void *)(fn))
+
 #define CRIU_PLUGIN_VERSION_0_2 ((0u << 16) + (2u << 8) + 0u)
 
 struct criu_plugin_desc {

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The CRIU plugin's parts (plugin.c is the glue to CRIU's hooks):
+/* The CRIU plugin's parts: plugin.c (its descriptor, init and exit, what every
+ * hook needs), plugin_dump.c and plugin_restore.c (the hooks of each stage);
+ * and
  *   plugin_conf.c: its settings, from a file where CRIU runs without our
  *     environment;
  *   plugin_log.c: what it and the node library say, into CRIU's own log as well as stderr;
@@ -135,5 +137,76 @@ bool proc_ending(pid_t pid);
 /* Every process of t let go by CRIU (no tracer) or ending, within timeout_ms:
  * how many live on, or -1 on a timeout. */
 int wait_released(const struct tree *t, int timeout_ms);
+
+/* ---- plugin.c, plugin_dump.c, plugin_restore.c: the hooks ---- */
+
+/* Who works on the tree CRIU was given. */
+
+/* Who works on the tree CRIU was given. */
+enum owner {
+	OWNER_UNDECIDED,
+	OWNER_NONE, /* no CUDA (or not dumped by this plugin): CRIU, and any other plugin */
+	OWNER_MINE, /* this plugin */
+	OWNER_PEER, /* CRIU's CUDA plugin: CUDA processes, none under the interposer */
+};
+
+struct tree_lock;
+/* The plugin's state, over one stage of one CRIU (plugin_init clears it). */
+struct plugin_state {
+	int stage; /* enum criu_stage */
+	enum owner owner;
+	bool checkpointed; /* CHECKPOINT_DEVICES done */
+	struct tree t;
+	bool loaded; /* t holds the tree */
+	struct record rec;
+	char dir[PATH_MAX]; /* the images directory */
+	struct plugin_conf conf;
+	char conf_error[PATH_MAX + 600]; /* the configuration file is refused: why */
+	char control[4096];              /* the workload's control directory */
+	struct settings s;               /* what the node library is given (settings_for) */
+	pid_t root;
+	int *restore_tid;                         /* each CUDA process's restore thread, asked while it runs */
+	struct devmap map;                        /* restore: the GPUs the checkpoint's are restored onto */
+	uint64_t device_bytes[PROTO_MAX_DEVICES]; /* dump: the tree's VMM memory per GPU (prepare's count) */
+	struct inet_sock *socks;                  /* dump: the tree's sockets, read while it runs */
+	size_t nsocks;
+	struct helper helper;
+	bool criu_fails;     /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool restoring;      /* restore: the images are this plugin's */
+	bool dump_failed;    /* dump: CRIU's status was not 0 */
+	double t0;           /* when CRIU loaded the plugin (the operation's start, for the metrics) */
+	struct group *group; /* dump: the group this dump is one member of (plugin_group.c) */
+	char why[1600];      /* dump: a failure after the prepare, for its undo to say */
+};
+extern struct plugin_state P;
+extern struct criu_plugin_desc CR_PLUGIN_DESC __attribute__((visibility("default")));
+
+/* plugin.c: what every hook needs. */
+/* metrics_dir: the dump's or restore's result for node_exporter (a warning
+ * when it cannot be written). */
+void plugin_metrics(const char *op, int code);
+/* The images directory's path, from CRIU's descriptor of it: 0 or -1. */
+int images_dir(char *out, size_t len);
+/* The settings: the configuration file and the environment (plugin_conf.c),
+ * then the workload's own SNAPSHOT_CONTROL_DIR, then the defaults. */
+void settings_for(pid_t root);
+/* How long CRIU waits for a helper: the release (60 s), then an undo. */
+int helper_bound_ms(void);
+/* CRIU's images directory and everything in it its owner's or root's,
+ * writable by no one else (DESIGN.md §9): 0, or -1 (said, with outcome). */
+int images_trusted(const char *outcome);
+
+/* plugin_dump.c: the dump's hooks (criu_abi.h's types) and its end. */
+criu_pause_devices_fn pause_devices;
+criu_checkpoint_devices_fn checkpoint_devices;
+void dump_exit(int ret);
+/* At CRIU's exit (atexit): the helper's work done (or its bound passed), and
+ * CRIU's status 1 when the tree could not be put back. */
+void criu_exit_waits(void);
+
+/* plugin_restore.c: the restore's beginning (at init), its hook and its end. */
+int restore_begin(void);
+criu_resume_devices_late_fn resume_devices_late;
+void restore_exit(int ret);
 
 #endif

@@ -306,8 +306,9 @@ struct sequence {
 };
 /* The steps in order; on the first failure the undo of every step done before
  * it, the last done first. *at: the index of the failing step (n: none).
- * 0, or the exit code. CUSNAP_FAIL_STEP=NAME fails the step of that name
- * before its work (a name of no step: refused, EX_USAGE, nothing done). */
+ * 0, or the exit code. CUSNAP_FAIL_STEP=SEQUENCE:NAME fails the step NAME of
+ * the sequence of that name before its work (a name of no step of it:
+ * refused, EX_USAGE, nothing done; another sequence's: not this one's concern). */
 int steps_run(const struct sequence *seq, void *ctx, size_t *at);
 
 /* ---- job.c: checkpoint jobs (driver 590 and later; DESIGN.md §9) ---- */

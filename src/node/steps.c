@@ -9,17 +9,19 @@
 
 #include "node.h"
 
-/* CUSNAP_FAIL_STEP=NAME makes the step of that name fail before its work
- * (the tests walk a failure through every step with it): its index in
- * steps[0..n), n when unset, or -1 (said) when it names none of them (a
- * misspelt name would otherwise never fire, and the test pass silently). */
+/* CUSNAP_FAIL_STEP=SEQUENCE:NAME makes the step NAME of the sequence of that
+ * name fail before its work (the tests walk a failure through every step with
+ * it): its index in the sequence, n when unset or another sequence's, or -1
+ * (said) when it names no step of this one (a misspelt name would otherwise
+ * never fire, and the test pass silently). */
 static long step_to_fail(const struct sequence *seq)
 {
 	const struct step *steps = seq->steps;
-	size_t n = seq->n;
-	const char *name = getenv("CUSNAP_FAIL_STEP");
-	if (!name || !*name)
+	size_t n = seq->n, len = strlen(seq->name);
+	const char *want = getenv("CUSNAP_FAIL_STEP");
+	if (!want || strncmp(want, seq->name, len) != 0 || want[len] != ':')
 		return (long)n;
+	const char *name = want + len + 1;
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(steps[i].name, name) == 0)
 			return (long)i;
@@ -27,7 +29,7 @@ static long step_to_fail(const struct sequence *seq)
 	size_t at = 0;
 	for (size_t i = 0; i < n && at < sizeof(names); i++)
 		at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "", steps[i].name);
-	voice(VOICE_ERROR, "CUSNAP_FAIL_STEP=%s names no step of %s (its steps: %s)", name, seq->name, names);
+	voice(VOICE_ERROR, "CUSNAP_FAIL_STEP=%s names no step of %s (its steps: %s)", want, seq->name, names);
 	return -1;
 }
 

@@ -236,6 +236,53 @@ static void dump_failing(void)
 	}
 }
 
+/* PAUSE_DEVICES as a list of steps (plugin_dump.c): each step failing in turn
+ * (CUSNAP_FAIL_STEP), the dump fails with the tree as before, and CRIU's log
+ * has the undo of every step done before it, the last first; a name of no
+ * step fails the dump naming them, nothing changed. */
+static void pause_step_failing(void)
+{
+	static const struct {
+		const char *name, *undone; /* the undo lines expected, in order */
+	} steps[] = {
+		{"check", ""},  {"group", ""}, {"prepare", "group"}, {"lock", "prepare group"},
+		{"lokc", NULL}, /* (no such step) */
+	};
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		struct group g;
+		if (group_start(&g, "plug-steps", 2, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		char dir[PATH_MAX + 32], *out, env0[64], *extra[] = {env0, NULL};
+		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=plugin pause:%s", steps[k].name);
+		CHECK(dump(g.root, dir, "host", plugins, false, extra, &out) != 0);
+		free(out);
+		char *log = criu_log(dir, "dump.log"), want[96];
+		if (!steps[k].undone) {
+			CHECK_CONTAINS(log, "names no step of plugin pause (its steps: check, group, prepare, "
+					    "boundary, lock)");
+		} else {
+			snprintf(want, sizeof(want), "step %s failed on purpose", steps[k].name);
+			CHECK_CONTAINS(log, want);
+			const char *at = log ? log : "";
+			char names[64];
+			snprintf(names, sizeof(names), "%s", steps[k].undone);
+			int undos = 0;
+			for (char *save, *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save), undos++) {
+				snprintf(want, sizeof(want), "step %s: undoing", n);
+				const char *found = strstr(at, want);
+				if (!found)
+					test_fail(__FILE__, __LINE__, "failing at %s: no '%s' after the one before",
+						  steps[k].name, want);
+				at = found ? found + strlen(want) : at;
+			}
+			CHECK_EQ(count_of(log, ": undoing"), undos);
+		}
+		free(log);
+		group_done(&g, 3);
+	}
+}
+
 /* -R: the tree runs on after the dump, completed in place (snapshot-complete)
  * before `criu dump` returns. */
 static void leave_running(void)
@@ -718,6 +765,8 @@ int main(void)
 		 "refused",
 		 both_crius);
 	test_run("a dump failing after the plugin prepared: the tree runs on and verifies itself", dump_failing);
+	test_run("PAUSE_DEVICES failing at each of its steps: the steps done undone, the last first",
+		 pause_step_failing);
 	test_run("criu dump -R with the plugin: the tree runs on, snapshot-complete", leave_running);
 	test_run("no interposer: native steps only, restored", without_interposer);
 	test_run("refused, nothing changed: partial interposition", refusals);

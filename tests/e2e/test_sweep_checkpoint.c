@@ -73,7 +73,7 @@ static void failed_step(size_t k, bool leave)
 	snprintf(what, sizeof(what), "step %s failing%s", steps[k].name, leave ? " (--leave-running)" : "");
 	if (group_start(&g, "steps", 1, 2, false, NULL, NULL, NULL) < 0)
 		return;
-	snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=%s", steps[k].name);
+	snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=checkpoint:%s", steps[k].name);
 	snprintf(pid, sizeof(pid), "%d", g.root);
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
 	snprintf(partial, sizeof(partial), "%s/.partial", dir);
@@ -82,7 +82,7 @@ static void failed_step(size_t k, bool leave)
 	if (k == 0 && !leave) {
 		/* A misspelt step would never fail: refused before any step,
 		 * the steps named (this list is checkpoint's whole list). */
-		char *misspelt[] = {"CUSNAP_FAIL_STEP=criu-dump", NULL}, list[512] = "its steps: ";
+		char *misspelt[] = {"CUSNAP_FAIL_STEP=checkpoint:criu-dump", NULL}, list[512] = "its steps: ";
 		for (size_t i = 0; i < NSTEPS; i++)
 			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
 				 steps[i].name);
@@ -152,7 +152,7 @@ static void restore_step_failing(void)
 	size_t n = sizeof(restore_steps) / sizeof(restore_steps[0]);
 	for (size_t k = 0; k < n; k++) {
 		char env0[64], what[64];
-		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=%s", restore_steps[k]);
+		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=restore:%s", restore_steps[k]);
 		snprintf(what, sizeof(what), "restore step %s failing", restore_steps[k]);
 		char *env[] = {env0, NULL};
 		rc = tool(&out, env, tool_path, "restore", "--dir", dir, "--criu", criu, NULL);

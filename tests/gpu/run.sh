@@ -313,34 +313,32 @@ fi
 # once the workers imported them; a worker carries each through the suspend
 # (in host content whatever was asked: the driver restores no import), and the
 # parent's cached exports resolve afterwards, to the allocation the worker made.
-for content in host native; do
-	if start "g7-$content" env VMM_GROUP_RELEASE=1 "$cusnap" run -- "$group" --workers 2 --allocs 2; then
-		if suspend_resume "g7-$content" "$pid" "$content" && finish "$pid"; then
-			result "G7-$content" PASS "a creator that let go: a worker carried its allocations through suspend/resume ($content content), the cached exports resolved, every process verified"
+# One group (vmm_group with the variable VAR=1 and ARGS), suspended and resumed in
+# each content, every process verified: result ID-host and ID-native.
+suspend_round() { # ID VAR "ARGS" "what passed" "what failed"
+	local id=$1 var=$2 args=$3 passed=$4 failed=$5 content name
+	for content in host native; do
+		name=$(echo "$id" | tr 'A-Z' 'a-z')-$content
+		# shellcheck disable=SC2086 # ARGS are words
+		if start "$name" env "$var=1" "$cusnap" run -- "$group" $args; then
+			if suspend_resume "$name" "$pid" "$content" && finish "$pid"; then
+				result "$id-$content" PASS "$passed ($content content), every process verified"
+			else
+				result "$id-$content" FAIL "$failed ($content): $(lastlines "$name-suspend" 2) $(lastlines "$name-resume" 2) $(grep -h FAIL "$logs/$name.log" | head -2 | tr '\n' ' ')"
+				stop "$pid"
+			fi
 		else
-			result "G7-$content" FAIL "holders ($content): $(lastlines "g7-$content-suspend" 2) $(lastlines "g7-$content-resume" 2) $(grep -h FAIL "$logs/g7-$content.log" | head -2 | tr '\n' ' ')"
+			result "$id-$content" FAIL "the group did not get ready: $(lastlines "$name")"
 			stop "$pid"
 		fi
-	else
-		result "G7-$content" FAIL "the group did not get ready: $(lastlines "g7-$content")"
-		stop "$pid"
-	fi
-done
+	done
+}
+suspend_round G7 VMM_GROUP_RELEASE "--workers 2 --allocs 2" \
+	"a creator that let go: a worker carried its allocations through suspend/resume and the cached exports resolved" holders
 
 # ---- G10: contiguous mappings granted together ----
-for content in host native; do
-	if start "g10-$content" env VMM_GROUP_CONTIGUOUS=1 "$cusnap" run -- "$group" --workers 2 --allocs 4; then
-		if suspend_resume "g10-$content" "$pid" "$content" && finish "$pid"; then
-			result "G10-$content" PASS "4 allocations mapped back to back in each of 3 processes, suspended and resumed ($content content), every process verified"
-		else
-			result "G10-$content" FAIL "contiguous ($content): $(lastlines "g10-$content-suspend" 2) $(lastlines "g10-$content-resume" 2) $(grep -h FAIL "$logs/g10-$content.log" | head -2 | tr '\n' ' ')"
-			stop "$pid"
-		fi
-	else
-		result "G10-$content" FAIL "the group did not get ready: $(lastlines "g10-$content")"
-		stop "$pid"
-	fi
-done
+suspend_round G10 VMM_GROUP_CONTIGUOUS "--workers 2 --allocs 4" \
+	"4 allocations mapped back to back in each of 3 processes, suspended and resumed" contiguous
 
 # ---- G8: checkpoint jobs (driver 590+; 610 checkpoints native legacy IPC only in one) ----
 # A pair sharing native legacy IPC (the shim's adapter off) started in a job by

@@ -3,8 +3,9 @@
  * any step runs the undo of every step done before it, the last done first,
  * and nothing of the failing step's or later ones'; a step that does not
  * apply is neither run nor undone; each undo passes the exit code on;
- * CUSNAP_FAIL_STEP fails the named step before its work, and a name of no
- * step is refused before anything runs. */
+ * CUSNAP_FAIL_STEP=SEQUENCE:NAME fails the named step before its work, a
+ * name of no step is refused before anything runs, and another sequence's
+ * step leaves this one alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,18 +108,24 @@ static void failure_at_every_step(void)
 
 static void failed_on_purpose(void)
 {
-	setenv("CUSNAP_FAIL_STEP", "four", 1);
+	setenv("CUSNAP_FAIL_STEP", "the walk:four", 1);
 	struct walk w = {.fail_at = -1};
 	size_t at;
 	int rc = steps_run(&seq, &w, &at);
 	CHECK_EQ(at, 4);
 	CHECK_STR(w.trace, "r0 r1 r2 r3 [step four failed on purpose (CUSNAP_FAIL_STEP)] u3 u1 u0 ");
 	CHECK_EQ(rc, 9 + 3);
-	setenv("CUSNAP_FAIL_STEP", "fourr", 1);
+	setenv("CUSNAP_FAIL_STEP", "the walk:fourr", 1);
 	memset(&w, 0, sizeof(w));
 	w.fail_at = -1;
 	CHECK_EQ(steps_run(&seq, &w, &at), EX_USAGE);
 	CHECK_STR(w.trace, "");
+	/* Another sequence's step: this one runs whole. */
+	setenv("CUSNAP_FAIL_STEP", "checkpoint:four", 1);
+	memset(&w, 0, sizeof(w));
+	w.fail_at = -1;
+	CHECK_EQ(steps_run(&seq, &w, &at), 0);
+	CHECK_STR(w.trace, "r0 r1 r2 r3 r4 r5 ");
 	unsetenv("CUSNAP_FAIL_STEP");
 }
 
