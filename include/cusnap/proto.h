@@ -79,6 +79,10 @@ enum proto_handle_type {
 /* Device ordinals on the wire (F_DEVICE, F_DEVICE_MAP, F_MC_ADDED) and in every
  * per-device table of the shim and the tools are below this. */
 #define PROTO_MAX_DEVICES 64
+/* What a caller waits for one participant's step unless told otherwise: the
+ * node library's timeout_ms (src/node/settings.def) and the coordinator
+ * command line's --timeout alike. */
+#define PROTO_STEP_TIMEOUT_MS 30000
 
 /* F_CAPS bits: optional operations a participant serves. A coordinator sends
  * such an operation only to a participant that set its bit. */

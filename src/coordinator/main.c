@@ -53,34 +53,36 @@ static void print_warning(const char *what)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|file|native] PARTICIPANTS\n"
-		   "       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
-		   "       snapshot-cuda-vmm --abort PARTICIPANTS\n"
-		   "       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
-		   "       snapshot-cuda-vmm --inspect-state DIR [--json]\n"
-		   "  PARTICIPANTS: [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
-		   "                --process OBS NS [--process OBS NS ...]\n"
-		   "\n"
-		   "  --prepare          reduce shared VMM memory to what the native checkpoint handles and write\n"
-		   "                     DIR/cuda-vmm.state; on failure every participant is rebuilt\n"
-		   "  --restore          after the native restore: rebuild the sharing from DIR/cuda-vmm.state;\n"
-		   "                     without that file nothing was prepared: exit 0 (unless --require-state)\n"
-		   "  --abort            rebuild participants left part way through a prepare\n"
-		   "  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
-		   "  --inspect-state D  print the state file D/cuda-vmm.state\n"
-		   "  --content MODE     host (default): save shared bytes in the processes; file: in files of\n"
-		   "                     their own in DIR; native: keep them on the device for the native\n"
-		   "                     checkpoint to save\n"
-		   "  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
-		   "  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
-		   "                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"
-		   "  --control-dir D    the participants' control directory (default $SNAPSHOT_CONTROL_DIR,\n"
-		   "                     $DYN_SNAPSHOT_CONTROL_DIR, or /snapshot-control)\n"
-		   "  --json             one JSON object on stdout\n"
-		   "  --timeout MS       deadline per participant (default 10000)\n"
-		   "\n"
-		   "exit status: 0 success; 1 failed, the workload is as before (prepare rebuilt it); 2 failed\n"
-		   "and the workload is in an unknown state (restore or abort failed); 64 usage error\n");
+	fprintf(f,
+		"usage: snapshot-cuda-vmm --prepare --checkpoint-dir DIR [--content host|file|native] PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --restore --checkpoint-dir DIR [--require-state] PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --abort PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --inspect PARTICIPANTS\n"
+		"       snapshot-cuda-vmm --inspect-state DIR [--json]\n"
+		"  PARTICIPANTS: [--proc-root P] [--control-dir D] [--json] [--timeout MS]\n"
+		"                --process OBS NS [--process OBS NS ...]\n"
+		"\n"
+		"  --prepare          reduce shared VMM memory to what the native checkpoint handles and write\n"
+		"                     DIR/cuda-vmm.state; on failure every participant is rebuilt\n"
+		"  --restore          after the native restore: rebuild the sharing from DIR/cuda-vmm.state;\n"
+		"                     without that file nothing was prepared: exit 0 (unless --require-state)\n"
+		"  --abort            rebuild participants left part way through a prepare\n"
+		"  --inspect          print every participant's tracked CUDA VMM topology (read-only)\n"
+		"  --inspect-state D  print the state file D/cuda-vmm.state\n"
+		"  --content MODE     host (default): save shared bytes in the processes; file: in files of\n"
+		"                     their own in DIR; native: keep them on the device for the native\n"
+		"                     checkpoint to save\n"
+		"  --process OBS NS   a participant: OBS its PID as seen here, NS its PID in its own namespace\n"
+		"  --proc-root P      reach endpoints as P/OBS/root/<control-dir>/cuda-vmm-NS.sock\n"
+		"                     (default /proc; \"\" means <control-dir>/cuda-vmm-NS.sock directly)\n"
+		"  --control-dir D    the participants' control directory (default $SNAPSHOT_CONTROL_DIR,\n"
+		"                     $DYN_SNAPSHOT_CONTROL_DIR, or /snapshot-control)\n"
+		"  --json             one JSON object on stdout\n"
+		"  --timeout MS       deadline per participant (default %d, as cusnap's)\n"
+		"\n"
+		"exit status: 0 success; 1 failed, the workload is as before (prepare rebuilt it); 2 failed\n"
+		"and the workload is in an unknown state (restore or abort failed); 64 usage error\n",
+		PROTO_STEP_TIMEOUT_MS);
 }
 
 static int parse_int(const char *s, int *out)
@@ -196,7 +198,7 @@ static int parse(int argc, char **argv, struct cli *c)
 		{"require-state", no_argument, NULL, OPT_REQUIRE_STATE},
 		{0, 0, 0, 0},
 	};
-	*c = (struct cli){.timeout_ms = 10000,
+	*c = (struct cli){.timeout_ms = PROTO_STEP_TIMEOUT_MS,
 			  .content = PROTO_CONTENT_HOST,
 			  .proc_root = "/proc",
 			  .control_dir = control_dir_from_env()};

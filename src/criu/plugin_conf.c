@@ -45,13 +45,6 @@ static char *trim(char *s)
 	return s;
 }
 
-/* A key as the file spells it: its row of settings.def (cuda.device-map is
- * device_map, as CRIU's plugin option will be spelt), or NULL. */
-static const struct setting *conf_row(const char *key)
-{
-	return setting_by_key(!strcmp(key, "cuda.device-map") ? "device_map" : key);
-}
-
 int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text, char *why, size_t len)
 {
 	char *copy = strdup(text), err[512];
@@ -83,7 +76,7 @@ int plugin_conf_parse(struct plugin_conf *c, const char *name, const char *text,
 		}
 		*eq = '\0';
 		const char *key = trim(s), *value = trim(eq + 1);
-		const struct setting *row = conf_row(key);
+		const struct setting *row = setting_by_key(key);
 		int first = 0;
 		for (size_t k = 0; k < nseen; k++)
 			if (seen[k].row == row)

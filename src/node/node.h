@@ -182,7 +182,7 @@ struct boundary {
 #define SETTING_TYPE_TEXT char
 #define SETTING_DIM_TEXT [2048]
 struct settings {
-#define SETTING(field, kind, min, max, def, option, key, env, help) SETTING_TYPE_##kind field SETTING_DIM_##kind;
+#define SETTING(field, kind, min, max, def, option, key, alias, env, help) SETTING_TYPE_##kind field SETTING_DIM_##kind;
 #include "settings.def"
 #undef SETTING
 	struct boundary *boundary; /* NULL: no group */

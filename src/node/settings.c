@@ -17,13 +17,13 @@ struct setting {
 	const char *field;
 	enum kind kind;
 	long long min, max, def;
-	const char *option, *key, *env, *help;
+	const char *option, *key, *alias, *env, *help;
 	size_t offset, size;
 };
 
 static const struct setting rows[] = {
-#define SETTING(f, k, lo, hi, d, o, ky, e, h) \
-	{#f, k, lo, hi, d, o, ky, e, h, offsetof(struct settings, f), sizeof(((struct settings *)0)->f)},
+#define SETTING(f, k, lo, hi, d, o, ky, al, e, h) \
+	{#f, k, lo, hi, d, o, ky, al, e, h, offsetof(struct settings, f), sizeof(((struct settings *)0)->f)},
 #include "settings.def"
 #undef SETTING
 };
@@ -59,7 +59,7 @@ const struct setting *setting_by_option(const char *option)
 const struct setting *setting_by_key(const char *key)
 {
 	for (size_t i = 0; i < NROWS; i++)
-		if (rows[i].key && !strcmp(rows[i].key, key))
+		if ((rows[i].key && !strcmp(rows[i].key, key)) || (rows[i].alias && !strcmp(rows[i].alias, key)))
 			return &rows[i];
 	return NULL;
 }
@@ -173,7 +173,9 @@ void settings_help(FILE *out)
 		if (d->option)
 			fprintf(out, "  --%s%s%s", d->option, *what[d->kind] ? " " : "", what[d->kind]);
 		if (d->key)
-			fprintf(out, "  plugin: %s = %s", d->key, d->kind == FLAG ? "yes|no" : what[d->kind]);
+			fprintf(out, "  plugin: %s%s%s%s = %s", d->key, d->alias ? " (or " : "",
+				d->alias ? d->alias : "", d->alias ? ")" : "",
+				d->kind == FLAG ? "yes|no" : what[d->kind]);
 		if (d->env)
 			fprintf(out, "  env: %s", d->env);
 		if (d->kind == MS || d->kind == COUNT || d->kind == BYTES)
