@@ -18,8 +18,16 @@
 /* NVIDIA's checkpoint job: the job file a workload in one carries in its environment (driver 590 and later). */
 #define CONTROL_JOB_ENV "CUDA_CHECKPOINT_JOB_FILE"
 
-/* $SNAPSHOT_CONTROL_DIR, else the deprecated $DYN_SNAPSHOT_CONTROL_DIR, else
- * /snapshot-control. The string belongs to the environment (or is static). */
+/* The one rule for a workload's control directory, wherever its environment
+ * is read (the shim and the tool in their own, the CRIU plugin in the
+ * workload's): SNAPSHOT_CONTROL_DIR, else the deprecated
+ * DYN_SNAPSHOT_CONTROL_DIR, else /snapshot-control; a value that is not an
+ * absolute path counts as unset. The values given (NULL: unset); the one
+ * chosen is one of them or static. */
+#define CONTROL_DIR_VAR "SNAPSHOT_CONTROL_DIR"
+#define CONTROL_DIR_VAR_DEPRECATED "DYN_SNAPSHOT_CONTROL_DIR"
+const char *control_dir_named(const char *current, const char *deprecated);
+/* The same over this process's environment. */
 const char *control_dir_from_env(void);
 
 #endif

@@ -101,9 +101,14 @@ void settings_for(pid_t root)
 	P.s = P.conf.s;
 	if (P.s.control_dir[0])
 		snprintf(P.control, sizeof(P.control), "%s", P.s.control_dir);
-	else if (!P.control[0] &&
-		 !(proc_environ_get(root, "SNAPSHOT_CONTROL_DIR", P.control, sizeof(P.control)) && P.control[0] == '/'))
-		snprintf(P.control, sizeof(P.control), "%s", CONTROL_DIR_DEFAULT);
+	else if (!P.control[0]) {
+		/* The workload's environment, by the shim's rule (control.h). */
+		char cur[sizeof(P.control)] = "", old[sizeof(P.control)] = "";
+		bool has_cur = proc_environ_get(root, CONTROL_DIR_VAR, cur, sizeof(cur));
+		bool has_old = proc_environ_get(root, CONTROL_DIR_VAR_DEPRECATED, old, sizeof(old));
+		snprintf(P.control, sizeof(P.control), "%s",
+			 control_dir_named(has_cur ? cur : NULL, has_old ? old : NULL));
+	}
 	snprintf(P.s.control_dir, sizeof(P.s.control_dir), "%s", P.control);
 }
 

@@ -124,7 +124,7 @@ static int demo_start(struct demo *d)
 	snprintf(d->ckpt, sizeof(d->ckpt), "%s/checkpoint", d->work);
 	snprintf(d->log, sizeof(d->log), "%s/workload.log", d->work);
 	path_mkdirs(d->ctl);
-	setenv("SNAPSHOT_CONTROL_DIR", d->ctl, 1);
+	setenv(CONTROL_DIR_VAR, d->ctl, 1);
 	d->s = *d->a->s;
 	if ((size_t)snprintf(d->s.control_dir, sizeof(d->s.control_dir), "%s", d->ctl) >= sizeof(d->s.control_dir))
 		return fail(EX_USAGE, "%s: the path is too long", d->ctl);

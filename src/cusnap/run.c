@@ -126,7 +126,7 @@ int cmd_run(const struct args *a)
 	if (access(launcher, X_OK) != 0)
 		snprintf(launcher, sizeof(launcher), "/usr/local/bin/snapshot-cuda-vmm-launch");
 	if (a->control_dir_given)
-		setenv("SNAPSHOT_CONTROL_DIR", a->s->control_dir, 1);
+		setenv(CONTROL_DIR_VAR, a->s->control_dir, 1);
 	int rc = stale_release(a->s->control_dir);
 	if (rc)
 		return rc;
