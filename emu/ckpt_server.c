@@ -286,11 +286,11 @@ static CUresult serve_op(enum ckpt_op op, unsigned timeout_ms, uint64_t job, con
 	case CKPT_OP_CHECKPOINT:
 		if (emu_gate_state() != CU_PROCESS_STATE_LOCKED)
 			return CUDA_ERROR_ILLEGAL_STATE;
-		if (getenv("CUEMU_CKPT_STALL_MS")) {
+		if (emu.ckpt_stall_ms) {
 			/* A driver stuck in the checkpoint (the real one hangs on a multicast
 			 * object it cannot save): for the orchestrator's watchdog tests. */
 			LOG_AT(LOG_WARN, "CUEMU_CKPT_STALL_MS: the checkpoint stalls");
-			usleep((useconds_t)atoi(getenv("CUEMU_CKPT_STALL_MS")) * 1000u);
+			usleep((useconds_t)emu.ckpt_stall_ms * 1000u);
 		}
 		rc = emu_job_may_checkpoint(job, emu.ipc_opened || emu.ipc_exported);
 		if (rc == CUDA_SUCCESS)
@@ -404,9 +404,9 @@ static void *server_main(void *arg)
 static int socket_path(char *buf, size_t len)
 {
 	char dir[4096];
-	const char *env = getenv("CUEMU_RUN_DIR");
-	if (env && *env)
-		snprintf(dir, sizeof(dir), "%s", env);
+	emu_config(); /* (a caller of the native API may not have called cuInit) */
+	if (emu.run_dir[0])
+		snprintf(dir, sizeof(dir), "%s", emu.run_dir);
 	else
 		snprintf(dir, sizeof(dir), "/tmp/cuemu-%u", (unsigned)getuid());
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)

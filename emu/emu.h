@@ -167,6 +167,12 @@ struct emu_state {
 	bool ipc_exported;    /* a cuIpcGetMemHandle succeeded in this process */
 	bool has_context;     /* a context or device memory exists: a CUDA process */
 	bool kernels_refused; /* CUEMU_KERNELS=refuse: every launch fails (kernels never run here) */
+	/* The knobs for the tests' stalls and faults (emu/README.md), read with
+	 * the rest in init.c (emu_config); CUEMU_EXPORT_STALL_MS alone is read
+	 * where it acts, at each export (a test sets it for one call): */
+	unsigned ckpt_stall_ms; /* CUEMU_CKPT_STALL_MS: each native checkpoint stalls so long */
+	char run_dir[4096];     /* CUEMU_RUN_DIR: the checkpoint servers' sockets ("": /tmp/cuemu-UID) */
+	char fault_arm[4096];   /* CUEMU_FAULT_ARM: faults count while this file exists ("": always) */
 };
 
 extern struct emu_state emu;

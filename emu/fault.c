@@ -156,9 +156,8 @@ static void report(enum emu_fn fn, const struct fault *f)
  * CUEMU_FAULT_ARM): a test arms one operation and disarms after it. */
 static bool armed(void)
 {
-	const char *path = getenv("CUEMU_FAULT_ARM");
 	struct stat st;
-	return !path || !*path || stat(path, &st) == 0;
+	return !emu.fault_arm[0] || stat(emu.fault_arm, &st) == 0;
 }
 
 static void trace(enum emu_fn fn)

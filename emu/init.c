@@ -170,6 +170,10 @@ static void read_env(void)
 	}
 	if ((v = getenv("CUEMU_MULTICAST_TIMEOUT_MS")) && *v)
 		emu.mc_timeout_ms = (unsigned)atoi(v);
+	if ((v = getenv("CUEMU_CKPT_STALL_MS")) && *v)
+		emu.ckpt_stall_ms = (unsigned)atoi(v);
+	snprintf(emu.run_dir, sizeof(emu.run_dir), "%s", (v = getenv("CUEMU_RUN_DIR")) ? v : "");
+	snprintf(emu.fault_arm, sizeof(emu.fault_arm), "%s", (v = getenv("CUEMU_FAULT_ARM")) ? v : "");
 	const char *seed = getenv("CUEMU_UUID_SEED");
 	if (!seed || !*seed)
 		seed = "cuemu";

@@ -46,7 +46,9 @@ static CUresult export_handle(void *shareable, CUmemGenericAllocationHandle h, C
 		return CUDA_ERROR_INVALID_VALUE;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && type != CU_MEM_HANDLE_TYPE_FABRIC)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	const char *stall = getenv("CUEMU_EXPORT_STALL_MS"); /* a slow driver, for races */
+	/* A slow driver, for races; read at each export, not with the other knobs
+	 * (init.c): a test slows one export of its own process. */
+	const char *stall = getenv("CUEMU_EXPORT_STALL_MS");
 	if (stall)
 		usleep((useconds_t)atoi(stall) * 1000u);
 	CUresult rc = CUDA_SUCCESS;

@@ -3,6 +3,7 @@
  * recent operation's decision and results, as the group's records say
  * (group_codec.c); what members ignore is listed with how to clear it. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,24 +11,163 @@
 #include "cusnap/json.h"
 #include "../node/etcd.h"
 
-/* The record under rest (the key past the group's prefix) as JSON, through
- * its codec: NULL when it is none that reads. */
-static json_t *record_json(const char *rest, const char *value)
+/* What the group's records say, decoded once (group_codec.c). */
+struct member_view {
+	char name[256];
+	struct member_record rec;
+};
+struct op_view {
+	char opid[ID_HEX_LEN + 1];
+	bool decided;
+	struct decision_record decision;
+	struct result_record *results;
+	size_t nresults;
+};
+struct group_view {
+	struct member_view *members;
+	size_t nmembers;
+	const char **ignored; /* the keys of records members ignore (etcd's, until kvs_free) */
+	size_t nignored;
+	struct op_view *ops; /* in the order their first record came */
+	size_t nops;
+};
+
+/* The operation opid's view, made on first sight: NULL when out of memory. */
+static struct op_view *op_of(struct group_view *v, const char *opid)
 {
-	struct member_record m;
+	for (size_t i = 0; i < v->nops; i++)
+		if (!strcmp(v->ops[i].opid, opid))
+			return &v->ops[i];
+	struct op_view *ops = realloc(v->ops, (v->nops + 1) * sizeof(*ops));
+	if (!ops)
+		return NULL;
+	v->ops = ops;
+	struct op_view *o = &ops[v->nops++];
+	memset(o, 0, sizeof(*o));
+	snprintf(o->opid, sizeof(o->opid), "%s", opid);
+	return o;
+}
+
+/* One record (rest: its key past the group's prefix) into v; one that does
+ * not decode is left out. 0, or -1 when out of memory. */
+static int view_add(struct group_view *v, const char *group, const struct etcd_kv *kv, const char *rest)
+{
+	if (!strncmp(rest, "members/", 8)) {
+		if (!record_valid(group, kv, false)) {
+			/* (shown, with how to clear it: members ignore it) */
+			const char **ig = realloc(v->ignored, (v->nignored + 1) * sizeof(*ig));
+			if (!ig)
+				return -1;
+			v->ignored = ig;
+			ig[v->nignored++] = kv->key;
+			return 0;
+		}
+		struct member_view m;
+		snprintf(m.name, sizeof(m.name), "%s", rest + 8);
+		if (member_record_decode(kv->value, &m.rec) < 0)
+			return 0;
+		struct member_view *ms = realloc(v->members, (v->nmembers + 1) * sizeof(*ms));
+		if (!ms) {
+			member_record_free(&m.rec);
+			return -1;
+		}
+		v->members = ms;
+		ms[v->nmembers++] = m;
+		return 0;
+	}
+	/* ops/OPID/decision, ops/OPID/results/MEMBER */
+	const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
+	if (!tail || (size_t)(tail - rest - 4) > ID_HEX_LEN)
+		return 0;
+	char opid[ID_HEX_LEN + 1];
+	snprintf(opid, sizeof(opid), "%.*s", (int)(tail - rest - 4), rest + 4);
 	struct decision_record d;
 	struct result_record r;
-	json_t *j = NULL;
-	const char *tail = strncmp(rest, "ops/", 4) ? NULL : strchr(rest + 4, '/');
-	if (!strncmp(rest, "members/", 8) && member_record_decode(value, &m) == 0) {
-		j = member_record_json(&m);
-		member_record_free(&m);
-	} else if (tail && !strcmp(tail, "/decision") && decision_record_decode(value, &d) == 0) {
-		j = decision_record_json(&d);
-	} else if (tail && !strncmp(tail, "/results/", 9) && result_record_decode(value, &r) == 0) {
-		j = result_record_json(&r);
+	if (!strcmp(tail, "/decision") && decision_record_decode(kv->value, &d) == 0) {
+		struct op_view *o = op_of(v, opid);
+		if (!o)
+			return -1;
+		o->decided = true;
+		o->decision = d;
+	} else if (!strncmp(tail, "/results/", 9) && result_record_decode(kv->value, &r) == 0) {
+		struct op_view *o = op_of(v, opid);
+		struct result_record *rs = o ? realloc(o->results, (o->nresults + 1) * sizeof(*rs)) : NULL;
+		if (!rs)
+			return -1;
+		o->results = rs;
+		rs[o->nresults++] = r;
 	}
-	return j;
+	return 0;
+}
+
+static void view_free(struct group_view *v)
+{
+	for (size_t i = 0; i < v->nmembers; i++)
+		member_record_free(&v->members[i].rec);
+	for (size_t i = 0; i < v->nops; i++)
+		free(v->ops[i].results);
+	free(v->members);
+	free(v->ignored);
+	free(v->ops);
+}
+
+/* --json: the view as one object (each record through its codec). */
+static json_t *view_json(const char *group, const struct group_view *v)
+{
+	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", group, "members", "operations", "ignored");
+	json_t *members = json_object_get(out, "members"), *ops = json_object_get(out, "operations");
+	for (size_t i = 0; out && i < v->nmembers; i++) {
+		json_t *m = member_record_json(&v->members[i].rec);
+		json_object_set_new(m, "member", json_text(v->members[i].name));
+		json_array_append_new(members, m);
+	}
+	for (size_t i = 0; out && i < v->nignored; i++)
+		json_array_append_new(json_object_get(out, "ignored"), json_text(v->ignored[i]));
+	for (size_t i = 0; out && i < v->nops; i++) {
+		json_t *o = json_pack("{s:[]}", "results");
+		for (size_t j = 0; o && j < v->ops[i].nresults; j++)
+			json_array_append_new(json_object_get(o, "results"), result_record_json(&v->ops[i].results[j]));
+		if (o && v->ops[i].decided)
+			json_object_set_new(o, "decision", decision_record_json(&v->ops[i].decision));
+		json_object_set_new(ops, v->ops[i].opid, o);
+	}
+	return out;
+}
+
+/* The view as lines for an operator. */
+static void view_print(const char *group, const struct group_view *v)
+{
+	printf("group %s: %zu member(s) at work\n", group, v->nmembers);
+	for (size_t i = 0; i < v->nmembers; i++) {
+		const struct member_record *m = &v->members[i].rec;
+		printf("  member %s: %s of %d members, %s (operation %.8s)\n", v->members[i].name, m->operation,
+		       m->members, m->phase, m->opid);
+	}
+	for (size_t i = 0; i < v->nignored; i++)
+		printf("  %s: not a member's record (malformed, or kept by no lease): members ignore it; "
+		       "`etcdctl del %s` clears it\n",
+		       v->ignored[i], v->ignored[i]);
+	for (size_t i = 0; i < v->nops; i++) {
+		const struct op_view *o = &v->ops[i];
+		const struct result_record *first = o->nresults ? &o->results[0] : NULL;
+		const char *kind = first ? first->operation : "";
+		char when[64] = "";
+		time_t at = first ? (time_t)first->time : 0;
+		struct tm tm;
+		if (at > 0 && localtime_r(&at, &tm))
+			strftime(when, sizeof(when), ", %Y-%m-%d %H:%M:%S", &tm);
+		printf("operation %.8s (%s%s): %s\n", o->opid, kind[0] ? kind : "?", when,
+		       o->decided && o->decision.go ? "every member ready: crossed"
+		       : o->decided                 ? o->decision.why
+		       : !strcmp(kind, "resume")    ? "no boundary (each member resumes its own tree)"
+						    : "undecided");
+		for (size_t j = 0; j < o->nresults; j++) {
+			const struct result_record *r = &o->results[j];
+			printf("  member %s%s%s: %s%s%s%s\n", r->member, r->host[0] ? " on " : "", r->host,
+			       r->exit ? "failed" : "ok", r->exit ? ": " : "", r->error,
+			       r->holds_checkpoint ? " (holds a checkpoint)" : "");
+		}
+	}
 }
 
 int group_inspect(const struct args *a, const struct group_spec *spec)
@@ -47,86 +187,17 @@ int group_inspect(const struct args *a, const struct group_spec *spec)
 		etcd_free(&e);
 		return fail(EX_UNAVAILABLE, "group %s: %s%s", spec->group, why, etcd_advice(why));
 	}
-	json_t *out = json_pack("{s:s, s:[], s:{}, s:[]}", "group", spec->group, "members", "operations", "ignored");
-	for (size_t i = 0; i < n; i++) {
-		const char *rest = kvs[i].key + strlen(prefix);
-		if (!strncmp(rest, "members/", 8) && !record_valid(spec->group, &kvs[i], false)) {
-			/* (shown, with how to clear it: members ignore it) */
-			json_array_append_new(json_object_get(out, "ignored"), json_text(kvs[i].key));
-			continue;
-		}
-		json_t *v = record_json(rest, kvs[i].value);
-		if (!v)
-			continue;
-		if (!strncmp(rest, "members/", 8)) {
-			json_object_set_new(v, "member", json_text(rest + 8));
-			json_array_append_new(json_object_get(out, "members"), v);
-			continue;
-		}
-		/* ops/OPID/decision, ops/OPID/results/MEMBER */
-		char opid[ID_HEX_LEN + 1] = "";
-		const char *tail = strchr(rest + 4, '/');
-		if ((size_t)(tail - rest - 4) > ID_HEX_LEN) {
-			json_decref(v);
-			continue;
-		}
-		memcpy(opid, rest + 4, (size_t)(tail - rest - 4));
-		json_t *o = json_object_get(json_object_get(out, "operations"), opid);
-		if (!o) {
-			o = json_pack("{s:[]}", "results");
-			json_object_set_new(json_object_get(out, "operations"), opid, o);
-		}
-		if (!strcmp(tail, "/decision"))
-			json_object_set_new(o, "decision", v);
-		else
-			json_array_append_new(json_object_get(o, "results"), v);
-	}
-	etcd_kvs_free(kvs, n);
 	etcd_free(&e);
-	if (a->json) {
-		json_emit(stdout, out);
-		return EX_OK;
-	}
-	const json_t *m = json_object_get(out, "members");
-	printf("group %s: %zu member(s) at work\n", spec->group, json_array_size(m));
-	for (size_t i = 0; i < json_array_size(m); i++) {
-		const json_t *x = json_array_get(m, i);
-		printf("  member %s: %s of %d members, %s (operation %.8s)\n", json_member_text(x, "member"),
-		       json_member_text(x, "operation"), (int)json_member_number(x, "members", 0),
-		       json_member_text(x, "phase"), json_member_text(x, "opid"));
-	}
-	const json_t *ignored = json_object_get(out, "ignored");
-	for (size_t i = 0; i < json_array_size(ignored); i++)
-		printf("  %s: not a member's record (malformed, or kept by no lease): members ignore it; "
-		       "`etcdctl del %s` clears it\n",
-		       json_string_value(json_array_get(ignored, i)), json_string_value(json_array_get(ignored, i)));
-	const char *opid;
-	json_t *o;
-	json_object_foreach(json_object_get(out, "operations"), opid, o)
-	{
-		const json_t *d = json_object_get(o, "decision");
-		const json_t *r = json_object_get(o, "results");
-		const json_t *first = json_array_get(r, 0);
-		const char *kind = first ? json_member_text(first, "operation") : "";
-		char when[64] = "";
-		time_t at = (time_t)json_member_number(first, "time", 0);
-		struct tm tm;
-		if (at > 0 && localtime_r(&at, &tm))
-			strftime(when, sizeof(when), ", %Y-%m-%d %H:%M:%S", &tm);
-		printf("operation %.8s (%s%s): %s\n", opid, kind[0] ? kind : "?", when,
-		       d && json_is_true(json_object_get(d, "go")) ? "every member ready: crossed"
-		       : d                                         ? json_member_text(d, "why")
-		       : !strcmp(kind, "resume")                   ? "no boundary (each member resumes its own tree)"
-								   : "undecided");
-		for (size_t i = 0; i < json_array_size(r); i++) {
-			const json_t *x = json_array_get(r, i);
-			int code = (int)json_member_number(x, "exit", -1);
-			printf("  member %s%s%s: %s%s%s%s\n", json_member_text(x, "member"),
-			       json_member_text(x, "host")[0] ? " on " : "", json_member_text(x, "host"),
-			       code ? "failed" : "ok", code ? ": " : "", json_member_text(x, "error"),
-			       json_is_true(json_object_get(x, "holds_checkpoint")) ? " (holds a checkpoint)" : "");
-		}
-	}
-	json_decref(out);
-	return EX_OK;
+	struct group_view v = {0};
+	int rc = EX_OK;
+	for (size_t i = 0; i < n && rc == EX_OK; i++)
+		if (view_add(&v, spec->group, &kvs[i], kvs[i].key + strlen(prefix)) < 0)
+			rc = fail(EX_SOFTWARE, "inspect --group: out of memory");
+	if (rc == EX_OK && a->json)
+		json_emit(stdout, view_json(spec->group, &v));
+	else if (rc == EX_OK)
+		view_print(spec->group, &v);
+	view_free(&v);
+	etcd_kvs_free(kvs, n);
+	return rc;
 }

@@ -549,10 +549,10 @@ static bool all_done(struct group *g)
 /* Why results() stopped short of every member's result. */
 enum short_of { RESULTS_WHOLE, RESULTS_TIMEOUT, RESULTS_ETCD_LOST, RESULTS_INTERRUPTED };
 
-/* Every member's result: all of them, or those of the members that did not
- * go away, within the group timeout (*short_of: why not all; lost, why
- * etcd could not be reached). */
-static json_t *results(struct group *g, enum short_of *short_of, char *lost, size_t lost_len)
+/* Every member's result, decoded once: all of them, or those of the members
+ * that did not go away, within the group timeout (*short_of: why not all;
+ * lost, why etcd could not be reached). How many, into *out (to free). */
+static size_t results(struct group *g, enum short_of *short_of, char *lost, size_t lost_len, struct result_record **out)
 {
 	char prefix[600], why[512];
 	op_key(g, "results/", prefix, sizeof(prefix));
@@ -588,14 +588,21 @@ static json_t *results(struct group *g, enum short_of *short_of, char *lost, siz
 			break;
 		}
 	}
-	json_t *list = json_array();
-	for (size_t i = 0; i < n; i++) {
-		struct result_record r;
-		if (result_record_decode(kvs[i].value, &r) == 0)
-			json_array_append_new(list, result_record_json(&r));
-	}
+	size_t got = 0;
+	*out = calloc(n ? n : 1, sizeof(**out));
+	for (size_t i = 0; *out && i < n; i++)
+		got += result_record_decode(kvs[i].value, &(*out)[got]) == 0;
 	etcd_kvs_free(kvs, n);
-	return list;
+	return got;
+}
+
+/* Is member's result among all[0..n)? */
+static bool reported(const struct result_record *all, size_t n, const char *member)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(all[i].member, member))
+			return true;
+	return false;
 }
 
 /* One member's result, a line: ok (and whether it holds a checkpoint), or failed and why. */
@@ -639,33 +646,23 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 	fault_point(FAULT_GROUP_DONE);
 	enum short_of short_of;
 	char lost[512] = "";
-	json_t *all = results(g, &short_of, lost, sizeof(lost));
-	size_t ok = 0;
-	for (size_t i = 0; i < json_array_size(all); i++) {
-		const json_t *r = json_array_get(all, i);
-		int code = (int)json_member_number(r, "exit", -1);
-		ok += code == 0;
-		say_result(g, json_member_text(r, "member"), code, json_member_text(r, "error"),
-			   json_is_true(json_object_get(r, "holds_checkpoint")));
+	struct result_record *all = NULL;
+	size_t nall = results(g, &short_of, lost, sizeof(lost), &all), ok = 0;
+	for (size_t i = 0; i < nall; i++) {
+		ok += all[i].exit == 0;
+		say_result(g, all[i].member, all[i].exit, all[i].error, all[i].holds_checkpoint);
 	}
-	bool mine_read = false;
-	for (size_t i = 0; i < json_array_size(all) && !mine_read; i++)
-		mine_read = !strcmp(json_member_text(json_array_get(all, i), "member"), g->member);
-	if (!mine_read) /* (etcd lost: this member's own, as it knows it) */
+	if (!reported(all, nall, g->member)) /* (etcd lost: this member's own, as it knows it) */
 		say_result(g, g->member, rc, error, false);
 	char unknown[1024] = "";
-	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++) {
-		bool reported = !strcmp(g->seen[s], g->member); /* (this one knows its own) */
-		for (size_t i = 0; i < json_array_size(all) && !reported; i++)
-			reported = !strcmp(json_member_text(json_array_get(all, i), "member"), g->seen[s]);
-		if (!reported)
+	for (size_t s = 0, at = 0; g->crossed && rc == 0 && s < g->nseen && at < sizeof(unknown) - 260; s++)
+		if (strcmp(g->seen[s], g->member) && !reported(all, nall, g->seen[s])) /* (this one knows its own) */
 			at += (size_t)snprintf(unknown + at, sizeof(unknown) - at, "%s%s", at ? ", " : "", g->seen[s]);
-	}
 	if (short_of == RESULTS_INTERRUPTED)
 		voice(VOICE_ERROR,
 		      "group %s: %s: interrupted by %s while waiting for the members' results (%zu of %d "
 		      "read%s%s): this member's is written and stands; `cusnap inspect --group %s` for the others",
-		      g->spec.group, g->op, strsignal(signal_caught()), json_array_size(all), g->spec.members,
+		      g->spec.group, g->op, strsignal(signal_caught()), nall, g->spec.members,
 		      unknown[0] ? "; none yet from " : "", unknown, g->spec.group);
 	else if (unknown[0]) {
 		/* This member crossed; whether the others did cannot be confirmed. */
@@ -675,25 +672,28 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 		      "--group %s`)",
 		      g->spec.group, g->op, unknown, g->spec.group);
 		rc = EX_TERMINATED;
-	} else if (json_array_size(all) < (size_t)g->spec.members && short_of == RESULTS_TIMEOUT)
-		voice(VOICE_ERROR, "group %s: %s: %zu of %d members reported within %d ms", g->spec.group, g->op,
-		      json_array_size(all), g->spec.members, g->spec.timeout_ms);
+	} else if (nall < (size_t)g->spec.members && short_of == RESULTS_TIMEOUT)
+		voice(VOICE_ERROR, "group %s: %s: %zu of %d members reported within %d ms", g->spec.group, g->op, nall,
+		      g->spec.members, g->spec.timeout_ms);
 	else if (short_of == RESULTS_ETCD_LOST)
 		voice(VOICE_ERROR,
 		      "group %s: %s: the members' results cannot be read (%s): this member's is above; "
 		      "`cusnap inspect --group %s` once etcd is back",
 		      g->spec.group, g->op, lost, g->spec.group);
-	else if (json_array_size(all) < (size_t)g->spec.members)
+	else if (nall < (size_t)g->spec.members)
 		voice(VOICE_ERROR,
 		      "group %s: %s: %zu of %d members reported; the others are no longer in the group "
 		      "(their commands ended without a result, or were killed)",
-		      g->spec.group, g->op, json_array_size(all), g->spec.members);
-	if (json)
+		      g->spec.group, g->op, nall, g->spec.members);
+	if (json) {
+		json_t *members = json_array();
+		for (size_t i = 0; members && i < nall; i++)
+			json_array_append_new(members, result_record_json(&all[i]));
 		json_emit(stdout, json_pack("{s:b, s:s, s:s, s:s, s:s, s:i, s:i, s:o}", "ok", rc == 0, "group",
 					    g->spec.group, "operation", g->op, "opid", g->opid, "member", g->member,
-					    "exit", rc, "members_ok", (int)ok, "members", all));
-	else
-		json_decref(all);
+					    "exit", rc, "members_ok", (int)ok, "members", members));
+	}
+	free(all);
 	leave(g);
 	return rc;
 }

@@ -57,6 +57,8 @@ void untouched(struct group *g);
 bool gone(pid_t pid);
 /* restore-complete in g's control directory. */
 void restore_complete(struct group *g);
+/* Trees g[0..n) as they were, let go (restore-complete), each passing its own check. */
+void trees_pass(struct group *g, int n);
 /* Run cmd on trees g[0..n) as one group at once (members m0, m1, ...; env[i]
  * for member i, NULL: none): exit codes into rc[], what each printed into out[]. */
 void group_cmd(struct group *g, int n, const char *cmd, const char *group, char *const *env[], const char *timeout,

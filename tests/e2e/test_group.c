@@ -164,11 +164,7 @@ static void member_fails(void)
 	MEMBER_OK(&m[0]);
 	kill(m[1].pid, SIGCONT);
 	MEMBER_OK(&m[1]);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
+	trees_pass(g, 2);
 }
 
 /* A member's cusnap killed at its boundary: its lease expires, the others
@@ -271,11 +267,7 @@ static void refusals(void)
 	char *outs[2];
 	group_cmd(g, 2, "resume", "one-at-a-time", NULL, NULL, rc, outs);
 	free_all(outs, 2);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
+	trees_pass(g, 2);
 }
 
 /* A restore in which one member fails before its rebuild: every restored tree

@@ -143,11 +143,7 @@ static void pair_through(const char *tag, const char *url, const char *const *fl
 	CHECK_EQ(rc[0], 0);
 	CHECK_EQ(rc[1], 0);
 	free_all(out, 2);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
+	trees_pass(g, 2);
 	memset(etcd_extra, 0, sizeof(etcd_extra));
 	snprintf(etcd_url, sizeof(etcd_url), "%s", saved);
 }
@@ -308,11 +304,7 @@ static void records_not_trusted(void)
 	CHECK_EQ(tool(&view, NULL, cusnap, "inspect", "--group", "junk", "--etcd", etcd_url, NULL), 0);
 	CHECK_CONTAINS(view, "`etcdctl del /cusnap/groups/junk/members/junk` clears it");
 	free(view);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
+	trees_pass(g, 2);
 
 	/* A forged member record, then a forged decision, for a member alone. */
 	for (int forge = 0; forge < 2; forge++) {
@@ -439,11 +431,7 @@ static void split(void)
 	char *o = NULL;
 	CHECK_EQ(group_resume(&g[0], &o, NULL), 0); /* m0's tree was suspended: it crossed */
 	free(o);
-	for (int i = 0; i < 2; i++) {
-		untouched(&g[i]);
-		restore_complete(&g[i]);
-		CHECK_EQ(group_finish(&g[i]), 2);
-	}
+	trees_pass(g, 2);
 }
 
 /* The decision found at the first look: m1 says it is ready and is held
