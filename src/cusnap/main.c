@@ -404,10 +404,34 @@ static int run(int argc, char **argv, bool *json)
 	return rc;
 }
 
+/* The option list against the settings table (src/node/settings.def): each
+ * setting's --option is one of CUSNAP_OPTIONS, taking a value unless the
+ * setting is a flag. A row added to one and not the other fails every command
+ * (and so every test that runs one) until both say the same. 0, or 70 (said). */
+static int options_match_settings(void)
+{
+	bool flag;
+	const char *name;
+	for (size_t i = 0; (name = settings_option_at(i, &flag)); i++) {
+		const struct option *o = options;
+		while (*name && o->name && strcmp(o->name, name))
+			o++;
+		if (*name && !o->name)
+			return fail(EX_SOFTWARE,
+				    "internal: the setting --%s is not in CUSNAP_OPTIONS (src/cusnap/main.c)", name);
+		if (*name && (o->has_arg == no_argument) != flag)
+			return fail(EX_SOFTWARE, "internal: --%s takes %s in CUSNAP_OPTIONS, not in settings.def", name,
+				    flag ? "a value" : "none");
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (tool_start("cusnap"))
 		return EX_USAGE;
+	if (options_match_settings())
+		return EX_SOFTWARE;
 	bool json = false;
 	int rc = run(argc, argv, &json);
 	if (rc && json)

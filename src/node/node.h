@@ -224,6 +224,9 @@ struct settings settings_default(void);
 /* The row the tool's --option or the plugin's key names; NULL when none does. */
 const struct setting *setting_by_option(const char *option);
 const struct setting *setting_by_key(const char *key);
+/* Row i's --option (NULL past the last row, "" for a row without one), and
+ * whether it is a FLAG (an option that takes no value). */
+const char *settings_option_at(size_t i, bool *flag);
 /* Whether it takes no value as an option (a FLAG), and whether it is a path. */
 bool setting_is_flag(const struct setting *d);
 bool setting_is_path(const struct setting *d);

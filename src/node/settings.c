@@ -56,6 +56,14 @@ const struct setting *setting_by_option(const char *option)
 	return NULL;
 }
 
+const char *settings_option_at(size_t i, bool *flag)
+{
+	if (i >= NROWS)
+		return NULL;
+	*flag = rows[i].kind == FLAG;
+	return rows[i].option ? rows[i].option : "";
+}
+
 const struct setting *setting_by_key(const char *key)
 {
 	for (size_t i = 0; i < NROWS; i++)
