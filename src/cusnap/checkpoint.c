@@ -111,8 +111,7 @@ static void dumped_tree_gone(const struct tree *t)
 			return;
 		if ((!dying && waited >= 50) || waited >= 10000) {
 			if (dying)
-				fprintf(stderr, "cusnap: warning: %zu dumped process(es) still exiting after 10 s\n",
-					dying);
+				voice(VOICE_WARN, "%zu dumped process(es) still exiting after 10 s", dying);
 			if (zombies) {
 				char names[512] = "";
 				size_t at = 0;
@@ -123,11 +122,10 @@ static void dumped_tree_gone(const struct tree *t)
 								       "%s%d (parent %d)", at ? ", " : "",
 								       (int)t->procs[i].pid, (int)pp);
 				}
-				fprintf(stderr,
-					"cusnap: %zu dumped process(es) are zombies until their parents reap them: %s; "
-					"a "
-					"restore here waits for their PIDs\n",
-					zombies, names);
+				voice(VOICE_INFO,
+				      "%zu dumped process(es) are zombies until their parents reap them: %s; a restore "
+				      "here waits for their PIDs",
+				      zombies, names);
 			}
 			return;
 		}
@@ -214,8 +212,8 @@ static json_t *digest_images(const char *dir, bool content, uint64_t bytes)
 		progress(what, now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
 		progress_bytes(what, bytes);
 	} else {
-		fprintf(stderr, "cusnap: warning: %s: the %s get no digests (a restore cannot verify them)\n", err,
-			content ? "files of file content" : "images");
+		voice(VOICE_WARN, "%s: the %s get no digests (a restore cannot verify them)", err,
+		      content ? "files of file content" : "images");
 	}
 	return digests;
 }

@@ -175,13 +175,12 @@ int ckptdir_settle(int dfd, const char *dir, char *why, size_t len)
 	bool partial = exists_at(dfd, PARTIAL);
 	if (partial && exists_at(dfd, PARTIAL "/" MANIFEST_FILE) && dump_finished(dfd)) {
 		/* The tree was dumped, and the command cut short before its checkpoint was put in place. */
-		fprintf(stderr, "cusnap: %s/" PARTIAL " holds a checkpoint whose dump finished: put in place\n", dir);
+		voice(VOICE_INFO, "%s/" PARTIAL " holds a checkpoint whose dump finished: put in place", dir);
 		rc = ckptdir_publish(dfd, why, len);
 	} else {
 		if (partial)
-			fprintf(stderr,
-				"cusnap: %s/" PARTIAL ": a checkpoint cut short before its dump finished: removed\n",
-				dir);
+			voice(VOICE_INFO, "%s/" PARTIAL ": a checkpoint cut short before its dump finished: removed",
+			      dir);
 		remove_at(dfd, PARTIAL);
 		/* A publish cut short before its commit: the previous checkpoint back. */
 		int prev = openat(dfd, PREVIOUS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -101,7 +101,7 @@ int cmd_inspect(const struct args *a)
 	if (rc)
 		return rc;
 	if (t.job_error[0])
-		fprintf(stderr, "cusnap: warning: %s (no command will act on this tree until it is)\n", t.job_error);
+		voice(VOICE_WARN, "%s (no command will act on this tree until it is)", t.job_error);
 	json_t *out = a->json ? json_pack("{s:i, s:[]}", "pid", (int)pid, "processes") : NULL;
 	if (!a->json)
 		printf("%-8s %-8s %-5s %-13s %s\n", "PID", "NSPID", "CUDA", "STATE", "INTERPOSED");
@@ -127,7 +127,7 @@ int cmd_inspect(const struct args *a)
 			if (coord_inspect(&t.targets[i], a->s->timeout_ms, &parts[ok], err, sizeof(err)) == 0)
 				t.targets[ok++] = t.targets[i], ok_shims++;
 			else
-				fprintf(stderr, "cusnap: %s\n", err);
+				voice(VOICE_ERROR, "%s", err);
 		}
 		if (a->json)
 			json_object_set_new(out, "topology", coord_topology_json(t.targets, parts, ok));

@@ -332,7 +332,7 @@ static void metrics_after(const struct args *a, const char *op, int rc, double s
 	else
 		snprintf(target, sizeof(target), "pid %d", (int)a->pid);
 	if (metrics_write(a->s->metrics_dir, op, rc, seconds, target, why, sizeof(why)) < 0)
-		fprintf(stderr, "cusnap: warning: metrics not written: %s\n", why);
+		voice(VOICE_WARN, "metrics not written: %s", why);
 }
 
 /* The command line's command, run; with --json, its error too as a JSON

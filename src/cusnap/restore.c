@@ -110,10 +110,10 @@ static int images_whole(const struct manifest *m, const char *dir, bool content)
 	if (!files) {
 		if (content && (!m->prepared || !m->content || strcmp(m->content, "file") != 0))
 			return 0; /* (none written) */
-		fprintf(stderr,
-			"cusnap: warning: the manifest has no digests of the %s (written by an older cusnap, or cut "
-			"short before the end of its checkpoint): they are restored unverified\n",
-			what);
+		voice(VOICE_WARN,
+		      "the manifest has no digests of the %s (written by an older cusnap, or cut short before the "
+		      "end of its checkpoint): they are restored unverified",
+		      what);
 		return 0;
 	}
 	char why[PATH_MAX + 256];

@@ -62,8 +62,8 @@ static int stale_release(const char *dir)
 			rc = fail(EX_LEFT_RUNNING, "cannot remove the stale %s/%s: %s; nothing done", dir,
 				  CONTROL_RESTORE_DONE, strerror(errno));
 		else
-			fprintf(stderr, "cusnap: removed the stale %s/%s (an earlier restore's; no workload uses %s)\n",
-				dir, CONTROL_RESTORE_DONE, dir);
+			voice(VOICE_INFO, "removed the stale %s/%s (an earlier restore's; no workload uses %s)", dir,
+			      CONTROL_RESTORE_DONE, dir);
 	}
 	close(dfd);
 	return rc;
@@ -88,10 +88,10 @@ static void driver_reachable(const struct settings *s)
 	if (f)
 		pclose(f);
 	if (!cached)
-		fprintf(stderr,
-			"cusnap: warning: no libcuda.so.1 where the loader looks (LD_LIBRARY_PATH, the "
-			"system's library directories): a CUDA program will not start; install the NVIDIA "
-			"driver, or without a GPU put cuemu first on LD_LIBRARY_PATH (LD_LIBRARY_PATH=build/emu)\n");
+		voice(VOICE_WARN,
+		      "no libcuda.so.1 where the loader looks (LD_LIBRARY_PATH, the system's library "
+		      "directories): a CUDA program will not start; install the NVIDIA driver, or without a "
+		      "GPU put cuemu first on LD_LIBRARY_PATH (LD_LIBRARY_PATH=build/emu)");
 }
 
 /* A workload whose session leader is outside its PID namespace (started
@@ -104,12 +104,13 @@ static void session_of_its_own(void)
 	if (getsid(0) != 0)
 		return;
 	if (setsid() >= 0)
-		fprintf(stderr, "cusnap: the workload starts a session of its own (its session's leader is "
-				"outside its PID namespace, where CRIU could not dump it)\n");
+		voice(VOICE_INFO, "the workload starts a session of its own (its session's leader is outside its PID "
+				  "namespace, where CRIU could not dump it)");
 	else
-		fprintf(stderr, "cusnap: warning: its session's leader is outside its PID namespace and it leads its "
-				"process group, so it cannot start a session of its own: CRIU will refuse to "
-				"checkpoint it (start it with setsid)\n");
+		voice(VOICE_WARN,
+		      "its session's leader is outside its PID namespace and it leads its process group, so "
+		      "it cannot start a session of its own: CRIU will refuse to checkpoint it (start it "
+		      "with setsid)");
 }
 
 int cmd_run(const struct args *a)

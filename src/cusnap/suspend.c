@@ -80,8 +80,8 @@ static int resume_tree(const struct args *a, struct tree *t)
 			       ? fail(EX_TERMINATED, "%s; the tree is left half-done: %s", err, why)
 			       : fail(EX_TERMINATED, "%s", err);
 	if (signal_caught())
-		fprintf(stderr, "cusnap: %s arrived during the resume; the resume was completed first\n",
-			strsignal(signal_caught()));
+		voice(VOICE_WARN, "%s arrived during the resume; the resume was completed first",
+		      strsignal(signal_caught()));
 	/* "ok" only over a tree seen whole: every process running, every participant active. */
 	if (tree_verify(t, why, sizeof(why), &gone) < 0)
 		return fail(EX_TERMINATED,
@@ -90,8 +90,8 @@ static int resume_tree(const struct args *a, struct tree *t)
 	bool vmm = t->nshim > 0;
 	state_dir_end(t->procs[0].pid, dir);
 	if (r.nothing) {
-		fprintf(stderr, "cusnap: the tree of %d is running (every CUDA process running%s): nothing to resume\n",
-			(int)a->pid, vmm ? ", every participant active" : "");
+		voice(VOICE_INFO, "the tree of %d is running (every CUDA process running%s): nothing to resume",
+		      (int)a->pid, vmm ? ", every participant active" : "");
 		if (a->json)
 			json_emit(stdout, json_pack("{s:b, s:s, s:i, s:b}", "ok", 1, "operation", "resume", "pid",
 						    (int)a->pid, "nothing_to_do", 1));
