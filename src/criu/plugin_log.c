@@ -13,12 +13,18 @@
 /* CRIU's (criu-log.h): weak, so that the plugin also loads where CRIU is not. */
 extern void print_on_level(unsigned int loglevel, const char *format, ...) __attribute__((weak, format(printf, 2, 3)));
 
-/* One whole line, to stderr and CRIU's log at its level (CRIU's numbers). */
+/* CRIU's numbering of a level (criu-log.h: LOG_ERROR 1, LOG_WARN 2, LOG_INFO 3). */
+static unsigned criu_level(enum voice_level level)
+{
+	return level == VOICE_ERROR ? 1u : level == VOICE_WARN ? 2u : 3u;
+}
+
+/* One whole line, to stderr and CRIU's log at its level. */
 static void both(enum voice_level level, const char *line)
 {
 	fprintf(stderr, "%s\n", line);
 	if (print_on_level)
-		print_on_level((unsigned)level, "%s\n", line);
+		print_on_level(criu_level(level), "%s\n", line);
 }
 
 void plugin_say(enum voice_level level, const char *fmt, ...)

@@ -14,6 +14,7 @@
 
 #include "cusnap/exitcodes.h"
 #include "cusnap/layout.h"
+#include "cusnap/log.h"
 #include "cusnap/proc.h"
 
 /* ---- proctree.c ---- */
@@ -241,9 +242,11 @@ int settings_environment(struct settings *s, char *const *env, char *why, size_t
 void settings_help(FILE *out);
 
 /* ---- report.c: what a step tells its user ---- */
-/* Every line the library says has a level (CRIU's numbers, as the plugin
- * passes them on). */
-enum voice_level { VOICE_ERROR = 1, VOICE_WARN = 2, VOICE_INFO = 3 };
+/* Every line the library says has a level: the project's one numbering
+ * (include/cusnap/log.h's, which the shim, cuemu and the coordinator's
+ * command line log with); the plugin turns it into CRIU's where it hands a
+ * line to CRIU's log. */
+enum voice_level { VOICE_ERROR = LOG_ERROR, VOICE_WARN = LOG_WARN, VOICE_INFO = LOG_INFO };
 /* The caller's voice: each line, whole (prefix, "warning: " for a warning,
  * the text; no newline), goes to sink instead of stderr; prefix (NULL:
  * "cusnap: ") begins every line. The tool keeps the default; the plugin hands
