@@ -14,26 +14,29 @@
 
 #define PHASES_MAX 96
 
-/* One command runs per process: its phases, in order. */
-static struct phase phases[PHASES_MAX];
-static size_t nphases;
-static bool quiet;
-/* The lines, whole: the ticker's thread says things too. */
-static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool line_open; /* a ticker's line is on the terminal, not ended */
-/* The caller's voice (voice_set): NULL, stderr. */
-static void (*sink)(enum voice_level level, const char *line);
-static const char *prefix = "cusnap: ";
+/* Everything the library's report keeps, in one place (one command runs per
+ * process). */
+static struct report {
+	struct phase phases[PHASES_MAX]; /* the command's phases, in order */
+	size_t nphases;
+	bool quiet;
+	pthread_mutex_t lock; /* the lines, whole: the ticker's thread says things too */
+	bool line_open;       /* a ticker's line is on the terminal, not ended */
+	/* The caller's voice (voice_set): NULL, stderr. */
+	void (*sink)(enum voice_level level, const char *line);
+	const char *prefix;
+	char last_error[2600]; /* what fail() said last */
+} R = {.lock = PTHREAD_MUTEX_INITIALIZER, .prefix = "cusnap: "};
 
 void progress_quiet(bool q)
 {
-	quiet = q;
+	R.quiet = q;
 }
 
 void voice_set(void (*to)(enum voice_level level, const char *line), const char *p)
 {
-	sink = to;
-	prefix = p ? p : "cusnap: ";
+	R.sink = to;
+	R.prefix = p ? p : "cusnap: ";
 }
 
 /* text as one line in the caller's voice after who (NULL: the prefix it
@@ -41,19 +44,19 @@ void voice_set(void (*to)(enum voice_level level, const char *line), const char 
  * quiet. */
 static void say_line(const char *who, enum voice_level level, const char *text)
 {
-	if (level == VOICE_INFO && quiet)
+	if (level == VOICE_INFO && R.quiet)
 		return;
 	char line[3200];
-	snprintf(line, sizeof(line), "%s%s%s", who ? who : prefix, level == VOICE_WARN ? "warning: " : "", text);
-	pthread_mutex_lock(&out_lock);
-	if (sink) {
-		sink(level, line);
+	snprintf(line, sizeof(line), "%s%s%s", who ? who : R.prefix, level == VOICE_WARN ? "warning: " : "", text);
+	pthread_mutex_lock(&R.lock);
+	if (R.sink) {
+		R.sink(level, line);
 	} else {
-		if (line_open)
+		if (R.line_open)
 			fputs("\r\033[K", stderr);
 		fprintf(stderr, "%s\n", line);
 	}
-	pthread_mutex_unlock(&out_lock);
+	pthread_mutex_unlock(&R.lock);
 }
 
 void voice_v(const char *who, enum voice_level level, const char *fmt, va_list ap)
@@ -78,8 +81,8 @@ void progress(const char *step, double ms, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(extra, sizeof(extra), fmt, ap);
 	va_end(ap);
-	if (nphases < PHASES_MAX) {
-		struct phase *p = &phases[nphases++];
+	if (R.nphases < PHASES_MAX) {
+		struct phase *p = &R.phases[R.nphases++];
 		snprintf(p->name, sizeof(p->name), "%s", step);
 		p->ms = ms;
 		p->bytes = 0;
@@ -89,24 +92,24 @@ void progress(const char *step, double ms, const char *fmt, ...)
 
 void progress_bytes(const char *step, uint64_t bytes)
 {
-	for (size_t i = nphases; i-- > 0;)
-		if (!strcmp(phases[i].name, step)) {
-			phases[i].bytes = bytes;
+	for (size_t i = R.nphases; i-- > 0;)
+		if (!strcmp(R.phases[i].name, step)) {
+			R.phases[i].bytes = bytes;
 			return;
 		}
 }
 
 size_t progress_phases(const struct phase **out)
 {
-	*out = phases;
-	return nphases;
+	*out = R.phases;
+	return R.nphases;
 }
 
 json_t *progress_json(void)
 {
 	json_t *a = json_array();
-	for (size_t i = 0; i < nphases; i++) {
-		const struct phase *p = &phases[i];
+	for (size_t i = 0; i < R.nphases; i++) {
+		const struct phase *p = &R.phases[i];
 		json_t *o = json_pack("{s:s, s:f}", "phase", p->name, "seconds", p->ms / 1000.0);
 		if (o && p->bytes) {
 			json_object_set_new(o, "bytes", json_integer((json_int_t)p->bytes));
@@ -173,11 +176,11 @@ static void tick(struct ticker *k)
 		say_line(NULL, VOICE_INFO, line);
 		return;
 	}
-	pthread_mutex_lock(&out_lock);
-	fprintf(stderr, "\r\033[K%s%s", prefix, line);
-	line_open = true;
+	pthread_mutex_lock(&R.lock);
+	fprintf(stderr, "\r\033[K%s%s", R.prefix, line);
+	R.line_open = true;
 	fflush(stderr);
-	pthread_mutex_unlock(&out_lock);
+	pthread_mutex_unlock(&R.lock);
 }
 
 static void *ticker_main(void *arg)
@@ -205,7 +208,7 @@ static void *ticker_main(void *arg)
 
 struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(void *arg), void *arg)
 {
-	if (quiet)
+	if (R.quiet)
 		return NULL;
 	struct ticker *k = calloc(1, sizeof(*k));
 	if (!k)
@@ -214,7 +217,7 @@ struct ticker *ticker_start(const char *step, uint64_t total, uint64_t (*done)(v
 	k->total = total;
 	k->done = done;
 	k->arg = arg;
-	k->tty = !sink && isatty(STDERR_FILENO) == 1; /* (a sink gets plain lines) */
+	k->tty = !R.sink && isatty(STDERR_FILENO) == 1; /* (a sink gets plain lines) */
 	k->t0 = now_ms();
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_cond_init(&k->cond, NULL);
@@ -234,11 +237,11 @@ void ticker_stop(struct ticker *k)
 	pthread_cond_signal(&k->cond);
 	pthread_mutex_unlock(&k->lock);
 	pthread_join(k->thread, NULL);
-	pthread_mutex_lock(&out_lock);
-	if (line_open)
+	pthread_mutex_lock(&R.lock);
+	if (R.line_open)
 		fputs("\r\033[K", stderr);
-	line_open = false;
-	pthread_mutex_unlock(&out_lock);
+	R.line_open = false;
+	pthread_mutex_unlock(&R.lock);
 	pthread_cond_destroy(&k->cond);
 	pthread_mutex_destroy(&k->lock);
 	free(k);
@@ -247,11 +250,10 @@ void ticker_stop(struct ticker *k)
 /* ---- errors ---- */
 
 /* What fail() printed last: one command runs per process. */
-static char last_error[2600];
 
 const char *report_error(void)
 {
-	return last_error;
+	return R.last_error;
 }
 
 int fail(int code, const char *fmt, ...)
@@ -262,7 +264,7 @@ int fail(int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	say_line(NULL, VOICE_ERROR, msg);
-	snprintf(last_error, sizeof(last_error), "%s", msg);
+	snprintf(R.last_error, sizeof(R.last_error), "%s", msg);
 	return code;
 }
 
