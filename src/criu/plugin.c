@@ -98,23 +98,21 @@ static void stay_loaded(void)
 
 void settings_for(pid_t root)
 {
-	P.s = P.conf.s;
-	if (P.s.control_dir[0])
-		snprintf(P.control, sizeof(P.control), "%s", P.s.control_dir);
-	else if (!P.control[0]) {
-		/* The workload's environment, by the shim's rule (control.h). */
-		char cur[sizeof(P.control)] = "", old[sizeof(P.control)] = "";
-		bool has_cur = proc_environ_get(root, CONTROL_DIR_VAR, cur, sizeof(cur));
-		bool has_old = proc_environ_get(root, CONTROL_DIR_VAR_DEPRECATED, old, sizeof(old));
-		snprintf(P.control, sizeof(P.control), "%s",
-			 control_dir_named(has_cur ? cur : NULL, has_old ? old : NULL));
-	}
-	snprintf(P.s.control_dir, sizeof(P.s.control_dir), "%s", P.control);
+	char *dir = P.conf.s.control_dir;
+	if (dir[0])
+		return; /* the file's, the environment's, or the image's at a restore */
+	/* The workload's environment, by the shim's rule (control.h). */
+	char cur[sizeof(P.conf.s.control_dir)] = "", old[sizeof(P.conf.s.control_dir)] = "";
+	bool has_cur = proc_environ_get(root, CONTROL_DIR_VAR, cur, sizeof(cur));
+	bool has_old = proc_environ_get(root, CONTROL_DIR_VAR_DEPRECATED, old, sizeof(old));
+	snprintf(dir, sizeof(P.conf.s.control_dir), "%s",
+		 control_dir_named(has_cur ? cur : NULL, has_old ? old : NULL));
 }
 
 int helper_bound_ms(void)
 {
-	return 90000 + 2 * coord_undo_timeout_ms(P.s.timeout_ms ? P.s.timeout_ms : settings_default().timeout_ms);
+	return 90000 +
+	       2 * coord_undo_timeout_ms(P.conf.s.timeout_ms ? P.conf.s.timeout_ms : settings_default().timeout_ms);
 }
 
 int images_trusted(const char *outcome)

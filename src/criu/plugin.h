@@ -162,8 +162,6 @@ struct plugin_state {
 	char dir[PATH_MAX]; /* the images directory */
 	struct plugin_conf conf;
 	char conf_error[PATH_MAX + 600]; /* the configuration file is refused: why */
-	char control[4096];              /* the workload's control directory */
-	struct settings s;               /* what the node library is given (settings_for) */
 	pid_t root;
 	int *restore_tid;                         /* each CUDA process's restore thread, asked while it runs */
 	struct devmap map;                        /* restore: the GPUs the checkpoint's are restored onto */
@@ -187,8 +185,10 @@ extern struct criu_plugin_desc CR_PLUGIN_DESC __attribute__((visibility("default
 void plugin_metrics(const char *op, int code);
 /* The images directory's path, from CRIU's descriptor of it: 0 or -1. */
 int images_dir(char *out, size_t len);
-/* The settings: the configuration file and the environment (plugin_conf.c),
- * then the workload's own SNAPSHOT_CONTROL_DIR, then the defaults. */
+/* The settings (P.conf.s, the one struct the node library is given): the
+ * configuration file and the environment (plugin_conf.c), the control
+ * directory the checkpoint recorded (at a restore), else the workload's own
+ * (control.h's rule). */
 void settings_for(pid_t root);
 /* How long CRIU waits for a helper: the release (60 s), then an undo. */
 int helper_bound_ms(void);

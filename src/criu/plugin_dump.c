@@ -122,7 +122,7 @@ static int pause_check(void *ctx)
 static int pause_join(void *ctx)
 {
 	(void)ctx;
-	return plugin_group_join(&P.s, P.root, NULL, "checkpoint", &P.group) < 0 ? 1 : 0; /* (said) */
+	return plugin_group_join(&P.conf.s, P.root, NULL, "checkpoint", &P.group) < 0 ? 1 : 0; /* (said) */
 }
 
 /* Every member undoes. */
@@ -138,7 +138,7 @@ static int pause_prepare(void *ctx)
 {
 	(void)ctx;
 	struct coord_report r;
-	if (tree_prepare(&P.t, &P.rec, settings_content(&P.s, true), &r))
+	if (tree_prepare(&P.t, &P.rec, settings_content(&P.conf.s, true), &r))
 		return 1; /* (undone and said) */
 	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	return 0;
@@ -213,7 +213,7 @@ int pause_devices(int pid)
 		return -ENOTSUP; /* no CUDA here: CRIU alone */
 	if (images_trusted("dump refused, nothing changed") < 0)
 		return -1;
-	int rc = tree_load(pid, &P.s, &P.t);
+	int rc = tree_load(pid, &P.conf.s, &P.t);
 	P.loaded = rc == 0; /* (what it loaded, freed at exit) */
 	if (rc == 0 && P.t.ncuda == 0) {
 		P.owner = OWNER_NONE; /* the driver mapped, never initialised: nothing on a GPU */
@@ -237,7 +237,7 @@ static int write_image(void)
 	 * restore on this host clears them (DESIGN.md §9.4). */
 	struct inet_sock *tw = NULL;
 	ssize_t ntw = P.nsocks ? inet_time_wait_of(P.socks, P.nsocks, &tw) : 0;
-	struct plugin_image im = {.content = settings_content(&P.s, true),
+	struct plugin_image im = {.content = settings_content(&P.conf.s, true),
 				  .vmm = P.t.nshim > 0,
 				  .cuda_processes = P.t.ncuda,
 				  .gpus = devmap_gpus_json(&P.t.nat),
@@ -250,8 +250,8 @@ static int write_image(void)
 		json_array_append_new(im.pids, json_pack("[i,i]", (int)P.t.procs[i].pid, (int)P.t.procs[i].nspid));
 	criu_self_version(im.criu_version, sizeof(im.criu_version));
 	char why[PATH_MAX + 200];
-	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.control);
-	control_host_path(P.root, P.control, im.control_dir_here, sizeof(im.control_dir_here));
+	snprintf(im.control_dir, sizeof(im.control_dir), "%s", P.conf.s.control_dir);
+	control_host_path(P.root, P.conf.s.control_dir, im.control_dir_here, sizeof(im.control_dir_here));
 	int rc = plugin_image_write(P.dir, &im, why, sizeof(why));
 	plugin_image_free(&im);
 	if (rc < 0)

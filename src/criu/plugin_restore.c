@@ -83,7 +83,7 @@ static int restore_map(const json_t *gpus)
 }
 
 /* The plugin's image in the images directory: 1 (control directories into
- * P.control and here, the device map checked), 0 when there is none (not
+ * the settings unless they name one, and here; the device map checked), 0 when there is none (not
  * dumped with this plugin), -1 when it cannot be read or the map does not fit
  * (said). */
 static int read_image(char *here, size_t len)
@@ -101,7 +101,8 @@ static int read_image(char *here, size_t len)
 		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 	if (got <= 0)
 		return got;
-	snprintf(P.control, sizeof(P.control), "%s", im.control_dir);
+	if (!P.conf.s.control_dir[0]) /* (one the configuration names stands) */
+		snprintf(P.conf.s.control_dir, sizeof(P.conf.s.control_dir), "%s", im.control_dir);
 	snprintf(here, len, "%s", im.control_dir_here);
 	int rc = restore_map(im.gpus) < 0 ? -1 : 1;
 	/* This machine able to take the checkpoint (DESIGN.md §9.5), CRIU included. */
@@ -207,16 +208,16 @@ static int after_restore(void)
 	if (proc_status_field("/proc", P.root, "TracerPid") < 0)
 		return 2; /* gone: CRIU failed the restore and killed it (its log says why) */
 	struct group *group;
-	if (plugin_group_join(&P.s, 0, P.dir, "restore", &group) < 0) {
+	if (plugin_group_join(&P.conf.s, 0, P.dir, "restore", &group) < 0) {
 		proc_tree_kill(P.root, false);
 		return 2;
 	}
 	if (group)
-		P.s.boundary = group_boundary(group); /* (met in tree_release, before restore-complete) */
+		P.conf.s.boundary = group_boundary(group); /* (met in tree_release, before restore-complete) */
 	struct tree t;
 	struct recovery r;
 	char err[4800];
-	int rc = tree_load(P.root, &P.s, &t);
+	int rc = tree_load(P.root, &P.conf.s, &t);
 	if (rc == 0 && wait_released(&t, 5000) < 0)
 		rc = -1, snprintf(err, sizeof(err), "CRIU still holds some of its processes");
 	else if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
@@ -240,8 +241,8 @@ int resume_devices_late(int pid)
 	P.root = pid; /* (the root comes first) */
 	settings_for(pid);
 	char why[PATH_MAX + 128];
-	int dfd = control_dir_open(pid, P.control, why, sizeof(why));
-	int rc = dfd >= 0 ? remove_stale_done(dfd, P.control) : dfd == -ENOENT ? 0 : -1;
+	int dfd = control_dir_open(pid, P.conf.s.control_dir, why, sizeof(why));
+	int rc = dfd >= 0 ? remove_stale_done(dfd, P.conf.s.control_dir) : dfd == -ENOENT ? 0 : -1;
 	if (dfd >= 0)
 		close(dfd);
 	else if (rc < 0)
