@@ -31,4 +31,22 @@ static inline bool layout_content_name(const char *name)
 #define LAYOUT_PREVIOUS ".previous"         /* the one held, while the new one moves in */
 #define LAYOUT_FAILED_LOG "dump-failed.log" /* CRIU's log of the last attempt whose dump failed */
 
+/* Every entry of a checkpoint directory, as CRIU's image-desc.c lists its
+ * images (src/common/layout.c): its name, its kind, who writes it, and
+ * whether it is part of a checkpoint (moves with it when a whole checkpoint
+ * replaces the one the directory holds: the manifest last, the commit point). */
+enum layout_kind {
+	LAYOUT_KIND_DIR,   /* a directory */
+	LAYOUT_KIND_FILE,  /* a regular file */
+	LAYOUT_KIND_FILES, /* regular files named LAYOUT_CONTENT_PREFIX...SUFFIX */
+};
+struct layout_entry {
+	const char *name; /* for LAYOUT_KIND_FILES, the prefix */
+	enum layout_kind kind;
+	const char *writer;
+	bool moves;
+};
+extern const struct layout_entry layout_entries[];
+extern const size_t layout_nentries;
+
 #endif

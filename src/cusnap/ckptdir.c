@@ -23,9 +23,13 @@
 #define PARTIAL LAYOUT_PARTIAL
 #define PREVIOUS LAYOUT_PREVIOUS
 
-/* A checkpoint's entries, the manifest last: what moves between the three. */
-static const char *const entries[] = {LAYOUT_IMAGES, LAYOUT_STATE, LAYOUT_JOB, LAYOUT_PLUGINS, LAYOUT_MANIFEST};
-#define NENTRIES (sizeof(entries) / sizeof(entries[0]))
+/* A checkpoint's entries that move between the three, one at a time, the
+ * manifest last (layout.h's table; the files of file content move together,
+ * move_content). */
+static bool moves_alone(const struct layout_entry *e)
+{
+	return e->moves && e->kind != LAYOUT_KIND_FILES;
+}
 
 static bool exists_at(int dfd, const char *name)
 {
@@ -123,8 +127,10 @@ int ckptdir_publish(int dfd, char *why, size_t len)
 	}
 	if (exists_at(part, LAYOUT_IMAGES) && (rc = move_content(dfd, prev, true, why, len)) < 0)
 		goto out;
-	for (size_t i = 0; i < NENTRIES; i++) {
-		const char *name = entries[i];
+	for (size_t i = 0; i < layout_nentries; i++) {
+		const char *name = layout_entries[i].name;
+		if (!moves_alone(&layout_entries[i]))
+			continue;
 		if (!strcmp(name, LAYOUT_MANIFEST) && (rc = move_content(part, dfd, false, why, len)) < 0)
 			goto out;
 		if (exists_at(dfd, name) && !exists_at(prev, name) && renameat(dfd, name, prev, name) < 0) {
@@ -184,9 +190,11 @@ int ckptdir_settle(int dfd, const char *dir, char *why, size_t len)
 		remove_at(dfd, PARTIAL);
 		/* A publish cut short before its commit: the previous checkpoint back. */
 		int prev = openat(dfd, PREVIOUS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		for (size_t i = 0; prev >= 0 && !exists_at(dfd, MANIFEST_FILE) && i < NENTRIES; i++)
-			if (exists_at(prev, entries[i]) && !exists_at(dfd, entries[i]))
-				renameat(prev, entries[i], dfd, entries[i]);
+		for (size_t i = 0; prev >= 0 && !exists_at(dfd, MANIFEST_FILE) && i < layout_nentries; i++) {
+			const char *name = layout_entries[i].name;
+			if (moves_alone(&layout_entries[i]) && exists_at(prev, name) && !exists_at(dfd, name))
+				renameat(prev, name, dfd, name);
+		}
 		if (prev >= 0)
 			close(prev);
 		remove_at(dfd, PREVIOUS);
