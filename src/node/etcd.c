@@ -237,7 +237,7 @@ static bool token_refused(const char *error)
 			 strstr(error, "auth: revision in header is old"));
 }
 
-static json_t *post(struct etcd *e, const char *path, const char *text, char *why, size_t len);
+static int post(struct etcd *e, const char *path, const char *text, struct etcd_reply *r, char *why, size_t len);
 
 /* A token for e->user: 0, or -1 with why. */
 static int authenticate(struct etcd *e, char *why, size_t len)
@@ -246,64 +246,63 @@ static int authenticate(struct etcd *e, char *why, size_t len)
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	e->token[0] = '\0';
-	json_t *r = text ? post(e, "/v3/auth/authenticate", text, why, len) : NULL;
+	struct etcd_reply r;
+	int rc = text ? post(e, "/v3/auth/authenticate", text, &r, why, len) : -1;
 	free(text);
-	const char *error = json_string_value(json_object_get(r, "error"));
-	const char *token = json_string_value(json_object_get(r, "token"));
-	if (r && (error || !token || strlen(token) >= sizeof(e->token)))
+	if (rc == 0 && (r.error[0] || !r.token[0]))
 		snprintf(why, len, "authentication as %s refused by etcd: %s (--etcd-user, --etcd-password-file)",
-			 e->user, error ? error : "no token");
-	else if (token)
-		snprintf(e->token, sizeof(e->token), "%s", token);
-	json_decref(r);
+			 e->user, r.error[0] ? r.error : "no token");
+	else if (rc == 0)
+		snprintf(e->token, sizeof(e->token), "%s", r.token);
+	if (rc == 0)
+		etcd_reply_free(&r);
 	return e->token[0] ? 0 : -1;
 }
 
-/* POST body to path at each endpoint in turn until one answers: its JSON
- * reply, or NULL with why (none reached, or etcd's own error). A token etcd
- * refuses is renewed once. */
-static json_t *call(struct etcd *e, const char *path, json_t *body, char *why, size_t len)
+/* POST body to path at each endpoint in turn until one answers: 0 with its
+ * reply in *r (etcd_reply_free), or -1 with why (none reached, or etcd's own
+ * error). A token etcd refuses is renewed once. */
+static int call(struct etcd *e, const char *path, json_t *body, struct etcd_reply *r, char *why, size_t len)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	if (!text) {
 		snprintf(why, len, "out of memory");
-		return NULL;
+		return -1;
 	}
-	json_t *reply = NULL;
+	int rc = -1;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (e->user[0] && !e->token[0] && authenticate(e, why, len) < 0)
 			break;
-		reply = post(e, path, text, why, len);
-		const char *error = json_string_value(json_object_get(reply, "error"));
-		if (!(e->user[0] && token_refused(error)) || attempt == 1)
+		rc = post(e, path, text, r, why, len);
+		if (rc < 0 || !(e->user[0] && token_refused(r->error)) || attempt == 1)
 			break;
-		json_decref(reply);
-		reply = NULL;
+		etcd_reply_free(r);
+		rc = -1;
 		e->token[0] = '\0'; /* (expired: again) */
 	}
 	free(text);
-	const char *error = json_string_value(json_object_get(reply, "error"));
-	if (reply && (error || json_object_get(reply, "code"))) {
-		const char *cause = !error                               ? ""
+	if (rc == 0 && r->failed) {
+		const char *error = r->error;
+		const char *cause = !error[0]                            ? ""
 				    : strstr(error, "permission denied") ? " (permission: the user is not granted "
 									   "/cusnap/groups/)"
 				    : token_refused(error) || strstr(error, "authentication failed")
 					    ? " (authentication: --etcd-user, --etcd-password-file)"
 					    : "";
-		snprintf(why, len, "etcd: %s%s", error ? error : "error", cause);
-		json_decref(reply);
-		return NULL;
+		snprintf(why, len, "etcd: %s%s", error[0] ? error : "error", cause);
+		etcd_reply_free(r);
+		return -1;
 	}
-	return reply;
+	return rc;
 }
 
-/* POST text to path at each endpoint in turn until one answers: its JSON
- * reply (etcd's errors included), or NULL with why. */
-static json_t *post(struct etcd *e, const char *path, const char *text, char *why, size_t len)
+/* POST text to path at each endpoint in turn until one answers: 0 with its
+ * reply decoded into *r (etcd's errors included), or -1 with why. */
+static int post(struct etcd *e, const char *path, const char *text, struct etcd_reply *r, char *why, size_t len)
 {
-	json_t *reply = NULL;
-	for (size_t k = 0; k < e->nurls && !reply; k++) {
+	int got_reply = -1;
+	for (size_t k = 0; k < e->nurls && got_reply < 0; k++) {
 		size_t at = (e->cur + k) % e->nurls;
 		char url[320], authz[1100];
 		snprintf(url, sizeof(url), "%s%s", e->urls[at], path);
@@ -334,114 +333,126 @@ static json_t *post(struct etcd *e, const char *path, const char *text, char *wh
 		long status = 0;
 		curl.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 		curl.slist_free_all(h);
-		json_error_t je;
 		if (rc != CURLE_OK)
 			snprintf(why, len, "etcd at %s: %s: %s", e->urls[at], transfer_cause(rc),
 				 curl.easy_strerror(rc));
-		else if (!(reply = got.data ? json_loads(got.data, JSON_DISABLE_EOF_CHECK, &je) : NULL))
+		else if ((got_reply = etcd_reply_decode(got.data, r)) < 0)
 			snprintf(why, len, "etcd at %s answered %ld without JSON", e->urls[at], status);
 		else
 			e->cur = at;
 		free(got.data);
 	}
-	return reply;
+	return got_reply;
 }
 
 int etcd_ping(struct etcd *e, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/range", etcd_body_key("/cusnap/groups/"), why, len);
-	json_decref(r);
-	return r ? 0 : -1;
+	struct etcd_reply r;
+	if (call(e, "/v3/kv/range", etcd_body_key("/cusnap/groups/"), &r, why, len) < 0)
+		return -1;
+	etcd_reply_free(&r);
+	return 0;
 }
 
 int etcd_lease_grant(struct etcd *e, int ttl, int64_t *id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/grant", etcd_body_grant(ttl), why, len);
-	*id = etcd_int64(r, "ID", 0);
-	json_decref(r);
-	if (r && !*id)
+	struct etcd_reply r;
+	*id = 0;
+	if (call(e, "/v3/lease/grant", etcd_body_grant(ttl), &r, why, len) < 0)
+		return -1;
+	*id = r.id;
+	etcd_reply_free(&r);
+	if (!*id)
 		snprintf(why, len, "etcd granted no lease");
-	return r && *id ? 0 : -1;
+	return *id ? 0 : -1;
 }
 
 int etcd_lease_keepalive(struct etcd *e, int64_t id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/keepalive", etcd_body_lease(id), why, len);
-	if (!r)
+	struct etcd_reply r;
+	if (call(e, "/v3/lease/keepalive", etcd_body_lease(id), &r, why, len) < 0)
 		return -1;
-	/* A lease that is gone answers without a TTL (or with 0). */
-	int64_t ttl = etcd_int64(json_object_get(r, "result"), "TTL", 0);
-	json_decref(r);
-	return ttl > 0 ? 0 : 1;
+	etcd_reply_free(&r);
+	return r.ttl > 0 ? 0 : 1; /* (a lease that is gone answers without a TTL, or with 0) */
+}
+
+/* A call whose reply says nothing but that it was done: 0, or -1 with why. */
+static int call_done(struct etcd *e, const char *path, json_t *body, char *why, size_t len)
+{
+	struct etcd_reply r;
+	if (call(e, path, body, &r, why, len) < 0)
+		return -1;
+	etcd_reply_free(&r);
+	return 0;
 }
 
 int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/lease/revoke", etcd_body_lease(id), why, len);
-	json_decref(r);
-	return r ? 0 : -1;
+	return call_done(e, "/v3/lease/revoke", etcd_body_lease(id), why, len);
 }
 
 int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/put", etcd_body_put(key, value, lease), why, len);
-	json_decref(r);
-	return r ? 0 : -1;
+	return call_done(e, "/v3/kv/put", etcd_body_put(key, value, lease), why, len);
 }
 
 int etcd_create(struct etcd *e, const char *key, const char *value, int64_t lease, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/txn", etcd_body_create(key, value, lease), why, len);
-	if (!r)
+	struct etcd_reply r;
+	if (call(e, "/v3/kv/txn", etcd_body_create(key, value, lease), &r, why, len) < 0)
 		return -1;
-	bool made = json_is_true(json_object_get(r, "succeeded"));
-	json_decref(r);
-	return made;
+	etcd_reply_free(&r);
+	return r.succeeded;
+}
+
+/* A range's kvs out of r (they become the caller's): 0, or -1 with why. */
+static int kvs_taken(struct etcd_reply *r, struct etcd_kv **kvs, size_t *n, char *why, size_t len)
+{
+	if (r->bad_kv) {
+		snprintf(why, len, "etcd: a key or value that is not base64");
+		return -1;
+	}
+	*kvs = r->kvs;
+	*n = r->nkvs;
+	r->kvs = NULL;
+	r->nkvs = 0;
+	return 0;
 }
 
 int etcd_range(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n, char *why, size_t len)
 {
+	struct etcd_reply r;
 	*kvs = NULL;
 	*n = 0;
-	json_t *r = call(e, "/v3/kv/range", etcd_body_range(prefix), why, len);
-	if (!r)
+	if (call(e, "/v3/kv/range", etcd_body_range(prefix), &r, why, len) < 0)
 		return -1;
-	const json_t *list = json_object_get(r, "kvs");
-	size_t count = json_array_size(list);
-	*kvs = calloc(count ? count : 1, sizeof(**kvs));
-	int rc = *kvs ? 0 : -1;
-	for (size_t i = 0; rc == 0 && i < count; i++) {
-		rc = etcd_kv_of(json_array_get(list, i), &(*kvs)[*n]);
-		*n += rc == 0;
-	}
-	json_decref(r);
-	if (rc < 0) {
-		snprintf(why, len, "etcd: a key or value that is not base64");
-		etcd_kvs_free(*kvs, *n);
-		*kvs = NULL;
-		*n = 0;
-	}
+	int rc = kvs_taken(&r, kvs, n, why, len);
+	if (rc == 0 && !*kvs && !(*kvs = calloc(1, sizeof(**kvs)))) /* (callers free an empty list too) */
+		rc = -1, snprintf(why, len, "out of memory");
+	etcd_reply_free(&r);
 	return rc;
 }
 
 int etcd_get(struct etcd *e, const char *key, struct etcd_kv *kv, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/range", etcd_body_key(key), why, len);
-	if (!r)
+	struct etcd_reply r;
+	struct etcd_kv *kvs = NULL;
+	size_t n = 0;
+	if (call(e, "/v3/kv/range", etcd_body_key(key), &r, why, len) < 0)
 		return -1;
-	const json_t *first = json_array_get(json_object_get(r, "kvs"), 0);
-	int rc = !first ? 0 : etcd_kv_of(first, kv) == 0 ? 1 : -1;
-	json_decref(r);
+	int rc = kvs_taken(&r, &kvs, &n, why, len);
+	etcd_reply_free(&r);
 	if (rc < 0)
-		snprintf(why, len, "etcd: a key or value that is not base64");
-	return rc;
+		return -1;
+	if (n)
+		*kv = kvs[0], kvs[0] = (struct etcd_kv){0};
+	etcd_kvs_free(kvs, n);
+	return n ? 1 : 0;
 }
 
 int etcd_delete(struct etcd *e, const char *key, char *why, size_t len)
 {
-	json_t *r = call(e, "/v3/kv/deleterange", etcd_body_key(key), why, len);
-	json_decref(r);
-	return r ? 0 : -1;
+	return call_done(e, "/v3/kv/deleterange", etcd_body_key(key), why, len);
 }
 
 void etcd_kvs_free(struct etcd_kv *kvs, size_t n)

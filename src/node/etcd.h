@@ -87,6 +87,23 @@ json_t *etcd_body_create(const char *key, const char *value, int64_t lease);
 json_t *etcd_body_grant(int ttl);
 json_t *etcd_body_lease(int64_t id);
 json_t *etcd_body_auth(const char *user, const char *password);
+/* One of etcd's replies, decoded once: what the calls here read of any of
+ * them (each fills its own fields; absent ones are 0, "" or NULL). */
+struct etcd_reply {
+	char error[512];     /* etcd's error, "" when none */
+	bool failed;         /* an error, or a gRPC code without one */
+	char token[1024];    /* auth/authenticate: the token ("" none, or too long) */
+	int64_t id;          /* lease/grant: the lease */
+	int64_t ttl;         /* lease/keepalive: result.TTL (0: the lease is gone) */
+	bool succeeded;      /* kv/txn: its compare held */
+	struct etcd_kv *kvs; /* kv/range: each key and value decoded (etcd_reply_free) */
+	size_t nkvs;
+	bool bad_kv; /* a key or value that is not base64: no kvs kept */
+};
+/* text (a reply's JSON) into r: 0, or -1 when it is not a JSON object (or
+ * out of memory). r is freed with etcd_reply_free whatever is returned. */
+int etcd_reply_decode(const char *text, struct etcd_reply *r);
+void etcd_reply_free(struct etcd_reply *r);
 /* An int64 of a reply, which etcd gives as a string (or a number); def when absent. */
 int64_t etcd_int64(const json_t *o, const char *key, int64_t def);
 /* One of a range reply's kvs into kv (its key and value decoded, NUL-ended;

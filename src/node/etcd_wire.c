@@ -138,6 +138,48 @@ int64_t etcd_int64(const json_t *o, const char *key, int64_t def)
 	return s ? strtoll(s, NULL, 10) : def;
 }
 
+int etcd_reply_decode(const char *text, struct etcd_reply *r)
+{
+	memset(r, 0, sizeof(*r));
+	json_error_t je;
+	json_t *j = text ? json_loads(text, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return -1;
+	}
+	const char *error = json_string_value(json_object_get(j, "error"));
+	snprintf(r->error, sizeof(r->error), "%s", error ? error : "");
+	r->failed = error || json_object_get(j, "code");
+	const char *token = json_string_value(json_object_get(j, "token"));
+	if (token && strlen(token) < sizeof(r->token))
+		snprintf(r->token, sizeof(r->token), "%s", token);
+	r->id = etcd_int64(j, "ID", 0);
+	r->ttl = etcd_int64(json_object_get(j, "result"), "TTL", 0);
+	r->succeeded = json_is_true(json_object_get(j, "succeeded"));
+	const json_t *list = json_object_get(j, "kvs");
+	size_t count = json_array_size(list);
+	int rc = count && !(r->kvs = calloc(count, sizeof(*r->kvs))) ? -1 : 0;
+	for (size_t i = 0; rc == 0 && i < count && !r->bad_kv; i++) {
+		r->bad_kv = etcd_kv_of(json_array_get(list, i), &r->kvs[r->nkvs]) < 0;
+		r->nkvs += !r->bad_kv;
+	}
+	if (r->bad_kv)
+		etcd_reply_free(r);
+	json_decref(j);
+	return rc;
+}
+
+void etcd_reply_free(struct etcd_reply *r)
+{
+	for (size_t i = 0; r->kvs && i < r->nkvs; i++) {
+		free(r->kvs[i].key);
+		free(r->kvs[i].value);
+	}
+	free(r->kvs);
+	r->kvs = NULL;
+	r->nkvs = 0;
+}
+
 int etcd_kv_of(const json_t *j, struct etcd_kv *kv)
 {
 	const char *k = json_string_value(json_object_get(j, "key"));

@@ -107,10 +107,56 @@ static void replies(void)
 	json_decref(bad);
 }
 
+/* Each reply the calls read, decoded once (etcd_reply_decode), from the
+ * bytes etcd's gateway sends. */
+static void reply_codec(void)
+{
+	struct etcd_reply r;
+	CHECK_EQ(etcd_reply_decode("{\"header\":{},\"ID\":\"7587863211\",\"TTL\":\"10\"}", &r), 0);
+	CHECK_EQ(r.id, 7587863211LL);
+	CHECK(!r.failed && !r.error[0] && !r.succeeded && r.nkvs == 0);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"result\":{\"ID\":\"5\",\"TTL\":\"9\"}}", &r), 0);
+	CHECK_EQ(r.ttl, 9);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"result\":{\"ID\":\"5\"}}", &r), 0); /* (a lease gone: no TTL) */
+	CHECK_EQ(r.ttl, 0);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"header\":{},\"succeeded\":true}", &r), 0);
+	CHECK(r.succeeded);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"error\":\"etcdserver: permission denied\",\"code\":7}", &r), 0);
+	CHECK(r.failed);
+	CHECK_STR(r.error, "etcdserver: permission denied");
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"code\":14,\"message\":\"unavailable\"}", &r), 0);
+	CHECK(r.failed && !r.error[0]);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"header\":{},\"token\":\"abc.123\"}", &r), 0);
+	CHECK_STR(r.token, "abc.123");
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"kvs\":[{\"key\":\"L2s=\",\"value\":\"dg==\"},{\"key\":\"L2U=\"}]}", &r), 0);
+	CHECK_EQ(r.nkvs, 2);
+	CHECK(!r.bad_kv);
+	if (r.nkvs == 2) {
+		CHECK_STR(r.kvs[0].key, "/k");
+		CHECK_STR(r.kvs[0].value, "v");
+		CHECK_STR(r.kvs[1].key, "/e");
+	}
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("{\"kvs\":[{\"key\":\"L2s=\"},{\"key\":\"L2s\"}]}", &r), 0);
+	CHECK(r.bad_kv && r.nkvs == 0 && r.kvs == NULL);
+	etcd_reply_free(&r);
+	CHECK_EQ(etcd_reply_decode("<html>502</html>", &r), -1);
+	CHECK_EQ(etcd_reply_decode("[1]", &r), -1);
+	CHECK_EQ(etcd_reply_decode(NULL, &r), -1);
+}
+
 int main(void)
 {
 	test_run("base64: RFC 4648's vectors both ways, what is not base64 refused", base64);
 	test_run("request bodies: golden bytes for each", bodies);
 	test_run("replies: a range's kvs decoded, int64 as strings and numbers, bad base64 refused", replies);
+	test_run("the reply codec: grant, keepalive, txn, an error, a token, a range, what is not JSON", reply_codec);
 	return test_done();
 }
