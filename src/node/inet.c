@@ -272,6 +272,7 @@ ssize_t inet_of_tree(const struct proc *procs, size_t nprocs, struct inet_sock *
 		for (size_t i = first; i < n; i++) {
 			v[i].pid = procs[p].pid;
 			v[i].netns_here = own;
+			v[i].netns = netns_of(procs[p].pid);
 			bool binds = (v[i].proto == IPPROTO_TCP && v[i].state == TCPS_LISTEN) ||
 				     v[i].proto == IPPROTO_UDP;
 			v[i].reuseport = binds && v[i].lport && sock_reuseport(procs[p].pid, v[i].inode) == 1;
@@ -351,20 +352,38 @@ static bool time_wait(const struct inet_sock *s, void *arg)
 	return s->proto == IPPROTO_TCP && s->state == TCPS_TIME_WAIT;
 }
 
+/* A TCP listener of the tree with a port: where TIME_WAIT entries can block
+ * its bind at a restore. */
+static bool listens(const struct inet_sock *s)
+{
+	return s->proto == IPPROTO_TCP && s->state == TCPS_LISTEN && s->lport;
+}
+
 ssize_t inet_time_wait_of(const struct inet_sock *tree, size_t n, struct inet_sock **out)
 {
 	struct inet_sock *all = NULL, *v = NULL;
 	size_t nall = 0, cap = 0, nv = 0;
 	int rc = 0;
-	for (size_t i = 0; i < 2 && rc == 0; i++) /* tcp, tcp6 */
-		rc = table_read(0, i, time_wait, NULL, &all, &nall, &cap);
+	/* Each network namespace the tree listens in, read once: this one through
+	 * /proc/self, another through the first of the tree's processes in it
+	 * while it is still there (after a dump that ended the tree, none is). */
+	for (size_t j = 0; j < n && rc == 0; j++) {
+		bool first = listens(&tree[j]) && (tree[j].netns_here || netns_of(tree[j].pid) == tree[j].netns);
+		for (size_t k = 0; k < j && first; k++)
+			first = !(listens(&tree[k]) && tree[k].netns == tree[j].netns);
+		size_t from = nall;
+		for (size_t i = 0; first && i < 2 && rc == 0; i++) /* tcp, tcp6 */
+			rc = table_read(tree[j].netns_here ? 0 : tree[j].pid, i, time_wait, NULL, &all, &nall, &cap);
+		for (size_t i = from; i < nall; i++)
+			all[i].netns = tree[j].netns, all[i].netns_here = tree[j].netns_here;
+	}
 	if (rc == 0 && nall)
 		v = calloc(nall, sizeof(*v));
 	if (rc == 0 && nall && !v)
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < nall; i++)
 		for (size_t j = 0; j < n; j++)
-			if (bound_here(&tree[j]) && tree[j].proto == IPPROTO_TCP && collide(&all[i], &tree[j])) {
+			if (listens(&tree[j]) && tree[j].netns == all[i].netns && collide(&all[i], &tree[j])) {
 				v[nv++] = all[i];
 				break;
 			}

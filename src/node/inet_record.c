@@ -4,7 +4,10 @@
  * before the dump) and "time_wait" (the entries its own closed connections
  * left on its ports), each endpoint as text; its writer beside its reader,
  * and the check a restore makes with it. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -12,6 +15,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cusnap/json.h"
@@ -23,11 +28,11 @@ static json_t *sock_json(const struct inet_sock *s, bool full)
 	inet_endpoint_text(s, false, at, sizeof(at));
 	inet_endpoint_text(s, true, peer, sizeof(peer));
 	if (!full)
-		return json_pack("{s:s, s:s}", "local", at, "remote", peer);
-	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:b, s:i}", "pid", (int)s->pid, "protocol",
+		return json_pack("{s:s, s:s, s:I}", "local", at, "remote", peer, "netns", (json_int_t)s->netns);
+	return json_pack("{s:i, s:s, s:s, s:s, s:s, s:b, s:I, s:b, s:i}", "pid", (int)s->pid, "protocol",
 			 s->proto == IPPROTO_TCP ? "tcp" : "udp", "local", at, "remote", peer, "state",
-			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here, "reuseport", s->reuseport,
-			 "uid", (int)s->uid);
+			 inet_state_name(s->proto, s->state), "netns_here", s->netns_here, "netns",
+			 (json_int_t)s->netns, "reuseport", s->reuseport, "uid", (int)s->uid);
 }
 
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw)
@@ -50,7 +55,8 @@ static int sock_from_json(const json_t *o, bool full, struct inet_sock *s)
 	    inet_endpoint_parse(remote, &fr, s->remote, &s->rport) < 0 || fr != s->family)
 		return -EINVAL;
 	s->proto = IPPROTO_TCP;
-	s->state = 6; /* a TIME_WAIT entry */
+	s->state = 6;                                                /* a TIME_WAIT entry */
+	s->netns = (unsigned long)json_member_number(o, "netns", 0); /* (absent before: not known) */
 	if (!full)
 		return 0;
 	const char *proto = json_member_string(o, "protocol"), *state = json_member_string(o, "state");
@@ -127,18 +133,113 @@ static int loopback_ready(const struct inet_sock *socks, size_t n, char *why, si
 	return 0;
 }
 
+/* The named network namespace (/run/netns, as `ip netns` keeps them) whose
+ * inode is netns, opened: a descriptor, or -1 when none is (the tree's own
+ * namespace ended with it: a restore makes a new one, with nothing left in it). */
+static int named_netns(unsigned long netns)
+{
+	static const char *const dirs[] = {"/run/netns", "/var/run/netns"};
+	for (size_t d = 0; d < sizeof(dirs) / sizeof(dirs[0]); d++) {
+		int dfd = open(dirs[d], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *dir = dfd >= 0 ? fdopendir(dfd) : NULL;
+		struct dirent *e;
+		int fd = -1;
+		while (dir && fd < 0 && (e = readdir(dir))) {
+			struct stat st;
+			if (e->d_name[0] != '.' && fstatat(dfd, e->d_name, &st, 0) == 0 && st.st_ino == netns)
+				fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC);
+		}
+		if (dir)
+			closedir(dir);
+		else if (dfd >= 0)
+			close(dfd);
+		if (fd >= 0)
+			return fd;
+	}
+	return -1;
+}
+
+/* The checks of inet_ports_free for the sockets of the tree in network
+ * namespace netns (those of cusnap's own: 0), made in it: 0, or -errno with why. */
+static int ports_free_in(unsigned long netns, struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw,
+			 int wait_ms, char *why, size_t len)
+{
+	if (!netns) {
+		int rc = loopback_ready(socks, n, why, len);
+		return rc ? rc : inet_ports_free(socks, n, tw, ntw, wait_ms, why, len);
+	}
+	int nsfd = named_netns(netns);
+	if (nsfd < 0)
+		return 0;
+	/* In a child that enters it: the checks read /proc/self/net, and the
+	 * entries are destroyed through a netlink socket made there. */
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		close(nsfd);
+		return snprintf(why, len, "pipe: %s", strerror(errno)), -errno;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(pipefd[0]);
+		for (size_t i = 0; i < n; i++) /* (there, these are the ones "here") */
+			socks[i].netns_here = socks[i].netns == netns;
+		int rc = setns(nsfd, CLONE_NEWNET) < 0 ? (snprintf(why, len, "setns: %s", strerror(errno)), -EPERM)
+						       : ports_free_in(0, socks, n, tw, ntw, wait_ms, why, len);
+		if (rc)
+			(void)!write(pipefd[1], why, strlen(why) + 1);
+		_exit(rc ? 1 : 0);
+	}
+	close(nsfd);
+	close(pipefd[1]);
+	if (pid < 0) {
+		close(pipefd[0]);
+		return snprintf(why, len, "fork: %s", strerror(errno)), -errno;
+	}
+	char said[1024] = "";
+	ssize_t got = read(pipefd[0], said, sizeof(said) - 1);
+	close(pipefd[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	snprintf(why, len, "%s", got > 0 ? said : "the check in the tree's network namespace failed");
+	return -EADDRINUSE;
+}
+
 int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len)
 {
 	struct inet_sock *socks = NULL, *tw = NULL;
 	size_t n = 0, ntw = 0;
-	int rc;
+	int rc = 0;
 	if (!json_is_object(rec) || list_from_json(json_object_get(rec, "sockets"), true, &socks, &n) < 0 ||
 	    list_from_json(json_object_get(rec, "time_wait"), false, &tw, &ntw) < 0) {
 		snprintf(why, len, "the record of the tree's sockets is malformed");
 		rc = -EINVAL;
-	} else if ((rc = loopback_ready(socks, n, why, len)) == 0) {
-		rc = inet_ports_free(socks, n, tw, ntw, wait_ms, why, len);
 	}
+	/* Cusnap's own namespace, then each other one the tree had sockets in
+	 * that still stands (a named one: a node's, a pod's), each with the
+	 * TIME_WAIT entries recorded there (an older record's: all of them here). */
+	unsigned long here = 0;
+	for (size_t i = 0; i < n && !here; i++)
+		here = socks[i].netns_here ? socks[i].netns : 0;
+	struct inet_sock *mine = rc == 0 && ntw ? calloc(ntw, sizeof(*mine)) : NULL;
+	if (rc == 0 && ntw && !mine)
+		rc = -ENOMEM, snprintf(why, len, "out of memory");
+	for (size_t i = 0; rc == 0 && i <= n; i++) {
+		unsigned long ns = i == n ? 0 : socks[i].netns;
+		bool first = i == n || (!socks[i].netns_here && ns);
+		for (size_t k = 0; i < n && k < i && first; k++)
+			first = socks[k].netns_here || socks[k].netns != ns;
+		if (!first)
+			continue;
+		size_t nmine = 0;
+		for (size_t k = 0; k < ntw; k++)
+			if (i == n ? !tw[k].netns || tw[k].netns == here : tw[k].netns == ns)
+				mine[nmine++] = tw[k];
+		rc = ports_free_in(ns, socks, n, mine, nmine, wait_ms, why, len);
+	}
+	free(mine);
 	free(socks);
 	free(tw);
 	return rc;

@@ -54,9 +54,10 @@ struct inet_sock {
 	unsigned lport, rport;
 	unsigned long inode; /* 0: no socket file any more (TIME_WAIT) */
 	unsigned uid;
-	pid_t pid;       /* the tree's process that holds it */
-	bool netns_here; /* in cusnap's own network namespace (a restore here binds it again) */
-	bool reuseport;  /* a listener or bound UDP socket with SO_REUSEPORT set */
+	pid_t pid;           /* the tree's process that holds it */
+	bool netns_here;     /* in cusnap's own network namespace (a restore here binds it again) */
+	unsigned long netns; /* the inode of its network namespace (0: not known) */
+	bool reuseport;      /* a listener or bound UDP socket with SO_REUSEPORT set */
 };
 /* The TCP and UDP sockets the processes hold, into *out (to free): the count,
  * or -errno. */

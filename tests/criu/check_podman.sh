@@ -75,8 +75,10 @@ chmod 0711 "$w"
 P=(podman --root "$w/storage" --runroot "$w/run")
 recipe_dir=/var/lib/cusnap/worker # (the README's recipe's: made and removed by it)
 made_recipe_dir=0
+netns= # (a named network namespace of this test's, once made)
 cleanup() {
 	[ $made_recipe_dir = 1 ] && rm -rf "$recipe_dir" && rmdir "${recipe_dir%/*}" 2>/dev/null
+	[ -n "$netns" ] && ip netns del "$netns" 2>/dev/null
 	[ -n "${KEEP:-}" ] && { echo "kept: $w"; return; } # (KEEP=1: for a look at CRIU's logs)
 	"${P[@]}" rm -a -f >/dev/null 2>&1
 	"${P[@]}" system reset -f >/dev/null 2>&1 # (the storage's mounts)
@@ -118,11 +120,16 @@ out=$(tar -C "$w/rootfs" -c . | "${P[@]}" import - localhost/cusnap-rootfs 2>&1)
 out=$("${P[@]}" run --rm --network none "${binds[@]}" localhost/cusnap-rootfs /bin/true 2>&1) ||
 	skip "containers cannot run here: $(echo "$out" | tail -n1)"
 
-# start NAME CTL: a container running the interposed group, parked until restore-complete.
+# start NAME CTL [PODMAN-RUN-OPTIONS...]: a container running the interposed
+# group, parked until restore-complete (its network: none, unless the options
+# name one).
 start() {
 	local name=$1 ctl=$2
+	shift 2
+	local opts=("$@")
+	[ ${#opts[@]} = 0 ] && opts=(--network none)
 	mkdir -p "$ctl"
-	"${P[@]}" run -d --name "$name" --network none --annotation "org.criu.config=$w/criu.conf" \
+	"${P[@]}" run -d --name "$name" "${opts[@]}" --annotation "org.criu.config=$w/criu.conf" \
 		-e LD_LIBRARY_PATH="$build/emu" -e SNAPSHOT_CONTROL_DIR="$ctl" "${binds[@]}" -v "$ctl:$ctl" \
 		--tmpfs /tmp localhost/cusnap-rootfs /bin/sh -c \
 		"exec $build/bin/cusnap run -- $build/examples/vmm_group --workers 1 --allocs 2 --timeout 120 >$ctl/group.log 2>&1" \
@@ -234,6 +241,31 @@ for content in host native; do
 	echo "ok   podman checkpoint/restore of an interposed group, $content content"
 	"${P[@]}" rm -f "$name" >/dev/null
 done
+
+# A container joined to a named network namespace, as a node's or a pod's
+# (--network ns:PATH: it outlives the container): its listener's own short
+# connections leave TIME_WAIT entries there, which the restore into that
+# namespace meets; checkpointed and restored --tcp-established, the plugin
+# clears them there first (CRIU failed to bind the listener before).
+if command -v ip >/dev/null; then
+	netns=cusnap-podman-$$
+	ip netns add "$netns" && ip -n "$netns" link set lo up || fail "ip netns add $netns"
+	name=grp-joined ctl=$w/ctl-joined
+	say_conf host
+	criu_conf dump
+	start "$name" "$ctl" --network "ns:/run/netns/$netns" -e VMM_GROUP_TCP=self || fail "cannot start $name"
+	out=$("${P[@]}" container checkpoint --tcp-established "$name" 2>&1) ||
+		fail "podman container checkpoint --tcp-established $name: $out"
+	criu_conf restore
+	out=$("${P[@]}" container restore --tcp-established "$name" 2>&1) ||
+		fail "podman container restore --tcp-established $name: $out"
+	passed "$name" "$ctl" || fail "$name did not pass after its restore"
+	grep -q "the listener accepted a new connection" "$ctl/group.log" || fail "$name: its listener was not restored"
+	echo "ok   podman checkpoint/restore --tcp-established of a container in a named network namespace"
+	"${P[@]}" rm -f "$name" >/dev/null
+	ip netns del "$netns"
+	netns=
+fi
 
 # (file content: the shared bytes in files of their own beside the images must
 # travel in the archive and be read back from the import)
