@@ -174,6 +174,7 @@ struct plugin_state {
 	bool dump_failed;    /* dump: CRIU's status was not 0 */
 	double t0;           /* when CRIU loaded the plugin (the operation's start, for the metrics) */
 	struct group *group; /* dump: the group this dump is one member of (plugin_group.c) */
+	bool prepared;       /* dump: the pause's prepare step done (a failure after it is said by its undo) */
 	char why[1600];      /* dump: a failure after the prepare, for its undo to say */
 };
 extern struct plugin_state P;

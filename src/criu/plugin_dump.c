@@ -86,7 +86,7 @@ static bool dump_refused(pid_t root, int rc)
 static int pause_failed(void *ctx, const char *why)
 {
 	(void)ctx;
-	if (P.rec.changed) {
+	if (P.prepared) { /* (whether the prepare changed anything or not: a tree without the interposer) */
 		snprintf(P.why, sizeof(P.why), "%s", why); /* said by the prepare's undo */
 		return 1;
 	}
@@ -140,6 +140,7 @@ static int pause_prepare(void *ctx)
 	struct coord_report r;
 	if (tree_prepare(&P.t, &P.rec, settings_content(&P.conf.s, true), &r))
 		return 1; /* (undone and said) */
+	P.prepared = true;
 	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
 	return 0;
 }
@@ -148,7 +149,7 @@ static int pause_prepare(void *ctx)
 static int pause_undo(void *ctx, int code)
 {
 	(void)ctx;
-	finish(&P.t, &P.rec, "%s", P.why[0] ? P.why : "the plugin's pause failed");
+	finish(&P.t, &P.rec, "%s", P.why);
 	P.rec.changed = false;
 	return code;
 }

@@ -232,7 +232,6 @@ struct ckpt {
 	bool loaded, vmm;
 	bool prepared; /* the tree was suspended: a failure resumes it (finish()) */
 	bool settled;  /* past undo: the tree dumped and gone, or released after --leave-running */
-	bool published;
 	char *argv[24];
 	char criu[PATH_MAX], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
 	char pidstr[16], plugins[PATH_MAX + 32], manifest[PATH_MAX + 48];
@@ -300,7 +299,7 @@ static int ck_directory(void *ctx)
 static int ck_directory_undo(void *ctx, int code)
 {
 	struct ckpt *c = ctx;
-	if (!c->settled && !c->published)
+	if (!c->settled)                 /* (a published checkpoint is settled) */
 		ckptdir_discard(c->dfd); /* a failed attempt leaves nothing; the previous checkpoint stands */
 	return code;
 }
@@ -347,7 +346,7 @@ static int ck_prepare(void *ctx)
 static int ck_resume(void *ctx, int code)
 {
 	struct ckpt *c = ctx;
-	if (c->settled || !c->why[0])
+	if (!c->why[0]) /* (a failure past undo, or before the prepare, was said where it happened) */
 		return code;
 	return finish(&c->t, &c->rec, "%s", c->why);
 }
@@ -454,7 +453,6 @@ static int ck_publish(void *ctx)
 		      c->manifest);
 	if (ckptdir_publish(c->dfd, err, sizeof(err)) < 0)
 		return ck_failed_f(c, "the checkpoint could not be put in place (%s)", err);
-	c->published = true;
 	state_dir_end(c->rec.root, NULL); /* (its directory is the checkpoint: never emptied) */
 	if (!a->leave_running && signal_caught())
 		/* Past the point of no return: the tree has exited; the checkpoint is whole. */

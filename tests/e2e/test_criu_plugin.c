@@ -238,19 +238,26 @@ static void dump_failing(void)
 
 /* PAUSE_DEVICES as a list of steps (plugin_dump.c): each step failing in turn
  * (CUSNAP_FAIL_STEP), the dump fails with the tree as before, and CRIU's log
- * has the undo of every step done before it, the last first; a name of no
- * step fails the dump naming them, nothing changed. */
+ * has the undo of every step done before it, the last first; a failure after
+ * the prepare is said once, by its undo (everything undone), also for a tree
+ * without the interposer (whose prepare changes nothing); a name of no step
+ * fails the dump naming them, nothing changed. */
 static void pause_step_failing(void)
 {
 	static const struct {
 		const char *name, *undone; /* the undo lines expected, in order */
+		bool plain;                /* no interposer */
 	} steps[] = {
-		{"check", ""},  {"group", ""}, {"prepare", "group"}, {"lock", "prepare group"},
-		{"lokc", NULL}, /* (no such step) */
+		{"check", "", false},
+		{"group", "", false},
+		{"prepare", "group", false},
+		{"lock", "prepare group", false},
+		{"lock", "prepare group", true},
+		{"lokc", NULL, false}, /* (no such step) */
 	};
 	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
 		struct group g;
-		if (group_start(&g, "plug-steps", 2, 2, false, NULL, NULL, NULL) < 0)
+		if (group_start(&g, "plug-steps", 2, 2, steps[k].plain, NULL, NULL, NULL) < 0)
 			return;
 		char dir[PATH_MAX + 32], *out, env0[64], *extra[] = {env0, NULL};
 		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
@@ -277,6 +284,11 @@ static void pause_step_failing(void)
 				at = found ? found + strlen(want) : at;
 			}
 			CHECK_EQ(count_of(log, ": undoing"), undos);
+			if (undos && strstr(steps[k].undone, "prepare")) { /* (said once, by the prepare's undo) */
+				CHECK_CONTAINS(log, "everything undone");
+				CHECK(!contains(log, "nothing changed"));
+				CHECK(!contains(log, "the plugin's pause failed"));
+			}
 		}
 		free(log);
 		group_done(&g, 3);
