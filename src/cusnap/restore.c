@@ -264,7 +264,6 @@ struct rstr {
 	const struct args *a;
 	struct checkpoint_result *r;
 	int dfd;
-	double start;
 	struct manifest m;
 	struct devmap map;
 	struct settings s; /* the caller's, with the control directory the checkpoint recorded */
@@ -365,10 +364,10 @@ static int restore_from(const struct args *a, int dfd, struct checkpoint_result 
 	c->a = a;
 	c->r = r;
 	c->dfd = dfd;
-	c->start = now_ms();
+	double start = now_ms();
 	size_t at;
 	int rc = steps_run(&restore_sequence, c, &at);
-	r->ms_total = now_ms() - c->start;
+	r->ms_total = now_ms() - start;
 	if (!rc && a->json && !a->result)
 		summary_restore(a, c->root, &c->t, r);
 	if (c->loaded)
