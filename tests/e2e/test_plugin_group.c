@@ -96,8 +96,8 @@ static void dumped_and_restored_together(void)
 	}
 }
 
-/* Member n1 fails at its boundary: n0's dump fails too, naming it; both
- * trees run on as before, told nothing, and verify themselves. */
+/* Member n1 fails at its boundary (n0 there first): n0's dump fails too,
+ * naming it; both trees run on as before, told nothing, and verify themselves. */
 static void one_fails_none_crosses(void)
 {
 	struct group g[2];
@@ -105,6 +105,18 @@ static void one_fails_none_crosses(void)
 	char log[2][PATH_MAX + 32], *out;
 	pid_t p[2];
 	p[0] = member_criu("dump", &g[0], "plugfail", "n0", NULL, log[0]);
+	/* n1 joins once n0 has: on a busy machine n1 could otherwise fail and
+	 * leave before n0 arrives, and n0 begin an operation of its own, which
+	 * then times out without n1 to name. */
+	bool joined = false;
+	for (int waited = 0; !joined && waited < 60000; waited += 50) {
+		char *text = test_read_file(log[0]);
+		joined = contains(text, "member n0 of 2 for checkpoint");
+		free(text);
+		if (!joined)
+			usleep(50000);
+	}
+	CHECK(joined);
 	p[1] = member_criu("dump", &g[1], "plugfail", "n1", "CUSNAP_FAULT=group-ready:fail", log[1]);
 	for (int i = 0; i < 2; i++) {
 		CHECK(criu_wait(p[i], log[i], &out) != 0);
