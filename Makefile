@@ -416,13 +416,13 @@ test: deps
 	-@scripts/setup-node-exporter.sh build > build/node-exporter-path 2> build/node-exporter-setup.log || { echo "node_exporter unavailable (see build/node-exporter-setup.log): the metrics scrape will skip"; cat build/node-exporter-setup.log; }
 	@# zdtm runs in a network namespace with the loopback only: its source first.
 	-@scripts/zdtm.sh --prepare build > build/zdtm-prepare.log 2>&1 || { echo "zdtm not prepared (see build/zdtm-prepare.log): check_zdtm will say why"; tail -n 3 build/zdtm-prepare.log; }
-	TESTS_SKIP='^e2e/test_nccl$$' tests/run.sh build plain || true
+	TESTS_SKIP='^e2e/test_nccl(_nodes)?$$' tests/run.sh build plain || true
 	$(MAKE) -j$(JOBS) tests BUILD=build-asan SANITIZE=address,undefined
 	CUSNAP_SANITIZER=1 tests/run.sh build-asan asan || true
 	$(MAKE) -j$(JOBS) tests BUILD=build-tsan SANITIZE=thread
 	CUSNAP_SANITIZER=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan tsan || true
 	@scripts/wait-nccl.sh build && $(MAKE) nccl || echo "NCCL not built (build/nccl-make.log): tests/e2e/test_nccl will say why"
-	TESTS_ONLY='^e2e/test_nccl$$' tests/run.sh build nccl || true
+	TESTS_ONLY='^e2e/test_nccl(_nodes)?$$' tests/run.sh build nccl || true
 	@tests/summary.sh build/test-results build-asan/test-results build-tsan/test-results
 
 check: test

@@ -2,12 +2,14 @@
 /* nccl_group: N ranks of one NCCL communicator, zdtm-style (DESIGN.md §15).
  *
  *   nccl_group [--ranks N] [--size BYTES] [--timeout S]
+ *              [--world W --first F --id-file PATH]
  *
  * The ranks are forked before CUDA is initialised (as vLLM does). Each takes
- * device rank % count, joins the communicator (ncclCommInitRank; rank 0's
- * unique id passed through shared memory), allocates with ncclMemAlloc,
- * registers the buffer (ncclCommRegister, and ncclCommWindowRegister where the
- * communicator supports symmetric windows), enqueues collectives, and fills the
+ * device (its rank in this program) % count, joins the communicator
+ * (ncclCommInitRank; rank 0's unique id passed through shared memory),
+ * allocates with ncclMemAlloc, registers the buffer (ncclCommRegister, and
+ * ncclCommWindowRegister where the communicator supports symmetric windows),
+ * enqueues collectives, and fills the
  * buffer with its pattern. Then it writes ready-for-snapshot (rank 0, once every
  * rank is set up) and parks until restore-complete appears in the control
  * directory ($SNAPSHOT_CONTROL_DIR). Each rank also imports its previous
@@ -18,15 +20,21 @@
  * buffer (the memory is still one, not private copies); splits a new
  * communicator off the old one (ncclCommSplit: NCCL's bootstrap network, its
  * TCP connections, must carry it) and enqueues a collective on both; and tears
- * down through NCCL (deregister, ncclMemFree, ncclCommDestroy of both); the
- * driver must then hold no live allocation of the rank (cuemu says). Every
- * rank prints "PASS nccl_group rank R" or "FAIL ...".
+ * down through NCCL (deregister, ncclMemFree, ncclCommDestroy of both, or
+ * ncclCommAbort where they span nodes: see comm_end); the driver must then
+ * hold no live allocation of the rank (cuemu says). Every rank prints "PASS nccl_group rank R" or "FAIL ...".
  * NCCL_GROUP_BUSY=1: a worker that is not parked. From set-up until
  * restore-complete each rank keeps working: collectives on its communicator (a
  * bounded number: kernels never run here, so NCCL's work FIFO is never drained)
  * and its pattern copied in and read back, every round checked; a suspend lands
  * in the middle of that work and must let every call finish as if nothing
  * happened.
+ * One share of a communicator over several nodes: --world W ranks in all, this
+ * program's N of them ranks F to F + N - 1; the program whose share holds rank
+ * 0 writes NCCL's unique id to --id-file (renamed into place), the others read
+ * it from there (a file both nodes see). The sharing through imports and the
+ * barriers are within a node; the communicator, its split and the collectives
+ * span the nodes (NCCL_HOSTID tells NCCL which ranks share a host).
  * Kernels never run on cuemu: results of collectives are not checked here
  * (tests/gpu/run.sh checks them on a GPU). */
 #include <dlfcn.h>
@@ -74,9 +82,10 @@ static struct {
 /* Where a mark goes: the last 64 bytes of a buffer (the bytes check covers the rest). */
 #define MARK_BYTES 64
 
-static int nranks = 2, timeout_s = 60;
+/* This program's ranks; of how many in all, the first's global rank. */
+static int nranks = 2, world, first, timeout_s = 60;
 static size_t size = 4 << 20;
-static const char *ctl;
+static const char *ctl, *id_file;
 
 #define FAIL(rank, ...)                                             \
 	do {                                                        \
@@ -250,6 +259,15 @@ static int share_with_neighbours(int rank, int device, void *buf, int to_next, i
 	return 0;
 }
 
+/* A communicator ended. Its ranks on other nodes reach each other over
+ * NET/Socket, whose network proxy waits for data that kernels would move: on
+ * cuemu they never run, so NCCL's destroy (and finalize) would wait for ever
+ * (DESIGN.md §15); such a communicator is aborted, which stops its proxy. */
+static ncclResult_t comm_end(ncclComm_t c)
+{
+	return world > nranks ? ncclCommAbort(c) : ncclCommDestroy(c);
+}
+
 /* Every rank past counter c (a barrier over the ranks' shared memory). */
 static int all_reach(volatile int *c)
 {
@@ -262,15 +280,45 @@ static int all_reach(volatile int *c)
 	return 0;
 }
 
-static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
+/* NCCL's unique id for this share's first rank into *id: made by the share
+ * holding rank 0 (and written to id_file when there is one), else read from
+ * id_file once it is there. */
+static int unique_id(int rank, ncclUniqueId *id)
 {
-	int ndev = 0;
+	if (first == 0) {
+		NC(rank, ncclGetUniqueId(id));
+		if (!id_file)
+			return 0;
+		char tmp[4200];
+		snprintf(tmp, sizeof(tmp), "%s.tmp", id_file);
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write(fd, id, sizeof(*id)) != (ssize_t)sizeof(*id) || close(fd) < 0 ||
+		    rename(tmp, id_file) < 0)
+			FAIL(rank, "cannot write %s: %s", id_file, strerror(errno));
+		return 0;
+	}
+	for (int waited = 0; waited < timeout_s * 100; waited++) {
+		int fd = open(id_file, O_RDONLY | O_CLOEXEC);
+		ssize_t got = fd < 0 ? -1 : read(fd, id, sizeof(*id));
+		if (fd >= 0)
+			close(fd);
+		if (got == (ssize_t)sizeof(*id))
+			return 0;
+		usleep(10000);
+	}
+	FAIL(rank, "no unique id in %s within %d s", id_file, timeout_s);
+}
+
+static int rank_main(int local, struct shared *sh, int to_next, int from_prev)
+{
+	int ndev = 0, rank = first + local;
 	RT(rank, cudaGetDeviceCount(&ndev));
 	if (ndev < 1)
 		FAIL(rank, "no device");
-	RT(rank, cudaSetDevice(rank % ndev));
-	if (rank == 0) {
-		NC(rank, ncclGetUniqueId(&sh->id));
+	RT(rank, cudaSetDevice(local % ndev));
+	if (local == 0) {
+		if (unique_id(rank, &sh->id) != 0)
+			return 1;
 		__atomic_store_n(&sh->have_id, 1, __ATOMIC_RELEASE);
 	}
 	for (int waited = 0; !__atomic_load_n(&sh->have_id, __ATOMIC_ACQUIRE); waited++) {
@@ -281,7 +329,7 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 	ncclComm_t comm;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	NC(rank, ncclCommInitRank(&comm, nranks, sh->id, rank));
+	NC(rank, ncclCommInitRank(&comm, world, sh->id, rank));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("nccl_group rank %d: ncclCommInitRank %.1f ms\n", rank,
 	       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
@@ -302,7 +350,7 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 	size_t peer_len = 0;
 	if (driver_calls() < 0)
 		FAIL(rank, "the driver's VMM calls cannot be resolved through the runtime");
-	if (nranks > 1 && share_with_neighbours(rank, rank % ndev, buf, to_next, from_prev, &peer, &peer_len) < 0)
+	if (nranks > 1 && share_with_neighbours(rank, local % ndev, buf, to_next, from_prev, &peer, &peer_len) < 0)
 		FAIL(rank, "sharing with its neighbours failed");
 	pattern(host, size, rank, 0);
 	RT(rank, cudaMemcpy(buf, host, size, cudaMemcpyHostToDevice));
@@ -310,11 +358,11 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 	NC(rank, ncclAllReduce(buf, buf, size / sizeof(float), ncclFloat, ncclSum, comm, s));
 	RT(rank, cudaStreamSynchronize(s));
 	RT(rank, cudaMemcpy(buf, host, size, cudaMemcpyHostToDevice));
-	printf("nccl_group rank %d: set up (device %d, %zu bytes, window %s)\n", rank, rank % ndev, size,
+	printf("nccl_group rank %d: set up (device %d, %zu bytes, window %s)\n", rank, local % ndev, size,
 	       win ? "registered" : "not supported");
 	fflush(stdout);
 	__atomic_add_fetch(&sh->set_up, 1, __ATOMIC_ACQ_REL);
-	if (rank == 0) {
+	if (local == 0) {
 		while (__atomic_load_n(&sh->set_up, __ATOMIC_ACQUIRE) < nranks)
 			usleep(10000);
 		char p[4200];
@@ -337,8 +385,8 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 		unsigned char mark[MARK_BYTES], want[MARK_BYTES];
 		if (all_reach(&sh->checked) < 0)
 			FAIL(rank, "the other ranks did not check their bytes within %d s", timeout_s);
-		memset(mark, 0xC0 + rank, sizeof(mark));
-		memset(want, 0xC0 + (rank + 1) % nranks, sizeof(want));
+		memset(mark, 0xC0 + local, sizeof(mark));
+		memset(want, 0xC0 + (local + 1) % nranks, sizeof(want));
 		RT(rank,
 		   cudaMemcpy((void *)(uintptr_t)(peer + size - MARK_BYTES), mark, MARK_BYTES, cudaMemcpyHostToDevice));
 		if (all_reach(&sh->marked) < 0)
@@ -348,7 +396,7 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 			FAIL(rank,
 			     "rank %d's mark, written through its import, is not in this rank's buffer: the "
 			     "memory is no longer shared",
-			     (rank + 1) % nranks);
+			     first + (local + 1) % nranks);
 		if (drv.unmap(peer, peer_len) || drv.free_range(peer, peer_len))
 			FAIL(rank, "cannot unmap its import");
 	}
@@ -357,9 +405,12 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 	/* NCCL's bootstrap network again: a communicator split off this one. */
 	ncclComm_t split;
 	NC(rank, ncclCommSplit(comm, 0, rank, &split, NULL));
+	int count = 0;
+	NC(rank, ncclCommCount(split, &count));
+	printf("nccl_group rank %d: split off %d ranks\n", rank, count);
 	NC(rank, ncclAllReduce(buf, buf, size / sizeof(float), ncclFloat, ncclSum, split, s));
 	RT(rank, cudaStreamSynchronize(s));
-	NC(rank, ncclCommDestroy(split));
+	NC(rank, comm_end(split));
 	printf("nccl_group rank %d: after release: bytes, marks through imports, ncclCommSplit and collectives on both "
 	       "communicators\n",
 	       rank);
@@ -367,7 +418,7 @@ static int rank_main(int rank, struct shared *sh, int to_next, int from_prev)
 		NC(rank, ncclCommWindowDeregister(comm, win));
 	NC(rank, ncclCommDeregister(comm, reg));
 	NC(rank, ncclMemFree(buf));
-	NC(rank, ncclCommDestroy(comm));
+	NC(rank, comm_end(comm));
 	RT(rank, cudaStreamDestroy(s));
 	int live = live_allocations();
 	if (live > 0)
@@ -383,6 +434,9 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {{"ranks", required_argument, NULL, 'r'},
 					     {"size", required_argument, NULL, 's'},
 					     {"timeout", required_argument, NULL, 't'},
+					     {"world", required_argument, NULL, 'w'},
+					     {"first", required_argument, NULL, 'f'},
+					     {"id-file", required_argument, NULL, 'i'},
 					     {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -390,13 +444,24 @@ int main(int argc, char **argv)
 		case 'r': nranks = atoi(optarg); break;
 		case 's': size = strtoull(optarg, NULL, 0); break;
 		case 't': timeout_s = atoi(optarg); break;
-		default: fprintf(stderr, "usage: nccl_group [--ranks N] [--size BYTES] [--timeout S]\n"); return 64;
+		case 'w': world = atoi(optarg); break;
+		case 'f': first = atoi(optarg); break;
+		case 'i': id_file = optarg; break;
+		default:
+			fprintf(stderr,
+				"usage: nccl_group [--ranks N] [--size BYTES] [--timeout S] [--world W --first F "
+				"--id-file PATH]\n");
+			return 64;
 		}
 	}
+	if (!world)
+		world = nranks;
 	ctl = getenv("SNAPSHOT_CONTROL_DIR");
-	if (!ctl || !*ctl || nranks < 1 || nranks > 64 || size < 4096) {
-		fprintf(stderr,
-			"nccl_group: needs SNAPSHOT_CONTROL_DIR, 1 to 64 ranks, a size of 4096 bytes or more\n");
+	if (!ctl || !*ctl || nranks < 1 || nranks > 64 || size < 4096 || first < 0 || first + nranks > world ||
+	    (world > nranks && !id_file)) {
+		fprintf(stderr, "nccl_group: needs SNAPSHOT_CONTROL_DIR, 1 to 64 ranks, a size of 4096 bytes or more, "
+				"and a share of the world (ranks F to F + N - 1 of W) with --id-file where it is not "
+				"all of it\n");
 		return 64;
 	}
 	mkdir(ctl, 0700);

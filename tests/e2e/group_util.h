@@ -67,4 +67,38 @@ void free_all(char *out[], int n);
 /* n trees of one worker each, named TAG0, TAG1, ... */
 void trees_start(struct group *g, int n, const char *tag);
 
+/* Two simulated nodes (tests/harness/nodes_util.c): their addresses on the
+ * bridge (198.18.0.1) and nsenter's option entering each one's network. */
+extern const char *const node_ip[2];
+extern const char *const node_ns[2];
+/* The bridge (198.18.0.1) and the two nodes on it, in network and mount
+ * namespaces of this test's own (the nodes' names in a /run/netns of its own),
+ * etcd NAME on the bridge (etcd_url), this test the subreaper of what it
+ * starts; skips where they cannot be made. */
+void nodes_up(const char *name);
+/* cusnap ARGS... on node i as member n<i> of group NAME (its etcd on the
+ * bridge, etcd_url), started; what it prints into log. */
+pid_t on_node(int i, const char *group, const char *const *args, char log[PATH_MAX + 32]);
+/* Its exit code (-1: did not end within 150 s); *out: what it printed (malloc'ed). */
+int node_wait(pid_t pid, const char *log, char **out);
+/* Plain criu dump of the tree at pid (restore: criu restore -d) with cusnap's
+ * plugin on node i, --tcp-established (CRIU's nftables lock), as member n<i> of group NAME (its
+ * settings in CRIU's environment, content: CUSNAP_CONTENT), its images in
+ * images (made; a restore's root PID into images/restore.pid, as cusnap's:
+ * restored_root), started. */
+pid_t criu_on_node(int i, bool restore, const char *criu, const char *group, pid_t pid, const char *images,
+		   const char *content, char log[PATH_MAX + 32]);
+/* The trees g[0] on node a and g[1] on node b dumped so as one group NAME,
+ * then restored (restored_root(images[i]): node i's root). */
+void criu_across_nodes(struct group g[2], const char *criu, const char *group, const char *content,
+		       char images[2][PATH_MAX + 32]);
+#define NODE_OK(pid, log)                                                                                  \
+	do {                                                                                               \
+		char *o_;                                                                                  \
+		int rc_ = node_wait((pid), (log), &o_);                                                    \
+		if (rc_ != 0)                                                                              \
+			test_fail(__FILE__, __LINE__, "node's command exited %d:\n%s", rc_, o_ ? o_ : ""); \
+		free(o_);                                                                                  \
+	} while (0)
+
 #endif
