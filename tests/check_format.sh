@@ -57,6 +57,27 @@ cited=$(git grep -nIiE "\bissues? #?[0-9]+" -- . ':!*.md' 2>/dev/null | grep -vi
 cited_md=$(git grep -nIiE "\bissues? #?[0-9]+" -- '*.md' 2>/dev/null | grep -viE "NVIDIA/|github|cuda-checkpoint")
 verdict "$(printf '%s\n%s' "$cited" "$cited_md" | grep -v '^$')" "issue numbers in the tree (say what, not which issue)" \
 	"no issue numbers in the tree"
+# The tests repeat themselves in at most 15 places (the workplace's
+# `duplicates`, where it is installed: pairs of places sharing six or more
+# lines, alike to the letter or in shape): a sixteenth wants a helper.
+if command -v duplicates >/dev/null; then
+	pairs=$(duplicates --repo tests --most 200 --seconds 120 2>&1)
+	n=$(echo "$pairs" | sed -n '1s/^\([0-9][0-9]*\) pairs\{0,1\} of places.*/\1/p')
+	case "$pairs" in "no duplicates"*) n=0 ;; esac
+	if [ -z "$n" ] || echo "$pairs" | grep -q '^incomplete:'; then
+		echo "FAIL: duplicates did not answer over tests/:"
+		echo "$pairs" | head -5 | sed 's/^/    /'
+		bad=$((bad + 1))
+	elif [ "$n" -gt 15 ]; then
+		echo "FAIL: $n pairs of repeated places in tests/ (at most 15: make a helper serve both):"
+		echo "$pairs" | sed 's/^/    /'
+		bad=$((bad + 1))
+	else
+		echo "ok   $n pairs of repeated places in tests/ (at most 15)"
+	fi
+else
+	echo "ok   (duplicates not installed: the tests' repeated places not counted)"
+fi
 # Every section of docs/DESIGN.md the code cites ("DESIGN.md §6.2") is there.
 cited=$(git grep -hoE "DESIGN\.md §[0-9]+(\.[0-9]+)?" 2>/dev/null | sed 's/.*§//' | sort -uV)
 missing=""

@@ -92,4 +92,8 @@ int sweep_run(const struct sweep *s);
  * fault cases each ran; label follows "countdown sweeps" in the line. */
 void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_first, const char *label);
 
+/* A program of one test (NAME, titled title): the sweeps of a suspend (base)
+ * and a resume, labelled label. Its exit code. */
+int sweep_suspend_resume_main(const char *name, const struct sweep *base, const char *label, const char *title);
+
 #endif

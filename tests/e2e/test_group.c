@@ -124,6 +124,16 @@ static void checkpoint_restore_three(void)
 		CHECK_EQ(restored_passes(&g[i], restored_root(ck[i])), 2);
 }
 
+/* Two trees (TAG0, TAG1) suspended as group NAME, member m1 with fault
+ * (CUSNAP_FAULT=...): exit codes into rc, what each said into out. */
+static void suspend_m1_with(struct group g[2], const char *tag, const char *name, const char *fault,
+			    const char *timeout, int rc[2], char *out[2])
+{
+	trees_start(g, 2, tag);
+	char *f[] = {(char *)fault, NULL}, *const * env[] = {NULL, f};
+	group_cmd(g, 2, "suspend", name, env, timeout, rc, out);
+}
+
 /* A member failing at its boundary (after its prepare): every member undoes,
  * exit 1 naming it; the trees run on untouched. */
 static void member_fails(void)
@@ -131,9 +141,7 @@ static void member_fails(void)
 	struct group g[2];
 	int rc[2];
 	char *out[2];
-	trees_start(g, 2, "fail");
-	char *fault[] = {"CUSNAP_FAULT=group-ready:fail", NULL}, *const * env[] = {NULL, fault};
-	group_cmd(g, 2, "suspend", "faulty", env, NULL, rc, out);
+	suspend_m1_with(g, "fail", "faulty", "CUSNAP_FAULT=group-ready:fail", NULL, rc, out);
 	for (int i = 0; i < 2; i++) {
 		CHECK_EQ(rc[i], 1);
 		CHECK_CONTAINS(out[i], "member m1 failed");
@@ -174,9 +182,7 @@ static void member_killed(void)
 	struct group g[2];
 	int rc[2];
 	char *out[2];
-	trees_start(g, 2, "kill");
-	char *fault[] = {"CUSNAP_FAULT=group-ready:self", NULL}, *const * env[] = {NULL, fault};
-	group_cmd(g, 2, "suspend", "killed", env, "60000", rc, out);
+	suspend_m1_with(g, "kill", "killed", "CUSNAP_FAULT=group-ready:self", "60000", rc, out);
 	CHECK_EQ(rc[0], 1);
 	CHECK_CONTAINS(out[0], "member m1 is gone");
 	CHECK_CONTAINS(out[0], "everything undone");

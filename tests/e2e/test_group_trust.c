@@ -395,6 +395,15 @@ static void two_jobs(void)
 	group_done(&b, 2);
 }
 
+/* Two trees (TAG0, TAG1), and member m1's `suspend` of group TAG on the
+ * second started with fault (CUSNAP_FAULT=...) and group timeout timeout. */
+static void m1_with(struct group g[2], struct member m[2], const char *tag, const char *fault, const char *timeout)
+{
+	trees_start(g, 2, tag);
+	char *env[] = {(char *)fault, NULL};
+	in_place(&m[1], &g[1], "suspend", tag, 2, "m1", env, timeout);
+}
+
 /* etcd lost between the decision and another member's reading of it: m0
  * crossed; m1 (held after it said it was ready) cannot read the decision,
  * tries within its bound, then undoes alone saying the group may be split;
@@ -404,10 +413,8 @@ static void two_jobs(void)
 static void split(void)
 {
 	struct group g[2];
-	trees_start(g, 2, "split");
 	struct member m[2];
-	char *hold[] = {"CUSNAP_FAULT=group-waiting:stop", NULL};
-	in_place(&m[1], &g[1], "suspend", "split", 2, "m1", hold, "3000");
+	m1_with(g, m, "split", "CUSNAP_FAULT=group-waiting:stop", "3000");
 	CHECK(wait_stopped(m[1].pid, 20000));
 	in_place(&m[0], &g[0], "suspend", "split", 2, "m0", NULL, "3000");
 	CHECK(member_phase("split", "m0", "done"));
@@ -443,10 +450,9 @@ static void split(void)
 static void split_at_first_look(void)
 {
 	struct group g[2];
-	trees_start(g, 2, "firstlook");
 	struct member m[2];
-	char *hold[] = {"CUSNAP_FAULT=group-waiting:stop", NULL}, *die[] = {"CUSNAP_FAULT=kill-after-lock:self", NULL};
-	in_place(&m[1], &g[1], "suspend", "firstlook", 2, "m1", hold, "3000");
+	m1_with(g, m, "firstlook", "CUSNAP_FAULT=group-waiting:stop", "3000");
+	char *die[] = {"CUSNAP_FAULT=kill-after-lock:self", NULL};
 	CHECK(wait_stopped(m[1].pid, 20000));
 	in_place(&m[0], &g[0], "suspend", "firstlook", 2, "m0", die, "3000");
 	char *out[2];
@@ -477,10 +483,8 @@ static void split_at_first_look(void)
 static void signal_after_boundary(void)
 {
 	struct group g[2];
-	trees_start(g, 2, "after");
 	struct member m[2];
-	char *hold[] = {"CUSNAP_FAULT=kill-after-lock:stop", NULL};
-	in_place(&m[1], &g[1], "suspend", "after", 2, "m1", hold, "60000");
+	m1_with(g, m, "after", "CUSNAP_FAULT=kill-after-lock:stop", "60000");
 	in_place(&m[0], &g[0], "suspend", "after", 2, "m0", NULL, "60000");
 	CHECK(wait_stopped(m[1].pid, 20000));
 	CHECK(member_phase("after", "m0", "done"));

@@ -165,6 +165,20 @@ static int nccl_tool(struct group *g, const char *cmd, const char *content, char
 	return tool(out, NULL, cusnap, cmd, "--pid", pid, "--control-dir", g->ctl, "--timeout", "60000", NULL);
 }
 
+/* A group of ranks in mode m started under the interposer, named PREFIX
+ * MODE-RANKS (into name): how many memory objects its ranks share (a failure
+ * when none), or -1 (not started). */
+static int nccl_begin(struct group *g, const char *prefix, const struct mode *m, int ranks, char name[32])
+{
+	snprintf(name, 32, "%s%s-%d", prefix, m->name, ranks);
+	if (nccl_start(g, name, ranks, m, false) < 0)
+		return -1;
+	int before = shared_objects(g->root);
+	if (before <= 0)
+		test_fail(__FILE__, __LINE__, "%s: the ranks share no memory object before the snapshot", name);
+	return before;
+}
+
 /* One group: shared memory and (NVLS) multicast objects seen through the
  * interposer, suspended and resumed in both contents, sharing the same memory
  * objects afterwards, every rank passing. */
@@ -172,12 +186,9 @@ static void suspend_resume(const struct mode *m, int ranks)
 {
 	struct group g;
 	char name[32];
-	snprintf(name, sizeof(name), "%s-%d", m->name, ranks);
-	if (nccl_start(&g, name, ranks, m, false) < 0)
+	int before = nccl_begin(&g, "", m, ranks, name);
+	if (before < 0)
 		return;
-	int before = shared_objects(g.root);
-	if (before <= 0)
-		test_fail(__FILE__, __LINE__, "%s: the ranks share no memory object before the suspend", name);
 	char *json = group_inspect(&g), *out;
 	CHECK_EQ(count_of(json, "\"interposed\":true"), ranks);
 	CHECK(count_of(json, "\"role\":\"importer\"") > 0);
@@ -354,11 +365,9 @@ static void checkpoint_restore(const struct mode *m, int ranks, const char *cont
 {
 	struct group g;
 	char name[32];
-	snprintf(name, sizeof(name), "criu-%s-%d", m->name, ranks);
-	if (nccl_start(&g, name, ranks, m, false) < 0)
+	int before = nccl_begin(&g, "criu-", m, ranks, name);
+	if (before < 0)
 		return;
-	int before = shared_objects(g.root);
-	CHECK(before > 0);
 	char pid[16], dir[PATH_MAX + 32], *out;
 	snprintf(pid, sizeof(pid), "%d", g.root);
 	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);

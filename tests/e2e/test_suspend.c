@@ -599,63 +599,53 @@ static void native_only(void)
 	group_kill(&g);
 }
 
-/* A workload that is not parked: both processes allocate, map and release VMM
- * memory in a loop while they are suspended and resumed in both contents
- * (VMM_GROUP_CHURN). Their calls wait while the tree is not active and go on
- * after: no call fails (they failed with CUDA_ERROR_NOT_READY within a second),
- * and the group passes its own checks. */
-static void churning(void)
+/* A workload that is not parked (churn: its VMM_GROUP_CHURN) suspended and
+ * resumed rounds times, the contents by turns (the first ncontents of host,
+ * native, file), each suspend landing pause_us to 4 * pause_us into its work
+ * and each resume pause_us after: its calls wait at the gate while the tree is
+ * not active (and QUIESCE drains the ones under way) and go on after, none
+ * fails, its own checks pass and its log never says never. */
+static void busy_rounds(const char *churn, int rounds, int ncontents, unsigned pause_us, const char *never)
 {
-	char *env[] = {"VMM_GROUP_CHURN=1", NULL}, *out;
+	char env0[48], *env[] = {env0, NULL}, *out;
+	snprintf(env0, sizeof(env0), "VMM_GROUP_CHURN=%s", churn);
 	struct group g;
-	if (group_start(&g, "churn", 1, 2, false, NULL, env, NULL) < 0)
+	if (group_start(&g, strcmp(churn, "1") ? churn : "churn", 1, 2, false, NULL, env, NULL) < 0)
 		return;
-	static const char *const contents[] = {"host", "native"};
-	for (int c = 0; c < 2; c++) {
-		usleep(200000); /* (churning) */
-		CHECK_EQ(group_suspend(&g, contents[c], &out, NULL), 0);
+	static const char *const contents[] = {"host", "native", "file"};
+	for (int round = 0; round < rounds; round++) {
+		usleep(pause_us * (unsigned)(round % 4 + 1)); /* (working: the suspend lands anywhere in a round) */
+		int rc = group_suspend(&g, contents[round % ncontents], &out, NULL);
+		CHECK_EQ(rc, 0);
+		if (rc)
+			fprintf(stderr, "  suspend (%s content): %s\n", contents[round % ncontents], out);
 		free(out);
-		usleep(200000); /* (the churn waits) */
+		usleep(pause_us); /* (the work waits) */
 		CHECK_EQ(group_resume(&g, &out, NULL), 0);
 		free(out);
 	}
 	CHECK_EQ(group_finish(&g), 2);
 	char *log = test_read_file(g.log);
 	CHECK_EQ(count_of(log, " 0 failed calls"), 2);
-	CHECK(!contains(log, "refused while a checkpoint is under way"));
+	CHECK(!contains(log, never));
 	free(log);
 	group_kill(&g);
 }
 
-/* A workload copying into memory it exported, as an engine serving requests
- * does, suspended and resumed ten times in each content: its copies, sets and
- * host functions wait at the gate while the tree is not active and QUIESCE
- * drains the ones under way, so none fails and no round reads back wrong bytes
- * (before: a failed cuMemcpyHtoD, or the process killed, in 10 of 10 rounds). */
+/* Both processes allocate, map and release VMM memory in a loop (their calls
+ * failed with CUDA_ERROR_NOT_READY within a second), host and native content. */
+static void churning(void)
+{
+	busy_rounds("1", 2, 2, 200000, "refused while a checkpoint is under way");
+}
+
+/* Copying into memory it exported, as an engine serving requests does, ten
+ * rounds over the three contents: no copy fails and no round reads back wrong
+ * bytes (before: a failed cuMemcpyHtoD, or the process killed, in 10 of 10
+ * rounds). */
 static void copying(void)
 {
-	char *env[] = {"VMM_GROUP_CHURN=copy", NULL}, *out;
-	struct group g;
-	if (group_start(&g, "copy", 1, 2, false, NULL, env, NULL) < 0)
-		return;
-	static const char *const contents[] = {"host", "native", "file"};
-	for (int round = 0; round < 10; round++) {
-		usleep(20000 * (unsigned)(round % 4)); /* (copying: the suspend lands anywhere in a round) */
-		int rc = group_suspend(&g, contents[round % 3], &out, NULL);
-		CHECK_EQ(rc, 0);
-		if (rc)
-			fprintf(stderr, "  suspend (%s content): %s\n", contents[round % 3], out);
-		free(out);
-		usleep(20000); /* (the copies wait) */
-		CHECK_EQ(group_resume(&g, &out, NULL), 0);
-		free(out);
-	}
-	CHECK_EQ(group_finish(&g), 2);
-	char *log = test_read_file(g.log);
-	CHECK_EQ(count_of(log, " 0 failed calls"), 2);
-	CHECK(!contains(log, "FAIL"));
-	free(log);
-	group_kill(&g);
+	busy_rounds("copy", 10, 3, 20000, "FAIL");
 }
 
 int main(void)

@@ -4,14 +4,10 @@
  * under the sanitizers, all of it in `make sweep`. */
 #include "sweep.h"
 
-static void sweeps(void)
-{
-	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .ipc = true}, SWEEP_RESUME, false, " (legacy IPC)");
-}
-
 int main(void)
 {
-	e2e_init("sweep-ipc");
-	test_run("countdown sweeps over every driver call of a legacy IPC group's suspend and resume", sweeps);
-	return e2e_done();
+	return sweep_suspend_resume_main("sweep-ipc", &(struct sweep){.op = SWEEP_SUSPEND, .ipc = true},
+					 " (legacy IPC)",
+					 "countdown sweeps over every driver call of a legacy IPC group's suspend and "
+					 "resume");
 }

@@ -4,14 +4,10 @@
  * under the sanitizers, all of it in `make sweep`. */
 #include "sweep.h"
 
-static void sweeps(void)
-{
-	sweep_pair(&(struct sweep){.op = SWEEP_SUSPEND, .multicast = true}, SWEEP_RESUME, false, " (multicast)");
-}
-
 int main(void)
 {
-	e2e_init("sweep-mc");
-	test_run("countdown sweeps over every driver call of a multicast group's suspend and resume", sweeps);
-	return e2e_done();
+	return sweep_suspend_resume_main("sweep-mc", &(struct sweep){.op = SWEEP_SUSPEND, .multicast = true},
+					 " (multicast)",
+					 "countdown sweeps over every driver call of a multicast group's suspend and "
+					 "resume");
 }

@@ -34,6 +34,24 @@ static void trees_start_linked(struct group g[2], const char *tag)
 		CHECK_EQ(group_wait_ready(&g[i], name[i]), 0);
 }
 
+/* The linked trees restored from dirs passed: each verifies its bytes and
+ * sharing, and its stream carried a token after restore-complete too. */
+static void linked_pass(struct group g[2], char dirs[2][PATH_MAX + 32], const char *tag)
+{
+	for (int i = 0; i < 2; i++) {
+		pid_t root = restored_root(dirs[i]);
+		CHECK(root > 0);
+		if (root > 0)
+			CHECK_EQ(restored_passes(&g[i], root), 2);
+		char *text = e2e_log_all(g[i].log);
+		CHECK_EQ(count_of(text, "tcp: token"), 2); /* (ready, and after restore-complete) */
+		const char *gap = text ? strstr(text, "the stream's longest gap") : NULL;
+		if (gap) /* (a figure for bench/two_nodes.sh; no test asserts a time) */
+			printf("  %s: %.*s\n", tag, (int)strcspn(gap, "\n"), gap);
+		free(text);
+	}
+}
+
 /* Checkpointed together with --tcp-established, restored b stagger_s after a. */
 static void across_nodes(const char *tag, int stagger_s)
 {
@@ -64,18 +82,7 @@ static void across_nodes(const char *tag, int stagger_s)
 	}
 	for (int i = 0; i < 2; i++)
 		NODE_OK(p[i], log[i]);
-	for (int i = 0; i < 2; i++) {
-		pid_t root = restored_root(ck[i]);
-		CHECK(root > 0);
-		if (root > 0)
-			CHECK_EQ(restored_passes(&g[i], root), 2);
-		char *text = e2e_log_all(g[i].log);
-		CHECK_EQ(count_of(text, "tcp: token"), 2); /* (ready, and after restore-complete) */
-		const char *gap = text ? strstr(text, "the stream's longest gap") : NULL;
-		if (gap) /* (a figure for bench/two_nodes.sh; no test asserts a time) */
-			printf("  %s: %.*s\n", tag, (int)strcspn(gap, "\n"), gap);
-		free(text);
-	}
+	linked_pass(g, ck, tag);
 }
 
 static void together(void)
@@ -136,15 +143,7 @@ static void plugin_across_nodes(void)
 	trees_start_linked(g, "plug");
 	char images[2][PATH_MAX + 32];
 	criu_across_nodes(g, criu, "plugged", "host", images);
-	for (int i = 0; i < 2; i++) {
-		pid_t root = restored_root(images[i]);
-		CHECK(root > 0);
-		if (root > 0)
-			CHECK_EQ(restored_passes(&g[i], root), 2);
-		char *text = e2e_log_all(g[i].log);
-		CHECK_EQ(count_of(text, "tcp: token"), 2);
-		free(text);
-	}
+	linked_pass(g, images, "plug");
 }
 
 int main(void)

@@ -37,12 +37,16 @@ CUmemAllocationProp emu_host_prop(void);
 
 CUmemAccessDesc emu_host_access(CUmemAccess_flags flags);
 
+/* The minimum granularity of allocations with these properties (NULL:
+ * device 0's, emu_prop(0)). */
+size_t emu_granularity(const CUmemAllocationProp *p);
 /* A new allocation of size bytes with properties *p, mapped at a new
  * reservation of its size (no access granted yet): the address, the handle
  * in *h (a failure is a test failure). */
-/* The minimum granularity of allocations with these properties. */
-size_t emu_granularity(const CUmemAllocationProp *p);
 CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h);
+/* A new allocation of size bytes on device 0 (its handle in *h) and a new
+ * reservation of range bytes, nothing mapped: the reservation's address. */
+CUdeviceptr emu_create_reserve(size_t size, size_t range, CUmemGenericAllocationHandle *h);
 /* Map size bytes of a new allocation on dev at a new reservation, RW for dev. */
 CUdeviceptr emu_map_rw(int dev, size_t size, CUmemGenericAllocationHandle *h);
 /* Unmap, release the handle, free the reservation. */

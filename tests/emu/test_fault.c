@@ -33,11 +33,8 @@ static void with_fault(const char *spec, void (*body)(void))
 
 static void map_second_fails(void)
 {
-	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, 2 * MiB, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, 6 * MiB, 0, 0, 0));
+	CUdeviceptr va = emu_create_reserve(2 * MiB, 6 * MiB, &h);
 	CHECK_CU(cuMemMap(va, 2 * MiB, 0, h, 0));
 	CHECK_CU_EQ(cuMemMap(va + 2 * MiB, 2 * MiB, 0, h, 0), CUDA_ERROR_OUT_OF_MEMORY);
 	/* The failed call left nothing behind: the same range maps now. */

@@ -598,11 +598,8 @@ static uint64_t emu_maps(void)
  * granted is unmapped for nothing. */
 static void mapping_syscalls(void)
 {
-	CUmemAllocationProp p = emu_prop(0);
 	CUmemGenericAllocationHandle h;
-	CUdeviceptr va;
-	CHECK_CU(cuMemCreate(&h, 4 * gran, &p, 0));
-	CHECK_CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+	CUdeviceptr va = emu_create_reserve(4 * gran, 4 * gran, &h);
 	uint64_t before = emu_maps();
 	CHECK_CU(cuMemMap(va, 4 * gran, 0, h, 0));
 	CHECK_CU(cuMemUnmap(va, 4 * gran));
@@ -704,8 +701,7 @@ int main(void)
 	CHECK_CU(cuDeviceGet(&dev, 1));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CHECK_CU(cuCtxSetCurrent(ctx));
-	CUmemAllocationProp p = emu_prop(0);
-	gran = emu_granularity(&p);
+	gran = emu_granularity(NULL);
 	int fds = test_count_fds();
 	test_run("reserve, create, map, access, copy, unmap, release", lifecycle);
 	test_run("release while mapped keeps the bytes; retain from an address", release_while_mapped);

@@ -83,9 +83,19 @@ int emu_pattern_ok(const unsigned char *p, size_t n, unsigned seed)
 
 size_t emu_granularity(const CUmemAllocationProp *p)
 {
+	CUmemAllocationProp dev0 = emu_prop(0);
 	size_t g = 0;
-	CHECK_CU(cuMemGetAllocationGranularity(&g, p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK_CU(cuMemGetAllocationGranularity(&g, p ? p : &dev0, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	return g;
+}
+
+CUdeviceptr emu_create_reserve(size_t size, size_t range, CUmemGenericAllocationHandle *h)
+{
+	CUmemAllocationProp p = emu_prop(0);
+	CUdeviceptr va = 0;
+	CHECK_CU(cuMemCreate(h, size, &p, 0));
+	CHECK_CU(cuMemAddressReserve(&va, range, 0, 0, 0));
+	return va;
 }
 
 CUdeviceptr emu_map_new(size_t size, const CUmemAllocationProp *p, CUmemGenericAllocationHandle *h)

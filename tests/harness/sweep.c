@@ -409,3 +409,20 @@ void sweep_pair(const struct sweep *base, enum sweep_op second, bool one_role_fi
 	CHECK(cases[0] > 0);
 	CHECK(cases[1] > 0);
 }
+
+static const struct sweep *main_base;
+static const char *main_label;
+
+static void main_pair(void)
+{
+	sweep_pair(main_base, SWEEP_RESUME, false, main_label);
+}
+
+int sweep_suspend_resume_main(const char *name, const struct sweep *base, const char *label, const char *title)
+{
+	e2e_init(name);
+	main_base = base;
+	main_label = label;
+	test_run(title, main_pair);
+	return e2e_done();
+}

@@ -187,6 +187,18 @@ static void socket_messages(void)
 	CHECK_EQ(test_count_fds(), fds - 2);
 }
 
+/* One message with want descriptors received into fds (a failure otherwise):
+ * its payload (to free). */
+static uint8_t *recv_exactly(int sock, int *fds, size_t want, int ms)
+{
+	struct proto_header got;
+	uint8_t *payload = NULL;
+	size_t n = 0;
+	CHECK_EQ(proto_recv_fds(sock, &got, &payload, fds, want, &n, proto_deadline(ms)), PROTO_OK);
+	CHECK_EQ(n, want);
+	return payload;
+}
+
 /* PROTO_MAX_FDS descriptors in one message arrive in the order sent; more
  * than the receiver takes: all closed, refused; more than a message carries:
  * not sent. */
@@ -203,21 +215,19 @@ static void many_descriptors(void)
 				 .payload_len = 3};
 	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, PROTO_MAX_FDS + 1, proto_deadline(1000)), PROTO_E_FD);
 	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, PROTO_MAX_FDS, proto_deadline(1000)), PROTO_OK);
-	struct proto_header got;
-	uint8_t *payload;
 	int fds[PROTO_MAX_FDS];
-	size_t n = 0;
-	CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, PROTO_MAX_FDS, &n, proto_deadline(1000)), PROTO_OK);
-	CHECK_EQ(n, (size_t)PROTO_MAX_FDS);
+	uint8_t *payload = recv_exactly(sv[1], fds, PROTO_MAX_FDS, 1000);
 	CHECK(payload && memcmp(payload, "abc", 3) == 0);
 	free(payload);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < PROTO_MAX_FDS; i++) {
 		if ((fcntl(fds[i], F_GETFL) & O_NONBLOCK) != (fcntl(pipes[i], F_GETFL) & O_NONBLOCK))
 			test_fail(__FILE__, __LINE__, "descriptor %zu arrived out of order", i);
 		close(fds[i]);
 	}
 	/* Three sent, two taken. */
 	CHECK_EQ(proto_send_fds(sv[0], &h, "abc", pipes, 3, proto_deadline(1000)), PROTO_OK);
+	struct proto_header got;
+	size_t n = 0;
 	CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, 2, &n, proto_deadline(1000)), PROTO_E_FD);
 	CHECK_EQ(n, 0u);
 	CHECK(payload == NULL);
@@ -258,15 +268,10 @@ static void descriptors_in_flight(void)
 	close(sv[0]);
 	usleep(200000); /* the sender has filled what it may */
 	for (int m = 0; m < MESSAGES; m++) {
-		struct proto_header got;
-		uint8_t *payload;
 		int fds[PER];
-		size_t n = 0;
-		CHECK_EQ(proto_recv_fds(sv[1], &got, &payload, fds, PER, &n, proto_deadline(5000)), PROTO_OK);
-		CHECK_EQ(n, (size_t)PER);
-		for (size_t i = 0; i < n; i++)
+		free(recv_exactly(sv[1], fds, PER, 5000));
+		for (size_t i = 0; i < PER; i++)
 			close(fds[i]);
-		free(payload);
 	}
 	int status = 0;
 	CHECK_EQ(waitpid(pid, &status, 0), pid);
