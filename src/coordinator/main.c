@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "cusnap/fdcheck.h"
 #include "cusnap/exitcodes.h"
 #include "cusnap/json.h"
+#include "cusnap/log.h"
 #include "cusnap/rundir.h"
 
 /* SIGINT, SIGTERM, SIGHUP during --prepare: finish the step in flight, then
@@ -40,15 +42,32 @@ static void catch_signals(void)
 	sigaction(SIGHUP, &sa, NULL);
 }
 
-/* The coordinator's stages, in this tool's voice. */
+/* One line of this tool's on stderr, at a level of log.h's numbering (the
+ * one the project says everything in: cusnap's voice too): a warning's says
+ * so. */
+static void say(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(int level, const char *fmt, ...)
+{
+	char text[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "snapshot-cuda-vmm: %s%s\n", level == LOG_WARN ? "warning: " : "", text);
+}
+
+/* An error said: code, the exit code it ends with. */
+#define REFUSE(code, ...) (say(LOG_ERROR, __VA_ARGS__), (code))
+
+/* The coordinator's stages and warnings, in this tool's voice. */
 static void print_stage(const char *stage, double ms, const char *note)
 {
-	fprintf(stderr, "snapshot-cuda-vmm: %-24s %8.1f ms%s%s\n", stage, ms, *note ? "  " : "", note);
+	say(LOG_INFO, "%-24s %8.1f ms%s%s", stage, ms, *note ? "  " : "", note);
 }
 
 static void print_warning(const char *what)
 {
-	fprintf(stderr, "snapshot-cuda-vmm: %s\n", what);
+	say(LOG_WARN, "%s", what);
 }
 
 static void usage(FILE *f)
@@ -103,15 +122,13 @@ static int inspect_state(const char *dir, int json)
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 	struct state st;
 	if (state_read(path, &st, err, sizeof(err)) < 0) {
-		fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
-		return EX_LEFT_RUNNING;
+		return REFUSE(EX_LEFT_RUNNING, "%s", err);
 	}
 	struct coord_target *t;
 	struct topo_participant *p;
 	if (coord_state_view(&st, &t, &p) < 0) {
-		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
 		state_free(&st);
-		return EX_LEFT_RUNNING;
+		return REFUSE(EX_LEFT_RUNNING, "out of memory");
 	}
 	const char *content = proto_content_name(st.content) ? proto_content_name(st.content) : "?";
 	if (json) {
@@ -163,16 +180,12 @@ struct cli {
 static int add_process(struct cli *c, int argc, char **argv)
 {
 	struct coord_target t = {0};
-	if (optind >= argc || parse_int(optarg, &t.obs) < 0 || parse_int(argv[optind], &t.ns) < 0) {
-		fprintf(stderr, "snapshot-cuda-vmm: --process needs two PIDs: OBS NS\n");
-		return EX_USAGE;
-	}
+	if (optind >= argc || parse_int(optarg, &t.obs) < 0 || parse_int(argv[optind], &t.ns) < 0)
+		return REFUSE(EX_USAGE, "--process needs two PIDs: OBS NS");
 	optind++;
 	struct coord_target *grown = realloc(c->targets, (c->ntargets + 1) * sizeof(*grown));
-	if (!grown) {
-		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
-		return EX_LEFT_RUNNING;
-	}
+	if (!grown)
+		return REFUSE(EX_LEFT_RUNNING, "out of memory");
 	c->targets = grown;
 	c->targets[c->ntargets++] = t;
 	return 0;
@@ -218,18 +231,14 @@ static int parse(int argc, char **argv, struct cli *c)
 		case OPT_CONTENT:
 			c->content = proto_content_parse(optarg);
 			if (!c->content)
-				rc = EX_USAGE,
-				fprintf(stderr, "snapshot-cuda-vmm: --content %s: use host, file or native\n", optarg);
+				rc = REFUSE(EX_USAGE, "--content %s: use host, file or native", optarg);
 			break;
 		case OPT_PROC_ROOT: c->proc_root = optarg; break;
 		case OPT_CONTROL_DIR: c->control_dir = optarg; break;
 		case OPT_JSON: c->json = true; break;
 		case OPT_TIMEOUT:
 			if (parse_int(optarg, &c->timeout_ms) < 0)
-				rc = EX_USAGE, fprintf(stderr,
-						       "snapshot-cuda-vmm: --timeout %s: not a positive number of "
-						       "milliseconds\n",
-						       optarg);
+				rc = REFUSE(EX_USAGE, "--timeout %s: not a positive number of milliseconds", optarg);
 			break;
 		case OPT_PROCESS: rc = add_process(c, argc, argv); break;
 		case OPT_HELP: c->help = true; break;
@@ -237,7 +246,7 @@ static int parse(int argc, char **argv, struct cli *c)
 		}
 	}
 	if (rc == 0 && optind < argc)
-		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: unexpected argument '%s'\n", argv[optind]);
+		rc = REFUSE(EX_USAGE, "unexpected argument '%s'", argv[optind]);
 	if (rc == 0 && !c->mode && !c->help)
 		rc = EX_USAGE, usage(stderr);
 	return rc;
@@ -268,14 +277,11 @@ static int cmd_lifecycle(struct cli *c)
 					sizeof(err))
 		       : -ENOMEM;
 	free(pids);
-	if (lrc == -EBUSY) {
-		fprintf(stderr, "snapshot-cuda-vmm: %s; nothing done\n", err);
-		return EX_BUSY;
-	}
+	if (lrc == -EBUSY)
+		return REFUSE(EX_BUSY, "%s; nothing done", err);
 	if (lrc < 0)
-		fprintf(stderr,
-			"snapshot-cuda-vmm: warning: the participants are not locked against another command: %s\n",
-			lrc == -ENOMEM ? "out of memory" : err);
+		say(LOG_WARN, "the participants are not locked against another command: %s",
+		    lrc == -ENOMEM ? "out of memory" : err);
 	struct coord_report r;
 	if (c->mode == MODE_PREPARE)
 		catch_signals();
@@ -284,21 +290,20 @@ static int cmd_lifecycle(struct cli *c)
 					   : coord_abort(c->targets, c->ntargets, &o, &r);
 	if (c->mode == MODE_PREPARE && rc == 0 && caught) {
 		/* Interrupted: abort what was prepared, as if the prepare had failed. */
-		fprintf(stderr, "snapshot-cuda-vmm: %s during prepare: rebuilding every participant\n",
-			strsignal(caught));
+		say(LOG_ERROR, "%s during prepare: rebuilding every participant", strsignal(caught));
 		struct coord_report ar;
 		int arc = coord_abort(c->targets, c->ntargets, &o, &ar);
 		if (c->json)
 			json_emit(stdout, coord_report_json(&ar));
 		if (arc < 0)
-			fprintf(stderr, "snapshot-cuda-vmm: abort failed: %s\n", ar.error);
+			say(LOG_ERROR, "abort failed: %s", ar.error);
 		tree_lock_release(&lock);
 		return arc < 0 ? EX_TERMINATED : EX_LEFT_RUNNING;
 	}
 	if (c->json)
 		json_emit(stdout, coord_report_json(&r));
 	if (rc < 0)
-		fprintf(stderr, "snapshot-cuda-vmm: %s failed: %s\n", r.op, r.error);
+		say(LOG_ERROR, "%s failed: %s", r.op, r.error);
 	tree_lock_release(&lock);
 	if (rc == 0)
 		return 0;
@@ -309,16 +314,13 @@ static int cmd_lifecycle(struct cli *c)
 static int cmd_inspect(struct cli *c)
 {
 	struct topo_participant *parts = calloc(c->ntargets, sizeof(*parts));
-	if (!parts) {
-		fprintf(stderr, "snapshot-cuda-vmm: out of memory\n");
-		return EX_LEFT_RUNNING;
-	}
+	if (!parts)
+		return REFUSE(EX_LEFT_RUNNING, "out of memory");
 	int status = 0;
 	for (size_t i = 0; i < c->ntargets; i++) {
 		char err[1200];
 		if (coord_inspect(&c->targets[i], c->timeout_ms, &parts[i], err, sizeof(err)) != PROTO_OK) {
-			fprintf(stderr, "snapshot-cuda-vmm: %s\n", err);
-			status = EX_LEFT_RUNNING;
+			status = REFUSE(EX_LEFT_RUNNING, "%s", err);
 		}
 	}
 	if (status == 0 && c->json)
@@ -362,16 +364,14 @@ static int run(int argc, char **argv)
 		if (commands[i].mode == c.mode)
 			cmd = &commands[i];
 	if (cmd && cmd->participants && !c.ntargets)
-		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: at least one --process OBS NS is needed\n");
+		rc = REFUSE(EX_USAGE, "at least one --process OBS NS is needed");
 	else if (cmd && cmd->dir && !c.dir)
-		rc = EX_USAGE, fprintf(stderr, "snapshot-cuda-vmm: --%s needs --checkpoint-dir DIR\n", cmd->name);
+		rc = REFUSE(EX_USAGE, "--%s needs --checkpoint-dir DIR", cmd->name);
 	for (size_t i = 0; rc == 0 && cmd && cmd->participants && i < c.ntargets; i++) {
 		struct coord_target *t = &c.targets[i];
 		if (coord_endpoint_path(c.proc_root, c.control_dir, t->obs, t->ns, t->endpoint, sizeof(t->endpoint)) <
 		    0)
-			rc = EX_USAGE,
-			fprintf(stderr, "snapshot-cuda-vmm: participant %d (ns %d): endpoint path too long\n", t->obs,
-				t->ns);
+			rc = REFUSE(EX_USAGE, "participant %d (ns %d): endpoint path too long", t->obs, t->ns);
 	}
 	if (rc == 0 && cmd)
 		rc = cmd->run(&c);

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -104,6 +105,16 @@ static int demo_reexec(const struct demo *d)
 	return fail(EX_UNAVAILABLE, "cannot re-run %s: %s", self, strerror(errno));
 }
 
+/* One line in cusnap's voice, under the demo's name. */
+static void demo_say(enum voice_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void demo_say(enum voice_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	voice_v("cusnap demo: ", level, fmt, ap);
+	va_end(ap);
+}
+
 /* The work directory, and the workload started in it under the launcher,
  * waited for until ready: 0, or the exit code (reported). */
 static int demo_start(struct demo *d)
@@ -131,8 +142,8 @@ static int demo_start(struct demo *d)
 	d->s.content = PROTO_CONTENT_HOST;
 	/* Restored trees are reparented to us: we wait for them to verify. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	fprintf(stderr, "cusnap demo: %d processes sharing %d allocations of %.0f MiB on %s; work directory %s\n",
-		d->a->processes, d->allocs, d->per / MiB, d->gpu_driver ? d->gpu : "the emulator (cuemu)", d->work);
+	demo_say(VOICE_INFO, "%d processes sharing %d allocations of %.0f MiB on %s; work directory %s",
+		 d->a->processes, d->allocs, d->per / MiB, d->gpu_driver ? d->gpu : "the emulator (cuemu)", d->work);
 	double t0 = now_ms();
 	d->start = t0;
 	d->root = fork();
@@ -255,7 +266,7 @@ int cmd_demo(const struct args *a)
 	rc = demo_cycle(&d);
 	if (rc != EX_OK) {
 		kill(d.root, SIGKILL);
-		fprintf(stderr, "cusnap demo: failed (exit %d); the workload log is %s\n", rc, d.log);
+		demo_say(VOICE_ERROR, "failed (exit %d); the workload log is %s", rc, d.log);
 		return rc;
 	}
 	double t0 = now_ms();
@@ -265,7 +276,7 @@ int cmd_demo(const struct args *a)
 	bool ok = status == 0 && pass == a->processes && !fails;
 	demo_report(&d, pass, ok);
 	if (!ok)
-		fprintf(stderr, "cusnap demo: the workload reported failures (exit %d); its log: %s\n", status, d.log);
+		demo_say(VOICE_ERROR, "the workload reported failures (exit %d); its log: %s", status, d.log);
 	if (!a->keep && ok) {
 		char *argv[] = {"rm", "-rf", d.work, NULL};
 		pid_t p = fork();
