@@ -13,5 +13,8 @@ uint32_t crc32c(uint32_t crc, const void *data, size_t len);
 uint32_t crc32c_portable(uint32_t crc, const void *data, size_t len);
 /* crc continued over n zero bytes, in log n steps (a sparse file's holes). */
 uint32_t crc32c_zeros(uint32_t crc, uint64_t n);
+/* The CRC of A then B from a, A's CRC, and b, B's (len_b bytes): what
+ * crc32c(a, B) would give, without B's bytes. */
+uint32_t crc32c_combine(uint32_t a, uint32_t b, uint64_t len_b);
 
 #endif

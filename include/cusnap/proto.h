@@ -31,8 +31,8 @@
 #define PROTO_MAGIC 0x4d565343u
 #define PROTO_MAJOR 1
 #define PROTO_MINOR \
-	8 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders; 1.6: EXPORT_MANY; \
-	   * 1.7: file content; 1.8: F_GENERATION */
+	9 /* 1.2: error replies carry F_PHASE; 1.3: F_CAPS bits; 1.4: REC_REQUEST; 1.5: holders; 1.6: EXPORT_MANY; \
+	   * 1.7: file content; 1.8: F_GENERATION; 1.9: F_CRC32C */
 #define PROTO_HEADER_LEN 24
 #define PROTO_REC_HEADER_LEN 6
 /* Sanity maximum of one payload (bytes), checked before any allocation. */
@@ -174,6 +174,7 @@ enum proto_field {
 	F_HOLDER = 46, /* u32: 0 or 1: this importer carries the allocation for the group (§6.2) */
 	F_HOPS = 47,   /* u32: EXPORT forwarded by a creator that let go: served there or refused, never forwarded */
 	F_GENERATION = 48, /* u64: tracked changes allowed so far (1.8; INSPECT's identity, a step's result) */
+	F_CRC32C = 49,     /* u32: file content's file as PREPARE wrote it, holes as zeros (1.9; PREPARE's result) */
 };
 
 struct proto_header {

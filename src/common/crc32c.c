@@ -2,6 +2,7 @@
 /* CRC32C (Castagnoli): the SSE4.2 instruction where the processor has it (the
  * checkpoint images are digested at memory speed), else slicing-by-8. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cusnap/crc32c.h"
@@ -101,21 +102,30 @@ static void map_square(uint32_t *sq, const uint32_t *m)
 		sq[i] = map_apply(m, m[i]);
 }
 
-uint32_t crc32c_zeros(uint32_t crc, uint64_t n)
+/* The map of n zero bytes (n > 0) into m (scratch: another map's room). */
+static const uint32_t *zeros_map(uint32_t *m, uint32_t *scratch, uint64_t n)
 {
-	if (!n)
-		return crc;
-	uint32_t a[32], b[32];
+	uint32_t *a = m, *b = scratch, one[32], tmp[32];
 	a[0] = 0x82f63b78u; /* one zero bit: the register shifts right, the polynomial in where a one leaves */
 	for (int i = 1; i < 32; i++)
 		a[i] = 1u << (i - 1);
 	map_square(b, a); /* 2 bits */
 	map_square(a, b); /* 4 bits */
 	map_square(b, a); /* 8 bits: one byte */
-	uint32_t reg = ~crc, *cur = b, *next = a;
+	/* one: the product so far (none yet); cur: the byte map squared per bit of n */
+	bool have = false;
+	uint32_t *cur = b, *next = a;
 	for (;;) {
-		if (n & 1)
-			reg = map_apply(cur, reg);
+		if (n & 1) {
+			if (have) {
+				for (int i = 0; i < 32; i++)
+					tmp[i] = map_apply(cur, one[i]);
+				memcpy(one, tmp, sizeof(one));
+			} else {
+				memcpy(one, cur, sizeof(one));
+				have = true;
+			}
+		}
 		n >>= 1;
 		if (!n)
 			break;
@@ -124,5 +134,33 @@ uint32_t crc32c_zeros(uint32_t crc, uint64_t n)
 		cur = next;
 		next = t;
 	}
-	return ~reg;
+	memcpy(m, one, sizeof(one));
+	return m;
+}
+
+uint32_t crc32c_zeros(uint32_t crc, uint64_t n)
+{
+	if (!n)
+		return crc;
+	uint32_t m[32], scratch[32];
+	return ~map_apply(zeros_map(m, scratch, n), ~crc);
+}
+
+uint32_t crc32c_combine(uint32_t a, uint32_t b, uint64_t len_b)
+{
+	/* The register's map is linear, its start and end inverted: over B from
+	 * a is B's own CRC, plus the zeros' from a, less the zeros' from 0. Blocks
+	 * are mostly of one length: its map is kept. */
+	static __thread struct {
+		uint64_t n;
+		uint32_t m[32];
+	} last;
+	if (!len_b)
+		return a;
+	if (last.n != len_b) {
+		uint32_t scratch[32];
+		zeros_map(last.m, scratch, len_b);
+		last.n = len_b;
+	}
+	return ~map_apply(last.m, ~a) ^ b ^ ~map_apply(last.m, ~0u);
 }

@@ -5,11 +5,13 @@
  * and given again, read-only, with RESTORE_CREATORS. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/json.h"
 #include "cusnap/layout.h"
 #include "fanout.h"
 
@@ -91,6 +93,22 @@ void content_files_trim(const char *dir, const struct topo_participant *p, size_
 	}
 	if (dfd >= 0)
 		close(dfd);
+}
+
+void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
+			   json_t *digests)
+{
+	for (size_t i = 0; digests && i < n; i++) {
+		uint32_t crc;
+		struct stat st;
+		if (fds[i] < 0 || !result_u32(&calls[i], F_CRC32C, &crc) || fstat(fds[i], &st) != 0)
+			continue;
+		char name[64], hex[16];
+		content_file_name(&p[i].id, name, sizeof(name));
+		snprintf(hex, sizeof(hex), "%08" PRIx32, crc);
+		json_object_set_new(digests, name,
+				    json_pack("{s:I, s:s}", "size", (json_int_t)st.st_size, "crc32c", hex));
+	}
 }
 
 int content_file_open(const char *dir, const struct cusnap_id *id)

@@ -50,6 +50,10 @@ struct coord_options {
 	 * gone, not rebuilt), in a sentence; the caller prints it. NULL: silent. */
 	void (*on_warning)(const char *what);
 	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
+	/* prepare with file content: each file's digest its shim gave (from the
+	 * blocks' CRCs it took on the way) goes into this object, as
+	 * images_digest's form; NULL: not wanted. */
+	struct json_t *content_digests;
 	size_t device_map_len;
 };
 

@@ -104,6 +104,17 @@ uint64_t result_u64(const struct call *c, uint16_t field)
 	return 0;
 }
 
+bool result_u32(const struct call *c, uint16_t field, uint32_t *v)
+{
+	struct proto_field_iter it;
+	struct proto_rec f;
+	pfield_init(&it, c->reply_payload, c->reply_payload ? c->reply.payload_len : 0, REC_RESULT);
+	while (pfield_next(&it, &f))
+		if (f.type == field && prec_u32(&f, v) == 0)
+			return true;
+	return false;
+}
+
 uint64_t bytes_of(const struct call *calls, size_t n)
 {
 	uint64_t total = 0;

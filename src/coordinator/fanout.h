@@ -38,6 +38,8 @@ long inspect_some(struct call *calls, struct coord_target *t, size_t n, const bo
 uint64_t bytes_of(const struct call *calls, size_t n);
 /* A u64 field of c's REC_RESULT reply, or 0 when it has none. */
 uint64_t result_u64(const struct call *c, uint16_t field);
+/* The same for a u32 field: whether c's result has it. */
+bool result_u32(const struct call *c, uint16_t field, uint32_t *v);
 /* r->error: "STAGE: participant OBS (ns NS): what the call said". */
 void stage_error(struct coord_report *r, const struct call *c, const char *stage);
 /* Participants, allocations, shared allocations and mappings of p[] into r. */
@@ -70,6 +72,11 @@ int content_files_create(const char *dir, const struct topo_participant *p, size
 long content_files_oversize(const struct topo_participant *p, size_t n, const int *fds, char *err, size_t errlen);
 /* After PREPARE: the files nothing was written to removed (their fds[] -1). */
 void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds);
+/* After PREPARE: each file whose shim said its CRC32C (calls[i]'s F_CRC32C)
+ * into digests as {"NAME": {"size": BYTES, "crc32c": "HEX"}}, its size as it
+ * stands now. */
+void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
+			   json_t *digests);
 /* The file of participant id in dir, read-only, or -1 (none there). */
 int content_file_open(const char *dir, const struct cusnap_id *id);
 void content_files_close(int *fds, size_t n);

@@ -268,6 +268,8 @@ static int prepare_unicast(struct run *x)
 		stage_error(x->r, &x->calls[bad], "PREPARE");
 		return -1;
 	}
+	if (file)
+		content_files_digests(x->calls, x->now, x->n, x->files, x->o->content_digests);
 	note(x, "%" PRIu64 " bytes copied (%s content)%s", x->r->bytes, proto_content_name((uint32_t)x->o->content),
 	     x->holds.n ? ", importers carry what their creators let go" : "");
 	return 0;

@@ -223,7 +223,8 @@ int pause_devices(int pid)
 	if (dump_refused(pid, rc))
 		return -1; /* (said; nothing changed) */
 	P.root = pid;
-	P.rec = (struct record){.root = pid, .dir = P.dir};
+	json_decref(P.rec.content_digests); /* (a pause before, whose dump never ended) */
+	P.rec = (struct record){.root = pid, .dir = P.dir, .content_digests = json_object()};
 	size_t at;
 	if (steps_run(&pause_sequence, NULL, &at) != 0)
 		return -1;
@@ -339,7 +340,7 @@ static int after_dump(int ret)
 static void write_digests(void)
 {
 	char err[PATH_MAX + 256];
-	json_t *files = images_digest(P.dir, err, sizeof(err));
+	json_t *files = images_digest(P.dir, P.rec.content_digests, err, sizeof(err));
 	char *text = files ? json_dumps(files, JSON_COMPACT) : NULL;
 	if (!files || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
 		plugin_say(VOICE_WARN, "%s: the images get no digests", err);
@@ -352,6 +353,8 @@ void dump_exit(int ret)
 {
 	if (P.owner == OWNER_MINE && ret == 0 && P.checkpointed)
 		write_digests();
+	json_decref(P.rec.content_digests);
+	P.rec.content_digests = NULL;
 	P.dump_failed = ret != 0;
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed)) {
 		if (P.owner == OWNER_MINE)

@@ -202,14 +202,29 @@ static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wf
 /* The digests for the manifest of the images (content: of file content's
  * files in dir): NULL, warned, when they cannot be read (a restore cannot
  * verify them). */
-static json_t *digest_images(const char *dir, bool content, uint64_t bytes)
+static json_t *digest_images(const char *dir, bool content, const json_t *known, uint64_t bytes)
 {
 	char err[PATH_MAX + 256];
 	double t0 = now_ms();
 	const char *what = content ? "content file digests" : "image digests";
-	json_t *digests = content ? content_digest(dir, err, sizeof(err)) : images_digest(dir, err, sizeof(err));
+	json_t *digests = content ? content_digest(dir, known, err, sizeof(err))
+				  : images_digest(dir, NULL, err, sizeof(err));
 	if (digests) {
-		progress(what, now_ms() - t0, "CRC32C of %zu files", json_object_size(digests));
+		/* (bytes: all the files'; those whose digest was given are not read) */
+		size_t given = 0;
+		const char *name;
+		json_t *v;
+		json_object_foreach(digests, name, v)
+		{
+			if (json_equal(v, json_object_get(known, name))) {
+				given++;
+				json_int_t size = json_integer_value(json_object_get(v, "size"));
+				bytes -= (uint64_t)size < bytes ? (uint64_t)size : bytes;
+			}
+		}
+		progress(what, now_ms() - t0,
+			 "CRC32C of %zu files (%zu from the CRCs their processes took as they wrote)",
+			 json_object_size(digests), given);
 		progress_bytes(what, bytes);
 	} else {
 		voice(VOICE_WARN, "%s: the %s get no digests (a restore cannot verify them)", err,
@@ -229,6 +244,7 @@ struct ckpt {
 	struct record rec;
 	struct network net;
 	json_t *digests, *content, *net_json;
+	json_t *content_known; /* the content files' digests their shims gave at PREPARE */
 	bool loaded, vmm;
 	bool prepared; /* the tree was suspended: a failure resumes it (finish()) */
 	bool settled;  /* past undo: the tree dumped and gone, or released after --leave-running */
@@ -330,7 +346,7 @@ static int ck_prepare(void *ctx)
 	struct checkpoint_result *r = c->r;
 	struct coord_report cr;
 	double t0 = now_ms();
-	c->rec = (struct record){.root = c->t.procs[0].pid, .dir = c->work};
+	c->rec = (struct record){.root = c->t.procs[0].pid, .dir = c->work, .content_digests = c->content_known};
 	int rc = tree_suspend(&c->t, &c->rec, settings_content(c->a->s, true), &cr);
 	if (rc)
 		return rc;
@@ -401,9 +417,9 @@ static int ck_dump(void *ctx)
 static int ck_digests(void *ctx)
 {
 	struct ckpt *c = ctx;
-	c->digests = digest_images(c->images, false, c->r->image_bytes);
+	c->digests = digest_images(c->images, false, NULL, c->r->image_bytes);
 	if (c->vmm && settings_content(c->a->s, true) == PROTO_CONTENT_FILE)
-		c->content = digest_images(c->work, true, c->r->bytes_copied);
+		c->content = digest_images(c->work, true, c->content_known, c->r->bytes_copied);
 	if (!c->a->leave_running) {
 		dumped_tree_gone(&c->t);
 		network_after_dump(&c->net, c->log);
@@ -483,12 +499,13 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	struct ckpt *c = calloc(1, sizeof(*c));
 	if (!c)
 		return fail(EX_LEFT_RUNNING, "checkpoint: out of memory; nothing done");
-	*c = (struct ckpt){.a = a, .r = r, .dfd = dfd, .wfd = -1, .start = now_ms()};
+	*c = (struct ckpt){.a = a, .r = r, .dfd = dfd, .wfd = -1, .start = now_ms(), .content_known = json_object()};
 	size_t at;
 	int rc = steps_run(&checkpoint_sequence, c, &at);
 	close(c->wfd);
 	json_decref(c->digests);
 	json_decref(c->content);
+	json_decref(c->content_known);
 	json_decref(c->net_json);
 	network_free(&c->net);
 	if (c->loaded)

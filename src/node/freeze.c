@@ -19,7 +19,8 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 				  .content = content,
 				  .dir = rec->dir,
 				  .on_stage = progress_stage,
-				  .on_warning = progress_warning};
+				  .on_warning = progress_warning,
+				  .content_digests = rec->content_digests};
 	rec->changed = true;
 	if (coord_prepare(t->targets, t->ncuda, &o, r) < 0) {
 		rec->changed = !r->unchanged;

@@ -95,24 +95,51 @@ struct digest {
 struct digest_run {
 	int dfd;
 	struct digest *d;
-	size_t n, next; /* next: the first not taken (atomically) */
+	size_t n, next;      /* next: the first not taken (atomically) */
+	const json_t *known; /* digests given (NULL: none) */
 };
+
+/* d's digest from known, when it has one for a regular file of the size d's
+ * file is now: true. (Only read here: the threads share it.) */
+static bool digest_known(int dfd, const json_t *known, struct digest *d)
+{
+	const json_t *k = known ? json_object_get(known, d->name) : NULL;
+	const char *hex = k ? json_string_value(json_object_get(k, "crc32c")) : NULL;
+	char *end;
+	unsigned long crc = hex ? strtoul(hex, &end, 16) : 0;
+	if (!hex || *end || end == hex || crc > UINT32_MAX)
+		return false;
+	struct stat st;
+	if (fstatat(dfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+	    (json_int_t)st.st_size != json_integer_value(json_object_get(k, "size")))
+		return false;
+	d->size = (uint64_t)st.st_size;
+	d->crc = (uint32_t)crc;
+	d->rc = 0;
+	return true;
+}
 
 static void *digest_worker(void *arg)
 {
 	struct digest_run *run = arg;
-	uint8_t *buf = malloc(CHUNK);
-	for (size_t i; (i = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < run->n;)
+	uint8_t *buf = NULL;
+	for (size_t i; (i = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < run->n;) {
+		if (digest_known(run->dfd, run->known, &run->d[i]))
+			continue;
+		if (!buf)
+			buf = malloc(CHUNK);
 		run->d[i].rc = buf ? digest_file(run->dfd, run->d[i].name, buf, &run->d[i].size, &run->d[i].crc)
 				   : -ENOMEM;
+	}
 	free(buf);
 	return NULL;
 }
 
-/* Every d[i] digested, files at once on the machine's cores (at most 16). */
-static void digest_all(int dfd, struct digest *d, size_t n)
+/* Every d[i] digested (known: digests given, NULL: none), files at once on
+ * the machine's cores (at most 16). */
+static void digest_all(int dfd, struct digest *d, size_t n, const json_t *known)
 {
-	struct digest_run run = {.dfd = dfd, .d = d, .n = n};
+	struct digest_run run = {.dfd = dfd, .d = d, .n = n, .known = known};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t nt = (size_t)(cores > 1 ? cores : 1);
 	nt = nt > n ? n : nt;
@@ -170,7 +197,8 @@ static void digests_free(struct digest *d, size_t n)
 	free(d);
 }
 
-static json_t *files_digest(const char *images, bool (*digested)(const char *), char *err, size_t errlen)
+static json_t *files_digest(const char *images, bool (*digested)(const char *), const json_t *known, char *err,
+			    size_t errlen)
 {
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	struct digest *d = NULL;
@@ -180,7 +208,7 @@ static json_t *files_digest(const char *images, bool (*digested)(const char *), 
 		snprintf(err, errlen, "cannot read %s: %s", images, strerror(errno ? errno : ENOMEM));
 		goto out;
 	}
-	digest_all(dfd, d, (size_t)n);
+	digest_all(dfd, d, (size_t)n, known);
 	for (ssize_t i = 0; i < n && files; i++) {
 		if (d[i].rc == -EINVAL)
 			continue; /* not a regular file: CRIU makes none */
@@ -226,7 +254,7 @@ static int files_verify(const char *images, const json_t *files, bool (*digested
 			goto out;
 		}
 	}
-	digest_all(dfd, d, n);
+	digest_all(dfd, d, n, NULL);
 	for (size_t i = 0; i < n; i++) {
 		want = json_object_get(files, d[i].name);
 		json_int_t want_size = json_integer_value(json_object_get(want, "size"));
@@ -269,9 +297,9 @@ out:
 	return rc;
 }
 
-json_t *images_digest(const char *images, char *err, size_t errlen)
+json_t *images_digest(const char *images, const json_t *known, char *err, size_t errlen)
 {
-	return files_digest(images, image_file, err, errlen);
+	return files_digest(images, image_file, known, err, errlen);
 }
 
 int images_verify(const char *images, const json_t *files, char *why, size_t len)
@@ -279,9 +307,9 @@ int images_verify(const char *images, const json_t *files, char *why, size_t len
 	return files_verify(images, files, image_file, why, len);
 }
 
-json_t *content_digest(const char *dir, char *err, size_t errlen)
+json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen)
 {
-	return files_digest(dir, layout_content_name, err, errlen);
+	return files_digest(dir, layout_content_name, known, err, errlen);
 }
 
 int content_verify(const char *dir, const json_t *files, char *why, size_t len)

@@ -91,14 +91,17 @@ typedef struct json_t json_t;
 /* The plugin's record of them, in the images directory (never digested itself). */
 #define IMAGES_DIGESTS "cusnap-digests.json"
 /* Every image file of directory images (CRIU's logs and statistics excepted)
- * as {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with err. */
-json_t *images_digest(const char *images, char *err, size_t errlen);
+ * as {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with
+ * err. known (NULL: none): digests of some of them in that form, taken as they
+ * are for each file of the size recorded there (file content's, from the CRCs
+ * its process took while it wrote the file), the others read. */
+json_t *images_digest(const char *images, const json_t *known, char *err, size_t errlen);
 /* Does every file of files (images_digest's form) have its recorded size and
  * CRC32C, and is every image file recorded? 0, or -1 with why naming the
  * first that is not. */
 int images_verify(const char *images, const json_t *files, char *why, size_t len);
 /* The same for the files of file content in a state directory (nothing else there). */
-json_t *content_digest(const char *dir, char *err, size_t errlen);
+json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen);
 int content_verify(const char *dir, const json_t *files, char *why, size_t len);
 /* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
@@ -438,6 +441,9 @@ struct record {
 	const char *dir; /* the state directory */
 	bool changed;    /* prepare or a native step began: there may be something to undo */
 	bool stuck;      /* a native call did not return: nothing can be undone until it does */
+	/* file content: an object prepare puts the digests of the files their
+	 * shims gave into (content_digest's known); NULL: not wanted */
+	json_t *content_digests;
 };
 /* The command failed (fmt says what): undo what rec records (tree_recover),
  * check every process, and report. Exit 1 only when every CUDA process is

@@ -344,6 +344,8 @@ int shim_serve(int op, const uint8_t *payload, size_t len, int in_fd, struct pro
 		pbuf_put_u32(out, F_COUNT, c.r.count);
 		pbuf_put_u32(out, F_PHASE, (uint32_t)shim_phase());
 		pbuf_put_u64(out, F_GENERATION, shim_generation());
+		if (c.r.file_digest)
+			pbuf_put_u32(out, F_CRC32C, c.r.file_crc);
 		pbuf_end(out, at);
 	} else {
 		shim_error_reply(out, "%s", c.r.msg);

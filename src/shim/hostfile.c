@@ -346,6 +346,23 @@ static void name_file(struct file_job *f)
 		f->name[n] = '\0';
 }
 
+/* The CRC32C of the file the list was saved to (in its order, each at its
+ * place), from its blocks' CRCs: the holes and the padding between
+ * allocations as the zeros they read as, no byte read again. */
+static uint32_t file_crc(struct shim_alloc **list, size_t n)
+{
+	uint32_t crc = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct shim_alloc *a = list[i];
+		for (size_t b = 0; b < a->chunks->nblocks; b++) {
+			size_t left = a->size - b * (size_t)BLOCK;
+			crc = crc32c_combine(crc, a->chunks->crc[b], left < BLOCK ? left : BLOCK);
+		}
+		crc = crc32c_zeros(crc, round_up(a->size, FILE_ALIGN) - a->size);
+	}
+	return crc;
+}
+
 CUresult hostfile_save(struct shim_alloc **list, size_t n, int fd, struct life_result *r)
 {
 	struct file_job f = {.job = {.to_device = false, .run_lane = lane_save}, .fd = fd};
@@ -375,6 +392,10 @@ CUresult hostfile_save(struct shim_alloc **list, size_t n, int fd, struct life_r
 			hostcopy_forget(list[i]);
 		else
 			list[i]->in_file = true;
+	}
+	if (!rc) {
+		r->file_crc = file_crc(list, n);
+		r->file_digest = true;
 	}
 	return rc;
 }

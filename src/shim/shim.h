@@ -323,6 +323,8 @@ struct life_result {
 	char msg[600];
 	uint64_t bytes;
 	uint32_t count;
+	bool file_digest; /* file content: file_crc is the file's CRC32C as PREPARE wrote it */
+	uint32_t file_crc;
 };
 /* The descriptors sent with a reply, in order (EXPORT: one; EXPORT_MANY: one
  * per allocation). */

@@ -74,6 +74,19 @@ static void crc_vector(void)
 		CHECK_EQ(crc32c_zeros(0, lens[i]), crc32c(0, zeros, lens[i]));
 		CHECK_EQ(crc32c_zeros(0xe3069283u, lens[i]), crc32c(0xe3069283u, zeros, lens[i]));
 	}
+	/* Two CRCs into the CRC of both, without the second's bytes (file
+	 * content's digest from its blocks' CRCs), the same length twice running
+	 * (its map kept) and lengths that change. */
+	static uint8_t data[70000];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 2654435761u >> 13);
+	static const size_t cuts[][2] = {{0, 9}, {9, 0}, {1, 1}, {100, 4096}, {777, 4096}, {65536, 4464}, {3, 69997}};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		size_t la = cuts[i][0], lb = cuts[i][1];
+		uint32_t a = crc32c(0, data, la), b = crc32c(0, data + la, lb);
+		CHECK_EQ(crc32c_combine(a, b, lb), crc32c(0, data, la + lb));
+		CHECK_EQ(crc32c_combine(a ^ 1, b, lb), crc32c(a ^ 1, data + la, lb));
+	}
 }
 
 /* The sample state written to dir, and the file's bytes (*len of them,
