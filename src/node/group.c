@@ -402,6 +402,41 @@ static int group_fail(struct group *g, int code, const char *fmt, ...)
 	return fail(code, "group %s: %s", g->spec.group, msg);
 }
 
+/* Operation opid ended undone before its boundary (why: the decision):
+ * names added to those that took part in it (see ended_came_late), its record
+ * under a lease of the group timeout. */
+static void record_ended(struct group *g, const char *why, const char *names)
+{
+	struct ended_record e = {.members = g->spec.members};
+	snprintf(e.operation, sizeof(e.operation), "%s", g->op);
+	snprintf(e.opid, sizeof(e.opid), "%s", g->opid);
+	snprintf(e.why, sizeof(e.why), "%s", why);
+	int ttl = (g->spec.timeout_ms + 999) / 1000;
+	ended_add(&g->e, &e, g->prefix, names, ttl < MEMBER_TTL_S ? MEMBER_TTL_S : ttl);
+}
+
+/* This member's operation undone before its boundary: every member that came
+ * (the results, those seen, itself) recorded as having taken part. */
+static void ended_here(struct group *g, const struct result_record *all, size_t nall)
+{
+	char key[600], err[512], why[1024];
+	struct etcd_kv kv;
+	op_key(g, "decision", key, sizeof(key));
+	if (etcd_get(&g->e, key, &kv, err, sizeof(err)) != 1)
+		return;
+	int go = decision_of(kv.value, why, sizeof(why), NULL, 0);
+	free(kv.key), free(kv.value);
+	size_t cap = (nall + g->nseen + 1) * 258, at = 0;
+	char *names = go == 0 ? calloc(1, cap) : NULL;
+	for (size_t i = 0; names && i <= nall + g->nseen; i++) {
+		const char *name = i < nall ? all[i].member : i < nall + g->nseen ? g->seen[i - nall] : g->member;
+		at += (size_t)snprintf(names + at, cap - at, "%s%s", at ? "," : "", name);
+	}
+	if (names)
+		record_ended(g, why, names);
+	free(names);
+}
+
 /* Is this member's place in the operation the first member began (the
  * records in the order they came)? 0, or a refusal (reported, nothing changed). */
 static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
@@ -450,11 +485,18 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 		free(kv.key), free(kv.value);
 	}
 	if (has_boundary(g->op) && undone[0])
+		record_ended(g, undone, g->member); /* (told: it took part) */
+	if (has_boundary(g->op) && undone[0])
 		return group_fail(g, 1,
 				  "its %s (begun by member %s) failed before this member came: %s; nothing done here",
 				  g->op, from, undone);
 	if (has_boundary(g->op) && (late || decided == 1))
 		return group_fail(g, EX_BUSY, "its %s (begun by member %s) is finishing; nothing done", g->op, from);
+	/* Alone, with a name of its own: late for one that ended already? */
+	char after[1400];
+	if (has_boundary(g->op) && n == 1 && g->spec.member &&
+	    ended_came_late(&g->e, g->prefix, g->op, g->spec.members, g->member, after, sizeof(after)))
+		return group_fail(g, 1, "%s; nothing done here", after);
 	return put_member(g, "arrived", why, sizeof(why)) < 0 ? group_fail(g, EX_UNAVAILABLE, "%s", why) : 0;
 }
 
@@ -693,6 +735,8 @@ static int group_end(struct group *g, int rc, bool boundary, bool json)
 					    g->spec.group, "operation", g->op, "opid", g->opid, "member", g->member,
 					    "exit", rc, "members_ok", (int)ok, "members", members));
 	}
+	if (boundary && !g->crossed)
+		ended_here(g, all, nall);
 	free(all);
 	leave(g);
 	return rc;

@@ -80,6 +80,17 @@ struct result_record {
 	char host[256];
 	long long time; /* seconds since the epoch */
 };
+/* ended: the last operation that was undone before its boundary, under a
+ * lease of the group timeout (lease), so that a member that comes late for it
+ * is told at once instead of beginning another and waiting for the others. */
+struct ended_record {
+	char operation[32];
+	int members;
+	char opid[ID_HEX_LEN + 1];
+	char why[1024];  /* the decision, as its members said it */
+	char *took_part; /* NAME,NAME,...: the members that came (ended_record_free) */
+	long long lease;
+};
 /* Each as JSON (NULL: out of memory), as the text etcd keeps (malloc'd;
  * NULL: out of memory), and from that text: 0, or -1 when it is not one. */
 json_t *member_record_json(const struct member_record *m);
@@ -92,6 +103,9 @@ int decision_record_decode(const char *text, struct decision_record *d);
 json_t *result_record_json(const struct result_record *r);
 char *result_record_encode(const struct result_record *r);
 int result_record_decode(const char *text, struct result_record *r);
+char *ended_record_encode(const struct ended_record *e);
+int ended_record_decode(const char *text, struct ended_record *e);
+void ended_record_free(struct ended_record *e);
 
 /* ---- group_records.c: what a member trusts of the group's records ---- */
 /* Is kv a member's record (it parses as one, and a lease keeps it)? When not
@@ -102,5 +116,15 @@ bool record_valid(const char *group, const struct etcd_kv *kv, bool warn);
 size_t records_valid(const char *group, struct etcd_kv *kvs, size_t n);
 /* Is name one of the comma-separated list (--members NAME,NAME,...)? */
 bool name_listed(const char *list, const char *name);
+/* names (NAME,NAME,...) added to those that took part in the ended record of
+ * op's operation (prefix: /cusnap/groups/NAME/): made from op (its operation,
+ * members, opid and why) under a lease of ttl_s seconds when the record there
+ * is of another operation, or none. */
+void ended_add(struct etcd *e, const struct ended_record *op, const char *prefix, const char *names, int ttl_s);
+/* Did member come late for op of members that ended undone (the ended record
+ * says so, and it took no part)? Then why says what was decided, and it is
+ * counted as having taken part (told once: its next try begins anew): true. */
+bool ended_came_late(struct etcd *e, const char *prefix, const char *op, int members, const char *member, char *why,
+		     size_t len);
 
 #endif

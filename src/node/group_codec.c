@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The group's records in etcd (DESIGN.md §16), each writer beside its reader:
- * a member's record (members/NAME), the decision (ops/OPID/decision) and a
- * member's result (ops/OPID/results/NAME). Compact JSON, the fields in the
+ * a member's record (members/NAME), the decision (ops/OPID/decision), a
+ * member's result (ops/OPID/results/NAME) and the operation last undone
+ * before its boundary (ended). Compact JSON, the fields in the
  * order written here; a reader refuses a record whose fields are missing, of
  * another type or longer than kept, so that one shape is written and read. */
 #include <stdlib.h>
@@ -127,4 +128,37 @@ int result_record_decode(const char *text, struct result_record *r)
 	r->time = (long long)at;
 	json_decref(j);
 	return ok ? 0 : -1;
+}
+
+char *ended_record_encode(const struct ended_record *e)
+{
+	return dump(json_pack("{s:s, s:i, s:s, s:o, s:o, s:I}", "operation", e->operation, "members", e->members,
+			      "opid", e->opid, "why", json_text(e->why), "took_part",
+			      json_text(e->took_part ? e->took_part : ""), "lease", (json_int_t)e->lease));
+}
+
+int ended_record_decode(const char *text, struct ended_record *e)
+{
+	*e = (struct ended_record){0};
+	json_t *j = object(text);
+	const char *op, *opid, *why, *took;
+	json_int_t lease = 0;
+	bool ok = j &&
+		  json_unpack(j, "{s:s, s:i, s:s, s:s, s:s, s:I}", "operation", &op, "members", &e->members, "opid",
+			      &opid, "why", &why, "took_part", &took, "lease", &lease) == 0 &&
+		  e->members > 0 && keep(e->operation, sizeof(e->operation), op) &&
+		  keep(e->opid, sizeof(e->opid), opid) && keep(e->why, sizeof(e->why), why) &&
+		  (e->took_part = strdup(took));
+	e->lease = (long long)lease;
+	json_decref(j);
+	if (ok)
+		return 0;
+	ended_record_free(e);
+	return -1;
+}
+
+void ended_record_free(struct ended_record *e)
+{
+	free(e->took_part);
+	e->took_part = NULL;
 }

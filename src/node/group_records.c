@@ -68,3 +68,72 @@ bool name_listed(const char *list, const char *name)
 	}
 	return false;
 }
+
+/* names (NAME,NAME,...) added to list (malloc'd, replaced) where not there. */
+static char *names_union(char *list, const char *names)
+{
+	size_t cap = strlen(list) + strlen(names) + 2, at = strlen(list);
+	char *out = malloc(cap);
+	if (!out)
+		return list;
+	memcpy(out, list, at + 1);
+	for (const char *p = names; *p;) {
+		size_t n = strcspn(p, ",");
+		char one[300];
+		snprintf(one, sizeof(one), "%.*s", (int)(n < sizeof(one) ? n : sizeof(one) - 1), p);
+		if (n && !name_listed(out, one))
+			at += (size_t)snprintf(out + at, cap - at, "%s%s", at ? "," : "", one);
+		p += n + (p[n] == ',');
+	}
+	free(list);
+	return out;
+}
+
+void ended_add(struct etcd *e, const struct ended_record *op, const char *prefix, const char *names, int ttl_s)
+{
+	char key[600], err[512];
+	struct etcd_kv kv;
+	snprintf(key, sizeof(key), "%sended", prefix);
+	struct ended_record r = {0};
+	bool got = etcd_get(e, key, &kv, err, sizeof(err)) == 1;
+	bool same = got && ended_record_decode(kv.value, &r) == 0 && !strcmp(r.opid, op->opid);
+	if (got)
+		free(kv.key), free(kv.value);
+	if (!same) {
+		ended_record_free(&r);
+		r = *op;
+		int64_t lease;
+		if (!(r.took_part = strdup("")) || etcd_lease_grant(e, ttl_s, &lease, err, sizeof(err)) < 0) {
+			free(r.took_part);
+			return;
+		}
+		r.lease = (long long)lease;
+	}
+	r.took_part = names_union(r.took_part, names);
+	char *text = ended_record_encode(&r);
+	if (text)
+		etcd_put(e, key, text, r.lease, err, sizeof(err)); /* (its lease gone: nothing to tell) */
+	free(text);
+	ended_record_free(&r);
+}
+
+bool ended_came_late(struct etcd *e, const char *prefix, const char *op, int members, const char *member, char *why,
+		     size_t len)
+{
+	char key[600], err[512];
+	struct etcd_kv kv;
+	snprintf(key, sizeof(key), "%sended", prefix);
+	if (etcd_get(e, key, &kv, err, sizeof(err)) != 1)
+		return false;
+	struct ended_record r;
+	bool late = ended_record_decode(kv.value, &r) == 0 && !strcmp(r.operation, op) && r.members == members &&
+		    !name_listed(r.took_part, member);
+	free(kv.key), free(kv.value);
+	if (late) {
+		snprintf(why, len, "its %s (operation %.8s) failed before this member came: %s", r.operation, r.opid,
+			 r.why);
+		ended_add(e, &r, prefix, member, 0); /* (told once: its next try begins anew) */
+	}
+	ended_record_free(&r);
+	return late;
+}

@@ -64,6 +64,8 @@ void trees_pass(struct group *g, int n);
 void group_cmd(struct group *g, int n, const char *cmd, const char *group, char *const *env[], const char *timeout,
 	       int rc[], char *out[]);
 void free_all(char *out[], int n);
+/* The same, each member's command to exit 0 (a failure naming it otherwise). */
+void group_cmd_ok(struct group *g, int n, const char *cmd, const char *group);
 /* n trees of one worker each, named TAG0, TAG1, ... */
 void trees_start(struct group *g, int n, const char *tag);
 

@@ -48,10 +48,7 @@ static void suspend_resume_two(void)
 		free(j);
 	}
 	free_all(out, 2);
-	group_cmd(g, 2, "resume", "pair", NULL, NULL, rc, out);
-	CHECK_EQ(rc[0], 0);
-	CHECK_EQ(rc[1], 0);
-	free_all(out, 2);
+	group_cmd_ok(g, 2, "resume", "pair");
 	char *view = NULL;
 	CHECK_EQ(tool(&view, NULL, cusnap, "inspect", "--group", "pair", "--etcd", etcd_url, NULL), 0);
 	CHECK_CONTAINS(view, "0 member(s) at work");
@@ -151,10 +148,7 @@ static void member_fails(void)
 		CHECK_NOTHING_SAID(g[i].ctl);
 	}
 	free_all(out, 2);
-	group_cmd(g, 2, "suspend", "faulty", NULL, NULL, rc, out); /* (the group is free again) */
-	CHECK_EQ(rc[0], 0);
-	CHECK_EQ(rc[1], 0);
-	free_all(out, 2);
+	group_cmd_ok(g, 2, "suspend", "faulty"); /* (the group is free again) */
 	/* A resume has no boundary: m0, coming after m1 resumed its tree (m1 held
 	 * while it waits for the others' results), still resumes its own. */
 	struct member m[2];
@@ -217,6 +211,35 @@ static void member_missing(void)
 	untouched(&g);
 	restore_complete(&g);
 	CHECK_EQ(group_finish(&g), 2);
+}
+
+/* A member that comes after the operation it belongs to was undone and ended
+ * (m1 failed at its boundary and left before m0 came): m0 is told at once
+ * what was decided (it began an operation of its own and waited out the
+ * group timeout for m1), nothing done; told once, its next try with m1
+ * begins anew. */
+static void member_late(void)
+{
+	struct group g[2];
+	trees_start(g, 2, "late");
+	struct member m[2];
+	char *fault[] = {"CUSNAP_FAULT=group-ready:fail", NULL}, *out;
+	in_place(&m[1], &g[1], "suspend", "lately", 2, "m1", fault, "20000");
+	CHECK_EQ(member_wait(&m[1], &out), 1);
+	free(out);
+	in_place(&m[0], &g[0], "suspend", "lately", 2, "m0", NULL, "20000");
+	CHECK_EQ(member_wait(&m[0], &out), 1);
+	static const char *const says[] = {"failed before this member came", "member m1 failed at its boundary"};
+	for (size_t i = 0; i < 2; i++)
+		CHECK_CONTAINS(out, says[i]);
+	CHECK(!contains(out, "arrived within")); /* (not an operation of its own, timed out) */
+	free(out);
+	untouched(&g[0]), untouched(&g[1]);
+	CHECK_NOTHING_SAID(g[0].ctl);
+	CHECK_NOTHING_SAID(g[1].ctl);
+	group_cmd_ok(g, 2, "suspend", "lately");
+	group_cmd_ok(g, 2, "resume", "lately");
+	trees_pass(g, 2);
 }
 
 /* etcd that cannot be reached: refused (69) before anything changes; a
@@ -329,6 +352,8 @@ int main(void)
 		 member_fails);
 	test_run("a member killed at its boundary: its lease expires, the others undo", member_killed);
 	test_run("a member that never comes: the others time out, their trees untouched", member_missing);
+	test_run("a member that comes after its operation was undone and ended: told at once; its next try begins anew",
+		 member_late);
 	test_run("etcd down: refused (69), nothing changed; a second operation on a busy group refused (75)", refusals);
 	test_run("restore: a member failing makes every restored tree die, no restore-complete", restore_member_fails);
 	etcd_stop();

@@ -221,6 +221,18 @@ void group_cmd(struct group *g, int n, const char *cmd, const char *group, char 
 		rc[i] = member_wait(&m[i], &out[i]);
 }
 
+void group_cmd_ok(struct group *g, int n, const char *cmd, const char *group)
+{
+	int rc[8];
+	char *out[8];
+	group_cmd(g, n, cmd, group, NULL, NULL, rc, out);
+	for (int i = 0; i < n; i++)
+		if (rc[i] != 0)
+			test_fail(__FILE__, __LINE__, "member m%d's %s of group %s exited %d:\n%s", i, cmd, group,
+				  rc[i], out[i] ? out[i] : "");
+	free_all(out, n);
+}
+
 void free_all(char *out[], int n)
 {
 	for (int i = 0; i < n; i++)

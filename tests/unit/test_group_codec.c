@@ -110,10 +110,38 @@ static void result(void)
 		 -1);
 }
 
+static void ended(void)
+{
+	/* (read from its golden bytes, then written back to the same) */
+	static const char golden[] = "{\"operation\":\"checkpoint\",\"members\":2,\"opid\":\"" OPID
+				     "\",\"why\":\"member b failed at its boundary (decided by member b)\","
+				     "\"took_part\":\"b\",\"lease\":7587869530312345678}";
+	struct ended_record back;
+	CHECK_EQ(ended_record_decode(golden, &back), 0);
+	CHECK(back.members == 2 && back.lease == 7587869530312345678LL && back.took_part &&
+	      !strcmp(back.took_part, "b"));
+	char *text = ended_record_encode(&back);
+	CHECK_STR(text, golden);
+	free(text);
+	ended_record_free(&back);
+	static const char *const bad[] = {
+		"{\"operation\":\"checkpoint\",\"members\":0,\"opid\":\"x\",\"why\":\"\",\"took_part\":\"\",\"lease\":"
+		"1}",
+		"{\"operation\":\"checkpoint\",\"members\":2,\"opid\":\"x\",\"why\":\"\",\"lease\":1}",
+		"{\"operation\":7,\"members\":2,\"opid\":\"x\",\"why\":\"\",\"took_part\":\"\",\"lease\":1}",
+		"[]",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(ended_record_decode(bad[i], &back), -1);
+		CHECK(back.took_part == NULL);
+	}
+}
+
 int main(void)
 {
 	test_run("a member's record: golden bytes, read back, the first record of before, refusals", member);
 	test_run("the decision: golden bytes, read back, refusals", decision);
 	test_run("a member's result: golden bytes, read back, refusals", result);
+	test_run("the operation last undone: golden bytes, read back, refusals", ended);
 	return test_done();
 }
