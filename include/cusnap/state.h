@@ -45,13 +45,17 @@ struct state {
 };
 
 /* Write DIR/cuda-vmm.state atomically: a temporary file in DIR, fsync, rename,
- * fsync of DIR. On failure the previous file is untouched. Returns 0 or -errno,
- * err naming the step. */
-int state_write(const char *dir, const struct state *s, char *err, size_t errlen);
+ * fsync of DIR, through dirfd when it is DIR open (else DIR is opened, a link
+ * there refused). On failure the previous file is untouched. Returns 0 or
+ * -errno, err naming the step. */
+int state_write(int dirfd, const char *dir, const struct state *s, char *err, size_t errlen);
 /* Decode a whole file's bytes; each refusal has its own message. Returns 0 or -EINVAL. */
 int state_decode(const uint8_t *buf, size_t len, struct state *s, char *err, size_t errlen);
 /* Read and decode PATH. Returns 0, -ENOENT when it does not exist, or another -errno. */
 int state_read(const char *path, struct state *s, char *err, size_t errlen);
+/* The same for DIR/cuda-vmm.state reached through dirfd, DIR open (a link
+ * there refused; DIR names it in err). */
+int state_read_at(int dirfd, const char *dir, struct state *s, char *err, size_t errlen);
 void state_free(struct state *s);
 
 #endif

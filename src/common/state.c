@@ -17,7 +17,7 @@
 #define HEADER 28
 #define PART_HEADER 28
 
-int state_write(const char *dir, const struct state *s, char *err, size_t errlen)
+int state_write(int dirfd, const char *dir, const struct state *s, char *err, size_t errlen)
 {
 	size_t total = HEADER + 4;
 	for (size_t i = 0; i < s->n; i++)
@@ -44,7 +44,8 @@ int state_write(const char *dir, const struct state *s, char *err, size_t errlen
 	}
 	wire_put_u32(buf + at, crc32c(0, buf, at));
 	const char *step;
-	int rc = atomic_write(dir, STATE_FILE, buf, total, 0600, &step);
+	int rc = dirfd >= 0 ? atomic_write_at(dirfd, STATE_FILE, buf, total, 0600, &step)
+			    : atomic_write(dir, STATE_FILE, buf, total, 0600, &step);
 	if (rc < 0)
 		snprintf(err, errlen, "state file %s/%s: %s failed: %s", dir, STATE_FILE, step, strerror(-rc));
 	free(buf);
@@ -150,9 +151,9 @@ bad:
 	return -EINVAL;
 }
 
-int state_read(const char *path, struct state *s, char *err, size_t errlen)
+/* fd's file (path names it) read whole and decoded; fd closed. */
+static int state_read_fd(int fd, const char *path, struct state *s, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(e));
@@ -179,4 +180,16 @@ int state_read(const char *path, struct state *s, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s", path, why);
 	free(buf);
 	return rc;
+}
+
+int state_read(const char *path, struct state *s, char *err, size_t errlen)
+{
+	return state_read_fd(open(path, O_RDONLY | O_CLOEXEC), path, s, err, errlen);
+}
+
+int state_read_at(int dirfd, const char *dir, struct state *s, char *err, size_t errlen)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	return state_read_fd(openat(dirfd, STATE_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path, s, err, errlen);
 }

@@ -31,13 +31,13 @@ void content_files_close(int *fds, size_t n)
 	}
 }
 
-int content_files_create(const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
+int content_files_create(int dfd, const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
 			 size_t errlen)
 {
-	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 	if (dfd < 0) {
 		snprintf(err, errlen, "file content needs the state directory: %s: %s", dir ? dir : "(none given)",
-			 dir ? strerror(errno) : "a prepare without one keeps its bytes in the processes");
+			 dir ? "cannot be opened (missing, or a link)"
+			     : "a prepare without one keeps its bytes in the processes");
 		return -1;
 	}
 	int rc = 0;
@@ -54,7 +54,6 @@ int content_files_create(const char *dir, const struct topo_participant *p, size
 		if (rc < 0)
 			snprintf(err, errlen, "cannot make %s/%s for file content: %s", dir, name, strerror(errno));
 	}
-	close(dfd);
 	if (rc < 0)
 		content_files_close(fds, n);
 	return rc;
@@ -78,9 +77,8 @@ long content_files_oversize(const struct topo_participant *p, size_t n, const in
 	return -1;
 }
 
-void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds)
+void content_files_trim(int dfd, const struct topo_participant *p, size_t n, int *fds)
 {
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	for (size_t i = 0; dfd >= 0 && i < n; i++) {
 		struct stat st;
 		if (fds[i] < 0 || fstat(fds[i], &st) != 0 || st.st_size != 0)
@@ -91,8 +89,6 @@ void content_files_trim(const char *dir, const struct topo_participant *p, size_
 		close(fds[i]);
 		fds[i] = -1;
 	}
-	if (dfd >= 0)
-		close(dfd);
 }
 
 void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
@@ -111,13 +107,11 @@ void content_files_digests(const struct call *calls, const struct topo_participa
 	}
 }
 
-int content_file_open(const char *dir, const struct cusnap_id *id)
+int content_file_open(int dfd, const struct cusnap_id *id)
 {
-	char path[4200], name[64];
+	char name[64];
 	content_file_name(id, name, sizeof(name));
-	if (!dir || snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-		return -1;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	int fd = dfd < 0 ? -1 : openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	struct stat st;
 	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
 		close(fd);

@@ -41,7 +41,10 @@ int coord_compare_multicast(const struct topo_participant *rec, const struct top
 struct coord_options {
 	int timeout_ms; /* per participant and stage */
 	enum proto_content content;
-	const char *dir;    /* where cuda-vmm.state goes */
+	const char *dir; /* where cuda-vmm.state goes */
+	/* dir, open: the caller's handle on it, its files reached through it
+	 * (0, as a designated initializer leaves it, or -1: dir opened here) */
+	int dirfd;
 	bool require_state; /* restore: a missing state file is an error */
 	/* Each stage as it completes: its label, its time and what it adds (""
 	 * when nothing); the caller prints it in its own voice. NULL: silent. */

@@ -62,23 +62,23 @@ void stage_progress(const struct coord_options *o, const char *stage, double ms,
 /* ---- content_files.c: the files of file content, beside the state file ---- */
 /* LAYOUT_CONTENT_PREFIX <id hex> LAYOUT_CONTENT_SUFFIX. */
 void content_file_name(const struct cusnap_id *id, char *out, size_t len);
-/* A fresh file in dir for each of p[0..n) into fds[] (read-write): 0, or -1
- * with err (none left open). */
-int content_files_create(const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
+/* A fresh file in directory dfd (dir: its name, for err) for each of p[0..n)
+ * into fds[] (read-write): 0, or -1 with err (none left open). */
+int content_files_create(int dfd, const char *dir, const struct topo_participant *p, size_t n, int *fds, char *err,
 			 size_t errlen);
 /* After PREPARE: the first participant whose file holds more than every
  * allocation it records (a workload writing through the descriptor it was
  * lent), with err; or -1. */
 long content_files_oversize(const struct topo_participant *p, size_t n, const int *fds, char *err, size_t errlen);
 /* After PREPARE: the files nothing was written to removed (their fds[] -1). */
-void content_files_trim(const char *dir, const struct topo_participant *p, size_t n, int *fds);
+void content_files_trim(int dfd, const struct topo_participant *p, size_t n, int *fds);
 /* After PREPARE: each file whose shim said its CRC32C (calls[i]'s F_CRC32C)
  * into digests as {"NAME": {"size": BYTES, "crc32c": "HEX"}}, its size as it
  * stands now. */
 void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
 			   json_t *digests);
-/* The file of participant id in dir, read-only, or -1 (none there). */
-int content_file_open(const char *dir, const struct cusnap_id *id);
+/* The file of participant id in directory dfd, read-only, or -1 (none there). */
+int content_file_open(int dfd, const struct cusnap_id *id);
 void content_files_close(int *fds, size_t n);
 
 #endif

@@ -4,12 +4,14 @@
  * reports it through the caller's on_stage, and reaches the stage's fault point. Each stage is
  * a barrier across the participants (fanout.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cusnap/fault.h"
@@ -47,6 +49,8 @@ struct run {
 	struct state st;          /* restore: the state file */
 	struct proto_buf req;     /* RESTORE_CREATORS' request (a device map, or none) */
 	struct coord_holds holds; /* prepare: who carries what its creator let go */
+	int dfd;                  /* o->dir, held: the state file and the content files reached through it */
+	int dfd_errno;            /* why it could not be opened */
 	int *files;               /* file content: each participant's file (-1: none) */
 	bool files_known;         /* files[] is what prepare made: not looked for again */
 	char note[256];           /* what the stage's progress line adds */
@@ -234,7 +238,7 @@ static int make_files(struct run *x)
 			return -1;
 		}
 	}
-	if (content_files_create(x->o->dir, x->now, x->n, x->files, x->r->error, sizeof(x->r->error)) < 0)
+	if (content_files_create(x->dfd, x->o->dir, x->now, x->n, x->files, x->r->error, sizeof(x->r->error)) < 0)
 		return -1;
 	x->files_known = true;
 	return 0;
@@ -255,7 +259,7 @@ static int prepare_unicast(struct run *x)
 			       x->o->timeout_ms);
 	pbuf_free(&b);
 	if (file)
-		content_files_trim(x->o->dir, x->now, x->n, x->files);
+		content_files_trim(x->dfd, x->now, x->n, x->files);
 	x->r->bytes = bytes_of(x->calls, x->n);
 	char why[256];
 	long big = bad < 0 && file ? content_files_oversize(x->now, x->n, x->files, why, sizeof(why)) : -1;
@@ -293,7 +297,7 @@ static int write_state(struct run *x)
 			st.p[i].len = x->calls[i].reply.payload_len;
 		}
 		char why[1800];
-		rc = state_write(x->o->dir, &st, why, sizeof(why));
+		rc = state_write(x->dfd, x->o->dir, &st, why, sizeof(why));
 		if (rc < 0)
 			snprintf(x->r->error, sizeof(x->r->error), "%s", why);
 		else
@@ -359,7 +363,7 @@ static void find_files(struct run *x)
 		if (!x->have_now && coord_inspect(&x->t[i], x->o->timeout_ms, &p, err, sizeof(err)) != 0)
 			continue;
 		if (who->minor >= PROTO_MINOR_FILE) /* (an older shim takes no descriptor) */
-			x->files[i] = content_file_open(x->o->dir, &who->id);
+			x->files[i] = content_file_open(x->dfd, &who->id);
 		topo_free(&p);
 	}
 }
@@ -490,7 +494,16 @@ static int run_begin(struct run *x, struct coord_target *t, size_t n, const stru
 	memset(r, 0, sizeof(*r));
 	snprintf(r->op, sizeof(r->op), "%s", op);
 	size_t m = n ? n : 1;
-	*x = (struct run){.t = t, .n = n, .o = o, .r = r};
+	*x = (struct run){.t = t, .n = n, .o = o, .r = r, .dfd = -1};
+	/* (the caller's handle when it has one, else the path opened once: a link
+	 * there refused where files are made in it, followed where it is read, as
+	 * the path named by whoever restores) */
+	int follow = strcmp(op, "restore") ? O_NOFOLLOW : 0;
+	if (o->dirfd > 0)
+		x->dfd = fcntl(o->dirfd, F_DUPFD_CLOEXEC, 0);
+	else if (o->dir)
+		x->dfd = open(o->dir, O_RDONLY | O_DIRECTORY | follow | O_CLOEXEC);
+	x->dfd_errno = x->dfd >= 0 ? 0 : o->dir && errno ? errno : ENOENT;
 	x->calls = calloc(m, sizeof(*x->calls));
 	x->before = calloc(m, sizeof(*x->before));
 	x->now = calloc(m, sizeof(*x->now));
@@ -521,6 +534,8 @@ static void run_end(struct run *x)
 	if (x->files)
 		content_files_close(x->files, x->n);
 	free(x->files);
+	if (x->dfd >= 0)
+		close(x->dfd);
 	free_calls(x->calls, x->n);
 	pbuf_free(&x->req);
 	free(x->holds.v);
@@ -573,7 +588,9 @@ int coord_restore(struct coord_target *t, size_t n, const struct coord_options *
 	int rc = run_begin(&x, t, n, o, r, "restore");
 	char path[4200], why[1800];
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, o->dir);
-	int src = rc == 0 ? state_read(path, &x.st, why, sizeof(why)) : 0;
+	int src = rc == 0 ? x.dfd >= 0 ? state_read_at(x.dfd, o->dir, &x.st, why, sizeof(why)) : -x.dfd_errno : 0;
+	if (src < 0 && x.dfd < 0)
+		snprintf(why, sizeof(why), "%s: %s", o->dir ? o->dir : "(no state directory)", strerror(-src));
 	if (rc == 0 && src == -ENOENT && !o->require_state) {
 		r->nothing_to_do = true;
 		stage_progress(o, "state file", 0, "%s does not exist: nothing was prepared, nothing to restore", path);

@@ -346,7 +346,10 @@ static int ck_prepare(void *ctx)
 	struct checkpoint_result *r = c->r;
 	struct coord_report cr;
 	double t0 = now_ms();
-	c->rec = (struct record){.root = c->t.procs[0].pid, .dir = c->work, .content_digests = c->content_known};
+	c->rec = (struct record){.root = c->t.procs[0].pid,
+				 .dir = c->work,
+				 .dirfd = c->wfd,
+				 .content_digests = c->content_known};
 	int rc = tree_suspend(&c->t, &c->rec, settings_content(c->a->s, true), &cr);
 	if (rc)
 		return rc;

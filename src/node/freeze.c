@@ -18,6 +18,7 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 	struct coord_options o = {.timeout_ms = t->s->timeout_ms,
 				  .content = content,
 				  .dir = rec->dir,
+				  .dirfd = rec->dirfd,
 				  .on_stage = progress_stage,
 				  .on_warning = progress_warning,
 				  .content_digests = rec->content_digests};

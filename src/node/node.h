@@ -439,6 +439,7 @@ json_t *compat_check(const char *libcuda, const json_t *needs, const struct devm
 struct record {
 	pid_t root;
 	const char *dir; /* the state directory */
+	int dirfd;       /* dir, open: the caller's handle on it (0: none; dir opened where needed) */
 	bool changed;    /* prepare or a native step began: there may be something to undo */
 	bool stuck;      /* a native call did not return: nothing can be undone until it does */
 	/* file content: an object prepare puts the digests of the files their

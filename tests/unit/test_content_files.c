@@ -44,7 +44,9 @@ static void made_found_trimmed(void)
 	CHECK_EQ(symlink(victim, path), 0);
 	int fds[2] = {-1, -1};
 	char err[256] = "";
-	CHECK_EQ(content_files_create(dir, p, 2, fds, err, sizeof(err)), 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	CHECK_EQ(content_files_create(dfd, dir, p, 2, fds, err, sizeof(err)), 0);
 	CHECK(fds[0] >= 0 && fds[1] >= 0);
 	struct stat st;
 	CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600);
@@ -56,12 +58,12 @@ static void made_found_trimmed(void)
 	memset(bytes, 0x5a, sizeof(bytes));
 	CHECK_EQ(pwrite(fds[0], bytes, sizeof(bytes), 0), (ssize_t)sizeof(bytes));
 	CHECK_EQ(content_files_oversize(p, 2, fds, err, sizeof(err)), -1);
-	content_files_trim(dir, p, 2, fds);
+	content_files_trim(dfd, p, 2, fds);
 	CHECK(fds[0] >= 0);
 	CHECK_EQ(fds[1], -1);
-	int again = content_file_open(dir, &p[0].id);
+	int again = content_file_open(dfd, &p[0].id);
 	CHECK(again >= 0);
-	CHECK_EQ(content_file_open(dir, &p[1].id), -1);
+	CHECK_EQ(content_file_open(dfd, &p[1].id), -1);
 	/* Grown past the 12,288 bytes participant 0 shares: caught. */
 	CHECK_EQ(pwrite(fds[0], "x", 1, sizeof(bytes)), 1);
 	CHECK_EQ(content_files_oversize(p, 2, fds, err, sizeof(err)), 0);
@@ -70,9 +72,10 @@ static void made_found_trimmed(void)
 	content_files_close(fds, 2);
 	CHECK_EQ(fds[0], -1);
 	/* No directory: refused, nothing open. */
-	CHECK_EQ(content_files_create(NULL, p, 2, fds, err, sizeof(err)), -1);
+	CHECK_EQ(content_files_create(-1, NULL, p, 2, fds, err, sizeof(err)), -1);
 	CHECK_CONTAINS(err, "needs the state directory");
 	CHECK(fds[0] == -1 && fds[1] == -1);
+	close(dfd);
 	free(dir);
 }
 

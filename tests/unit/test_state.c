@@ -2,6 +2,7 @@
 /* The state sidecar: golden bytes, round trip, every refusal with its own
  * message, and torn writes leaving the previous file intact. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -104,7 +105,7 @@ static bool sample_written(struct written *w)
 	char err[512];
 	*w = (struct written){0};
 	sample(&s, &w->rec);
-	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	CHECK_EQ(state_write(-1, dir, &s, err, sizeof(err)), 0);
 	w->b = file_bytes(&w->len);
 	CHECK(w->b != NULL);
 	return w->b != NULL;
@@ -198,7 +199,7 @@ static void torn_write_keeps_old(void)
 	struct proto_buf rec = {0};
 	sample(&s, &rec);
 	char err[512];
-	CHECK_EQ(state_write(dir, &s, err, sizeof(err)), 0);
+	CHECK_EQ(state_write(-1, dir, &s, err, sizeof(err)), 0);
 	size_t len0 = 0;
 	uint8_t *before = file_bytes(&len0);
 	/* The temporary file cannot be created: a directory stands at its name. */
@@ -206,7 +207,7 @@ static void torn_write_keeps_old(void)
 	snprintf(tmp, sizeof(tmp), "%s/." STATE_FILE ".%d.tmp", dir, getpid());
 	CHECK_EQ(mkdir(tmp, 0700), 0);
 	s.created = 1800000000;
-	CHECK(state_write(dir, &s, err, sizeof(err)) < 0);
+	CHECK(state_write(-1, dir, &s, err, sizeof(err)) < 0);
 	CHECK(strstr(err, "create failed") != NULL);
 	rmdir(tmp);
 	size_t len1 = 0;
@@ -219,7 +220,7 @@ static void torn_write_keeps_old(void)
 	mkdir(small, 0700);
 	if (geteuid() == 0 && mount("tmpfs", small, "tmpfs", 0, "size=8k") == 0) {
 		s.created = 1700000000;
-		CHECK_EQ(state_write(small, &s, err, sizeof(err)), 0);
+		CHECK_EQ(state_write(-1, small, &s, err, sizeof(err)), 0);
 		size_t big = 64 << 10;
 		uint8_t *huge = calloc(1, big);
 		struct state_participant p = s.p[0];
@@ -227,7 +228,7 @@ static void torn_write_keeps_old(void)
 		p.len = big;
 		struct state s2 = s;
 		s2.p = &p;
-		CHECK(state_write(small, &s2, err, sizeof(err)) < 0);
+		CHECK(state_write(-1, small, &s2, err, sizeof(err)) < 0);
 		CHECK(strstr(err, "write failed") != NULL && strstr(err, "No space") != NULL);
 		struct state back;
 		char path[4300];
@@ -248,6 +249,41 @@ static void torn_write_keeps_old(void)
 	pbuf_free(&rec);
 }
 
+/* Through the directory's descriptor: the file goes where the descriptor
+ * points although the path now names another directory (a link put there),
+ * and is read back the same way; a link standing at the file's own name is
+ * refused. */
+static void through_descriptor(void)
+{
+	struct state s, back;
+	struct proto_buf rec = {0};
+	sample(&s, &rec);
+	char err[512], held[4200], moved[4200], other[4200];
+	snprintf(held, sizeof(held), "%s/held", dir);
+	snprintf(moved, sizeof(moved), "%s/held.moved", dir);
+	snprintf(other, sizeof(other), "%s/other", dir);
+	CHECK_EQ(mkdir(held, 0700), 0);
+	CHECK_EQ(mkdir(other, 0700), 0);
+	int dfd = open(held, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	CHECK_EQ(rename(held, moved), 0);
+	CHECK_EQ(symlink(other, held), 0);
+	CHECK_EQ(state_write(dfd, held, &s, err, sizeof(err)), 0);
+	char in_other[4300], in_moved[4300];
+	snprintf(in_other, sizeof(in_other), "%s/" STATE_FILE, other);
+	snprintf(in_moved, sizeof(in_moved), "%s/" STATE_FILE, moved);
+	CHECK(access(in_other, F_OK) != 0);
+	CHECK_EQ(access(in_moved, F_OK), 0);
+	CHECK_EQ(state_read_at(dfd, held, &back, err, sizeof(err)), 0);
+	CHECK_EQ(back.created, s.created);
+	state_free(&back);
+	CHECK_EQ(unlink(in_moved), 0);
+	CHECK_EQ(symlink(in_other, in_moved), 0);
+	CHECK(state_read_at(dfd, held, &back, err, sizeof(err)) < 0);
+	close(dfd);
+	pbuf_free(&rec);
+}
+
 int main(void)
 {
 	char *d = test_tempdir("state");
@@ -258,6 +294,8 @@ int main(void)
 	test_run("golden header and round trip", golden_and_round_trip);
 	test_run("empty, truncated, bit-flipped, bad magic, newer, bad count: each refused", refusals);
 	test_run("a failed write (create, full disk) leaves the old file intact", torn_write_keeps_old);
+	test_run("through the directory's descriptor: written and read where it points, a link refused",
+		 through_descriptor);
 	char *argv[] = {"rm", "-rf", dir, NULL};
 	test_run_cmd(argv, NULL, 10000);
 	free(d);
