@@ -55,12 +55,13 @@ int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pair
  * it (none: j->path ""). cusnap joins it (its own environment) for its driver
  * calls. 0, or -1 with why (a job named that is not the workload's regular file). */
 int job_find(struct job *j, const struct proc *procs, size_t n, const char *given, char *why, size_t len);
-/* Once every process is CHECKPOINTED: the job file copied into dir/JOB_COPY. */
-int job_save(const struct job *j, const char *dir, char *why, size_t len);
+/* Once every process is CHECKPOINTED: the job file copied into dir/JOB_COPY
+ * (through dirfd when it is dir open, > 0). */
+int job_save(const struct job *j, int dirfd, const char *dir, char *why, size_t len);
 /* Before the native restore: dir/JOB_COPY (when there) written back into the job file. */
 int job_put_back(const struct job *j, const char *dir, char *why, size_t len);
-/* A freeze begins: an old copy in dir goes (it must never be written back). */
-void job_forget(const char *dir);
+/* A freeze begins: an old copy in dir (dirfd when > 0) goes (it must never be written back). */
+void job_forget(int dirfd, const char *dir);
 
 /* ---- devmap.c ---- */
 /* A GPU as the driver lists it (model "" and memory 0 when it does not say). */

@@ -134,7 +134,7 @@ static char *slurp(int fd, size_t *n)
 	return buf;
 }
 
-int job_save(const struct job *j, const char *dir, char *why, size_t len)
+int job_save(const struct job *j, int dirfd, const char *dir, char *why, size_t len)
 {
 	if (!j->path[0])
 		return 0;
@@ -145,7 +145,9 @@ int job_save(const struct job *j, const char *dir, char *why, size_t len)
 	char *data = slurp(fd, &n);
 	close(fd);
 	const char *step = "read";
-	int rc = data ? atomic_write(dir, JOB_COPY, data, n, 0600, &step) : -EIO;
+	int rc = !data       ? -EIO
+		 : dirfd > 0 ? atomic_write_at(dirfd, JOB_COPY, data, n, 0600, &step)
+			     : atomic_write(dir, JOB_COPY, data, n, 0600, &step);
 	free(data);
 	if (rc < 0) {
 		snprintf(why, len, "copying the job file %s into %s: %s failed: %s", j->path, dir, step, strerror(-rc));
@@ -181,8 +183,12 @@ int job_put_back(const struct job *j, const char *dir, char *why, size_t len)
 	return data ? rc : -1;
 }
 
-void job_forget(const char *dir)
+void job_forget(int dirfd, const char *dir)
 {
+	if (dirfd > 0) {
+		unlinkat(dirfd, JOB_COPY, 0);
+		return;
+	}
 	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 	if (dfd >= 0) {
 		unlinkat(dfd, JOB_COPY, 0);

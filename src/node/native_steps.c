@@ -107,7 +107,7 @@ static int freeze_step(struct tree *t, enum native_step step, struct record *rec
 
 int native_lock(struct tree *t, struct record *rec, char *err, size_t errlen)
 {
-	job_forget(rec->dir);
+	job_forget(rec->dirfd, rec->dir);
 	rec->changed = true;
 	double t0 = now_ms();
 	if (freeze_step(t, NATIVE_LOCK, rec, err, errlen) < 0)
@@ -142,7 +142,7 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 		progress_bytes("native checkpoint", moved);
 	}
 	/* Every process CHECKPOINTED: the job file as the driver left it. */
-	if (job_save(&t->job, rec->dir, err, errlen) < 0)
+	if (job_save(&t->job, rec->dirfd, rec->dir, err, errlen) < 0)
 		return -1;
 	fault_point(FAULT_KILL_AFTER_CHECKPOINT);
 	return 0;
