@@ -764,6 +764,47 @@ static void damaged_images(void)
 	RESTORED_PASSES(&g, dir, 2);
 }
 
+/* File content's bytes damaged after a plain criu dump, the file's size
+ * right: the restore finds it as the block comes back (not by reading the
+ * file first), names the file and offset, and CRIU's restore fails, the
+ * restored tree killed before it ran; put back, the same images restore. */
+static void damaged_content(void)
+{
+	struct group g;
+	if (group_start(&g, "plug-dmgc", 1, 2, false, NULL, NULL, NULL) < 0)
+		return;
+	char dir[PATH_MAX + 32], images[PATH_MAX + 48], file[PATH_MAX + 320] = "", saved[PATH_MAX + 340], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	snprintf(images, sizeof(images), "%s/images", dir);
+	CHECK_SAYS(out, dump(g.root, dir, "file", plugins, false, NULL, &out), 0, "native checkpoint");
+	group_dumped(&g);
+	struct stat st = {0};
+	DIR *d = opendir(images);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (layout_content_name(e->d_name))
+			snprintf(file, sizeof(file), "%s/%s", images, e->d_name);
+	if (d)
+		closedir(d);
+	CHECK(file[0] && stat(file, &st) == 0 && st.st_size > 0);
+	if (!file[0])
+		return;
+	snprintf(saved, sizeof(saved), "%s/content.saved", dir); /* (out of the images: no extra file there) */
+	char *cp[] = {"cp", file, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	int fd = open(file, O_WRONLY);
+	CHECK(fd >= 0 && pwrite(fd, "damage", 6, st.st_size / 2) == 6);
+	close(fd);
+	bool shell = getsid(g.root) != g.root;
+	CHECK(restore(dir, shell, &out) != 0);
+	CHECK_CONTAINS(out, "is damaged at");
+	free(out);
+	reap_all(); /* (the killed tree's, ours once CRIU has exited) */
+	CHECK_EQ(rename(saved, file), 0);
+	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
+	RESTORED_PASSES(&g, dir, 2);
+}
+
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -788,6 +829,9 @@ int main(void)
 	test_run("restores as CRIU users run them: stale restore-complete, no -d, a killed restore fails",
 		 restore_as_users_do);
 	test_run("device_map at restore: GPUs swapped by ordinals; a GPU not here refused, nothing made", device_map);
+	test_run("file content damaged after the dump: found as it comes back, named, the restore fails; put back, "
+		 "restored",
+		 damaged_content);
 	test_run("the gate at CRIU's init: another GPU model and an older driver refused, nothing made; restored "
 		 "here",
 		 restore_gate);
