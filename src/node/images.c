@@ -89,7 +89,7 @@ struct digest {
 	char *name;
 	uint64_t size;
 	uint32_t crc;
-	int rc;		/* 0, or -errno (-EINVAL: not a regular file) */
+	int rc;         /* 0, or -errno (-EINVAL: not a regular file) */
 	bool size_only; /* its size taken, not its CRC32C (a file of file content being verified) */
 };
 
