@@ -34,6 +34,7 @@ struct args {
 	bool tcp_established;             /* checkpoint: --tcp-established (CRIU dumps live TCP connections) */
 	bool tcp_close;                   /* checkpoint: --tcp-close (dumped closed, no lock) */
 	bool unlock_network;              /* inspect --dir: remove the lock the checkpoint left */
+	bool verify;                      /* inspect --dir: every byte against the manifest's digests */
 	const char *criu_config;          /* checkpoint, restore: --criu-config (more CRIU options, CRIU's --config) */
 	int processes;                    /* demo: --processes */
 	unsigned long long size;          /* demo: --size */

@@ -26,6 +26,30 @@ static int inspect_lock(const char *dir, const struct args *a)
 	return rc;
 }
 
+/* --verify: every byte of dir's images and file content's files against the
+ * manifest's digests: 0, or the exit code (said). */
+static int inspect_verify(const char *dir)
+{
+	struct manifest m;
+	char err[PATH_MAX + 600], images[PATH_MAX + 16];
+	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+		return fail(EX_USAGE, "--verify: %s", err);
+	snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
+	double t0 = now_ms();
+	int rc = 0;
+	if (!m.image_files)
+		rc = fail(EX_LEFT_RUNNING, "--verify: the manifest of %s has no digests of its images", dir);
+	else if (images_verify(images, m.image_files, err, sizeof(err)) < 0)
+		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
+	else if (m.content_files && content_verify(dir, m.content_files, true, err, sizeof(err)) < 0)
+		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
+	if (!rc)
+		progress("verify", now_ms() - t0, "every byte of %zu images and %zu files of file content as written",
+			 json_object_size(m.image_files), m.content_files ? json_object_size(m.content_files) : 0);
+	manifest_free(&m);
+	return rc;
+}
+
 /* What else dir holds that a restore of it would meet, said (text output). */
 static void inspect_leftovers(const char *dir)
 {
@@ -55,6 +79,8 @@ int cmd_inspect(const struct args *a)
 	const char *dir = a->dir;
 	if (!pid == !dir)
 		return fail(EX_USAGE, "inspect needs --pid PID or --dir DIR");
+	if (a->verify && !dir)
+		return fail(EX_USAGE, "--verify goes with --dir DIR (a checkpoint's bytes)");
 	if (dir) {
 		if (!a->json && manifest_print(dir) == -2)
 			return EX_LEFT_RUNNING;
@@ -62,6 +88,8 @@ int cmd_inspect(const struct args *a)
 			inspect_leftovers(dir);
 		int lock_rc = inspect_lock(dir, a);
 		if (lock_rc)
+			return lock_rc;
+		if (a->verify && (lock_rc = inspect_verify(dir)) != 0)
 			return lock_rc;
 		json_t *verdict = restore_verdict_print(a->s, dir, a->json);
 		char path[PATH_MAX + 32], err[1200];

@@ -55,6 +55,7 @@
 	X(ETCD_USER, "etcd-user", required_argument, 'U')                   \
 	X(ETCD_PASSWORD_FILE, "etcd-password-file", required_argument, 'X') \
 	X(QUIET, "quiet", no_argument, 'q')                                 \
+	X(VERIFY, "verify", no_argument, 'V')                               \
 	X(METRICS_DIR, "metrics-dir", required_argument, 'Z')
 
 enum option_id {
@@ -131,14 +132,16 @@ static const struct command commands[] = {
 	 "file, from each process's own records)"},
 	{"inspect", cmd_inspect,
 	 O(PID) | O(DIR) | O(JSON) | O(TIMEOUT) | O(CONTROL_DIR) | O(GROUP) | O(ETCD) | O(ETCD_CACERT) | O(ETCD_CERT) |
-		 O(ETCD_KEY) | O(ETCD_USER) | O(ETCD_PASSWORD_FILE) | O(UNLOCK_NETWORK) | O(DEVICE_MAP),
-	 "(--pid PID | --dir DIR [--device-map auto|OLD=NEW,...] [--unlock-network] |\n"
+		 O(ETCD_KEY) | O(ETCD_USER) | O(ETCD_PASSWORD_FILE) | O(UNLOCK_NETWORK) | O(DEVICE_MAP) | O(VERIFY),
+	 "(--pid PID | --dir DIR [--device-map auto|OLD=NEW,...] [--unlock-network] [--verify] |\n"
 	 "             --group NAME --etcd URL[,URL...] [--etcd-cacert F] [--etcd-cert F --etcd-key F]\n"
 	 "             [--etcd-user U --etcd-password-file F]) [--json]",
 	 "show the tree's CUDA processes and what they share, a command working on it, a\n"
 	 "checkpoint directory (whether it restores here, with --device-map as a restore would take\n"
 	 "it; the network lock its --tcp-established dump left, which --unlock-network removes where\n"
-	 "it was made), or a group's members and its operations' results"},
+	 "it was made; --verify: every byte of its images and file content's files against the\n"
+	 "manifest's digests, which a restore reads only as it copies them back), or a group's\n"
+	 "members and its operations' results"},
 	{"demo", cmd_demo, O(PROCESSES) | O(SIZE) | O(IN_PLACE) | O(KEEP) | O(CRIU) | O(TIMEOUT),
 	 "[--processes N] [--size BYTES] [--in-place] [--keep DIR] [--criu PATH]",
 	 "run the example process group under the interposer, checkpoint, kill and restore it\n"
@@ -302,6 +305,7 @@ static int take(int c, const char *arg, struct args *a)
 	case 'T': a->tcp_established = true; break;
 	case 'y': a->tcp_close = true; break;
 	case 'u': a->unlock_network = true; break;
+	case 'V': a->verify = true; break;
 	case 'F': return absolute("criu-config", arg, &a->criu_config);
 	case 'S': {
 		char *end;

@@ -125,7 +125,8 @@ static int images_whole(const struct manifest *m, const char *dir, bool content)
 	const json_t *f;
 	json_object_foreach((json_t *)files, name, f) bytes += (uint64_t)json_member_number(f, "size", 0);
 	struct ticker *k = ticker_start(content ? "(verify content files)" : "(verify images)", bytes, NULL, NULL);
-	int rc = content ? content_verify(dir, files, why, sizeof(why)) : images_verify(dir, files, why, sizeof(why));
+	int rc = content ? content_verify(dir, files, false, why, sizeof(why))
+			 : images_verify(dir, files, why, sizeof(why));
 	ticker_stop(k);
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);

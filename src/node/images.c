@@ -239,7 +239,8 @@ out:
 	return files;
 }
 
-static int files_verify(const char *images, const json_t *files, bool (*digested)(const char *), char *why, size_t len)
+static int files_verify(const char *images, const json_t *files, bool (*digested)(const char *), bool bytes, char *why,
+			size_t len)
 {
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	size_t n = 0;
@@ -263,7 +264,7 @@ static int files_verify(const char *images, const json_t *files, bool (*digested
 		}
 		/* File content's: its blocks' CRCs are checked as they are copied
 		 * back, before anything runs (DESIGN.md §6.3); here its size. */
-		d[n - 1].size_only = layout_content_name(name);
+		d[n - 1].size_only = !bytes && layout_content_name(name);
 	}
 	digest_all(dfd, d, n, NULL);
 	for (size_t i = 0; i < n; i++) {
@@ -315,7 +316,7 @@ json_t *images_digest(const char *images, const json_t *known, char *err, size_t
 
 int images_verify(const char *images, const json_t *files, char *why, size_t len)
 {
-	return files_verify(images, files, image_file, why, len);
+	return files_verify(images, files, image_file, false, why, len);
 }
 
 json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen)
@@ -323,7 +324,7 @@ json_t *content_digest(const char *dir, const json_t *known, char *err, size_t e
 	return files_digest(dir, layout_content_name, known, err, errlen);
 }
 
-int content_verify(const char *dir, const json_t *files, char *why, size_t len)
+int content_verify(const char *dir, const json_t *files, bool bytes, char *why, size_t len)
 {
-	return files_verify(dir, files, layout_content_name, why, len);
+	return files_verify(dir, files, layout_content_name, bytes, why, len);
 }

@@ -100,9 +100,11 @@ json_t *images_digest(const char *images, const json_t *known, char *err, size_t
  * CRC32C, and is every image file recorded? 0, or -1 with why naming the
  * first that is not. */
 int images_verify(const char *images, const json_t *files, char *why, size_t len);
-/* The same for the files of file content in a state directory (nothing else there). */
+/* The same for the files of file content in a state directory (nothing else
+ * there); content_verify checks their sizes only unless bytes (a restore
+ * checks each block's CRC32C as it copies it back). */
 json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen);
-int content_verify(const char *dir, const json_t *files, char *why, size_t len);
+int content_verify(const char *dir, const json_t *files, bool bytes, char *why, size_t len);
 /* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);

@@ -789,6 +789,11 @@ static void file_content(void)
 	CHECK(fd >= 0);
 	CHECK_EQ(pwrite(fd, "damage", 6, bytes / 2), 6);
 	close(fd);
+	/* inspect --verify reads every byte: the damage named. */
+	CHECK_EQ(tool(&out, NULL, cusnap, "inspect", "--dir", dir, "--verify", NULL), 1);
+	CHECK_CONTAINS(out, "is damaged: CRC32C");
+	CHECK_CONTAINS(out, name ? name : "?");
+	free(out);
 	/* Damaged: found as its block is copied back (not by reading the file
 	 * before), the file and offset named, the restored tree killed before it
 	 * ran; truncated: refused before CRIU runs. */
@@ -804,6 +809,7 @@ static void file_content(void)
 	CHECK_SAYS(out, restore(dir, &out), 1, "truncated or grown");
 	CHECK_EQ(restored_root(dir), 0); /* CRIU never ran */
 	CHECK_EQ(rename(saved, path), 0);
+	CHECK_SAYS(out, tool(&out, NULL, cusnap, "inspect", "--dir", dir, "--verify", NULL), 0, "every byte of");
 	CHECK_SAYS(out, restore(dir, &out), 0, "verify content files");
 	pid_t root = restored_root(dir);
 	CHECK(root > 0);
