@@ -21,6 +21,7 @@ int plugin_group_join(const struct settings *s, pid_t pid, const char *dir, cons
 	}
 	if (!asked)
 		return 0;
+	spec.keeper_process = true; /* (CRIU must stay one thread: see group_keeper.c) */
 	int code;
 	if (!(*g = group_join(&spec, op, &code))) /* (why said by the group) */
 		return -1;

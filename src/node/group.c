@@ -50,12 +50,10 @@ struct group {
 	char member[256]; /* this member's name */
 	char opid[ID_HEX_LEN + 1];
 	int64_t lease, results_lease;
-	pthread_t keeper;
-	bool keeping;
-	atomic_bool stop, lost;
-	bool crossed;      /* the decision was "go" and this member crossed */
-	char decided[600]; /* the decision when it was "abort" */
-	char (*seen)[256]; /* the members seen at the boundary (at most --members) */
+	struct keeper *keeper; /* the lease kept alive (NULL: not) */
+	bool crossed;          /* the decision was "go" and this member crossed */
+	char decided[600];     /* the decision when it was "abort" */
+	char (*seen)[256];     /* the members seen at the boundary (at most --members) */
 	size_t nseen;
 };
 
@@ -139,25 +137,6 @@ static void plain_http_warning(const struct group_spec *spec)
 		      "the group (https:// with --etcd-cacert, --etcd-cert/--etcd-key or --etcd-user keep strangers "
 		      "out)",
 		      spec->group);
-}
-
-/* ---- the lease, kept alive while this cusnap runs ---- */
-
-static void *keep_alive(void *arg)
-{
-	struct group *g = arg;
-	struct etcd e; /* its own handle: one per thread */
-	char why[512];
-	if (etcd_init(&e, g->spec.etcd, &g->spec.auth, 5000, why, sizeof(why)) < 0)
-		e.curl = NULL;
-	while (!atomic_load(&g->stop)) {
-		for (int i = 0; i < 10 && !atomic_load(&g->stop); i++)
-			usleep(100000);
-		if (!atomic_load(&g->stop) && e.curl && etcd_lease_keepalive(&e, g->lease, why, sizeof(why)) == 1)
-			atomic_store(&g->lost, true);
-	}
-	etcd_free(&e);
-	return NULL;
 }
 
 /* ---- the decision ---- */
@@ -323,7 +302,7 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 				      g->spec.group);
 			warned = true;
 		}
-		if (atomic_load(&g->lost)) {
+		if (keeper_lost(g->keeper)) {
 			rc = -1, snprintf(reason, sizeof(reason), "member %s lost its etcd lease", g->member);
 			break;
 		}
@@ -369,11 +348,8 @@ static int at_boundary(struct boundary *b, char *why, size_t len)
 
 static void stop_keeping(struct group *g)
 {
-	if (g->keeping) {
-		atomic_store(&g->stop, true);
-		pthread_join(g->keeper, NULL);
-		g->keeping = false;
-	}
+	keeper_stop(g->keeper);
+	g->keeper = NULL;
 }
 
 static void leave(struct group *g)
@@ -535,13 +511,7 @@ static int group_begin(struct group *g, const struct group_spec *spec, const cha
 		etcd_free(&g->e);
 		return fail(EX_UNAVAILABLE, "group %s: %s%s; nothing done", spec->group, why, etcd_advice(why));
 	}
-	/* Every signal blocked in the keeper: a signal meant for the command (CRIU's
-	 * SIGCHLD of its helpers, in the plugin) must never run on it. */
-	sigset_t all, was;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &was);
-	g->keeping = pthread_create(&g->keeper, NULL, keep_alive, g) == 0;
-	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	g->keeper = keeper_start(g->spec.etcd, &g->spec.auth, g->lease, spec->keeper_process);
 	char *text = member_text(g, "arrived"), key[600];
 	member_key(g, key, sizeof(key));
 	int made = text ? etcd_create(&g->e, key, text, g->lease, why, sizeof(why)) : -1;

@@ -25,9 +25,10 @@ struct group_spec {
 	const char *member;      /* this node's name (NULL: HOST:PID, or HOST:DIR without a PID) */
 	const char *etcd;        /* URL[,URL...] */
 	struct etcd_auth auth;
-	int timeout_ms;  /* how long the members wait for each other */
-	pid_t pid;       /* the tree's root, for the default name */
-	const char *dir; /* the checkpoint, for the default name of a restore */
+	int timeout_ms;      /* how long the members wait for each other */
+	pid_t pid;           /* the tree's root, for the default name */
+	const char *dir;     /* the checkpoint, for the default name of a restore */
+	bool keeper_process; /* the lease kept alive by a process, not a thread (the plugin: CRIU stays one thread) */
 };
 struct group;
 struct settings;
@@ -52,6 +53,17 @@ bool group_crossed(const struct group *g);
  * member's said (json: one object on stdout too), the group left and g freed.
  * Returns rc, or 2 when this member crossed and the group may be split. */
 int group_leave(struct group *g, int rc, bool json);
+
+/* ---- group_keeper.c: a member's lease kept alive while it takes part ---- */
+struct keeper;
+/* Keep lease alive (etcd at etcd, with auth; both the caller's, alive while
+ * it is) from now: on a thread, or by a process of its own (in_process). NULL
+ * when it cannot start. */
+struct keeper *keeper_start(const char *etcd, const struct etcd_auth *auth, int64_t lease, bool in_process);
+/* Has etcd said the lease is gone? */
+bool keeper_lost(const struct keeper *k);
+/* Stop keeping it (NULL: nothing), k freed. */
+void keeper_stop(struct keeper *k);
 
 /* ---- group_codec.c: the group's records in etcd, written and read in one shape ---- */
 /* members/NAME: a member in its phase (arrived, ready, crossed, failed, done). */

@@ -6,8 +6,10 @@
 # with `podman container restore`, host and native content (native through the
 # plugin's configuration file, since runc gives CRIU only PATH); then one
 # exported with --export and restored with --import into a new container (file
-# content: its files travel in the archive). Each
-# restored group verifies its bytes and sharing itself and exits 0.
+# content: its files travel in the archive); a container joined to a named
+# network namespace; and two containers in two simulated nodes' namespaces as
+# one group (nodes_case). Each restored group verifies its bytes and sharing
+# itself and exits 0.
 #
 # check_podman.sh --nccl (tests/e2e/test_nccl runs it, once NCCL is built): a
 # 2-rank group of the real NCCL in a container checkpointed and restored with
@@ -76,9 +78,12 @@ P=(podman --root "$w/storage" --runroot "$w/run")
 recipe_dir=/var/lib/cusnap/worker # (the README's recipe's: made and removed by it)
 made_recipe_dir=0
 netns= # (a named network namespace of this test's, once made)
+node_ns=() etcd_pid= # (the two nodes' namespaces, their etcd)
 cleanup() {
 	[ $made_recipe_dir = 1 ] && rm -rf "$recipe_dir" && rmdir "${recipe_dir%/*}" 2>/dev/null
 	[ -n "$netns" ] && ip netns del "$netns" 2>/dev/null
+	for n in "${node_ns[@]}"; do ip netns del "$n" 2>/dev/null; done
+	[ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null
 	[ -n "${KEEP:-}" ] && { echo "kept: $w"; return; } # (KEEP=1: for a look at CRIU's logs)
 	"${P[@]}" rm -a -f >/dev/null 2>&1
 	"${P[@]}" system reset -f >/dev/null 2>&1 # (the storage's mounts)
@@ -129,7 +134,7 @@ start() {
 	local opts=("$@")
 	[ ${#opts[@]} = 0 ] && opts=(--network none)
 	mkdir -p "$ctl"
-	"${P[@]}" run -d --name "$name" "${opts[@]}" --annotation "org.criu.config=$w/criu.conf" \
+	"${P[@]}" run -d --name "$name" "${opts[@]}" --annotation "org.criu.config=${CRIU_CONF:-$w/criu.conf}" \
 		-e LD_LIBRARY_PATH="$build/emu" -e SNAPSHOT_CONTROL_DIR="$ctl" "${binds[@]}" -v "$ctl:$ctl" \
 		--tmpfs /tmp localhost/cusnap-rootfs /bin/sh -c \
 		"exec $build/bin/cusnap run -- $build/examples/vmm_group --workers 1 --allocs 2 --timeout 120 >$ctl/group.log 2>&1" \
@@ -265,6 +270,96 @@ if command -v ip >/dev/null; then
 	"${P[@]}" rm -f "$name" >/dev/null
 	ip netns del "$netns"
 	netns=
+fi
+
+# Two simulated nodes: network namespaces of this test's own linked by a veth
+# pair (198.18.0.2 and .3), a container joined to each (--network ns:PATH),
+# the two linked by a TCP stream across the nodes, each with its own plugin
+# settings (its own criu.conf naming its own libdir and cusnap.conf: member n0
+# or n1 of one group, meeting in an etcd of this test's on the loopback, which
+# the plugin reaches from CRIU's namespace); both checkpointed at once with
+# --tcp-established, meeting at the group's boundary, then both restored at
+# once: each group verifies itself, and the stream carried a token after
+# restore-complete.
+nodes_case() {
+	local etcd port client peer n i
+	etcd=$("$repo/scripts/setup-etcd.sh" "$build" 2>/dev/null | tail -n1)
+	[ -x "$etcd" ] || { echo "  (two nodes skipped: no etcd: scripts/setup-etcd.sh)"; return 0; }
+	node_ns=(cusnap-pn-$$-a cusnap-pn-$$-b)
+	ip netns add "${node_ns[0]}" && ip netns add "${node_ns[1]}" || fail "ip netns add"
+	ip link add "cpn$$a" netns "${node_ns[0]}" type veth peer name "cpn$$b" netns "${node_ns[1]}" ||
+		fail "ip link add a veth pair between the nodes"
+	for i in 0 1; do
+		n=$([ $i = 0 ] && echo a || echo b)
+		ip -n "${node_ns[$i]}" link set "cpn$$$n" name eth0 &&
+			ip -n "${node_ns[$i]}" addr add "198.18.0.$((i + 2))/24" dev eth0 &&
+			ip -n "${node_ns[$i]}" link set eth0 up && ip -n "${node_ns[$i]}" link set lo up ||
+			fail "addressing node $n"
+	done
+	client=$((30000 + $$ % 15000)) peer=$((client + 15000))
+	"$etcd" --name pn --data-dir "$w/etcd" --listen-client-urls "http://127.0.0.1:$client" \
+		--advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "pn=http://127.0.0.1:$peer" \
+		>"$w/etcd.log" 2>&1 &
+	etcd_pid=$!
+	for _ in $(seq 100); do
+		"$build/bin/cusnap" inspect --group probe --etcd "http://127.0.0.1:$client" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	port=$((20000 + $$ % 10000))
+	for i in 0 1; do
+		n=$([ $i = 0 ] && echo a || echo b)
+		mkdir -p "$w/plugins-$n"
+		ln -s "$plugin" "$w/plugins-$n/cusnap_plugin.so"
+		printf 'libcuda = %s\ncontent = file\ngroup = podnodes\nmembers = 2\nmember = n%d\netcd = %s\ngroup-timeout = 40000\n' \
+			"$build/emu/libcuda.so.1" $i "http://127.0.0.1:$client" >"$w/plugins-$n/cusnap.conf"
+		printf 'libdir %s\nnetwork-lock nftables\n' "$w/plugins-$n" >"$w/criu-$n.conf"
+	done
+	local t_start
+	t_start=$(date +%s.%N)
+	CRIU_CONF=$w/criu-a.conf start node-a "$w/ctl-a" --network "ns:/run/netns/${node_ns[0]}" \
+		-e VMM_GROUP_TCP=listen:198.18.0.2:$port -e VMM_GROUP_TCP_STREAM=1 >"$w/start-a.log" 2>&1 &
+	local sa=$!
+	CRIU_CONF=$w/criu-b.conf start node-b "$w/ctl-b" --network "ns:/run/netns/${node_ns[1]}" \
+		-e VMM_GROUP_TCP=connect:198.18.0.2:$port -e VMM_GROUP_TCP_STREAM=1 >"$w/start-b.log" 2>&1 &
+	local sb=$!
+	wait $sa || fail "cannot start node a's container: $(cat "$w/start-a.log")"
+	wait $sb || fail "cannot start node b's container: $(cat "$w/start-b.log")"
+	local op pa pb t0 took
+	t0=$(date +%s.%N)
+	took="started $(awk -v a="$t_start" -v b="$t0" 'BEGIN { printf "%.1f s", b - a }')"
+	for op in checkpoint restore; do # (both at once: each waits at the group's boundary for the other)
+		"${P[@]}" container "$op" --tcp-established node-a >"$w/$op-a.log" 2>&1 &
+		pa=$!
+		"${P[@]}" container "$op" --tcp-established node-b >"$w/$op-b.log" 2>&1 &
+		pb=$!
+		wait $pa || fail "podman container $op node-a: $(cat "$w/$op-a.log")"
+		wait $pb || fail "podman container $op node-b: $(cat "$w/$op-b.log")"
+		for n in a b; do echo "mntns-compat-mode" >>"$w/criu-$n.conf"; done
+		took="$took $op $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s", b - a }')"
+		t0=$(date +%s.%N)
+	done
+	for n in a b; do
+		# (its group's own word, read from its log: `podman wait` took 20 s to
+		# see these containers, restored into a namespace they joined, end)
+		for _ in $(seq 1200); do
+			[ "$(grep -c '^PASS vmm_group' "$w/ctl-$n/group.log")" = 2 ] && break
+			grep -q '^FAIL' "$w/ctl-$n/group.log" && break
+			sleep 0.1
+		done
+		[ "$(grep -c '^PASS vmm_group' "$w/ctl-$n/group.log")" = 2 ] || {
+			cat "$w/ctl-$n/group.log"
+			fail "node $n's container did not pass after its restore"
+		}
+		[ "$(grep -c 'tcp: token' "$w/ctl-$n/group.log")" = 2 ] ||
+			fail "node $n: the stream across the nodes carried no token after the restore"
+		"${P[@]}" rm -f "node-$n" >/dev/null
+	done
+	echo "ok   podman containers in two nodes' namespaces as one group: checkpoint and restore --tcp-established ($took)"
+}
+
+if command -v ip >/dev/null; then
+	nodes_case
 fi
 
 # (file content: the shared bytes in files of their own beside the images must
