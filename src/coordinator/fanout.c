@@ -92,27 +92,28 @@ void stage_progress(const struct coord_options *o, const char *stage, double ms,
 	o->on_stage(stage, ms, note);
 }
 
-uint64_t result_u64(const struct call *c, uint16_t field)
+/* Field field of c's REC_RESULT reply into *f: whether it has one. */
+static bool result_field(const struct call *c, uint16_t field, struct proto_rec *f)
 {
 	struct proto_field_iter it;
+	pfield_init(&it, c->reply_payload, c->reply_payload ? c->reply.payload_len : 0, REC_RESULT);
+	while (pfield_next(&it, f))
+		if (f->type == field)
+			return true;
+	return false;
+}
+
+uint64_t result_u64(const struct call *c, uint16_t field)
+{
 	struct proto_rec f;
 	uint64_t v = 0;
-	pfield_init(&it, c->reply_payload, c->reply_payload ? c->reply.payload_len : 0, REC_RESULT);
-	while (pfield_next(&it, &f))
-		if (f.type == field && prec_u64(&f, &v) == 0)
-			return v;
-	return 0;
+	return result_field(c, field, &f) && prec_u64(&f, &v) == 0 ? v : 0;
 }
 
 bool result_u32(const struct call *c, uint16_t field, uint32_t *v)
 {
-	struct proto_field_iter it;
 	struct proto_rec f;
-	pfield_init(&it, c->reply_payload, c->reply_payload ? c->reply.payload_len : 0, REC_RESULT);
-	while (pfield_next(&it, &f))
-		if (f.type == field && prec_u32(&f, v) == 0)
-			return true;
-	return false;
+	return result_field(c, field, &f) && prec_u32(&f, v) == 0;
 }
 
 uint64_t bytes_of(const struct call *calls, size_t n)

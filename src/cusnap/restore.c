@@ -123,7 +123,8 @@ static int images_whole(const struct manifest *m, const char *dir, bool content)
 	uint64_t bytes = 0;
 	const char *name;
 	const json_t *f;
-	json_object_foreach((json_t *)files, name, f) bytes += (uint64_t)json_member_number(f, "size", 0);
+	/* (the bytes read: the images'; file content's sizes only) */
+	json_object_foreach((json_t *)files, name, f) bytes += content ? 0 : (uint64_t)json_member_number(f, "size", 0);
 	struct ticker *k = ticker_start(content ? "(verify content files)" : "(verify images)", bytes, NULL, NULL);
 	int rc = content ? content_verify(dir, files, false, why, sizeof(why))
 			 : images_verify(dir, files, why, sizeof(why));

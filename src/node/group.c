@@ -460,12 +460,12 @@ static int join(struct group *g, const struct etcd_kv *kvs, size_t n)
 			undone[0] = '\0';
 		free(kv.key), free(kv.value);
 	}
-	if (has_boundary(g->op) && undone[0])
+	if (has_boundary(g->op) && undone[0]) {
 		record_ended(g, undone, g->member); /* (told: it took part) */
-	if (has_boundary(g->op) && undone[0])
 		return group_fail(g, 1,
 				  "its %s (begun by member %s) failed before this member came: %s; nothing done here",
 				  g->op, from, undone);
+	}
 	if (has_boundary(g->op) && (late || decided == 1))
 		return group_fail(g, EX_BUSY, "its %s (begun by member %s) is finishing; nothing done", g->op, from);
 	/* Alone, with a name of its own: late for one that ended already? */

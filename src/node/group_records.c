@@ -89,11 +89,28 @@ static char *names_union(char *list, const char *names)
 	return out;
 }
 
+static void ended_key(const char *prefix, char *out, size_t len)
+{
+	snprintf(out, len, "%sended", prefix);
+}
+
+/* names added to r's, and r put at key under its lease; r freed. */
+static void ended_put(struct etcd *e, const char *key, struct ended_record *r, const char *names)
+{
+	char err[512];
+	r->took_part = names_union(r->took_part, names);
+	char *text = ended_record_encode(r);
+	if (text)
+		etcd_put(e, key, text, r->lease, err, sizeof(err)); /* (its lease gone: nothing to tell) */
+	free(text);
+	ended_record_free(r);
+}
+
 void ended_add(struct etcd *e, const struct ended_record *op, const char *prefix, const char *names, int ttl_s)
 {
 	char key[600], err[512];
 	struct etcd_kv kv;
-	snprintf(key, sizeof(key), "%sended", prefix);
+	ended_key(prefix, key, sizeof(key));
 	struct ended_record r = {0};
 	bool got = etcd_get(e, key, &kv, err, sizeof(err)) == 1;
 	bool same = got && ended_record_decode(kv.value, &r) == 0 && !strcmp(r.opid, op->opid);
@@ -109,12 +126,7 @@ void ended_add(struct etcd *e, const struct ended_record *op, const char *prefix
 		}
 		r.lease = (long long)lease;
 	}
-	r.took_part = names_union(r.took_part, names);
-	char *text = ended_record_encode(&r);
-	if (text)
-		etcd_put(e, key, text, r.lease, err, sizeof(err)); /* (its lease gone: nothing to tell) */
-	free(text);
-	ended_record_free(&r);
+	ended_put(e, key, &r, names);
 }
 
 bool ended_came_late(struct etcd *e, const char *prefix, const char *op, int members, const char *member, char *why,
@@ -122,18 +134,18 @@ bool ended_came_late(struct etcd *e, const char *prefix, const char *op, int mem
 {
 	char key[600], err[512];
 	struct etcd_kv kv;
-	snprintf(key, sizeof(key), "%sended", prefix);
+	ended_key(prefix, key, sizeof(key));
 	if (etcd_get(e, key, &kv, err, sizeof(err)) != 1)
 		return false;
 	struct ended_record r;
 	bool late = ended_record_decode(kv.value, &r) == 0 && !strcmp(r.operation, op) && r.members == members &&
 		    !name_listed(r.took_part, member);
 	free(kv.key), free(kv.value);
-	if (late) {
-		snprintf(why, len, "its %s (operation %.8s) failed before this member came: %s", r.operation, r.opid,
-			 r.why);
-		ended_add(e, &r, prefix, member, 0); /* (told once: its next try begins anew) */
+	if (!late) {
+		ended_record_free(&r);
+		return false;
 	}
-	ended_record_free(&r);
-	return late;
+	snprintf(why, len, "its %s (operation %.8s) failed before this member came: %s", r.operation, r.opid, r.why);
+	ended_put(e, key, &r, member); /* (told once: its next try begins anew) */
+	return true;
 }

@@ -710,20 +710,26 @@ static void restore_gate(void)
 	free(text);
 }
 
-/* The plugin's digests: a page image truncated after a plain criu dump is
- * refused at CRIU's restore init, naming it, nothing made (it used to restore
- * a task that spun); put back, the same images restore and pass. */
-static void damaged_images(void)
+static bool page_image(const char *name)
 {
-	struct group g;
-	if (group_start(&g, "plug-dmg", 1, 2, false, NULL, NULL, NULL) < 0)
-		return;
-	char dir[PATH_MAX + 32], images[PATH_MAX + 48], pages[PATH_MAX + 320] = "", saved[PATH_MAX + 340], *out;
-	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	snprintf(images, sizeof(images), "%s/images", dir);
-	CHECK_SAYS(out, dump(g.root, dir, "host", plugins, false, NULL, &out), 0, "native checkpoint");
-	group_dumped(&g);
-	CHECK(exists(dir, IMAGES_DIGESTS_NAME));
+	return !strncmp(name, "pages-", 6);
+}
+
+/* A group TAG started and dumped by plain CRIU with the plugin in content
+ * into its control directory's ckpt (dir, images); the largest image file
+ * pick takes into file, a copy of it kept in saved (in dir, out of the
+ * images): its size (0, a failure said: none, or no group). */
+static off_t dumped_file(struct group *g, const char *tag, const char *content, bool (*pick)(const char *),
+			 char dir[PATH_MAX + 32], char images[PATH_MAX + 48], char file[PATH_MAX + 320],
+			 char saved[PATH_MAX + 340])
+{
+	if (group_start(g, tag, 1, 2, false, NULL, NULL, NULL) < 0)
+		return 0;
+	char *out;
+	snprintf(dir, PATH_MAX + 32, "%s/ckpt", g->ctl);
+	snprintf(images, PATH_MAX + 48, "%s/images", dir);
+	CHECK_SAYS(out, dump(g->root, dir, content, plugins, false, NULL, &out), 0, "native checkpoint");
+	group_dumped(g);
 	off_t best = 0;
 	DIR *d = opendir(images);
 	struct dirent *e;
@@ -731,17 +737,29 @@ static void damaged_images(void)
 		char p[PATH_MAX + 320];
 		struct stat st;
 		snprintf(p, sizeof(p), "%s/%s", images, e->d_name);
-		if (!strncmp(e->d_name, "pages-", 6) && stat(p, &st) == 0 && st.st_size > best)
-			best = st.st_size, snprintf(pages, sizeof(pages), "%s", p);
+		if (pick(e->d_name) && stat(p, &st) == 0 && st.st_size > best)
+			best = st.st_size, snprintf(file, PATH_MAX + 320, "%s", p);
 	}
 	if (d)
 		closedir(d);
 	CHECK(best > 0);
+	snprintf(saved, PATH_MAX + 340, "%s/saved", dir);
+	char *cp[] = {"cp", file, saved, NULL};
+	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	return best;
+}
+
+/* The plugin's digests: a page image truncated after a plain criu dump is
+ * refused at CRIU's restore init, naming it, nothing made (it used to restore
+ * a task that spun); put back, the same images restore and pass. */
+static void damaged_images(void)
+{
+	struct group g;
+	char dir[PATH_MAX + 32], images[PATH_MAX + 48], pages[PATH_MAX + 320] = "", saved[PATH_MAX + 340], *out;
+	off_t best = dumped_file(&g, "plug-dmg", "host", page_image, dir, images, pages, saved);
 	if (best <= 0)
 		return;
-	snprintf(saved, sizeof(saved), "%s.saved", pages);
-	char *cp[] = {"cp", pages, saved, NULL};
-	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
+	CHECK(exists(dir, IMAGES_DIGESTS_NAME));
 	CHECK_EQ(truncate(pages, best / 2), 0);
 	bool shell = getsid(g.root) != g.root;
 	CHECK(restore(dir, shell, &out) != 0);
@@ -771,29 +789,12 @@ static void damaged_images(void)
 static void damaged_content(void)
 {
 	struct group g;
-	if (group_start(&g, "plug-dmgc", 1, 2, false, NULL, NULL, NULL) < 0)
-		return;
 	char dir[PATH_MAX + 32], images[PATH_MAX + 48], file[PATH_MAX + 320] = "", saved[PATH_MAX + 340], *out;
-	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-	snprintf(images, sizeof(images), "%s/images", dir);
-	CHECK_SAYS(out, dump(g.root, dir, "file", plugins, false, NULL, &out), 0, "native checkpoint");
-	group_dumped(&g);
-	struct stat st = {0};
-	DIR *d = opendir(images);
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		if (layout_content_name(e->d_name))
-			snprintf(file, sizeof(file), "%s/%s", images, e->d_name);
-	if (d)
-		closedir(d);
-	CHECK(file[0] && stat(file, &st) == 0 && st.st_size > 0);
-	if (!file[0])
+	off_t size = dumped_file(&g, "plug-dmgc", "file", layout_content_name, dir, images, file, saved);
+	if (size <= 0)
 		return;
-	snprintf(saved, sizeof(saved), "%s/content.saved", dir); /* (out of the images: no extra file there) */
-	char *cp[] = {"cp", file, saved, NULL};
-	CHECK_EQ(test_run_cmd(cp, NULL, 30000), 0);
 	int fd = open(file, O_WRONLY);
-	CHECK(fd >= 0 && pwrite(fd, "damage", 6, st.st_size / 2) == 6);
+	CHECK(fd >= 0 && pwrite(fd, "damage", 6, size / 2) == 6);
 	close(fd);
 	bool shell = getsid(g.root) != g.root;
 	CHECK(restore(dir, shell, &out) != 0);
