@@ -327,7 +327,7 @@ static int after_dump(int ret)
 		return finish(&P.t, &P.rec, "the CRIU dump failed");
 	struct recovery r;
 	char err[1600];
-	if (tree_release(&P.t, P.dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &r, err, sizeof(err)) < 0)
+	if (tree_release(&P.t, -1, P.dir, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &r, err, sizeof(err)) < 0)
 		return finish(&P.t, &P.rec, "after the dump: %s", err);
 	plugin_say(VOICE_INFO, "the tree of %d runs on after the dump", (int)P.root);
 	return 0;

@@ -224,7 +224,7 @@ static int after_restore(void)
 		snprintf(err, sizeof(err), "another command holds the tree");
 	else if (rc)
 		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
-	if (rc == 0 && tree_release(&t, P.dir, RECOVER_ANY, &P.map, RELEASE_RESTORED, &r, err, sizeof(err)) < 0)
+	if (rc == 0 && tree_release(&t, -1, P.dir, RECOVER_ANY, &P.map, RELEASE_RESTORED, &r, err, sizeof(err)) < 0)
 		rc = -1; /* (the tree killed) */
 	else if (rc != 0)
 		proc_tree_kill(P.root, false);

@@ -248,9 +248,11 @@ struct ckpt {
 	bool loaded, vmm;
 	bool prepared; /* the tree was suspended: a failure resumes it (finish()) */
 	bool settled;  /* past undo: the tree dumped and gone, or released after --leave-running */
-	char *argv[24];
+	char *argv[24];     /* CRIU's command line as recorded (the directory's path) */
+	char *run_argv[24]; /* as run: through the held directory (criu_dir_path) */
 	char criu[PATH_MAX], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];
 	char pidstr[16], plugins[PATH_MAX + 32], manifest[PATH_MAX + 48];
+	char run_images[64], run_plugins[64];
 	char why[2000]; /* a failure after the prepare, for its undo to say */
 };
 
@@ -378,9 +380,12 @@ static int ck_manifest(void *ctx)
 	struct ckpt *c = ctx;
 	const struct args *a = c->a;
 	snprintf(c->pidstr, sizeof(c->pidstr), "%d", (int)a->pid);
-	if (criu_plugin_dir(c->work, c->plugins, sizeof(c->plugins)) < 0)
+	snprintf(c->plugins, sizeof(c->plugins), "%s/" LAYOUT_PLUGINS, c->work);
+	if (criu_plugin_dir(c->wfd, c->run_plugins, sizeof(c->run_plugins)) < 0)
 		return ck_failed_f(c, "cannot make %s: %s", c->plugins, strerror(errno));
+	criu_dir_path(c->wfd, LAYOUT_IMAGES, c->run_images, sizeof(c->run_images));
 	dump_argv(a, c->pidstr, c->images, c->plugins, c->argv);
+	dump_argv(a, c->pidstr, c->run_images, c->run_plugins, c->run_argv);
 	snprintf(c->log, sizeof(c->log), "%s/" LAYOUT_DUMP_LOG, c->images);
 	snprintf(c->manifest, sizeof(c->manifest), "%s/" MANIFEST_FILE, c->work);
 	c->net_json = network_json(&c->net);
@@ -398,8 +403,9 @@ static int ck_dump(void *ctx)
 	struct ckpt *c = ctx;
 	double t0 = now_ms();
 	struct criu_bounds dump_bounds = criu_bounds_default(true, false, c->a->s);
+	dump_bounds.dirfd = c->wfd;
 	struct ticker *k = ticker_start("(criu dump)", tree_resident(&c->t), images_written, c->images);
-	int crc = criu_run(c->criu, c->argv, c->log, &dump_bounds);
+	int crc = criu_run(c->criu, c->run_argv, c->log, &dump_bounds);
 	ticker_stop(k);
 	c->r->ms_dump = now_ms() - t0;
 	if (crc != 0) {
@@ -451,7 +457,7 @@ static int ck_release(void *ctx)
 	}
 	double t0 = now_ms();
 	struct recovery rr;
-	if (tree_release(&c->t, c->work, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0)
+	if (tree_release(&c->t, c->wfd, c->work, RECOVER_ANY, NULL, RELEASE_IN_PLACE, &rr, err, sizeof(err)) < 0)
 		return ck_failed_f(c, "after the dump: %s", err);
 	c->settled = true;
 	c->r->ms_restore_in_place = now_ms() - t0;

@@ -177,19 +177,20 @@ static int restore_ready(const struct args *a, int dfd, struct manifest *m, stru
 
 /* criu restore -d of dir/images, watched: 0 with the restored root in *root,
  * or the exit code (reported) with whatever CRIU made killed. */
-static int restore_criu(const struct args *a, const struct manifest *m, const char *criu, struct checkpoint_result *r,
-			pid_t *root)
+static int restore_criu(const struct args *a, int dfd, const struct manifest *m, const char *criu,
+			struct checkpoint_result *r, pid_t *root)
 {
 	const char *dir = a->dir;
-	char images[PATH_MAX + 16], log[PATH_MAX + 32], pidfile[PATH_MAX + 32], plugins[PATH_MAX + 32];
+	char images[PATH_MAX + 16], log[PATH_MAX + 32], run_images[64], run_pidfile[64], run_plugins[64];
 	snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
 	snprintf(log, sizeof(log), "%s/" LAYOUT_RESTORE_LOG, images);
-	snprintf(pidfile, sizeof(pidfile), "%s/" LAYOUT_RESTORE_PID, dir);
-	unlink(pidfile);
-	if (criu_plugin_dir(dir, plugins, sizeof(plugins)) < 0)
-		return fail(EX_LEFT_RUNNING, "cannot make %s: %s", plugins, strerror(errno));
-	char *argv[24] = {"criu", "restore",   "-d",    "-D",       images, "-o", LAYOUT_RESTORE_LOG,
-			  "-v4",  "--pidfile", pidfile, "--libdir", plugins};
+	criu_dir_path(dfd, LAYOUT_IMAGES, run_images, sizeof(run_images));
+	criu_dir_path(dfd, LAYOUT_RESTORE_PID, run_pidfile, sizeof(run_pidfile));
+	unlinkat(dfd, LAYOUT_RESTORE_PID, 0);
+	if (criu_plugin_dir(dfd, run_plugins, sizeof(run_plugins)) < 0)
+		return fail(EX_LEFT_RUNNING, "cannot make %s/" LAYOUT_PLUGINS ": %s", dir, strerror(errno));
+	char *argv[24] = {"criu",       "restore",   "-d",        "-D",       run_images, "-o", LAYOUT_RESTORE_LOG,
+			  "-v4",        "--pidfile", run_pidfile, "--libdir", run_plugins};
 	int n = 12;
 	if (manifest_dump_arg(m, "--shell-job"))
 		argv[n++] = "--shell-job";
@@ -213,12 +214,16 @@ static int restore_criu(const struct args *a, const struct manifest *m, const ch
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* A signal (or a runaway CRIU) kills CRIU at once: what it made never runs. */
 	struct criu_bounds restore_bounds = criu_bounds_default(false, true, a->s);
+	restore_bounds.dirfd = dfd;
 	r->image_bytes = dir_bytes(images);
 	struct ticker *k = ticker_start("(criu restore)", r->image_bytes, NULL, NULL);
 	int crc = criu_run(criu, argv, log, &restore_bounds);
 	ticker_stop(k);
 	r->ms_criu_restore = now_ms() - t0;
-	FILE *pf = fopen(pidfile, "re");
+	int pfd = openat(dfd, LAYOUT_RESTORE_PID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	FILE *pf = pfd < 0 ? NULL : fdopen(pfd, "r");
+	if (!pf && pfd >= 0)
+		close(pfd);
 	int v = 0;
 	if (pf) {
 		if (fscanf(pf, "%d", &v) != 1)
@@ -302,7 +307,7 @@ static int rs_check(void *ctx)
 static int rs_criu(void *ctx)
 {
 	struct rstr *c = ctx;
-	int rc = restore_criu(c->a, &c->m, c->criu, c->r, &c->root);
+	int rc = restore_criu(c->a, c->dfd, &c->m, c->criu, c->r, &c->root);
 	if (rc)
 		c->root = 0; /* (killed there) */
 	c->r->restored_root = c->root;
@@ -344,7 +349,7 @@ static int rs_release(void *ctx)
 	memset(&rec, 0, sizeof(rec));
 	int rc = restore_interrupted(c->a->dir, "the CRIU restore");
 	struct ticker *k = ticker_start("(native restore, rebuild)", 0, NULL, NULL);
-	if (!rc && tree_release(&c->t, c->a->dir, c->m.prepared ? RECOVER_STATE : RECOVER_ANY, &c->map,
+	if (!rc && tree_release(&c->t, c->dfd, c->a->dir, c->m.prepared ? RECOVER_STATE : RECOVER_ANY, &c->map,
 				RELEASE_RESTORED, &rec, err, sizeof(err)) < 0)
 		rc = rs_failed(c, err);
 	ticker_stop(k);

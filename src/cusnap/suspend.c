@@ -75,7 +75,7 @@ static int resume_tree(const struct args *a, struct tree *t)
 	/* A resume is itself the undo: a signal now is noted, and the resume completes. */
 	signals_arm();
 	struct recovery r;
-	if (tree_recover(t, dir, a->discard_state ? RECOVER_RECORDS : RECOVER_ANY, NULL, &r, err, sizeof(err)) < 0)
+	if (tree_recover(t, -1, dir, a->discard_state ? RECOVER_RECORDS : RECOVER_ANY, NULL, &r, err, sizeof(err)) < 0)
 		return tree_verify(t, why, sizeof(why), &gone) < 0
 			       ? fail(EX_TERMINATED, "%s; the tree is left half-done: %s", err, why)
 			       : fail(EX_TERMINATED, "%s", err);

@@ -194,6 +194,7 @@ struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, cons
 			   : t < 120000       ? 120000
 					      : t,
 		.log_max = s->criu_log_max,
+		.dirfd = -1,
 	};
 }
 
@@ -218,6 +219,8 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 		if (b->own_group)
 			setpgid(0, 0);
 		umask(077); /* its images hold the tree's memory (the host arena's GPU bytes too): 0600 */
+		if (b->dirfd >= 0 && fcntl(b->dirfd, F_SETFD, 0) < 0)
+			_exit(127); /* (CRIU would find no directory behind its paths) */
 		/* CRIU prints little on its own; everything goes to its log. */
 		execv(criu, args);
 		_exit(127);
@@ -269,10 +272,15 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 	return rc;
 }
 
-int criu_plugin_dir(const char *dir, char *out, size_t len)
+void criu_dir_path(int dirfd, const char *name, char *out, size_t len)
 {
-	snprintf(out, len, "%s/" LAYOUT_PLUGINS, dir);
-	if (mkdir(out, 0700) < 0 && errno != EEXIST)
+	snprintf(out, len, "/proc/self/fd/%d%s%s", dirfd, name[0] ? "/" : "", name);
+}
+
+int criu_plugin_dir(int dirfd, char *out, size_t len)
+{
+	criu_dir_path(dirfd, LAYOUT_PLUGINS, out, len);
+	if (mkdirat(dirfd, LAYOUT_PLUGINS, 0700) < 0 && errno != EEXIST)
 		return -1;
 	return 0;
 }

@@ -82,7 +82,7 @@ static int participants_unsettled(struct tree *t, int timeout_ms, size_t *unsett
 	return 0;
 }
 
-int tree_recover(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+int tree_recover(struct tree *t, int dirfd, const char *dir, enum recover_from from, const struct devmap *map,
 		 struct recovery *out, char *err, size_t errlen)
 {
 	char state[PATH_MAX + 32];
@@ -104,7 +104,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	double t0 = now_ms();
 	if (frozen) {
 		uint64_t before = cuda_resident(t);
-		if (native_thaw(t, dir, map ? map->pairs : NULL, map ? map->npairs : 0, err, errlen) < 0)
+		if (native_thaw(t, dirfd, dir, map ? map->pairs : NULL, map ? map->npairs : 0, err, errlen) < 0)
 			return -1;
 		uint64_t after = cuda_resident(t), moved = before > after ? before - after : 0;
 		out->ms_thaw = now_ms() - t0;
@@ -124,6 +124,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	}
 	struct coord_options o = {.timeout_ms = timeout_ms,
 				  .dir = dir,
+				  .dirfd = dirfd,
 				  .on_stage = progress_stage,
 				  .on_warning = progress_warning,
 				  .device_map = map && map->nordinals ? map->ordinals : NULL,
@@ -132,7 +133,7 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	size_t gone = 0;
 	for (size_t i = 0; i < t->ncuda; i++)
 		gone += t->procs[t->cuda_index[i]].shim && proc_gone(t->targets[i].obs);
-	bool have_state = from != RECOVER_RECORDS && access(state, F_OK) == 0;
+	bool have_state = from != RECOVER_RECORDS && (dirfd > 0 ? faccessat(dirfd, STATE_FILE, F_OK, AT_SYMLINK_NOFOLLOW) : access(state, F_OK)) == 0;
 	if (have_state && gone && from != RECOVER_STATE) {
 		/* The state file names a participant that is gone: the others rebuild
 		 * in place from their own records (the gone one left out). */
@@ -171,13 +172,13 @@ int tree_recover(struct tree *t, const char *dir, enum recover_from from, const 
 	return rc < 0 ? -1 : 0;
 }
 
-int tree_release(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+int tree_release(struct tree *t, int dirfd, const char *dir, enum recover_from from, const struct devmap *map,
 		 enum release_kind kind, struct recovery *out, char *err, size_t errlen)
 {
 	pid_t root = t->procs[0].pid;
 	const char *done = kind == RELEASE_RESTORED ? CONTROL_RESTORE_DONE : CONTROL_SNAPSHOT_DONE;
 	char why[PATH_MAX + 256];
-	int rc = tree_recover(t, dir, from, map, out, err, errlen);
+	int rc = tree_recover(t, dirfd, dir, from, map, out, err, errlen);
 	struct boundary *b = kind == RELEASE_RESTORED ? t->s->boundary : NULL;
 	if (rc == 0 && b && b->ready(b, err, errlen) < 0)
 		rc = -1; /* (another member's restore failed: none of them runs) */
@@ -245,7 +246,7 @@ int finish(struct tree *t, const struct record *rec, const char *fmt, ...)
 	bool undone = true;
 	if (rec->changed) {
 		struct recovery r;
-		undone = tree_recover(t, rec->dir, RECOVER_ANY, NULL, &r, err, sizeof(err)) == 0;
+		undone = tree_recover(t, rec->dirfd, rec->dir, RECOVER_ANY, NULL, &r, err, sizeof(err)) == 0;
 	}
 	char why[1400] = "";
 	size_t gone = 0;

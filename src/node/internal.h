@@ -46,7 +46,7 @@ int tree_states(struct tree *t, char *err, size_t errlen);
 int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
  * checkpointed or locked. Returns 0, or -1 with err (a stuck call named there). */
-int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
+int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
 		size_t errlen);
 
 /* ---- job.c ---- */
@@ -58,8 +58,9 @@ int job_find(struct job *j, const struct proc *procs, size_t n, const char *give
 /* Once every process is CHECKPOINTED: the job file copied into dir/JOB_COPY
  * (through dirfd when it is dir open, > 0). */
 int job_save(const struct job *j, int dirfd, const char *dir, char *why, size_t len);
-/* Before the native restore: dir/JOB_COPY (when there) written back into the job file. */
-int job_put_back(const struct job *j, const char *dir, char *why, size_t len);
+/* Before the native restore: dir/JOB_COPY (through dirfd when > 0; when
+ * there) written back into the job file. */
+int job_put_back(const struct job *j, int dirfd, const char *dir, char *why, size_t len);
 /* A freeze begins: an old copy in dir (dirfd when > 0) goes (it must never be written back). */
 void job_forget(int dirfd, const char *dir);
 

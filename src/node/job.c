@@ -157,13 +157,14 @@ int job_save(const struct job *j, int dirfd, const char *dir, char *why, size_t 
 	return 0;
 }
 
-int job_put_back(const struct job *j, const char *dir, char *why, size_t len)
+int job_put_back(const struct job *j, int dirfd, const char *dir, char *why, size_t len)
 {
 	if (!j->path[0] || !dir)
 		return 0;
 	char copy[4200];
 	snprintf(copy, sizeof(copy), "%s/" JOB_COPY, dir);
-	int in = open(copy, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int in = dirfd > 0 ? openat(dirfd, JOB_COPY, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+			   : open(copy, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (in < 0)
 		return 0; /* none saved (a tree never checkpointed with its job) */
 	size_t n;

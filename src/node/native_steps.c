@@ -215,10 +215,10 @@ out:
 	return ret;
 }
 
-int native_thaw(struct tree *t, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
+int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
 		size_t errlen)
 {
-	if (job_put_back(&t->job, dir, err, errlen) < 0)
+	if (job_put_back(&t->job, dirfd, dir, err, errlen) < 0)
 		return -1;
 	if (thaw_step(t, NATIVE_RESTORE, CU_PROCESS_STATE_CHECKPOINTED, pairs, npairs, err, errlen) < 0)
 		return -1;

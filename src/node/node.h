@@ -470,8 +470,9 @@ struct recovery {
 };
 /* Bring the tree back from whatever state a command left it in: thaw what is
  * LOCKED or CHECKPOINTED (onto map's GPUs; NULL: as they were), then rebuild
- * the shims as from says. 0, or -1 with err. */
-int tree_recover(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+ * the shims as from says, from the state directory dir (held open as dirfd
+ * when > 0: everything in it read through that). 0, or -1 with err. */
+int tree_recover(struct tree *t, int dirfd, const char *dir, enum recover_from from, const struct devmap *map,
 		 struct recovery *out, char *err, size_t errlen);
 /* How a checkpointed tree runs again. */
 enum release_kind {
@@ -482,7 +483,7 @@ enum release_kind {
 /* The one end of a checkpoint or restore that lets the workload run:
  * tree_recover, then the control file of kind written in the root's control
  * directory. 0, or -1 with err (RELEASE_RESTORED: the tree killed). */
-int tree_release(struct tree *t, const char *dir, enum recover_from from, const struct devmap *map,
+int tree_release(struct tree *t, int dirfd, const char *dir, enum recover_from from, const struct devmap *map,
 		 enum release_kind kind, struct recovery *out, char *err, size_t errlen);
 /* SIGINT, SIGTERM and SIGHUP are caught from here on (the command stops at its
  * next phase boundary). */
@@ -540,6 +541,7 @@ struct criu_bounds {
 	bool stop_on_signal; /* a signal caught (signals_arm) kills CRIU at once */
 	long long time_ms;   /* killed past this (criu_timeout_ms; default 10 x timeout_ms, >= 120 s) */
 	long long log_max;   /* killed when its log grows past this (criu_log_max) */
+	int dirfd;           /* the checkpoint directory CRIU inherits (criu_dir_path; -1: none) */
 };
 struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, const struct settings *s);
 /* Run criu with argv (argv[0] is ignored and replaced by criu), its log at
@@ -548,8 +550,14 @@ struct criu_bounds criu_bounds_default(bool own_group, bool stop_on_signal, cons
  * when it could not run. On failure the last error lines of the log's tail
  * are printed. */
 int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b);
-/* DIR/criu-plugins, made (empty) if absent: CRIU runs with it as --libdir so
- * that its CUDA plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
-int criu_plugin_dir(const char *dir, char *out, size_t len);
+/* CRIU's name for name (or dirfd itself: "") in the checkpoint directory held
+ * open as dirfd, which it inherits (bounds.dirfd): every path CRIU is given
+ * (-D, --libdir, --pidfile) goes through the directory cusnap checked, never
+ * through a path that could be swapped between cusnap's checks and CRIU's open. */
+void criu_dir_path(int dirfd, const char *name, char *out, size_t len);
+/* criu-plugins in the directory held as dirfd, made (empty) if absent, and
+ * CRIU's name for it into out: CRIU runs with it as --libdir so that its CUDA
+ * plugin never loads (cusnap does the native steps). 0 or -1 (errno). */
+int criu_plugin_dir(int dirfd, char *out, size_t len);
 
 #endif
