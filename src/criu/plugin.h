@@ -163,19 +163,19 @@ struct plugin_state {
 	struct plugin_conf conf;
 	char conf_error[PATH_MAX + 600]; /* the configuration file is refused: why */
 	pid_t root;
-	int *restore_tid;                         /* each CUDA process's restore thread, asked while it runs */
-	struct devmap map;                        /* restore: the GPUs the checkpoint's are restored onto */
-	uint64_t device_bytes[PROTO_MAX_DEVICES]; /* dump: the tree's VMM memory per GPU (prepare's count) */
-	struct inet_sock *socks;                  /* dump: the tree's sockets, read while it runs */
+	int *restore_tid;        /* each CUDA process's restore thread, asked while it runs */
+	struct devmap map;       /* restore: the GPUs the checkpoint's are restored onto */
+	struct inet_sock *socks; /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;
-	bool criu_fails;     /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
-	bool restoring;      /* restore: the images are this plugin's */
-	bool dump_failed;    /* dump: CRIU's status was not 0 */
-	double t0;           /* when CRIU loaded the plugin (the operation's start, for the metrics) */
-	struct group *group; /* dump: the group this dump is one member of (plugin_group.c) */
-	bool prepared;       /* dump: the pause's prepare step done (a failure after it is said by its undo) */
-	char why[1600];      /* dump: a failure after the prepare, for its undo to say */
+	bool criu_fails;        /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool restoring;         /* restore: the images are this plugin's */
+	bool dump_failed;       /* dump: CRIU's status was not 0 */
+	double t0;              /* when CRIU loaded the plugin (the operation's start, for the metrics) */
+	struct group *group;    /* dump: the group this dump is one member of (plugin_group.c) */
+	struct freeze fz;       /* dump: the context of the pause's and checkpoint's steps (node.h) */
+	uint64_t *thread_mask;  /* dump: each running restore thread's signal mask, kept to put back */
+	size_t threads_running; /* dump: how many of the restore threads run alone */
 };
 extern struct plugin_state P;
 extern struct criu_plugin_desc CR_PLUGIN_DESC __attribute__((visibility("default")));

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The CRIU plugin's dump (plugin.c says the whole of it): PAUSE_DEVICES (the
- * tree checked, the group joined, the prepare, the boundary, the lock: one list
- * of steps), CHECKPOINT_DEVICES (the native checkpoint and the plugin's image),
- * and the dump's end: digests, or a helper that undoes a failed dump or
+ * tree checked, the group joined, then suspend's rows: the prepare, the
+ * boundary, the lock), CHECKPOINT_DEVICES (the restore threads run, suspend's
+ * native checkpoint row, the threads stopped, the plugin's image): two lists
+ * of steps over P.fz; and the dump's end: digests, or a helper that undoes a failed dump or
  * completes one that leaves the tree running. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -81,13 +82,14 @@ static bool dump_refused(pid_t root, int rc)
 	return P.conf_error[0] || rc != 0;
 }
 
-/* The pause as one list of steps (src/node/steps.c), over P: the tree
- * checked, the group joined, the prepare, the group's boundary, the lock. */
+/* The pause as one list of steps (src/node/steps.c) over P.fz: the tree
+ * checked and the group joined (the plugin's rows), then suspend's prepare,
+ * the group's boundary and the lock (freeze.c's rows, shared with cusnap). */
 static int pause_failed(void *ctx, const char *why)
 {
 	(void)ctx;
-	if (P.prepared) { /* (whether the prepare changed anything or not: a tree without the interposer) */
-		snprintf(P.why, sizeof(P.why), "%s", why); /* said by the prepare's undo */
+	if (P.fz.prepared) { /* (whether the prepare changed anything or not: a tree without the interposer) */
+		snprintf(P.fz.why, sizeof(P.fz.why), "%s", why); /* said by the prepare's undo */
 		return 1;
 	}
 	plugin_say(VOICE_ERROR, "%s: dump refused, nothing changed", why);
@@ -122,67 +124,39 @@ static int pause_check(void *ctx)
 static int pause_join(void *ctx)
 {
 	(void)ctx;
-	return plugin_group_join(&P.conf.s, P.root, NULL, "checkpoint", &P.group) < 0 ? 1 : 0; /* (said) */
+	if (plugin_group_join(&P.conf.s, P.root, NULL, "checkpoint", &P.group) < 0)
+		return 1; /* (said) */
+	P.fz.boundary = P.group ? group_boundary(P.group) : NULL;
+	return 0;
+}
+
+static void leave(int code)
+{
+	P.fz.boundary = NULL;
+	P.criu_fails |= plugin_group_leave(&P.group, code) != code;
 }
 
 /* Every member undoes. */
 static int pause_leave(void *ctx, int code)
 {
 	(void)ctx;
-	plugin_group_leave(&P.group, 1);
+	leave(1);
 	return code;
-}
-
-/* The VMM prepare (it undoes its own part when it fails). */
-static int pause_prepare(void *ctx)
-{
-	(void)ctx;
-	struct coord_report r;
-	if (tree_prepare(&P.t, &P.rec, settings_content(&P.conf.s, true), &r))
-		return 1; /* (undone and said) */
-	P.prepared = true;
-	memcpy(P.device_bytes, r.device_bytes, sizeof(P.device_bytes));
-	return 0;
-}
-
-/* The tree still runs: undone here, at once. */
-static int pause_undo(void *ctx, int code)
-{
-	(void)ctx;
-	finish(&P.t, &P.rec, "%s", P.why);
-	P.rec.changed = false;
-	return code;
-}
-
-static bool in_group(void *ctx)
-{
-	(void)ctx;
-	return P.group != NULL;
-}
-
-/* The group's boundary: every member prepared before any locks. */
-static int pause_boundary(void *ctx)
-{
-	char err[1600] = "";
-	struct boundary *b = group_boundary(P.group);
-	return b->ready(b, err, sizeof(err)) < 0 ? pause_failed(ctx, err) : 0;
 }
 
 static int pause_lock(void *ctx)
 {
-	char err[1600] = "";
-	if (native_lock(&P.t, &P.rec, err, sizeof(err)) < 0)
-		return pause_failed(ctx, err);
-	if (fault_fails(FAULT_PLUGIN_PAUSE))
+	int rc = freeze_lock(ctx);
+	if (rc == 0 && fault_fails(FAULT_PLUGIN_PAUSE))
 		return pause_failed(ctx, "the plugin's pause failed");
-	return 0;
+	return rc;
 }
 
 static const struct step pause_steps[] = {
 	{"check", NULL, pause_check, NULL},
 	{"group", NULL, pause_join, pause_leave},
-	{"prepare", NULL, pause_prepare, pause_undo},
-	{"boundary", in_group, pause_boundary, NULL},
+	{"prepare", NULL, freeze_prepare, freeze_undo},
+	{"boundary", freeze_in_group, freeze_boundary, NULL},
 	{"lock", NULL, pause_lock, NULL},
 };
 
@@ -225,8 +199,12 @@ int pause_devices(int pid)
 	P.root = pid;
 	json_decref(P.rec.content_digests); /* (a pause before, whose dump never ended) */
 	P.rec = (struct record){.root = pid, .dir = P.dir, .content_digests = json_object()};
+	P.fz = (struct freeze){.t = &P.t,
+			       .rec = &P.rec,
+			       .content = settings_content(&P.conf.s, true),
+			       .failed = pause_failed};
 	size_t at;
-	if (steps_run(&pause_sequence, NULL, &at) != 0)
+	if (steps_run(&pause_sequence, &P.fz, &at) != 0)
 		return -1;
 	fault_point(FAULT_PLUGIN_PAUSE);
 	return 0;
@@ -246,7 +224,7 @@ static int write_image(void)
 				  .network = P.nsocks ? inet_record(P.socks, P.nsocks, tw, ntw > 0 ? (size_t)ntw : 0)
 						      : NULL};
 	free(tw);
-	im.needs = compat_record(&P.t.nat, P.t.nshim ? P.device_bytes : NULL);
+	im.needs = compat_record(&P.t.nat, P.t.nshim ? P.fz.r.device_bytes : NULL);
 	im.pids = json_array();
 	for (size_t i = 0; im.pids && i < P.t.nprocs; i++)
 		json_array_append_new(im.pids, json_pack("[i,i]", (int)P.t.procs[i].pid, (int)P.t.procs[i].nspid));
@@ -261,6 +239,76 @@ static int write_image(void)
 	return rc;
 }
 
+/* CHECKPOINT_DEVICES as a list of steps over P.fz: each process's restore
+ * thread run alone, the native checkpoint (freeze.c's row), the threads
+ * stopped again (also the undo of running them), the plugin's image. A
+ * failure fails the dump, whose end puts the tree back (dump_exit). */
+static int checkpoint_failed(void *ctx, const char *why)
+{
+	(void)ctx;
+	plugin_say(VOICE_ERROR, "%s: the dump fails; the tree is put back before criu exits", why);
+	return 1;
+}
+
+static int threads_back(void *ctx)
+{
+	(void)ctx;
+	for (size_t i = 0; i < P.threads_running; i++) {
+		int e = restore_thread(P.restore_tid[i], false, &P.thread_mask[i]);
+		if (e < 0)
+			plugin_say(VOICE_ERROR, "process %d: stopping its restore thread %d again: %s",
+				   P.t.targets[i].obs, P.restore_tid[i], strerror(-e));
+	}
+	P.threads_running = 0;
+	free(P.thread_mask);
+	P.thread_mask = NULL;
+	return 0;
+}
+
+static int threads_run(void *ctx)
+{
+	size_t n = P.t.ncuda;
+	P.threads_running = 0;
+	if (!(P.thread_mask = calloc(n + 1, sizeof(*P.thread_mask))))
+		return checkpoint_failed(ctx, "out of memory");
+	for (; P.threads_running < n; P.threads_running++) {
+		size_t i = P.threads_running;
+		int e = restore_thread(P.restore_tid[i], true, &P.thread_mask[i]);
+		if (e < 0) {
+			char why[256];
+			snprintf(why, sizeof(why), "process %d: its restore thread %d cannot run: %s",
+				 P.t.targets[i].obs, P.restore_tid[i], strerror(-e));
+			threads_back(ctx); /* (the step undoes its own part) */
+			return checkpoint_failed(ctx, why);
+		}
+	}
+	return 0;
+}
+
+static int threads_undo(void *ctx, int code)
+{
+	threads_back(ctx);
+	return code;
+}
+
+static int checkpoint_image(void *ctx)
+{
+	if (fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0)
+		return checkpoint_failed(ctx, "the plugin's checkpoint failed");
+	return 0;
+}
+
+static const struct step checkpoint_steps[] = {
+	{"threads", NULL, threads_run, threads_undo},
+	{"native checkpoint", NULL, freeze_checkpoint, NULL},
+	{"threads back", NULL, threads_back, NULL},
+	{"image", NULL, checkpoint_image, NULL},
+};
+
+static const struct sequence checkpoint_sequence = {"plugin checkpoint", checkpoint_steps,
+						    sizeof(checkpoint_steps) / sizeof(checkpoint_steps[0]),
+						    checkpoint_failed};
+
 int checkpoint_devices(int pid)
 {
 	if (P.owner == OWNER_PEER)
@@ -269,38 +317,10 @@ int checkpoint_devices(int pid)
 		return -ENOTSUP;
 	if (P.checkpointed)
 		return 0;
-	size_t n = P.t.ncuda;
-	pid_t *tid = calloc(n + 1, sizeof(*tid));
-	uint64_t *mask = calloc(n + 1, sizeof(*mask));
-	char err[1600] = "out of memory";
-	int rc = tid && mask ? 0 : -1;
-	size_t running = 0;
-	for (; rc == 0 && running < n; running++) {
-		int e = restore_thread(P.restore_tid[running], true, &mask[running]);
-		if (e < 0) {
-			snprintf(err, sizeof(err), "process %d: its restore thread %d cannot run: %s",
-				 P.t.targets[running].obs, P.restore_tid[running], strerror(-e));
-			rc = -1;
-			break;
-		}
-		tid[running] = P.restore_tid[running];
-	}
-	if (rc == 0)
-		rc = native_checkpoint(&P.t, &P.rec, err, sizeof(err));
-	for (size_t i = 0; i < running; i++) {
-		int e = restore_thread(tid[i], false, &mask[i]);
-		if (e < 0)
-			plugin_say(VOICE_ERROR, "process %d: stopping its restore thread %d again: %s",
-				   P.t.targets[i].obs, tid[i], strerror(-e));
-	}
-	free(tid);
-	free(mask);
-	if (rc == 0 && (fault_fails(FAULT_PLUGIN_CHECKPOINT) || write_image() < 0))
-		rc = -1, snprintf(err, sizeof(err), "the plugin's checkpoint failed");
-	if (rc < 0) {
-		plugin_say(VOICE_ERROR, "%s: the dump fails; the tree is put back before criu exits", err);
+	P.fz.failed = checkpoint_failed;
+	size_t at;
+	if (steps_run(&checkpoint_sequence, &P.fz, &at) != 0)
 		return -1;
-	}
 	fault_point(FAULT_PLUGIN_CHECKPOINT);
 	P.checkpointed = true;
 	return 0;
@@ -359,7 +379,7 @@ void dump_exit(int ret)
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed)) {
 		if (P.owner == OWNER_MINE)
 			plugin_metrics("checkpoint", ret ? 1 : 0);
-		P.criu_fails |= plugin_group_leave(&P.group, ret ? 1 : 0) != (ret ? 1 : 0);
+		leave(ret ? 1 : 0);
 		return;
 	}
 	int h = helper_start(&P.helper);

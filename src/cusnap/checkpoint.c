@@ -246,8 +246,8 @@ struct ckpt {
 	json_t *digests, *content, *net_json;
 	json_t *content_known; /* the content files' digests their shims gave at PREPARE */
 	bool loaded, vmm;
-	bool prepared; /* the tree was suspended: a failure resumes it (finish()) */
-	bool settled;  /* past undo: the tree dumped and gone, or released after --leave-running */
+	bool prepared;      /* the tree was suspended: a failure resumes it (finish()) */
+	bool settled;       /* past undo: the tree dumped and gone, or released after --leave-running */
 	char *argv[24];     /* CRIU's command line as recorded (the directory's path) */
 	char *run_argv[24]; /* as run: through the held directory (criu_dir_path) */
 	char criu[PATH_MAX], images[PATH_MAX + 48], log[PATH_MAX + 64], work[PATH_MAX + 16];

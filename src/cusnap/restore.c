@@ -189,8 +189,8 @@ static int restore_criu(const struct args *a, int dfd, const struct manifest *m,
 	unlinkat(dfd, LAYOUT_RESTORE_PID, 0);
 	if (criu_plugin_dir(dfd, run_plugins, sizeof(run_plugins)) < 0)
 		return fail(EX_LEFT_RUNNING, "cannot make %s/" LAYOUT_PLUGINS ": %s", dir, strerror(errno));
-	char *argv[24] = {"criu",       "restore",   "-d",        "-D",       run_images, "-o", LAYOUT_RESTORE_LOG,
-			  "-v4",        "--pidfile", run_pidfile, "--libdir", run_plugins};
+	char *argv[24] = {"criu", "restore",   "-d",        "-D",       run_images, "-o", LAYOUT_RESTORE_LOG,
+			  "-v4",  "--pidfile", run_pidfile, "--libdir", run_plugins};
 	int n = 12;
 	if (manifest_dump_arg(m, "--shell-job"))
 		argv[n++] = "--shell-job";

@@ -133,7 +133,9 @@ int tree_recover(struct tree *t, int dirfd, const char *dir, enum recover_from f
 	size_t gone = 0;
 	for (size_t i = 0; i < t->ncuda; i++)
 		gone += t->procs[t->cuda_index[i]].shim && proc_gone(t->targets[i].obs);
-	bool have_state = from != RECOVER_RECORDS && (dirfd > 0 ? faccessat(dirfd, STATE_FILE, F_OK, AT_SYMLINK_NOFOLLOW) : access(state, F_OK)) == 0;
+	bool have_state = from != RECOVER_RECORDS &&
+			  (dirfd > 0 ? faccessat(dirfd, STATE_FILE, F_OK, AT_SYMLINK_NOFOLLOW) : access(state, F_OK)) ==
+				  0;
 	if (have_state && gone && from != RECOVER_STATE) {
 		/* The state file names a participant that is gone: the others rebuild
 		 * in place from their own records (the gone one left out). */

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* suspend's steps, which checkpoint and the CRIU plugin share: record the
- * state directory, prepare the interposed processes, freeze natively; a
- * failure or a signal finishes (finish.c). */
+/* suspend's steps as rows (steps.c), which checkpoint and the CRIU plugin
+ * share: record the state directory and prepare the interposed processes,
+ * meet a group at its boundary, lock and checkpoint natively; a failure or a
+ * signal walks back to the prepare's undo, which finishes (finish.c). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -31,34 +35,129 @@ int tree_prepare(struct tree *t, struct record *rec, enum proto_content content,
 	return 0;
 }
 
-/* Each step under a ticker of its own: a line that moves while it runs (the
- * copies, a group's boundary, the driver), named after it. */
+/* The rows, each step under a ticker of its own when asked (a line that
+ * moves while it runs: the copies, a group's boundary, the driver). */
+static struct ticker *ticker_if(const struct freeze *f, const char *step)
+{
+	return f->tickers ? ticker_start(step, 0, NULL, NULL) : NULL;
+}
+
+int freeze_prepare(void *ctx)
+{
+	struct freeze *f = ctx;
+	struct ticker *k = ticker_if(f, "(prepare)");
+	int rc = tree_prepare(f->t, f->rec, f->content, &f->r);
+	ticker_stop(k);
+	if (rc)
+		return rc; /* (undone and said) */
+	f->prepared = true;
+	return interrupted(f->t, f->rec, "prepare"); /* (the step undoes its own part) */
+}
+
+int freeze_undo(void *ctx, int code)
+{
+	struct freeze *f = ctx;
+	if (!f->why[0]) /* (a failure said where it happened) */
+		return code;
+	code = finish(f->t, f->rec, "%s", f->why);
+	f->rec->changed = false; /* (undone, or said how to: never again) */
+	return code;
+}
+
+bool freeze_in_group(void *ctx)
+{
+	return ((struct freeze *)ctx)->boundary != NULL;
+}
+
+int freeze_boundary(void *ctx)
+{
+	struct freeze *f = ctx;
+	char err[1600] = "";
+	struct ticker *k = ticker_if(f, "(group: at the boundary)");
+	int rc = f->boundary->ready(f->boundary, err, sizeof(err));
+	ticker_stop(k);
+	return rc < 0 ? f->failed(f, err) : 0;
+}
+
+int freeze_lock(void *ctx)
+{
+	struct freeze *f = ctx;
+	char err[1600] = "";
+	struct ticker *k = ticker_if(f, "(native lock)");
+	int rc = native_lock(f->t, f->rec, err, sizeof(err));
+	ticker_stop(k);
+	return rc < 0 ? f->failed(f, err) : 0;
+}
+
+int freeze_checkpoint(void *ctx)
+{
+	struct freeze *f = ctx;
+	char err[1600] = "";
+	struct ticker *k = ticker_if(f, "(native checkpoint)");
+	int rc = native_checkpoint(f->t, f->rec, err, sizeof(err));
+	ticker_stop(k);
+	return rc < 0 ? f->failed(f, err) : 0;
+}
+
+/* The tree as recorded: a CUDA process that died on the way is no suspended
+ * tree; a signal caught meanwhile undoes it. */
+static int freeze_alive(void *ctx)
+{
+	struct freeze *f = ctx;
+	const struct tree *t = f->t;
+	char why[200];
+	for (size_t i = 0; i < t->ncuda; i++)
+		if (proc_gone(t->targets[i].obs)) {
+			snprintf(why, sizeof(why), "CUDA process %d (namespace PID %d) died during the operation",
+				 t->targets[i].obs, t->targets[i].ns);
+			return f->failed(f, why);
+		}
+	int sig = signal_caught();
+	if (sig) {
+		voice(VOICE_ERROR, "%s after the native checkpoint: undoing", strsignal(sig));
+		snprintf(why, sizeof(why), "interrupted by %s after the native checkpoint", strsignal(sig));
+		return f->failed(f, why);
+	}
+	return 0;
+}
+
+/* suspend's failure: kept for the prepare's undo to say once the prepare is
+ * done, said at once before it. */
+static int suspend_failed(void *ctx, const char *why)
+{
+	struct freeze *f = ctx;
+	if (!f->prepared)
+		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
+	snprintf(f->why, sizeof(f->why), "%s", why);
+	return EX_LEFT_RUNNING;
+}
+
+static const struct step suspend_steps[] = {
+	{"prepare", NULL, freeze_prepare, freeze_undo},
+	{"boundary", freeze_in_group, freeze_boundary, NULL},
+	{"lock", NULL, freeze_lock, NULL},
+	{"native checkpoint", NULL, freeze_checkpoint, NULL},
+	{"alive", NULL, freeze_alive, NULL},
+};
+
+static const struct sequence suspend_sequence = {"suspend", suspend_steps,
+						 sizeof(suspend_steps) / sizeof(suspend_steps[0]), suspend_failed};
+
 int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r)
 {
 	signals_arm();
-	struct ticker *k = ticker_start("(prepare)", 0, NULL, NULL);
-	int rc = tree_prepare(t, rec, content, r);
-	ticker_stop(k);
-	if (rc || (rc = interrupted(t, rec, "prepare")))
-		return rc;
-	char err[1600];
-	struct boundary *b = t->s->boundary;
-	if (b) {
-		k = ticker_start("(group: at the boundary)", 0, NULL, NULL);
-		rc = b->ready(b, err, sizeof(err));
-		ticker_stop(k);
-		if (rc < 0)
-			return finish(t, rec, "%s", err);
-	}
-	k = ticker_start("(native checkpoint)", 0, NULL, NULL);
-	rc = native_freeze(t, rec, err, sizeof(err));
-	ticker_stop(k);
-	if (rc < 0)
-		return finish(t, rec, "%s", err);
-	/* The tree as recorded: a CUDA process that died on the way is no suspended tree. */
-	for (size_t i = 0; i < t->ncuda; i++)
-		if (proc_gone(t->targets[i].obs))
-			return finish(t, rec, "CUDA process %d (namespace PID %d) died during the operation",
-				      t->targets[i].obs, t->targets[i].ns);
-	return interrupted(t, rec, "the native checkpoint");
+	struct freeze *f = calloc(1, sizeof(*f));
+	if (!f)
+		return fail(EX_LEFT_RUNNING, "out of memory; nothing done");
+	*f = (struct freeze){.t = t,
+			     .rec = rec,
+			     .content = content,
+			     .boundary = t->s->boundary,
+			     .tickers = true,
+			     .failed = suspend_failed};
+	size_t at;
+	int rc = steps_run(&suspend_sequence, f, &at);
+	*r = f->r;
+	free(f);
+	return rc;
 }

@@ -40,14 +40,10 @@ int native_classify(const struct native *n, struct proc *p, size_t count, const 
 int tree_states(struct tree *t, char *err, size_t errlen);
 
 /* ---- native_steps.c ---- */
-/* Lock then checkpoint every CUDA process (native_lock, native_checkpoint:
- * the job file copied once all are CHECKPOINTED). 0, or -1 with what failed in
- * err (nothing undone: the caller finishes). */
-int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen);
 /* Native restore (with device pairs) then unlock of every CUDA process that is
  * checkpointed or locked. Returns 0, or -1 with err (a stuck call named there). */
-int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
-		size_t errlen);
+int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs,
+		char *err, size_t errlen);
 
 /* ---- job.c ---- */
 /* The job of the processes procs[0..n): given (--job-file), else the file

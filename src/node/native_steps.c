@@ -148,11 +148,6 @@ int native_checkpoint(struct tree *t, struct record *rec, char *err, size_t errl
 	return 0;
 }
 
-int native_freeze(struct tree *t, struct record *rec, char *err, size_t errlen)
-{
-	return native_lock(t, rec, err, errlen) < 0 ? -1 : native_checkpoint(t, rec, err, errlen);
-}
-
 /* One thaw step over the processes in state from; 0, or -1 with err. */
 static int thaw_step(struct tree *t, enum native_step step, CUprocessState from, const CUcheckpointGpuPair *pairs,
 		     unsigned npairs, char *err, size_t errlen)
@@ -215,8 +210,8 @@ out:
 	return ret;
 }
 
-int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs, char *err,
-		size_t errlen)
+int native_thaw(struct tree *t, int dirfd, const char *dir, const CUcheckpointGpuPair *pairs, unsigned npairs,
+		char *err, size_t errlen)
 {
 	if (job_put_back(&t->job, dirfd, dir, err, errlen) < 0)
 		return -1;

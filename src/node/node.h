@@ -510,9 +510,30 @@ void state_dir_end(pid_t pid, const char *dir);
 int use_dir(const char *dir, bool create, int *held);
 
 /* ---- freeze.c, native_steps.c ---- */
-/* suspend's steps, shared with checkpoint: record dir, prepare (when
- * interposed), lock, checkpoint; a failure or a signal finishes. 0 or the exit
- * code (reported). */
+/* suspend's steps as rows over one context, which `cusnap suspend`, its
+ * checkpoint and the CRIU plugin's hooks share (each its own sequence of
+ * them, with rows of its own around). A row that fails calls failed (the
+ * sequence's), which keeps why for freeze_undo once prepared. */
+struct freeze {
+	struct tree *t;
+	struct record *rec;
+	enum proto_content content;
+	struct boundary *boundary; /* a group's (NULL: none; the row is skipped) */
+	bool tickers;              /* each row under a ticker of its own (not inside CRIU) */
+	int (*failed)(void *ctx, const char *why);
+	bool prepared;         /* the prepare done: a failure after it is said by its undo */
+	struct coord_report r; /* the prepare's */
+	char why[2000];        /* a failure after the prepare, for its undo to say */
+};
+int freeze_prepare(void *ctx);        /* record dir, prepare when interposed (undone on failure) */
+int freeze_undo(void *ctx, int code); /* the prepare's undo: finish, saying why */
+bool freeze_in_group(void *ctx);      /* the boundary row's when */
+int freeze_boundary(void *ctx);       /* every member prepared before any locks */
+int freeze_lock(void *ctx);           /* native lock */
+int freeze_checkpoint(void *ctx);     /* native checkpoint */
+/* `cusnap suspend`'s sequence (and checkpoint's prepare step): prepare,
+ * boundary, lock, native checkpoint, the tree alive and no signal caught; a
+ * failure or a signal finishes. 0 or the exit code (reported). */
 int tree_suspend(struct tree *t, struct record *rec, enum proto_content content, struct coord_report *r);
 /* Its first part (the CRIU plugin's at PAUSE_DEVICES): record dir, prepare
  * when interposed. 0 or the exit code (reported; a failed prepare undone). */

@@ -236,24 +236,30 @@ static void dump_failing(void)
 	}
 }
 
-/* PAUSE_DEVICES as a list of steps (plugin_dump.c): each step failing in turn
- * (CUSNAP_FAIL_STEP), the dump fails with the tree as before, and CRIU's log
- * has the undo of every step done before it, the last first; a failure after
- * the prepare is said once, by its undo (everything undone), also for a tree
- * without the interposer (whose prepare changes nothing); a name of no step
- * fails the dump naming them, nothing changed. */
+/* PAUSE_DEVICES and CHECKPOINT_DEVICES as lists of steps (plugin_dump.c):
+ * each step failing in turn (CUSNAP_FAIL_STEP), the dump fails with the tree
+ * as before, and CRIU's log has the undo of every step of its hook done before
+ * it, the last first; a failure after the prepare is said once, by its undo
+ * (everything undone), also for a tree without the interposer (whose prepare
+ * changes nothing); one at CHECKPOINT_DEVICES fails the dump, whose end puts
+ * the tree back; a name of no step fails the dump naming them, nothing
+ * changed. */
 static void pause_step_failing(void)
 {
 	static const struct {
-		const char *name, *undone; /* the undo lines expected, in order */
-		bool plain;                /* no interposer */
+		const char *seq, *name, *undone; /* the undo lines expected, in order */
+		bool plain;                      /* no interposer */
 	} steps[] = {
-		{"check", "", false},
-		{"group", "", false},
-		{"prepare", "group", false},
-		{"lock", "prepare group", false},
-		{"lock", "prepare group", true},
-		{"lokc", NULL, false}, /* (no such step) */
+		{"pause", "check", "", false},
+		{"pause", "group", "", false},
+		{"pause", "prepare", "group", false},
+		{"pause", "lock", "prepare group", false},
+		{"pause", "lock", "prepare group", true},
+		{"pause", "lokc", NULL, false}, /* (no such step) */
+		{"checkpoint", "threads", "", false},
+		{"checkpoint", "native checkpoint", "threads", false},
+		{"checkpoint", "threads back", "threads", false},
+		{"checkpoint", "image", "threads", false},
 	};
 	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
 		struct group g;
@@ -261,7 +267,7 @@ static void pause_step_failing(void)
 			return;
 		char dir[PATH_MAX + 32], *out, env0[64], *extra[] = {env0, NULL};
 		snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
-		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=plugin pause:%s", steps[k].name);
+		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=plugin %s:%s", steps[k].seq, steps[k].name);
 		CHECK(dump(g.root, dir, "host", plugins, false, extra, &out) != 0);
 		free(out);
 		char *log = criu_log(dir, "dump.log"), want[96];
@@ -284,6 +290,8 @@ static void pause_step_failing(void)
 				at = found ? found + strlen(want) : at;
 			}
 			CHECK_EQ(count_of(log, ": undoing"), undos);
+			if (!strcmp(steps[k].seq, "checkpoint"))
+				CHECK_CONTAINS(log, "the dump fails; the tree is put back");
 			if (undos && strstr(steps[k].undone, "prepare")) { /* (said once, by the prepare's undo) */
 				CHECK_CONTAINS(log, "everything undone");
 				CHECK(!contains(log, "nothing changed"));

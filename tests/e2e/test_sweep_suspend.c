@@ -61,6 +61,46 @@ static void sweeps_file(void)
 	CHECK(cases > 0);
 }
 
+/* suspend's steps (src/node/freeze.c; checkpoint's prepare step and the
+ * plugin's hooks run the same rows), each failing in turn
+ * (CUSNAP_FAIL_STEP): the prepare failing is nothing done; any later step is
+ * undone by the prepare's undo alone, once (everything undone); the tree runs
+ * whole after each; a name of no step is refused naming them. */
+static void suspend_step_failing(void)
+{
+	static const char *const steps[] = {"prepare", "lock", "native checkpoint", "alive", "boundry"};
+	char tool_path[PATH_MAX];
+	cusnap_path(tool_path, sizeof(tool_path));
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		struct group g;
+		char what[96], env0[64], pid[16], *out, *env[] = {env0, NULL};
+		snprintf(what, sizeof(what), "suspend's step %s failing", steps[k]);
+		if (group_start(&g, "suspend-steps", 1, 2, false, NULL, NULL, NULL) < 0)
+			return;
+		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=suspend:%s", steps[k]);
+		snprintf(pid, sizeof(pid), "%d", g.root);
+		int rc = tool(&out, env, tool_path, "suspend", "--pid", pid, "--control-dir", g.ctl, NULL);
+		if (!strcmp(steps[k], "boundry")) {
+			if (rc != 64 ||
+			    !contains(out, "(its steps: prepare, boundary, lock, native checkpoint, alive)"))
+				test_fail(__FILE__, __LINE__, "%s: exit %d, the steps not named:\n%s", what, rc, out);
+		} else {
+			bool first = k == 0;
+			const char *says = first ? "nothing done" : "everything undone";
+			if (rc != 1 || !contains(out, says) || !contains(out, "failed on purpose"))
+				test_fail(__FILE__, __LINE__, "%s: exit %d (want 1, saying '%s'):\n%s", what, rc, says,
+					  out);
+			if (count_of(out, ": undoing") != (first ? 0 : 1) ||
+			    (!first && !contains(out, "step prepare: undoing")))
+				test_fail(__FILE__, __LINE__, "%s: not the prepare's undo alone:\n%s", what, out);
+		}
+		free(out);
+		sweep_group_whole(&g, 2, what);
+		group_kill(&g);
+		reap_all();
+	}
+}
+
 int main(void)
 {
 	e2e_init("sweep-suspend");
@@ -68,5 +108,6 @@ int main(void)
 	test_run("the same with a creator that let go: a worker carries", sweeps_let_go);
 	test_run("the resume of contiguous mappings, granted together", sweeps_contiguous);
 	test_run("file content: a fault anywhere in the parent's suspend or resume", sweeps_file);
+	test_run("a failure at each step of suspend: the prepare's undo, once", suspend_step_failing);
 	return e2e_done();
 }
