@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cusnap/digests.h"
 #include "cusnap/json.h"
 #include "cusnap/layout.h"
 
@@ -25,7 +26,8 @@ struct manifest_proc {
 
 /* What a checkpoint recorded, field by field; written by manifest_encode,
  * read back by manifest_parse (its golden JSON: tests/unit/test_manifest.c).
- * The records other modules own are kept as the JSON they wrote. */
+ * The files' digests are decoded (digests.h); the records other modules own
+ * are kept as the JSON they wrote, for them to read. */
 struct manifest {
 	const char *checkpoint_id, *hostname;
 	long long created; /* seconds since the epoch */
@@ -46,14 +48,15 @@ struct manifest {
 	struct {
 		long long host_copies, images;
 	} bytes;
-	const json_t *gpus;          /* devmap_gpus_json(): an array */
-	const json_t *needs;         /* compat_record(): what a restore needs of its machine */
-	const json_t *image_files;   /* images_digest(), or NULL (before the dump's end) */
-	const json_t *content_files; /* content_digest() of file content's files, or NULL (none) */
-	const json_t *network;       /* network_json(), or NULL */
-	const json_t *written_files; /* written_files_json(): the files the tree wrote (an array), or NULL */
-	json_t *root;                /* parsed: what holds the strings above */
-	void *owned;                 /* parsed: the arrays above */
+	const json_t *gpus;                       /* devmap_gpus_json(): an array */
+	const json_t *needs;                      /* compat_record(): what a restore needs of its machine */
+	const struct file_digests *image_files;   /* images_digest(), or NULL (before the dump's end) */
+	const struct file_digests *content_files; /* content_digest() of file content's files, or NULL (none) */
+	const json_t *network;                    /* network_json(), or NULL */
+	const json_t *written_files;  /* written_files_json(): the files the tree wrote (an array), or NULL */
+	json_t *root;                 /* parsed: what holds the strings above */
+	void *owned;                  /* parsed: the arrays above */
+	struct file_digests files[2]; /* parsed: what image_files and content_files point at */
 };
 
 /* m as the manifest's text (indented, ending with a newline), or NULL (out of

@@ -60,9 +60,9 @@ char *manifest_encode(const struct manifest *m, size_t *len)
 			      (json_int_t)m->bytes.host_copies, "images", (json_int_t)m->bytes.images, "needs",
 			      record(m->needs));
 	if (j && m->image_files)
-		json_object_set(j, "image_files", (json_t *)m->image_files);
+		json_object_set_new(j, "image_files", digests_encode(m->image_files));
 	if (j && m->content_files)
-		json_object_set(j, "content_files", (json_t *)m->content_files);
+		json_object_set_new(j, "content_files", digests_encode(m->content_files));
 	if (j && m->network)
 		json_object_set(j, "network", (json_t *)m->network);
 	if (j && m->written_files)
@@ -116,6 +116,23 @@ static int get_record(const json_t *o, const char *key, bool array, const json_t
 	bool ok = array ? json_is_array(v) : json_is_object(v);
 	*out = ok ? v : NULL;
 	return !v || json_is_null(v) || ok ? 0 : (*bad = key, -1);
+}
+
+/* The files' digests under key (none: *out NULL) into *slot. */
+static int get_digests(const json_t *o, const char *key, struct file_digests *slot, const struct file_digests **out,
+		       const char **bad)
+{
+	const json_t *v;
+	char why[300];
+	if (get_record(o, key, false, &v, bad))
+		return -1;
+	*out = NULL;
+	if (!v)
+		return 0;
+	if (digests_decode(v, slot, why, sizeof(why)) < 0)
+		return *bad = key, -1;
+	*out = slot;
+	return 0;
 }
 
 static int procs_from_json(const json_t *a, struct manifest_proc *procs, const char **bad)
@@ -172,8 +189,8 @@ static int fields_from_json(const json_t *root, struct manifest *m, const char *
 	    get_int(bytes, "host_copies", 0, LLONG_MAX, &m->bytes.host_copies, bad) ||
 	    get_int(bytes, "images", 0, LLONG_MAX, &v[3], bad) || get_record(root, "gpus", true, &m->gpus, bad) ||
 	    get_record(root, "needs", false, &m->needs, bad) ||
-	    get_record(root, "image_files", false, &m->image_files, bad) ||
-	    get_record(root, "content_files", false, &m->content_files, bad) ||
+	    get_digests(root, "image_files", &m->files[0], &m->image_files, bad) ||
+	    get_digests(root, "content_files", &m->files[1], &m->content_files, bad) ||
 	    get_record(root, "network", false, &m->network, bad) ||
 	    get_record(root, "written_files", true, &m->written_files, bad) || procs_from_json(procs, m->procs, bad))
 		return -1;
@@ -256,6 +273,8 @@ void manifest_free(struct manifest *m)
 {
 	json_decref(m->root);
 	free(m->owned);
+	digests_free(&m->files[0]);
+	digests_free(&m->files[1]);
 	memset(m, 0, sizeof(*m));
 }
 

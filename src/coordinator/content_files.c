@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/digests.h"
 #include "cusnap/json.h"
 #include "cusnap/layout.h"
 #include "fanout.h"
@@ -92,18 +93,17 @@ void content_files_trim(int dfd, const struct topo_participant *p, size_t n, int
 }
 
 void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
-			   json_t *digests)
+			   struct file_digests *digests)
 {
 	for (size_t i = 0; digests && i < n; i++) {
 		uint32_t crc;
 		struct stat st;
 		if (fds[i] < 0 || !result_u32(&calls[i], F_CRC32C, &crc) || fstat(fds[i], &st) != 0)
 			continue;
-		char name[64], hex[16];
+		char name[64];
 		content_file_name(&p[i].id, name, sizeof(name));
-		snprintf(hex, sizeof(hex), "%08" PRIx32, crc);
-		json_object_set_new(digests, name,
-				    json_pack("{s:I, s:s}", "size", (json_int_t)st.st_size, "crc32c", hex));
+		if (digests_add(digests, name, (uint64_t)st.st_size, crc) < 0)
+			return; /* (out of memory: the others are read) */
 	}
 }
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "coord_client.h"
+#include "cusnap/digests.h"
 #include "cusnap/request.h"
 
 #include "cusnap/state.h"
@@ -54,9 +55,8 @@ struct coord_options {
 	void (*on_warning)(const char *what);
 	const int *device_map; /* restore: device_map[old ordinal] = new ordinal (GPUs remapped) */
 	/* prepare with file content: each file's digest its shim gave (from the
-	 * blocks' CRCs it took on the way) goes into this object, as
-	 * images_digest's form; NULL: not wanted. */
-	struct json_t *content_digests;
+	 * blocks' CRCs it took on the way) is added here; NULL: not wanted. */
+	struct file_digests *content_digests;
 	size_t device_map_len;
 };
 

@@ -73,10 +73,9 @@ long content_files_oversize(const struct topo_participant *p, size_t n, const in
 /* After PREPARE: the files nothing was written to removed (their fds[] -1). */
 void content_files_trim(int dfd, const struct topo_participant *p, size_t n, int *fds);
 /* After PREPARE: each file whose shim said its CRC32C (calls[i]'s F_CRC32C)
- * into digests as {"NAME": {"size": BYTES, "crc32c": "HEX"}}, its size as it
- * stands now. */
+ * added to digests, its size as it stands now. */
 void content_files_digests(const struct call *calls, const struct topo_participant *p, size_t n, const int *fds,
-			   json_t *digests);
+			   struct file_digests *digests);
 /* The file of participant id in directory dfd, read-only, or -1 (none there). */
 int content_file_open(int dfd, const struct cusnap_id *id);
 void content_files_close(int *fds, size_t n);

@@ -168,14 +168,15 @@ struct plugin_state {
 	struct inet_sock *socks; /* dump: the tree's sockets, read while it runs */
 	size_t nsocks;
 	struct helper helper;
-	bool criu_fails;        /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
-	bool restoring;         /* restore: the images are this plugin's */
-	bool dump_failed;       /* dump: CRIU's status was not 0 */
-	double t0;              /* when CRIU loaded the plugin (the operation's start, for the metrics) */
-	struct group *group;    /* dump: the group this dump is one member of (plugin_group.c) */
-	struct freeze fz;       /* dump: the context of the pause's and checkpoint's steps (node.h) */
-	uint64_t *thread_mask;  /* dump: each running restore thread's signal mask, kept to put back */
-	size_t threads_running; /* dump: how many of the restore threads run alone */
+	bool criu_fails;                   /* CRIU's exit status becomes 1 (set once the plugin is kept loaded) */
+	bool restoring;                    /* restore: the images are this plugin's */
+	bool dump_failed;                  /* dump: CRIU's status was not 0 */
+	double t0;                         /* when CRIU loaded the plugin (the operation's start, for the metrics) */
+	struct group *group;               /* dump: the group this dump is one member of (plugin_group.c) */
+	struct freeze fz;                  /* dump: the context of the pause's and checkpoint's steps (node.h) */
+	struct file_digests content_known; /* dump: the content files' digests their shims gave */
+	uint64_t *thread_mask;             /* dump: each running restore thread's signal mask, kept to put back */
+	size_t threads_running;            /* dump: how many of the restore threads run alone */
 };
 extern struct plugin_state P;
 extern struct criu_plugin_desc CR_PLUGIN_DESC __attribute__((visibility("default")));

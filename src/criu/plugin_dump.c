@@ -197,8 +197,8 @@ int pause_devices(int pid)
 	if (dump_refused(pid, rc))
 		return -1; /* (said; nothing changed) */
 	P.root = pid;
-	json_decref(P.rec.content_digests); /* (a pause before, whose dump never ended) */
-	P.rec = (struct record){.root = pid, .dir = P.dir, .content_digests = json_object()};
+	digests_free(&P.content_known); /* (a pause before, whose dump never ended) */
+	P.rec = (struct record){.root = pid, .dir = P.dir, .content_digests = &P.content_known};
 	P.fz = (struct freeze){.t = &P.t,
 			       .rec = &P.rec,
 			       .content = settings_content(&P.conf.s, true),
@@ -360,12 +360,17 @@ static int after_dump(int ret)
 static void write_digests(void)
 {
 	char err[PATH_MAX + 256];
-	json_t *files = images_digest(P.dir, P.rec.content_digests, err, sizeof(err));
-	char *text = files ? json_dumps(files, JSON_COMPACT) : NULL;
-	if (!files || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
+	struct file_digests files;
+	json_t *j = images_digest(P.dir, &P.content_known, &files, err, sizeof(err)) < 0 ? NULL
+											 : digests_encode(&files);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	if (!text)
+		snprintf(err + strlen(err), sizeof(err) - strlen(err), "%s", j ? "out of memory" : "");
+	if (!text || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
 		plugin_say(VOICE_WARN, "%s: the images get no digests", err);
 	free(text);
-	json_decref(files);
+	json_decref(j);
+	digests_free(&files);
 }
 
 /* The dump's tail: a failed dump or -R handed to a helper CRIU waits for. */
@@ -373,7 +378,7 @@ void dump_exit(int ret)
 {
 	if (P.owner == OWNER_MINE && ret == 0 && P.checkpointed)
 		write_digests();
-	json_decref(P.rec.content_digests);
+	digests_free(&P.content_known);
 	P.rec.content_digests = NULL;
 	P.dump_failed = ret != 0;
 	if (P.owner != OWNER_MINE || !P.rec.changed || (ret == 0 && !P.checkpointed)) {

@@ -145,11 +145,15 @@ static int images_whole(void)
 		return 0;
 	}
 	json_error_t je;
-	json_t *files = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	int rc = json_is_object(files)
-			 ? images_verify(P.dir, files, why, sizeof(why))
-			 : (snprintf(why, sizeof(why), "%s: %s", path, files ? "not an object" : je.text), -1);
-	json_decref(files);
+	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	struct file_digests files = {0};
+	char bad[300];
+	int rc = !j ? (snprintf(why, sizeof(why), "%s: %s", path, je.text), -1)
+		 : digests_decode(j, &files, bad, sizeof(bad)) < 0
+			 ? (snprintf(why, sizeof(why), "%s: %.200s", path, bad), -1)
+			 : images_verify(P.dir, &files, why, sizeof(why));
+	json_decref(j);
+	digests_free(&files);
 	if (rc < 0)
 		plugin_say(VOICE_ERROR,
 			   "%s: refusing to restore a damaged checkpoint; restore refused, nothing "

@@ -200,37 +200,34 @@ static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wf
 }
 
 /* The digests for the manifest of the images (content: of file content's
- * files in dir): NULL, warned, when they cannot be read (a restore cannot
- * verify them). */
-static json_t *digest_images(const char *dir, bool content, const json_t *known, uint64_t bytes)
+ * files in dir) into out: true, or false, warned, when they cannot be read (a
+ * restore cannot verify them). */
+static bool digest_images(const char *dir, bool content, const struct file_digests *known, uint64_t bytes,
+			  struct file_digests *out)
 {
 	char err[PATH_MAX + 256];
 	double t0 = now_ms();
 	const char *what = content ? "content file digests" : "image digests";
-	json_t *digests = content ? content_digest(dir, known, err, sizeof(err))
-				  : images_digest(dir, NULL, err, sizeof(err));
-	if (digests) {
-		/* (bytes: all the files'; those whose digest was given are not read) */
-		size_t given = 0;
-		const char *name;
-		json_t *v;
-		json_object_foreach(digests, name, v)
-		{
-			if (json_equal(v, json_object_get(known, name))) {
-				given++;
-				json_int_t size = json_integer_value(json_object_get(v, "size"));
-				bytes -= (uint64_t)size < bytes ? (uint64_t)size : bytes;
-			}
-		}
-		progress(what, now_ms() - t0,
-			 "CRC32C of %zu files (%zu from the CRCs their processes took as they wrote)",
-			 json_object_size(digests), given);
-		progress_bytes(what, bytes);
-	} else {
+	int rc = content ? content_digest(dir, known, out, err, sizeof(err))
+			 : images_digest(dir, NULL, out, err, sizeof(err));
+	if (rc < 0) {
 		voice(VOICE_WARN, "%s: the %s get no digests (a restore cannot verify them)", err,
 		      content ? "files of file content" : "images");
+		return false;
 	}
-	return digests;
+	/* (bytes: all the files'; those whose digest was given are not read) */
+	size_t given = 0;
+	for (size_t i = 0; i < out->n; i++) {
+		const struct file_digest *k = digests_find(known, out->f[i].name);
+		if (k && k->size == out->f[i].size && k->crc32c == out->f[i].crc32c) {
+			given++;
+			bytes -= k->size < bytes ? k->size : bytes;
+		}
+	}
+	progress(what, now_ms() - t0, "CRC32C of %zu files (%zu from the CRCs their processes took as they wrote)",
+		 out->n, given);
+	progress_bytes(what, bytes);
+	return true;
 }
 
 /* ---- the checkpoint as one list of steps (DESIGN.md §9) ---- */
@@ -243,8 +240,10 @@ struct ckpt {
 	struct tree t;
 	struct record rec;
 	struct network net;
-	json_t *digests, *content, *net_json;
-	json_t *content_known; /* the content files' digests their shims gave at PREPARE */
+	json_t *net_json;
+	struct file_digests digests, content; /* the images', file content's files' (after the dump) */
+	bool have_digests, have_content;
+	struct file_digests content_known; /* the content files' digests their shims gave at PREPARE */
 	bool loaded, vmm;
 	bool prepared;      /* the tree was suspended: a failure resumes it (finish()) */
 	bool settled;       /* past undo: the tree dumped and gone, or released after --leave-running */
@@ -351,7 +350,7 @@ static int ck_prepare(void *ctx)
 	c->rec = (struct record){.root = c->t.procs[0].pid,
 				 .dir = c->work,
 				 .dirfd = c->wfd,
-				 .content_digests = c->content_known};
+				 .content_digests = &c->content_known};
 	int rc = tree_suspend(&c->t, &c->rec, settings_content(c->a->s, true), &cr);
 	if (rc)
 		return rc;
@@ -426,9 +425,9 @@ static int ck_dump(void *ctx)
 static int ck_digests(void *ctx)
 {
 	struct ckpt *c = ctx;
-	c->digests = digest_images(c->images, false, NULL, c->r->image_bytes);
+	c->have_digests = digest_images(c->images, false, NULL, c->r->image_bytes, &c->digests);
 	if (c->vmm && settings_content(c->a->s, true) == PROTO_CONTENT_FILE)
-		c->content = digest_images(c->work, true, c->content_known, c->r->bytes_copied);
+		c->have_content = digest_images(c->work, true, &c->content_known, c->r->bytes_copied, &c->content);
 	if (!c->a->leave_running) {
 		dumped_tree_gone(&c->t);
 		network_after_dump(&c->net, c->log);
@@ -471,7 +470,8 @@ static int ck_publish(void *ctx)
 	const struct args *a = c->a;
 	char err[PATH_MAX + 200];
 	if (manifest_write(c->wfd, &c->t, a->pid, settings_content(a->s, true), c->vmm, a->leave_running, c->criu,
-			   c->argv, c->r, c->digests, c->content, c->net_json, c->net.written_json) < 0)
+			   c->argv, c->r, c->have_digests ? &c->digests : NULL, c->have_content ? &c->content : NULL,
+			   c->net_json, c->net.written_json) < 0)
 		voice(VOICE_WARN,
 		      "cannot rewrite %s with the images' digests: the one written before the dump stands, and a "
 		      "restore cannot verify the images",
@@ -508,13 +508,13 @@ static int checkpoint_into(const struct args *a, int dfd, struct checkpoint_resu
 	struct ckpt *c = calloc(1, sizeof(*c));
 	if (!c)
 		return fail(EX_LEFT_RUNNING, "checkpoint: out of memory; nothing done");
-	*c = (struct ckpt){.a = a, .r = r, .dfd = dfd, .wfd = -1, .start = now_ms(), .content_known = json_object()};
+	*c = (struct ckpt){.a = a, .r = r, .dfd = dfd, .wfd = -1, .start = now_ms()};
 	size_t at;
 	int rc = steps_run(&checkpoint_sequence, c, &at);
 	close(c->wfd);
-	json_decref(c->digests);
-	json_decref(c->content);
-	json_decref(c->content_known);
+	digests_free(&c->digests);
+	digests_free(&c->content);
+	digests_free(&c->content_known);
 	json_decref(c->net_json);
 	network_free(&c->net);
 	if (c->loaded)

@@ -146,6 +146,7 @@ int network_lock_inspect(const struct manifest *m, bool unlock, FILE *out);
  * sockets (network_json); written: the files it writes (written_files_json). */
 int manifest_write(int dfd, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images, const json_t *files, const json_t *net, const json_t *written);
+		   const struct file_digests *images, const struct file_digests *files, const json_t *net,
+		   const json_t *written);
 
 #endif

@@ -45,7 +45,7 @@ static int inspect_verify(const char *dir)
 		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
 	if (!rc)
 		progress("verify", now_ms() - t0, "every byte of %zu images and %zu files of file content as written",
-			 json_object_size(m.image_files), m.content_files ? json_object_size(m.content_files) : 0);
+			 m.image_files->n, m.content_files ? m.content_files->n : 0);
 	manifest_free(&m);
 	return rc;
 }

@@ -16,7 +16,8 @@
 
 int manifest_write(int dfd, const struct tree *t, pid_t root, enum proto_content content, bool prepared,
 		   bool leave_running, const char *criu, char *const dump_argv[], const struct checkpoint_result *r,
-		   const json_t *images, const json_t *files, const json_t *net, const json_t *written)
+		   const struct file_digests *images, const struct file_digests *files, const json_t *net,
+		   const json_t *written)
 {
 	char version[64], hostname[256] = "", id[ID_HEX_LEN + 1], here[PATH_MAX];
 	criu_version(criu, version, sizeof(version));

@@ -106,7 +106,7 @@ static int pids_free(const struct manifest *m)
  * (reported) with nothing done. */
 static int images_whole(const struct manifest *m, const char *dir, bool content)
 {
-	const json_t *files = content ? m->content_files : m->image_files;
+	const struct file_digests *files = content ? m->content_files : m->image_files;
 	const char *what = content ? "files of file content" : "images";
 	if (!files) {
 		if (content && (!m->prepared || !m->content || strcmp(m->content, "file") != 0))
@@ -120,11 +120,7 @@ static int images_whole(const struct manifest *m, const char *dir, bool content)
 	char why[PATH_MAX + 256];
 	const char *label = content ? "verify content files" : "verify images";
 	double t0 = now_ms();
-	uint64_t bytes = 0;
-	const char *name;
-	const json_t *f;
-	/* (the bytes read: the images'; file content's sizes only) */
-	json_object_foreach((json_t *)files, name, f) bytes += content ? 0 : (uint64_t)json_member_number(f, "size", 0);
+	uint64_t bytes = content ? 0 : digests_bytes(files); /* (read: the images'; file content's sizes only) */
 	struct ticker *k = ticker_start(content ? "(verify content files)" : "(verify images)", bytes, NULL, NULL);
 	int rc = content ? content_verify(dir, files, false, why, sizeof(why))
 			 : images_verify(dir, files, why, sizeof(why));
@@ -133,11 +129,10 @@ static int images_whole(const struct manifest *m, const char *dir, bool content)
 		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
 	if (content) { /* (the bytes are checked block by block as they are copied back: not read twice) */
 		progress(label, now_ms() - t0,
-			 "%zu files of the sizes written; each block's CRC32C checked as it is copied back",
-			 json_object_size(files));
+			 "%zu files of the sizes written; each block's CRC32C checked as it is copied back", files->n);
 		return 0;
 	}
-	progress(label, now_ms() - t0, "%zu files as written", json_object_size(files));
+	progress(label, now_ms() - t0, "%zu files as written", files->n);
 	progress_bytes(label, bytes);
 	return 0;
 }

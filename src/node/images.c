@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cusnap/crc32c.h"
+#include "cusnap/digests.h"
 #include "cusnap/json.h"
 #include "cusnap/layout.h"
 #include "internal.h"
@@ -96,26 +97,21 @@ struct digest {
 struct digest_run {
 	int dfd;
 	struct digest *d;
-	size_t n, next;      /* next: the first not taken (atomically) */
-	const json_t *known; /* digests given (NULL: none) */
+	size_t n, next;                   /* next: the first not taken (atomically) */
+	const struct file_digests *known; /* digests given (NULL: none) */
 };
 
 /* d's digest from known, when it has one for a regular file of the size d's
  * file is now: true. (Only read here: the threads share it.) */
-static bool digest_known(int dfd, const json_t *known, struct digest *d)
+static bool digest_known(int dfd, const struct file_digests *known, struct digest *d)
 {
-	const json_t *k = known ? json_object_get(known, d->name) : NULL;
-	const char *hex = k ? json_string_value(json_object_get(k, "crc32c")) : NULL;
-	char *end;
-	unsigned long crc = hex ? strtoul(hex, &end, 16) : 0;
-	if (!hex || *end || end == hex || crc > UINT32_MAX)
-		return false;
+	const struct file_digest *k = digests_find(known, d->name);
 	struct stat st;
-	if (fstatat(dfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-	    (json_int_t)st.st_size != json_integer_value(json_object_get(k, "size")))
+	if (!k || fstatat(dfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != k->size)
 		return false;
-	d->size = (uint64_t)st.st_size;
-	d->crc = (uint32_t)crc;
+	d->size = k->size;
+	d->crc = k->crc32c;
 	d->rc = 0;
 	return true;
 }
@@ -145,7 +141,7 @@ static void *digest_worker(void *arg)
 
 /* Every d[i] digested (known: digests given, NULL: none), files at once on
  * the machine's cores (at most 16). */
-static void digest_all(int dfd, struct digest *d, size_t n, const json_t *known)
+static void digest_all(int dfd, struct digest *d, size_t n, const struct file_digests *known)
 {
 	struct digest_run run = {.dfd = dfd, .d = d, .n = n, .known = known};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -198,64 +194,57 @@ static ssize_t names_of(int dfd, bool (*digested)(const char *), struct digest *
 	return (ssize_t)n;
 }
 
-static void digests_free(struct digest *d, size_t n)
+static void digest_list_free(struct digest *d, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		free(d[i].name);
 	free(d);
 }
 
-static json_t *files_digest(const char *images, bool (*digested)(const char *), const json_t *known, char *err,
-			    size_t errlen)
+static int files_digest(const char *images, bool (*digested)(const char *), const struct file_digests *known,
+			struct file_digests *out, char *err, size_t errlen)
 {
+	memset(out, 0, sizeof(*out));
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	struct digest *d = NULL;
 	ssize_t n = dfd < 0 ? -1 : names_of(dfd, digested, &d);
-	json_t *files = n < 0 ? NULL : json_object();
-	if (!files) {
+	int rc = n < 0 ? -1 : 0;
+	if (rc < 0)
 		snprintf(err, errlen, "cannot read %s: %s", images, strerror(errno ? errno : ENOMEM));
-		goto out;
-	}
-	digest_all(dfd, d, (size_t)n, known);
-	for (ssize_t i = 0; i < n && files; i++) {
+	else
+		digest_all(dfd, d, (size_t)n, known);
+	for (ssize_t i = 0; rc == 0 && i < n; i++) {
 		if (d[i].rc == -EINVAL)
 			continue; /* not a regular file: CRIU makes none */
-		if (d[i].rc < 0) {
-			snprintf(err, errlen, "cannot read %s/%s: %s", images, d[i].name, strerror(-d[i].rc));
-			json_decref(files);
-			files = NULL;
-			break;
-		}
-		char hex[16];
-		snprintf(hex, sizeof(hex), "%08" PRIx32, d[i].crc);
-		json_object_set_new(files, d[i].name,
-				    json_pack("{s:I, s:s}", "size", (json_int_t)d[i].size, "crc32c", hex));
+		if (d[i].rc < 0)
+			rc = -1, snprintf(err, errlen, "cannot read %s/%s: %s", images, d[i].name, strerror(-d[i].rc));
+		else if (digests_add(out, d[i].name, d[i].size, d[i].crc) < 0)
+			rc = -1, snprintf(err, errlen, "out of memory");
 	}
-out:
+	if (rc < 0)
+		digests_free(out);
 	if (n > 0)
-		digests_free(d, (size_t)n);
+		digest_list_free(d, (size_t)n);
 	if (dfd >= 0)
 		close(dfd);
-	return files;
+	return rc;
 }
 
-static int files_verify(const char *images, const json_t *files, bool (*digested)(const char *), bool bytes, char *why,
-			size_t len)
+static int files_verify(const char *images, const struct file_digests *files, bool (*digested)(const char *),
+			bool bytes, char *why, size_t len)
 {
 	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	size_t n = 0;
-	const char *name;
-	json_t *want;
-	struct digest *d = calloc(json_object_size(files) + 1, sizeof(*d));
+	struct digest *d = calloc(files->n + 1, sizeof(*d));
 	int rc = -1;
 	if (dfd < 0 || !d) {
 		snprintf(why, len, "cannot read %s: %s", images, strerror(errno ? errno : ENOMEM));
 		goto out;
 	}
-	json_object_foreach((json_t *)files, name, want)
-	{
-		if (strchr(name, '/') || !digested(name) || !json_string_value(json_object_get(want, "crc32c"))) {
-			snprintf(why, len, "the manifest's digest of %s is malformed", name);
+	for (size_t i = 0; i < files->n; i++) {
+		const char *name = files->f[i].name;
+		if (!digested(name)) {
+			snprintf(why, len, "the digests name %s, which is none of the checkpoint's files", name);
 			goto out;
 		}
 		if (!(d[n++].name = strdup(name))) {
@@ -268,24 +257,21 @@ static int files_verify(const char *images, const json_t *files, bool (*digested
 	}
 	digest_all(dfd, d, n, NULL);
 	for (size_t i = 0; i < n; i++) {
-		want = json_object_get(files, d[i].name);
-		json_int_t want_size = json_integer_value(json_object_get(want, "size"));
-		const char *want_crc = json_string_value(json_object_get(want, "crc32c"));
-		char hex[16];
+		const struct file_digest *want = &files->f[i];
 		if (d[i].rc < 0) {
 			snprintf(why, len, "%s/%s: %s", images, d[i].name,
 				 d[i].rc == -EINVAL ? "not a regular file" : strerror(-d[i].rc));
 			goto out;
 		}
-		snprintf(hex, sizeof(hex), "%08" PRIx32, d[i].crc);
-		if ((json_int_t)d[i].size != want_size) {
-			snprintf(why, len, "%s/%s is %" PRIu64 " bytes, the checkpoint wrote %lld (truncated or grown)",
-				 images, d[i].name, d[i].size, (long long)want_size);
+		if (d[i].size != want->size) {
+			snprintf(why, len,
+				 "%s/%s is %" PRIu64 " bytes, the checkpoint wrote %" PRIu64 " (truncated or grown)",
+				 images, d[i].name, d[i].size, want->size);
 			goto out;
 		}
-		if (!d[i].size_only && strcmp(hex, want_crc) != 0) {
-			snprintf(why, len, "%s/%s is damaged: CRC32C %s, the checkpoint recorded %s", images, d[i].name,
-				 hex, want_crc);
+		if (!d[i].size_only && d[i].crc != want->crc32c) {
+			snprintf(why, len, "%s/%s is damaged: CRC32C %08" PRIx32 ", the checkpoint recorded %08" PRIx32,
+				 images, d[i].name, d[i].crc, want->crc32c);
 			goto out;
 		}
 	}
@@ -294,37 +280,39 @@ static int files_verify(const char *images, const json_t *files, bool (*digested
 	ssize_t m = names_of(dfd, digested, &all);
 	rc = m < 0 ? (snprintf(why, len, "cannot read %s", images), -1) : 0;
 	for (ssize_t i = 0; rc == 0 && i < m; i++)
-		if (!json_object_get(files, all[i].name)) {
+		if (!digests_find(files, all[i].name)) {
 			snprintf(why, len, "%s/%s has no digest: the record does not cover the files as written",
 				 images, all[i].name);
 			rc = -1;
 		}
 	if (m > 0)
-		digests_free(all, (size_t)m);
+		digest_list_free(all, (size_t)m);
 out:
 	if (d)
-		digests_free(d, n);
+		digest_list_free(d, n);
 	if (dfd >= 0)
 		close(dfd);
 	return rc;
 }
 
-json_t *images_digest(const char *images, const json_t *known, char *err, size_t errlen)
+int images_digest(const char *images, const struct file_digests *known, struct file_digests *out, char *err,
+		  size_t errlen)
 {
-	return files_digest(images, image_file, known, err, errlen);
+	return files_digest(images, image_file, known, out, err, errlen);
 }
 
-int images_verify(const char *images, const json_t *files, char *why, size_t len)
+int images_verify(const char *images, const struct file_digests *files, char *why, size_t len)
 {
 	return files_verify(images, files, image_file, false, why, len);
 }
 
-json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen)
+int content_digest(const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
+		   size_t errlen)
 {
-	return files_digest(dir, layout_content_name, known, err, errlen);
+	return files_digest(dir, layout_content_name, known, out, err, errlen);
 }
 
-int content_verify(const char *dir, const json_t *files, bool bytes, char *why, size_t len)
+int content_verify(const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len)
 {
 	return files_verify(dir, files, layout_content_name, bytes, why, len);
 }

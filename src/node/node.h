@@ -12,6 +12,7 @@
 
 #include <cuda.h>
 
+#include "cusnap/digests.h"
 #include "cusnap/exitcodes.h"
 #include "cusnap/layout.h"
 #include "cusnap/log.h"
@@ -90,21 +91,22 @@ typedef struct json_t json_t;
 /* ---- images.c: the CRIU images' digests ---- */
 /* The plugin's record of them, in the images directory (never digested itself). */
 #define IMAGES_DIGESTS "cusnap-digests.json"
-/* Every image file of directory images (CRIU's logs and statistics excepted)
- * as {"NAME": {"size": BYTES, "crc32c": "HEX"}} (new reference), or NULL with
- * err. known (NULL: none): digests of some of them in that form, taken as they
- * are for each file of the size recorded there (file content's, from the CRCs
- * its process took while it wrote the file), the others read. */
-json_t *images_digest(const char *images, const json_t *known, char *err, size_t errlen);
-/* Does every file of files (images_digest's form) have its recorded size and
- * CRC32C, and is every image file recorded? 0, or -1 with why naming the
- * first that is not. */
-int images_verify(const char *images, const json_t *files, char *why, size_t len);
+/* Every image file of directory images (CRIU's logs and statistics excepted),
+ * its size and CRC32C, into out: 0, or -1 with err. known (NULL: none): digests
+ * of some of them, taken as they are for each file of the size recorded there
+ * (file content's, from the CRCs its process took while it wrote the file),
+ * the others read. */
+int images_digest(const char *images, const struct file_digests *known, struct file_digests *out, char *err,
+		  size_t errlen);
+/* Does every file of files have its recorded size and CRC32C, and is every
+ * image file recorded? 0, or -1 with why naming the first that is not. */
+int images_verify(const char *images, const struct file_digests *files, char *why, size_t len);
 /* The same for the files of file content in a state directory (nothing else
  * there); content_verify checks their sizes only unless bytes (a restore
  * checks each block's CRC32C as it copies it back). */
-json_t *content_digest(const char *dir, const json_t *known, char *err, size_t errlen);
-int content_verify(const char *dir, const json_t *files, bool bytes, char *why, size_t len);
+int content_digest(const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
+		   size_t errlen);
+int content_verify(const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len);
 /* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
@@ -444,9 +446,9 @@ struct record {
 	int dirfd;       /* dir, open: the caller's handle on it (0: none; dir opened where needed) */
 	bool changed;    /* prepare or a native step began: there may be something to undo */
 	bool stuck;      /* a native call did not return: nothing can be undone until it does */
-	/* file content: an object prepare puts the digests of the files their
-	 * shims gave into (content_digest's known); NULL: not wanted */
-	json_t *content_digests;
+	/* file content: where prepare puts the digests of the files their shims
+	 * gave (content_digest's known); NULL: not wanted */
+	struct file_digests *content_digests;
 };
 /* The command failed (fmt says what): undo what rec records (tree_recover),
  * check every process, and report. Exit 1 only when every CUDA process is

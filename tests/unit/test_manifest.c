@@ -83,8 +83,9 @@ static void golden_text(void)
 	struct manifest_proc procs[] = {{4242, 1, true, true, "/run/ctl/endpoint-1.sock"}, {4243, 2, false, false, ""}};
 	const char *args[] = {"dump", "-t", "4242", "--network-lock", "nftables"};
 	json_t *gpus = json_pack("[s]", "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"),
-	       *needs = json_pack("{s:i}", "driver", 13000),
-	       *files = json_pack("{s:{s:i, s:s}}", "pages-1.img", "size", 4096, "crc32c", "e3069283");
+	       *needs = json_pack("{s:i}", "driver", 13000);
+	struct file_digests files = {0};
+	CHECK_EQ(digests_add(&files, "pages-1.img", 4096, 0xe3069283u), 0);
 	struct manifest m = {.checkpoint_id = ID,
 			     .hostname = "node-a",
 			     .created = 1796000000,
@@ -104,7 +105,7 @@ static void golden_text(void)
 			     .bytes = {1LL << 30, 2LL << 30},
 			     .gpus = gpus,
 			     .needs = needs,
-			     .image_files = files};
+			     .image_files = &files};
 	size_t len = 0;
 	char *text = manifest_encode(&m, &len);
 	CHECK(text != NULL);
@@ -115,7 +116,7 @@ static void golden_text(void)
 	free(text);
 	json_decref(gpus);
 	json_decref(needs);
-	json_decref(files);
+	digests_free(&files);
 }
 
 static void read_back(void)
@@ -148,7 +149,10 @@ static void read_back(void)
 	CHECK(m.bytes.host_copies == 1LL << 30 && m.bytes.images == 2LL << 30);
 	CHECK_STR(json_string_value(json_array_get(m.gpus, 0)), "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0");
 	CHECK_EQ(json_integer_value(json_object_get(m.needs, "driver")), 13000);
-	CHECK(json_object_get(m.image_files, "pages-1.img") != NULL);
+	/* The files' digests decoded once, into the struct the restore reads. */
+	const struct file_digest *f = m.image_files ? digests_find(m.image_files, "pages-1.img") : NULL;
+	CHECK(m.image_files && m.image_files->n == 1 && f && f->size == 4096 && f->crc32c == 0xe3069283u);
+	CHECK(m.content_files == NULL);
 	CHECK(m.network == NULL);
 	/* Written again: the same bytes. */
 	size_t len = 0;
@@ -194,6 +198,10 @@ static void wrong_types(void)
 		"\"processes\": [], \"gpus\": {\"count\": 1}",
 		"\"processes\": [], \"needs\": [1]",
 		"\"processes\": [], \"image_files\": \"x\"",
+		"\"processes\": [], \"image_files\": {\"a\": {\"size\": 1, \"crc32c\": \"E3069283\"}}",
+		"\"processes\": [], \"image_files\": {\"a/b\": {\"size\": 1, \"crc32c\": \"e3069283\"}}",
+		"\"processes\": [], \"content_files\": {\"a\": {\"size\": -1, \"crc32c\": \"e3069283\"}}",
+		"\"processes\": [], \"content_files\": {\"a\": {\"size\": 1}}",
 		"\"processes\": [], \"control_dir_here\": 3",
 	};
 	struct manifest m;
