@@ -79,24 +79,25 @@ int freeze_boundary(void *ctx)
 	return rc < 0 ? f->failed(f, err) : 0;
 }
 
-int freeze_lock(void *ctx)
+/* A native step over the tree, under its ticker. */
+static int native_row(struct freeze *f, const char *label,
+		      int (*step)(struct tree *t, struct record *rec, char *err, size_t errlen))
 {
-	struct freeze *f = ctx;
 	char err[1600] = "";
-	struct ticker *k = ticker_if(f, "(native lock)");
-	int rc = native_lock(f->t, f->rec, err, sizeof(err));
+	struct ticker *k = ticker_if(f, label);
+	int rc = step(f->t, f->rec, err, sizeof(err));
 	ticker_stop(k);
 	return rc < 0 ? f->failed(f, err) : 0;
 }
 
+int freeze_lock(void *ctx)
+{
+	return native_row(ctx, "(native lock)", native_lock);
+}
+
 int freeze_checkpoint(void *ctx)
 {
-	struct freeze *f = ctx;
-	char err[1600] = "";
-	struct ticker *k = ticker_if(f, "(native checkpoint)");
-	int rc = native_checkpoint(f->t, f->rec, err, sizeof(err));
-	ticker_stop(k);
-	return rc < 0 ? f->failed(f, err) : 0;
+	return native_row(ctx, "(native checkpoint)", native_checkpoint);
 }
 
 /* The tree as recorded: a CUDA process that died on the way is no suspended
