@@ -64,6 +64,11 @@ void plugin_metrics(const char *op, int code)
 		plugin_say(VOICE_WARN, "metrics not written: %s", why);
 }
 
+int criu_images_fd(void)
+{
+	return criu_get_image_dir ? criu_get_image_dir() : -1;
+}
+
 int images_dir(char *out, size_t len)
 {
 	char link[64];

@@ -185,6 +185,9 @@ extern struct criu_plugin_desc CR_PLUGIN_DESC __attribute__((visibility("default
 /* metrics_dir: the dump's or restore's result for node_exporter (a warning
  * when it cannot be written). */
 void plugin_metrics(const char *op, int code);
+/* CRIU's descriptor of the images directory (-1: none), which the plugin
+ * reads and writes its files through. */
+int criu_images_fd(void);
 /* The images directory's path, from CRIU's descriptor of it: 0 or -1. */
 int images_dir(char *out, size_t len);
 /* The settings (P.conf.s, the one struct the node library is given): the

@@ -361,12 +361,13 @@ static void write_digests(void)
 {
 	char err[PATH_MAX + 256];
 	struct file_digests files;
-	json_t *j = images_digest(P.dir, &P.content_known, &files, err, sizeof(err)) < 0 ? NULL
-											 : digests_encode(&files);
+	json_t *j = images_digest(criu_images_fd(), P.dir, &P.content_known, &files, err, sizeof(err)) < 0
+			    ? NULL
+			    : digests_encode(&files);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (!text)
 		snprintf(err + strlen(err), sizeof(err) - strlen(err), "%s", j ? "out of memory" : "");
-	if (!text || atomic_write_text(-1, P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
+	if (!text || atomic_write_text(criu_images_fd(), P.dir, IMAGES_DIGESTS, text, 0600, err, sizeof(err)) < 0)
 		plugin_say(VOICE_WARN, "%s: the images get no digests", err);
 	free(text);
 	json_decref(j);

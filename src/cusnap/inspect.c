@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cusnap inspect: a tree's CUDA processes, what they share, a command working
  * on it or what an interrupted one left; or a checkpoint directory. */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cusnap.h"
@@ -32,21 +35,30 @@ static int inspect_verify(const char *dir)
 {
 	struct manifest m;
 	char err[PATH_MAX + 600], images[PATH_MAX + 16];
-	if (manifest_load(dir, &m, err, sizeof(err)) < 0)
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* (read only: a link to it is fine) */
+	if (dfd < 0)
+		return fail(EX_USAGE, "--verify: %s: %s", dir, strerror(errno));
+	if (manifest_load_at(dfd, dir, &m, err, sizeof(err)) < 0) {
+		close(dfd);
 		return fail(EX_USAGE, "--verify: %s", err);
+	}
 	snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
+	int ifd = images_dir_open(dfd, LAYOUT_IMAGES);
 	double t0 = now_ms();
 	int rc = 0;
 	if (!m.image_files)
 		rc = fail(EX_LEFT_RUNNING, "--verify: the manifest of %s has no digests of its images", dir);
-	else if (images_verify(images, m.image_files, err, sizeof(err)) < 0)
+	else if (images_verify(ifd, images, m.image_files, err, sizeof(err)) < 0)
 		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
-	else if (m.content_files && content_verify(dir, m.content_files, true, err, sizeof(err)) < 0)
+	else if (m.content_files && content_verify(dfd, dir, m.content_files, true, err, sizeof(err)) < 0)
 		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
 	if (!rc)
 		progress("verify", now_ms() - t0, "every byte of %zu images and %zu files of file content as written",
 			 m.image_files->n, m.content_files ? m.content_files->n : 0);
 	manifest_free(&m);
+	if (ifd >= 0)
+		close(ifd);
+	close(dfd);
 	return rc;
 }
 

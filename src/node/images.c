@@ -201,11 +201,11 @@ static void digest_list_free(struct digest *d, size_t n)
 	free(d);
 }
 
-static int files_digest(const char *images, bool (*digested)(const char *), const struct file_digests *known,
+static int files_digest(int dfd, const char *images, bool (*digested)(const char *), const struct file_digests *known,
 			struct file_digests *out, char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
-	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	errno = dfd < 0 ? EBADF : 0;
 	struct digest *d = NULL;
 	ssize_t n = dfd < 0 ? -1 : names_of(dfd, digested, &d);
 	int rc = n < 0 ? -1 : 0;
@@ -225,15 +225,13 @@ static int files_digest(const char *images, bool (*digested)(const char *), cons
 		digests_free(out);
 	if (n > 0)
 		digest_list_free(d, (size_t)n);
-	if (dfd >= 0)
-		close(dfd);
 	return rc;
 }
 
-static int files_verify(const char *images, const struct file_digests *files, bool (*digested)(const char *),
+static int files_verify(int dfd, const char *images, const struct file_digests *files, bool (*digested)(const char *),
 			bool bytes, char *why, size_t len)
 {
-	int dfd = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	errno = dfd < 0 ? EBADF : 0;
 	size_t n = 0;
 	struct digest *d = calloc(files->n + 1, sizeof(*d));
 	int rc = -1;
@@ -290,29 +288,32 @@ static int files_verify(const char *images, const struct file_digests *files, bo
 out:
 	if (d)
 		digest_list_free(d, n);
-	if (dfd >= 0)
-		close(dfd);
 	return rc;
 }
 
-int images_digest(const char *images, const struct file_digests *known, struct file_digests *out, char *err,
+int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out, char *err,
 		  size_t errlen)
 {
-	return files_digest(images, image_file, known, out, err, errlen);
+	return files_digest(dfd, images, image_file, known, out, err, errlen);
 }
 
-int images_verify(const char *images, const struct file_digests *files, char *why, size_t len)
+int images_verify(int dfd, const char *images, const struct file_digests *files, char *why, size_t len)
 {
-	return files_verify(images, files, image_file, false, why, len);
+	return files_verify(dfd, images, files, image_file, false, why, len);
 }
 
-int content_digest(const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
+int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
 		   size_t errlen)
 {
-	return files_digest(dir, layout_content_name, known, out, err, errlen);
+	return files_digest(dfd, dir, layout_content_name, known, out, err, errlen);
 }
 
-int content_verify(const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len)
+int content_verify(int dfd, const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len)
 {
-	return files_verify(dir, files, layout_content_name, bytes, why, len);
+	return files_verify(dfd, dir, files, layout_content_name, bytes, why, len);
+}
+
+int images_dir_open(int dir, const char *name)
+{
+	return openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
