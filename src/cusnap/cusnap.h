@@ -131,8 +131,9 @@ struct manifest;
  * 0, or the exit code (reported) with nothing done. */
 int network_ports_free(const struct manifest *m);
 /* Before a restore creates anything: the files the tree wrote as the dump left
- * them (written_files_ready); 0, or the exit code (reported), nothing done. */
-int network_files_ready(const struct manifest *m);
+ * them (written_files_ready: those set aside added to done, to put back if the
+ * restore fails); 0, or the exit code (reported), nothing done. */
+int network_files_ready(const struct manifest *m, struct set_aside *done);
 /* After a restore: CRIU's lock of the dump, left in the dump's network
  * namespace when the tree was restored in another one, removed there (said). */
 void network_lock_lifted(const struct manifest *m);

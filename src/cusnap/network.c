@@ -117,10 +117,10 @@ int network_ports_free(const struct manifest *m)
 	return 0;
 }
 
-int network_files_ready(const struct manifest *m)
+int network_files_ready(const struct manifest *m, struct set_aside *done)
 {
 	char why[PATH_MAX + 400];
-	if (m->written_files && written_files_ready(m->written_files, why, sizeof(why)) < 0)
+	if (m->written_files && written_files_ready(m->written_files, done, why, sizeof(why)) < 0)
 		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	return 0;
 }

@@ -166,8 +166,6 @@ static int restore_ready(const struct args *a, int dfd, struct manifest *m, stru
 		rc = pids_free(m);
 	if (!rc)
 		rc = network_ports_free(m);
-	if (!rc)
-		rc = network_files_ready(m);
 	if (rc)
 		manifest_free(m);
 	return rc;
@@ -281,7 +279,8 @@ struct rstr {
 	struct settings s; /* the caller's, with the control directory the checkpoint recorded */
 	struct tree t;
 	bool have_manifest, loaded;
-	pid_t root; /* the restored tree's root, once CRIU made it */
+	struct set_aside aside; /* the grown files the tree wrote, set aside before CRIU ran */
+	pid_t root;             /* the restored tree's root, once CRIU made it */
 	char criu[PATH_MAX];
 };
 
@@ -300,6 +299,20 @@ static int rs_check(void *ctx)
 	int rc = restore_ready(c->a, c->dfd, &c->m, &c->map, c->criu);
 	c->have_manifest = rc == 0;
 	return rc;
+}
+
+/* The files the tree wrote as the dump left them (a grown one set aside);
+ * the undo puts those back. */
+static int rs_files(void *ctx)
+{
+	struct rstr *c = ctx;
+	return network_files_ready(&c->m, &c->aside);
+}
+
+static int rs_files_undo(void *ctx, int code)
+{
+	written_files_put_back(&((struct rstr *)ctx)->aside);
+	return code;
 }
 
 static int rs_criu(void *ctx)
@@ -358,9 +371,8 @@ static int rs_release(void *ctx)
 }
 
 static const struct step restore_steps[] = {
-	{"check", NULL, rs_check, NULL},
-	{"criu restore", NULL, rs_criu, rs_kill},
-	{"find", NULL, rs_find, NULL},
+	{"check", NULL, rs_check, NULL},          {"files", NULL, rs_files, rs_files_undo},
+	{"criu restore", NULL, rs_criu, rs_kill}, {"find", NULL, rs_find, NULL},
 	{"release", NULL, rs_release, NULL},
 };
 
@@ -386,6 +398,7 @@ static int restore_from(const struct args *a, int dfd, struct checkpoint_result 
 		tree_free(&c->t);
 	if (c->have_manifest)
 		manifest_free(&c->m);
+	free(c->aside.f); /* (restored: what was set aside stays aside) */
 	free(c);
 	return rc;
 }

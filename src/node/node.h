@@ -225,9 +225,21 @@ void written_files_sized(struct written_files *w);
 /* The manifest's record (an array; the caller owns it). */
 json_t *written_files_json(const struct written_files *w);
 void written_files_free(struct written_files *w);
+/* The grown files a restore set aside, to put back if it fails. */
+struct set_aside {
+	struct set_aside_file {
+		char path[PATH_MAX], aside[PATH_MAX + 64];
+		unsigned uid, gid;
+	} * f;
+	size_t n;
+};
 /* Before CRIU restores: each recorded file as the dump left it, a grown one set
- * aside and made again (as its owner). 0, or -1 with why naming the file. */
-int written_files_ready(const json_t *rec, char *why, size_t len);
+ * aside and made again (as its owner), added to done. 0, or -1 with why naming
+ * the file (those this call set aside put back). */
+int written_files_ready(const json_t *rec, struct set_aside *done, char *why, size_t len);
+/* A restore failed: each file it set aside back in its place, whole as it had
+ * grown (as its owner; said); done emptied. */
+void written_files_put_back(struct set_aside *done);
 
 /* ---- settings.c: the rows of settings.def ---- */
 struct setting;

@@ -160,65 +160,134 @@ static int put_back_as_owner(const char *path, unsigned long long want, const ch
 	return close(out) == 0 ? 0 : 1;
 }
 
-/* One recorded file made ready: 0, or -1 with why. */
-static int file_ready(const char *path, unsigned uid, unsigned gid, unsigned long long want, char *why, size_t len)
+/* In a child with credentials uid and gid (when root), fn(arg) its exit
+ * status, its stdout into out (len; "" when none). The exit status, or -1. */
+static int as_owner(unsigned uid, unsigned gid, int (*fn)(const void *arg), const void *arg, char *out, size_t len)
 {
-	struct stat st;
-	if (lstat(path, &st) == 0 && (unsigned long long)st.st_size == want)
-		return 0;
-	char aside[PATH_MAX + 64];
-	snprintf(aside, sizeof(aside), "%s.before-restore-%lld", path, (long long)time(NULL));
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return snprintf(why, len, "%s: %s", path, strerror(errno)), -1;
+		return -1;
 	pid_t pid = fork();
 	if (pid == 0) {
 		if (dup2(p[1], STDOUT_FILENO) < 0 ||
 		    (geteuid() == 0 &&
 		     (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)))
 			_exit(1);
-		_exit(put_back_as_owner(path, want, aside));
+		_exit(fn(arg));
 	}
 	close(p[1]);
-	ssize_t got = pid > 0 ? read(p[0], aside, sizeof(aside) - 1) : -1;
+	ssize_t got = pid > 0 ? read(p[0], out, len - 1) : -1;
 	close(p[0]);
-	if (got > 0)
-		aside[strcspn(aside, "\n")] = '\0';
+	out[got > 0 ? got : 0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
 	int status = 0;
-	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) == 1) {
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+struct grown {
+	const char *path, *aside;
+	unsigned long long want;
+};
+
+static int put_back_child(const void *arg)
+{
+	const struct grown *g = arg;
+	return put_back_as_owner(g->path, g->want, g->aside);
+}
+
+/* One recorded file made ready (set aside: added to done): 0, or -1 with why. */
+static int file_ready(const char *path, unsigned uid, unsigned gid, unsigned long long want, struct set_aside *done,
+		      char *why, size_t len)
+{
+	struct stat st;
+	if (lstat(path, &st) == 0 && (unsigned long long)st.st_size == want)
+		return 0;
+	char base[PATH_MAX + 64], aside[PATH_MAX + 64];
+	snprintf(base, sizeof(base), "%s.before-restore-%lld", path, (long long)time(NULL));
+	struct grown g = {path, base, want};
+	int status = as_owner(uid, gid, put_back_child, &g, aside, sizeof(aside));
+	if (aside[0]) { /* (set aside, whatever came after: put back if the restore fails) */
+		struct set_aside_file *f = realloc(done->f, (done->n + 1) * sizeof(*f));
+		if (f) {
+			done->f = f;
+			f = &done->f[done->n++];
+			snprintf(f->path, sizeof(f->path), "%s", path);
+			snprintf(f->aside, sizeof(f->aside), "%s", aside);
+			f->uid = uid;
+			f->gid = gid;
+		}
+	}
+	if (status < 0 || status == 1) {
 		snprintf(why, len,
 			 "%s, which the tree had open for writing, has grown since the checkpoint and could "
 			 "not be set aside (as uid %u)",
 			 path, uid);
 		return -1;
 	}
-	if (WEXITSTATUS(status) == 2) {
+	if (status == 2) {
 		snprintf(why, len,
 			 "%s, which the tree had open for writing, is %s (the checkpoint's was %llu bytes): CRIU "
 			 "restores only the file it dumped; put it back",
 			 path, lstat(path, &st) != 0 ? "gone" : "shorter than it was", want);
 		return -1;
 	}
-	if (got > 0)
+	if (aside[0])
 		progress("written files", 0,
 			 "%s had grown since the checkpoint: set aside as %s, made again with its %llu bytes of then",
 			 path, aside, want);
 	return 0;
 }
 
-int written_files_ready(const json_t *rec, char *why, size_t len)
+int written_files_ready(const json_t *rec, struct set_aside *done, char *why, size_t len)
 {
-	for (size_t i = 0; i < json_array_size(rec); i++) {
+	struct set_aside mine = {0};
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < json_array_size(rec); i++) {
 		const json_t *o = json_array_get(rec, i);
 		const char *path = json_member_string(o, "path");
 		double size = json_member_number(o, "size", -1), uid = json_member_number(o, "uid", -1),
 		       gid = json_member_number(o, "gid", -1);
-		if (!path || path[0] != '/' || size < 0 || uid < 0 || gid < 0) {
-			snprintf(why, len, "the manifest's record of the files the tree wrote is malformed");
-			return -1;
-		}
-		if (file_ready(path, (unsigned)uid, (unsigned)gid, (unsigned long long)size, why, len) < 0)
-			return -1;
+		if (!path || path[0] != '/' || size < 0 || uid < 0 || gid < 0)
+			rc = -1, snprintf(why, len, "the manifest's record of the files the tree wrote is malformed");
+		else
+			rc = file_ready(path, (unsigned)uid, (unsigned)gid, (unsigned long long)size, &mine, why, len);
 	}
+	if (rc < 0) {
+		written_files_put_back(&mine);
+		return -1;
+	}
+	for (size_t i = 0; i < mine.n; i++) { /* (done takes them) */
+		struct set_aside_file *f = realloc(done->f, (done->n + 1) * sizeof(*f));
+		if (!f)
+			break; /* (out of memory: kept where they are) */
+		done->f = f;
+		done->f[done->n++] = mine.f[i];
+	}
+	free(mine.f);
 	return 0;
+}
+
+static int rename_child(const void *arg)
+{
+	const struct set_aside_file *f = arg;
+	return rename(f->aside, f->path) == 0 ? 0 : 1;
+}
+
+void written_files_put_back(struct set_aside *done)
+{
+	char out[8];
+	for (size_t i = done->n; i-- > 0;) { /* (the last set aside first) */
+		const struct set_aside_file *f = &done->f[i];
+		if (as_owner(f->uid, f->gid, rename_child, f, out, sizeof(out)) == 0)
+			voice(VOICE_INFO, "%s put back as it had grown (the restore failed)", f->path);
+		else
+			voice(VOICE_WARN,
+			      "%s could not be put back in its place: it stays %s, and %s holds the "
+			      "checkpoint's bytes",
+			      f->path, f->aside, f->path);
+	}
+	free(done->f);
+	memset(done, 0, sizeof(*done));
 }

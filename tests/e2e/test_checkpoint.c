@@ -797,11 +797,26 @@ static void file_content(void)
 	/* Damaged: found as its block is copied back (not by reading the file
 	 * before), the file and offset named, the restored tree killed before it
 	 * ran; truncated: refused before CRIU runs. */
+	/* The log grew since the checkpoint: the restore sets it aside and makes
+	 * it again as it was; failing, it puts the grown one back. */
+	FILE *lf = fopen(g.log, "a");
+	CHECK(lf != NULL);
+	if (lf)
+		fputs("written after the checkpoint\n", lf), fclose(lf);
+	char *log_before = test_read_file(g.log);
 	CHECK_EQ(restore(dir, &out), 2);
 	CHECK_CONTAINS(out, "is damaged at");
 	CHECK_CONTAINS(out, name ? name : "?");
 	CHECK_CONTAINS(out, "nothing of it released to the workload (restored tree killed)");
+	CHECK_CONTAINS(out, "set aside as");
+	CHECK_CONTAINS(out, "put back as it had grown (the restore failed)");
 	free(out);
+	char *log_after = test_read_file(g.log), *log_all = e2e_log_all(g.log);
+	CHECK(log_before && log_after && !strcmp(log_before, log_after)); /* the grown log back in its place */
+	CHECK(log_after && log_all && !strcmp(log_after, log_all));       /* and nothing left aside */
+	free(log_before);
+	free(log_after);
+	free(log_all);
 	CHECK_EQ(truncate(path, bytes / 2), 0);
 	char pidfile[PATH_MAX + 48];
 	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
