@@ -194,48 +194,109 @@ int restore_begin(void)
 
 /* In the helper: once CRIU has let the restored tree go, native restore,
  * unlock, the sharing (tree_recover, as `cusnap resume` brings a suspended tree
- * back), restore-complete; or the tree killed. Its exit code. */
+ * back), restore-complete; or the tree killed. One list of steps over the
+ * restored tree: CRIU lets it go (its undo kills it), the group joined (its
+ * undo leaves it, every member failing), the tree loaded and held, released
+ * (which kills it itself when it fails). */
+struct after {
+	struct tree t;
+	bool loaded, killed;
+	struct group *group;
+};
+
+static int after_kill(void *ctx, int code)
+{
+	struct after *x = ctx;
+	if (!x->killed)
+		proc_tree_kill(P.root, false);
+	x->killed = true;
+	return code;
+}
+
+/* A step failed: said, and the tree killed at once (before the group hears). */
+static int after_failed(void *ctx, const char *why)
+{
+	plugin_say(VOICE_ERROR, "restore of the tree of %d: %s: the restored tree is killed", (int)P.root, why);
+	return after_kill(ctx, 2);
+}
+
+static int after_let_go(void *ctx)
+{
+	struct after *x = ctx;
+	for (int waited = 0; proc_status_field("/proc", P.root, "TracerPid") > 0; waited += 20) {
+		if (waited > 60000)
+			return after_failed(ctx, "CRIU did not let it go within 60 s");
+		usleep(20000);
+	}
+	if (proc_status_field("/proc", P.root, "TracerPid") < 0) {
+		x->killed = true; /* gone: CRIU failed the restore and killed it (its log says why) */
+		return 2;
+	}
+	return 0;
+}
+
+static int after_join(void *ctx)
+{
+	struct after *x = ctx;
+	if (plugin_group_join(&P.conf.s, 0, P.dir, "restore", &x->group) < 0)
+		return 2; /* (said) */
+	if (x->group)
+		P.conf.s.boundary = group_boundary(x->group); /* (met in tree_release, before restore-complete) */
+	return 0;
+}
+
+static int after_leave(void *ctx, int code)
+{
+	struct after *x = ctx;
+	P.conf.s.boundary = NULL;
+	return plugin_group_leave(&x->group, code);
+}
+
+static int after_load(void *ctx)
+{
+	struct after *x = ctx;
+	x->loaded = true; /* (freed whatever it loaded) */
+	if (tree_load(P.root, &P.conf.s, &x->t) != 0)
+		return after_failed(ctx, "the restored tree cannot be loaded");
+	if (wait_released(&x->t, 5000) < 0)
+		return after_failed(ctx, "CRIU still holds some of its processes");
+	if (tree_hold(&x->t, "criu restore") != 0)
+		return after_failed(ctx, "another command holds the tree");
+	return 0;
+}
+
+static int after_release(void *ctx)
+{
+	struct after *x = ctx;
+	char err[4800];
+	struct recovery r;
+	if (tree_release(&x->t, -1, P.dir, RECOVER_ANY, &P.map, RELEASE_RESTORED, &r, err, sizeof(err)) == 0)
+		return 0;
+	x->killed = true; /* (by tree_release) */
+	return after_failed(ctx, err);
+}
+
+static const struct step after_steps[] = {
+	{"let go", NULL, after_let_go, after_kill},
+	{"group", NULL, after_join, after_leave},
+	{"load", NULL, after_load, NULL},
+	{"release", NULL, after_release, NULL},
+};
+
+static const struct sequence after_sequence = {"plugin restore", after_steps,
+					       sizeof(after_steps) / sizeof(after_steps[0]), after_failed};
+
 static int after_restore(void)
 {
 	setsid();
-	for (int waited = 0; proc_status_field("/proc", P.root, "TracerPid") > 0; waited += 20) {
-		if (waited > 60000) {
-			plugin_say(VOICE_ERROR,
-				   "CRIU did not let the restored tree of %d go within 60 s: it is "
-				   "killed",
-				   (int)P.root);
-			proc_tree_kill(P.root, false);
-			return 2;
-		}
-		usleep(20000);
-	}
-	if (proc_status_field("/proc", P.root, "TracerPid") < 0)
-		return 2; /* gone: CRIU failed the restore and killed it (its log says why) */
-	struct group *group;
-	if (plugin_group_join(&P.conf.s, 0, P.dir, "restore", &group) < 0) {
-		proc_tree_kill(P.root, false);
-		return 2;
-	}
-	if (group)
-		P.conf.s.boundary = group_boundary(group); /* (met in tree_release, before restore-complete) */
-	struct tree t;
-	struct recovery r;
-	char err[4800];
-	int rc = tree_load(P.root, &P.conf.s, &t);
-	if (rc == 0 && wait_released(&t, 5000) < 0)
-		rc = -1, snprintf(err, sizeof(err), "CRIU still holds some of its processes");
-	else if (rc == 0 && (rc = tree_hold(&t, "criu restore")) != 0)
-		snprintf(err, sizeof(err), "another command holds the tree");
-	else if (rc)
-		snprintf(err, sizeof(err), "the restored tree cannot be loaded");
-	if (rc == 0 && tree_release(&t, -1, P.dir, RECOVER_ANY, &P.map, RELEASE_RESTORED, &r, err, sizeof(err)) < 0)
-		rc = -1; /* (the tree killed) */
-	else if (rc != 0)
-		proc_tree_kill(P.root, false);
-	if (rc != 0)
-		plugin_say(VOICE_ERROR, "restore of the tree of %d: %s: the restored tree is killed", (int)P.root, err);
-	tree_free(&t);
-	return plugin_group_leave(&group, rc == 0 ? 0 : 2);
+	struct after x = {0};
+	size_t at;
+	int rc = steps_run(&after_sequence, &x, &at);
+	if (x.loaded)
+		tree_free(&x.t); /* (its lock released before the group's result is awaited) */
+	if (rc == 0)
+		rc = after_leave(&x, 0);
+	return rc;
 }
 
 int resume_devices_late(int pid)

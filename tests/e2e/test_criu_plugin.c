@@ -814,6 +814,44 @@ static void damaged_content(void)
 	RESTORED_PASSES(&g, dir, 2);
 }
 
+/* The helper's restore as a list of steps (plugin_restore.c): each failing
+ * in turn (CUSNAP_FAIL_STEP), the restore fails with the restored tree killed
+ * and the undo of every step done before it, the last first; the same
+ * checkpoint restores afterwards. */
+static void restore_step_failing(void)
+{
+	static const struct {
+		const char *name;
+		int undos;
+	} steps[] = {{"let go", 0}, {"group", 1}, {"load", 2}, {"release", 2}};
+	struct group g;
+	if (group_start_pair(&g, "plug-rsteps") < 0)
+		return;
+	char dir[PATH_MAX + 32], *out;
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.ctl);
+	bool shell = getsid(g.root) != g.root;
+	CHECK_EQ(dump(g.root, dir, "host", plugins, false, NULL, &out), 0);
+	free(out);
+	group_dumped(&g);
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		char env0[64], want[96], *extra[] = {env0, NULL};
+		snprintf(env0, sizeof(env0), "CUSNAP_FAIL_STEP=plugin restore:%s", steps[k].name);
+		CHECK(restore_with(dir, plugins, shell, true, extra, &out) != 0);
+		snprintf(want, sizeof(want), "step %s failed on purpose", steps[k].name);
+		CHECK_CONTAINS(out, want);
+		CHECK_CONTAINS(out, "the restored tree is killed");
+		if (count_of(out, ": undoing") != steps[k].undos)
+			test_fail(__FILE__, __LINE__, "failing at %s: not %d undo(s):\n%s", steps[k].name,
+				  steps[k].undos, out);
+		free(out);
+		pid_t root = restored_root(dir);
+		reap_all(); /* (the killed tree's, ours once CRIU has exited) */
+		CHECK(root <= 0 || kill(root, 0) != 0);
+	}
+	CHECK_SAYS(out, restore(dir, shell, &out), 0, "topology identical");
+	RESTORED_PASSES(&g, dir, 2);
+}
+
 int main(void)
 {
 	test_require_criu(criu, sizeof(criu));
@@ -848,5 +886,7 @@ int main(void)
 		 "nothing made",
 		 damaged_images);
 	test_run("two criu dumps of one tree at once: no crash, the tree whole after both", concurrent_dumps);
+	test_run("the plugin's restore failing at each of its steps: the tree killed, the checkpoint restores after",
+		 restore_step_failing);
 	return e2e_done();
 }
