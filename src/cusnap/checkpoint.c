@@ -202,31 +202,23 @@ static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wf
 /* The digests for the manifest of the images (content: of file content's
  * files in dir) into out: true, or false, warned, when they cannot be read (a
  * restore cannot verify them). */
-static bool digest_images(int dfd, const char *dir, bool content, const struct file_digests *known, uint64_t bytes,
+static bool digest_images(int dfd, const char *dir, bool content, const struct file_digests *known,
 			  struct file_digests *out)
 {
 	char err[PATH_MAX + 256];
 	double t0 = now_ms();
 	const char *what = content ? "content file digests" : "image digests";
-	int rc = content ? content_digest(dfd, dir, known, out, err, sizeof(err))
-			 : images_digest(dfd, dir, NULL, out, err, sizeof(err));
+	struct digest_count n;
+	int rc = content ? content_digest(dfd, dir, known, out, &n, err, sizeof(err))
+			 : images_digest(dfd, dir, NULL, out, &n, err, sizeof(err));
 	if (rc < 0) {
 		voice(VOICE_WARN, "%s: the %s get no digests (a restore cannot verify them)", err,
 		      content ? "files of file content" : "images");
 		return false;
 	}
-	/* (bytes: all the files'; those whose digest was given are not read) */
-	size_t given = 0;
-	for (size_t i = 0; i < out->n; i++) {
-		const struct file_digest *k = digests_find(known, out->f[i].name);
-		if (k && k->size == out->f[i].size && k->crc32c == out->f[i].crc32c) {
-			given++;
-			bytes -= k->size < bytes ? k->size : bytes;
-		}
-	}
 	progress(what, now_ms() - t0, "CRC32C of %zu files (%zu from the CRCs their processes took as they wrote)",
-		 out->n, given);
-	progress_bytes(what, bytes);
+		 out->n, n.given);
+	progress_bytes(what, n.read_bytes); /* (the bytes read: those of the files whose digest was not given) */
 	return true;
 }
 
@@ -426,12 +418,11 @@ static int ck_digests(void *ctx)
 {
 	struct ckpt *c = ctx;
 	int ifd = images_dir_open(c->wfd, LAYOUT_IMAGES);
-	c->have_digests = digest_images(ifd, c->images, false, NULL, c->r->image_bytes, &c->digests);
+	c->have_digests = digest_images(ifd, c->images, false, NULL, &c->digests);
 	if (ifd >= 0)
 		close(ifd);
 	if (c->vmm && settings_content(c->a->s, true) == PROTO_CONTENT_FILE)
-		c->have_content = digest_images(c->wfd, c->work, true, &c->content_known, c->r->bytes_copied,
-						&c->content);
+		c->have_content = digest_images(c->wfd, c->work, true, &c->content_known, &c->content);
 	if (!c->a->leave_running) {
 		dumped_tree_gone(&c->t);
 		network_after_dump(&c->net, c->log);

@@ -92,6 +92,7 @@ struct digest {
 	uint32_t crc;
 	int rc;         /* 0, or -errno (-EINVAL: not a regular file) */
 	bool size_only; /* its size taken, not its CRC32C (a file of file content being verified) */
+	bool given;     /* its digest taken from the known ones, the file not read */
 };
 
 struct digest_run {
@@ -113,6 +114,7 @@ static bool digest_known(int dfd, const struct file_digests *known, struct diges
 	d->size = k->size;
 	d->crc = k->crc32c;
 	d->rc = 0;
+	d->given = true;
 	return true;
 }
 
@@ -202,9 +204,10 @@ static void digest_list_free(struct digest *d, size_t n)
 }
 
 static int files_digest(int dfd, const char *images, bool (*digested)(const char *), const struct file_digests *known,
-			struct file_digests *out, char *err, size_t errlen)
+			struct file_digests *out, struct digest_count *count, char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
+	*count = (struct digest_count){0};
 	errno = dfd < 0 ? EBADF : 0;
 	struct digest *d = NULL;
 	ssize_t n = dfd < 0 ? -1 : names_of(dfd, digested, &d);
@@ -220,6 +223,10 @@ static int files_digest(int dfd, const char *images, bool (*digested)(const char
 			rc = -1, snprintf(err, errlen, "cannot read %s/%s: %s", images, d[i].name, strerror(-d[i].rc));
 		else if (digests_add(out, d[i].name, d[i].size, d[i].crc) < 0)
 			rc = -1, snprintf(err, errlen, "out of memory");
+		else if (d[i].given)
+			count->given++;
+		else
+			count->read_bytes += d[i].size;
 	}
 	if (rc < 0)
 		digests_free(out);
@@ -291,10 +298,10 @@ out:
 	return rc;
 }
 
-int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out, char *err,
-		  size_t errlen)
+int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out,
+		  struct digest_count *count, char *err, size_t errlen)
 {
-	return files_digest(dfd, images, image_file, known, out, err, errlen);
+	return files_digest(dfd, images, image_file, known, out, count, err, errlen);
 }
 
 int images_verify(int dfd, const char *images, const struct file_digests *files, char *why, size_t len)
@@ -302,10 +309,10 @@ int images_verify(int dfd, const char *images, const struct file_digests *files,
 	return files_verify(dfd, images, files, image_file, false, why, len);
 }
 
-int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
-		   size_t errlen)
+int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out,
+		   struct digest_count *count, char *err, size_t errlen)
 {
-	return files_digest(dfd, dir, layout_content_name, known, out, err, errlen);
+	return files_digest(dfd, dir, layout_content_name, known, out, count, err, errlen);
 }
 
 int content_verify(int dfd, const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len)

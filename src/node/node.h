@@ -91,21 +91,27 @@ typedef struct json_t json_t;
 /* ---- images.c: the CRIU images' digests ---- */
 /* The plugin's record of them, in the images directory (never digested itself). */
 #define IMAGES_DIGESTS "cusnap-digests.json"
+/* What a digest cost: the files whose digest was taken from known, and the
+ * bytes of the others, read. */
+struct digest_count {
+	size_t given;
+	uint64_t read_bytes;
+};
 /* Every image file of the directory images, held open as dfd (CRIU's logs
  * and statistics excepted), its size and CRC32C, into out: 0, or -1 with err.
  * known (NULL: none): digests of some of them, taken as they are for each file
  * of the size recorded there (file content's, from the CRCs its process took
- * while it wrote the file), the others read. */
-int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out, char *err,
-		  size_t errlen);
+ * while it wrote the file), the others read (count). */
+int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out,
+		  struct digest_count *count, char *err, size_t errlen);
 /* Does every file of files have its recorded size and CRC32C, and is every
  * image file recorded? 0, or -1 with why naming the first that is not. */
 int images_verify(int dfd, const char *images, const struct file_digests *files, char *why, size_t len);
 /* The same for the files of file content in a state directory (nothing else
  * there); content_verify checks their sizes only unless bytes (a restore
  * checks each block's CRC32C as it copies it back). */
-int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out, char *err,
-		   size_t errlen);
+int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out,
+		   struct digest_count *count, char *err, size_t errlen);
 int content_verify(int dfd, const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len);
 /* dir's entry name, a directory, opened for images_digest and the others
  * (never through a link): the descriptor, or -1 (errno). */
