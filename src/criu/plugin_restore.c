@@ -112,10 +112,15 @@ static int read_image(char *here, size_t len)
 	if (rc > 0 && pids_free(im.pids) < 0)
 		rc = -1;
 	/* The ports the tree bound, free again (its own TIME_WAIT entries cleared). */
-	if (rc > 0 && im.network && inet_record_ports_free(im.network, INET_PORT_WAIT_MS, why, sizeof(why)) < 0) {
+	struct inet_rec net;
+	if (rc > 0 && im.network &&
+	    (inet_record_decode(im.network, &net, why, sizeof(why)) < 0 ||
+	     inet_record_ports_free(&net, INET_PORT_WAIT_MS, why, sizeof(why)) < 0)) {
 		plugin_say(VOICE_ERROR, "%s: restore refused, nothing made", why);
 		rc = -1;
 	}
+	if (rc > 0 && im.network)
+		inet_record_free(&net);
 	plugin_image_free(&im);
 	return rc;
 }

@@ -105,13 +105,16 @@ json_t *network_json(const struct network *net)
 
 int network_ports_free(const struct manifest *m)
 {
-	const json_t *o = m->network;
-	if (!o)
+	if (!m->network)
 		return 0; /* (an older cusnap's checkpoint: CRIU says what it cannot bind) */
 	char why[512];
-	int rc = inet_record_ports_free(o, INET_PORT_WAIT_MS, why, sizeof(why));
+	struct inet_rec r;
+	int rc = inet_record_decode(m->network, &r, why, sizeof(why));
 	if (rc == -EINVAL)
 		return fail(EX_USAGE, "the manifest's \"network\": %s; nothing done", why);
+	if (rc == 0)
+		rc = inet_record_ports_free(&r, INET_PORT_WAIT_MS, why, sizeof(why));
+	inet_record_free(&r);
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "%s; nothing done", why);
 	return 0;
@@ -127,23 +130,32 @@ int network_files_ready(const struct manifest *m, struct set_aside *done)
 
 /* The rules of m's lock still in its namespace: 1 (rules, count, netns set),
  * 0 none recorded or left, -ENOENT its namespace gone, -EINVAL malformed. */
-static int lock_rules(const struct manifest *m, unsigned long *netns, const char **method, char *rules, size_t len,
+static int lock_rules(const struct manifest *m, unsigned long *netns, char method[16], char *rules, size_t len,
 		      size_t *count)
 {
 	struct inet_sock *conns = NULL;
-	size_t n = 0;
+	struct inet_rec r;
+	char why[128];
 	*count = 0;
-	int rc = m->network ? inet_record_lock(m->network, netns, method, &conns, &n) : 0;
-	const char *table = rc > 0 ? json_member_string(json_object_get(m->network, "lock"), "table") : NULL;
-	if (rc > 0 && strcmp(*method, "iptables") == 0) {
-		rc = netlock_rules(*netns, conns, n, rules, len, count) < 0 ? -ENOENT : *count > 0;
+	method[0] = '\0';
+	if (!m->network)
+		return 0;
+	if (inet_record_decode(m->network, &r, why, sizeof(why)) < 0)
+		return -EINVAL;
+	snprintf(method, 16, "%s", r.lock_method);
+	*netns = r.lock_netns;
+	ssize_t n = r.lock_method[0] ? inet_record_locked(&r, &conns) : 0;
+	int rc = n < 0 ? -EINVAL : r.lock_method[0] ? 1 : 0;
+	if (rc > 0 && strcmp(method, "iptables") == 0) {
+		rc = netlock_rules(*netns, conns, (size_t)n, rules, len, count) < 0 ? -ENOENT : *count > 0;
 	} else if (rc > 0) { /* nftables: one table, named */
-		int there = table && *table ? netlock_nft_table(*netns, table, false) : -EIO;
+		int there = r.lock_table[0] ? netlock_nft_table(*netns, r.lock_table, false) : -EIO;
 		rc = there == -ENOENT ? -ENOENT : there < 0 ? -EINVAL : there;
 		*count = (size_t)(there > 0);
-		snprintf(rules, len, "%s", there > 0 ? table : "");
+		snprintf(rules, len, "%s", there > 0 ? r.lock_table : "");
 	}
 	free(conns);
+	inet_record_free(&r);
 	return rc;
 }
 
@@ -160,10 +172,10 @@ static int lock_remove(unsigned long netns, const char *method, const char *rule
 void network_lock_lifted(const struct manifest *m)
 {
 	unsigned long netns = 0;
-	const char *method = NULL;
+	char method[16] = "";
 	static char rules[1 << 14];
 	size_t count = 0, removed = 0;
-	if (lock_rules(m, &netns, &method, rules, sizeof(rules), &count) <= 0 || netns == netlock_netns_here())
+	if (lock_rules(m, &netns, method, rules, sizeof(rules), &count) <= 0 || netns == netlock_netns_here())
 		return; /* (none, or CRIU's restore here lifted it) */
 	int rc = lock_remove(netns, method, rules, &removed);
 	if (rc == 0)
@@ -181,11 +193,11 @@ void network_lock_lifted(const struct manifest *m)
 int network_lock_inspect(const struct manifest *m, bool unlock, FILE *out)
 {
 	unsigned long netns = 0;
-	const char *method = NULL;
+	char method[16] = "";
 	static char rules[1 << 14];
 	size_t count = 0, removed = 0;
-	int rc = lock_rules(m, &netns, &method, rules, sizeof(rules), &count);
-	if (rc == 0 && !method)
+	int rc = lock_rules(m, &netns, method, rules, sizeof(rules), &count);
+	if (rc == 0 && !method[0])
 		return 0;
 	if (rc == -EINVAL)
 		return fprintf(out, "network lock: the record is malformed\n"), 0;

@@ -161,8 +161,8 @@ static int named_netns(unsigned long netns)
 
 /* The checks of inet_ports_free for the sockets of the tree in network
  * namespace netns (those of cusnap's own: 0), made in it: 0, or -errno with why. */
-static int ports_free_in(unsigned long netns, struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw,
-			 int wait_ms, char *why, size_t len)
+static int ports_free_in(unsigned long netns, const struct inet_sock *socks, size_t n, const struct inet_sock *tw,
+			 size_t ntw, int wait_ms, char *why, size_t len)
 {
 	if (!netns) {
 		int rc = loopback_ready(socks, n, why, len);
@@ -181,8 +181,9 @@ static int ports_free_in(unsigned long netns, struct inet_sock *socks, size_t n,
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(pipefd[0]);
-		for (size_t i = 0; i < n; i++) /* (there, these are the ones "here") */
-			socks[i].netns_here = socks[i].netns == netns;
+		struct inet_sock *own = (struct inet_sock *)socks; /* (the child's own copy) */
+		for (size_t i = 0; i < n; i++)                     /* (there, these are the ones "here") */
+			own[i].netns_here = own[i].netns == netns;
 		int rc = setns(nsfd, CLONE_NEWNET) < 0 ? (snprintf(why, len, "setns: %s", strerror(errno)), -EPERM)
 						       : ports_free_in(0, socks, n, tw, ntw, wait_ms, why, len);
 		if (rc)
@@ -207,16 +208,42 @@ static int ports_free_in(unsigned long netns, struct inet_sock *socks, size_t n,
 	return -EADDRINUSE;
 }
 
-int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len)
+int inet_record_decode(const json_t *rec, struct inet_rec *r, char *why, size_t len)
 {
-	struct inet_sock *socks = NULL, *tw = NULL;
-	size_t n = 0, ntw = 0;
-	int rc = 0;
-	if (!json_is_object(rec) || list_from_json(json_object_get(rec, "sockets"), true, &socks, &n) < 0 ||
-	    list_from_json(json_object_get(rec, "time_wait"), false, &tw, &ntw) < 0) {
-		snprintf(why, len, "the record of the tree's sockets is malformed");
-		rc = -EINVAL;
+	memset(r, 0, sizeof(*r));
+	const json_t *lock = json_is_object(rec) ? json_object_get(rec, "lock") : NULL;
+	int rc = !json_is_object(rec) ? -EINVAL
+				      : list_from_json(json_object_get(rec, "sockets"), true, &r->socks, &r->n);
+	if (rc == 0)
+		rc = list_from_json(json_object_get(rec, "time_wait"), false, &r->tw, &r->ntw);
+	if (rc == 0 && lock) {
+		const char *method = json_member_string(lock, "method"), *table = json_member_string(lock, "table");
+		r->lock_netns = (unsigned long)json_member_number(lock, "netns", 0);
+		if (!json_is_object(lock) || !method || !*method || !r->lock_netns ||
+		    snprintf(r->lock_method, sizeof(r->lock_method), "%s", method) >= (int)sizeof(r->lock_method) ||
+		    snprintf(r->lock_table, sizeof(r->lock_table), "%s", table ? table : "") >=
+			    (int)sizeof(r->lock_table))
+			rc = -EINVAL;
 	}
+	if (rc == 0)
+		return 0;
+	snprintf(why, len, "%s", rc == -ENOMEM ? "out of memory" : "the record of the tree's sockets is malformed");
+	inet_record_free(r);
+	return rc;
+}
+
+void inet_record_free(struct inet_rec *r)
+{
+	free(r->socks);
+	free(r->tw);
+	memset(r, 0, sizeof(*r));
+}
+
+int inet_record_ports_free(const struct inet_rec *r, int wait_ms, char *why, size_t len)
+{
+	const struct inet_sock *socks = r->socks, *tw = r->tw;
+	size_t n = r->n, ntw = r->ntw;
+	int rc = 0;
 	/* Cusnap's own namespace, then each other one the tree had sockets in
 	 * that still stands (a named one: a node's, a pod's), each with the
 	 * TIME_WAIT entries recorded there (an older record's: all of them here). */
@@ -240,29 +267,17 @@ int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len
 		rc = ports_free_in(ns, socks, n, mine, nmine, wait_ms, why, len);
 	}
 	free(mine);
-	free(socks);
-	free(tw);
 	return rc;
 }
 
-int inet_record_lock(const json_t *rec, unsigned long *netns, const char **method, struct inet_sock **conns, size_t *n)
+ssize_t inet_record_locked(const struct inet_rec *r, struct inet_sock **conns)
 {
-	const json_t *lock = json_object_get(rec, "lock");
-	*conns = NULL;
-	*n = 0;
-	if (!json_is_object(lock))
-		return 0;
-	*netns = (unsigned long)json_member_number(lock, "netns", 0);
-	*method = json_member_string(lock, "method");
-	struct inet_sock *socks;
-	size_t ns;
-	if (!*netns || !*method || list_from_json(json_object_get(rec, "sockets"), true, &socks, &ns) < 0)
-		return -EINVAL;
+	*conns = r->n ? calloc(r->n, sizeof(**conns)) : NULL;
+	if (r->n && !*conns)
+		return -ENOMEM;
 	size_t k = 0;
-	for (size_t i = 0; i < ns; i++) /* (the connections: what the lock holds) */
-		if (inet_needs_tcp_established(&socks[i]))
-			socks[k++] = socks[i];
-	*conns = socks;
-	*n = k;
-	return 1;
+	for (size_t i = 0; i < r->n; i++) /* (the connections: what the lock holds) */
+		if (inet_needs_tcp_established(&r->socks[i]))
+			(*conns)[k++] = r->socks[i];
+	return (ssize_t)k;
 }

@@ -119,12 +119,23 @@ int images_dir_open(int dir, const char *name);
 /* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
-/* inet_ports_free over a record: 0, -EINVAL (malformed) or -EADDRINUSE, with why. */
-int inet_record_ports_free(const json_t *rec, int wait_ms, char *why, size_t len);
-/* The network lock rec records (its "lock": the dump's network namespace and
- * CRIU's method), with the connections it holds into *conns (to free): 1,
- * 0 when none is recorded, -EINVAL when malformed. */
-int inet_record_lock(const json_t *rec, unsigned long *netns, const char **method, struct inet_sock **conns, size_t *n);
+/* A record decoded, once, for its readers: the sockets, the TIME_WAIT
+ * entries, and the network lock the dump left ("lock", which network_json
+ * adds: lock_method "" when none). */
+struct inet_rec {
+	struct inet_sock *socks, *tw;
+	size_t n, ntw;
+	char lock_method[16], lock_table[64];
+	unsigned long lock_netns;
+};
+/* rec into r: 0, or -EINVAL (malformed) or -ENOMEM, with why (r freed). */
+int inet_record_decode(const json_t *rec, struct inet_rec *r, char *why, size_t len);
+void inet_record_free(struct inet_rec *r);
+/* inet_ports_free over a record: 0 or -EADDRINUSE, with why. */
+int inet_record_ports_free(const struct inet_rec *r, int wait_ms, char *why, size_t len);
+/* The connections the lock holds (r's connected TCP sockets) into *conns (to
+ * free): their count, or -ENOMEM. */
+ssize_t inet_record_locked(const struct inet_rec *r, struct inet_sock **conns);
 /* ---- netlock.c: CRIU's network lock, found and lifted (DESIGN.md §9.4) ---- */
 /* This process's network namespace (its inode). */
 unsigned long netlock_netns_here(void);
