@@ -91,45 +91,37 @@ static int session_dumpable(pid_t root)
 }
 
 /* After a dump that ended the tree: wait until its processes have exited (a
- * large one takes a while to release its memory: at most 10 s), then 50 ms for
- * their parents to reap them (a restore here waits for a PID a zombie holds
- * anyway: a longer wait only delays the checkpoint); a zombie left holding its
- * PID is named with the parent that has not reaped it. */
+ * large one takes a while to release its memory: at most 10 s). A zombie is
+ * not waited for (it holds no memory, socket or file, only its PID, which a
+ * restore here waits for itself, pid_free_wait): those its parent has not
+ * reaped yet are named with that parent, once. Waiting 50 ms for parents to
+ * reap them cost every checkpoint 50-60 ms where the workload's parent is slow
+ * to reap (a sixth of the worker shape's checkpoint on this machine kind). */
 static void dumped_tree_gone(const struct tree *t)
 {
 	for (int waited = 0;; waited += 20) {
 		size_t dying = 0, zombies = 0;
+		char names[512] = "";
 		for (size_t i = 0; i < t->nprocs; i++) {
 			pid_t pp = 0;
 			char st = proc_state(t->procs[i].pid, &pp);
-			if (st == 'Z')
-				zombies++;
-			else if (st)
-				dying++;
+			dying += st && st != 'Z';
+			if (st == 'Z' && strlen(names) < sizeof(names) - 32)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%d (parent %d)",
+					 zombies++ ? ", " : "", (int)t->procs[i].pid, (int)pp);
 		}
-		if (!dying && !zombies)
-			return;
-		if ((!dying && waited >= 50) || waited >= 10000) {
-			if (dying)
-				voice(VOICE_WARN, "%zu dumped process(es) still exiting after 10 s", dying);
-			if (zombies) {
-				char names[512] = "";
-				size_t at = 0;
-				for (size_t i = 0; i < t->nprocs && at < sizeof(names) - 32; i++) {
-					pid_t pp = 0;
-					if (proc_state(t->procs[i].pid, &pp) == 'Z')
-						at += (size_t)snprintf(names + at, sizeof(names) - at,
-								       "%s%d (parent %d)", at ? ", " : "",
-								       (int)t->procs[i].pid, (int)pp);
-				}
-				voice(VOICE_INFO,
-				      "%zu dumped process(es) are zombies until their parents reap them: %s; a restore "
-				      "here waits for their PIDs",
-				      zombies, names);
-			}
-			return;
+		if (dying && waited < 10000) {
+			usleep(20000);
+			continue;
 		}
-		usleep(20000);
+		if (dying)
+			voice(VOICE_WARN, "%zu dumped process(es) still exiting after 10 s", dying);
+		if (zombies)
+			voice(VOICE_INFO,
+			      "%zu dumped process(es) are zombies until their parents reap them: %s; a restore here "
+			      "waits for their PIDs",
+			      zombies, names);
+		return;
 	}
 }
 
