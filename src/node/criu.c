@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,12 +232,18 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 	 * time or log bound, or at once on a signal when the caller asks. */
 	double start = now_ms();
 	int status, rc = 0;
+	/* Its end seen at once through a pidfd (a 20 ms poll cost each run 10 ms
+	 * on average); without one, every 20 ms. */
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	for (;;) {
 		pid_t w = waitpid(pid, &status, WNOHANG);
 		if (w == pid)
 			break;
-		if (w < 0 && errno != EINTR)
+		if (w < 0 && errno != EINTR) {
+			if (pfd >= 0)
+				close(pfd);
 			return -1;
+		}
 		struct stat st;
 		const char *why = NULL;
 		if (now_ms() - start > (double)b->time_ms) {
@@ -262,10 +270,15 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 			else
 				voice(VOICE_ERROR, "%s while CRIU ran: CRIU killed", why);
 			show_errors(log_path);
+			if (pfd >= 0)
+				close(pfd);
 			return rc;
 		}
-		usleep(20000);
+		if (pfd < 0 || poll(&(struct pollfd){.fd = pfd, .events = POLLIN}, 1, 20) < 0)
+			usleep(pfd < 0 ? 20000 : 0);
 	}
+	if (pfd >= 0)
+		close(pfd);
 	rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	if (rc != 0)
 		show_errors(log_path);
