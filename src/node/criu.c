@@ -206,6 +206,55 @@ static void criu_kill(pid_t pid, bool group)
 	kill(pid, SIGKILL);
 }
 
+/* Watched, never waited on blindly: a runaway CRIU (a damaged image can make
+ * a restored task spin while CRIU logs at 100 MB/s) is killed at its time or
+ * log bound, or at once on a signal when the caller asks; pfd (-1: none) is
+ * its pidfd. 0 with its *status once it exited, or criu_run's negative codes. */
+static int watch(pid_t pid, int pfd, const char *log_path, const struct criu_bounds *b, int *status)
+{
+	double start = now_ms();
+	for (;;) {
+		pid_t w = waitpid(pid, status, WNOHANG);
+		if (w == pid)
+			return 0;
+		if (w < 0 && errno != EINTR)
+			return -1;
+		struct stat st;
+		const char *why = NULL;
+		int rc = 0;
+		if (now_ms() - start > (double)b->time_ms) {
+			rc = -ETIMEDOUT;
+			why = "its time bound";
+		} else if (stat(log_path, &st) == 0 && st.st_size > b->log_max) {
+			rc = -EFBIG;
+			why = "its log bound";
+		} else if (b->stop_on_signal && signal_caught()) {
+			rc = -EINTR;
+			why = strsignal(signal_caught());
+		}
+		if (why) {
+			criu_kill(pid, b->own_group);
+			while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+				;
+			if (rc == -ETIMEDOUT)
+				voice(VOICE_ERROR, "CRIU ran past %lld ms (criu_timeout_ms; from --timeout): killed",
+				      b->time_ms);
+			else if (rc == -EFBIG)
+				voice(VOICE_ERROR,
+				      "CRIU's log %s grew past %lld bytes (criu_log_max): a runaway CRIU, killed",
+				      log_path, b->log_max);
+			else
+				voice(VOICE_ERROR, "%s while CRIU ran: CRIU killed", why);
+			show_errors(log_path);
+			return rc;
+		}
+		if (pfd >= 0)
+			poll(&(struct pollfd){.fd = pfd, .events = POLLIN}, 1, 20);
+		else
+			usleep(20000);
+	}
+}
+
 int criu_run(const char *criu, char *const argv[], const char *log_path, const struct criu_bounds *b)
 {
 	char *args[64];
@@ -227,58 +276,14 @@ int criu_run(const char *criu, char *const argv[], const char *log_path, const s
 		execv(criu, args);
 		_exit(127);
 	}
-	/* Watched, never waited on blindly: a runaway CRIU (a damaged image can
-	 * make a restored task spin while CRIU logs at 100 MB/s) is killed at its
-	 * time or log bound, or at once on a signal when the caller asks. */
-	double start = now_ms();
-	int status, rc = 0;
 	/* Its end seen at once through a pidfd (a 20 ms poll cost each run 10 ms
 	 * on average); without one, every 20 ms. */
-	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid)
-			break;
-		if (w < 0 && errno != EINTR) {
-			if (pfd >= 0)
-				close(pfd);
-			return -1;
-		}
-		struct stat st;
-		const char *why = NULL;
-		if (now_ms() - start > (double)b->time_ms) {
-			rc = -ETIMEDOUT;
-			why = "its time bound";
-		} else if (stat(log_path, &st) == 0 && st.st_size > b->log_max) {
-			rc = -EFBIG;
-			why = "its log bound";
-		} else if (b->stop_on_signal && signal_caught()) {
-			rc = -EINTR;
-			why = strsignal(signal_caught());
-		}
-		if (why) {
-			criu_kill(pid, b->own_group);
-			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-				;
-			if (rc == -ETIMEDOUT)
-				voice(VOICE_ERROR, "CRIU ran past %lld ms (criu_timeout_ms; from --timeout): killed",
-				      b->time_ms);
-			else if (rc == -EFBIG)
-				voice(VOICE_ERROR,
-				      "CRIU's log %s grew past %lld bytes (criu_log_max): a runaway CRIU, killed",
-				      log_path, b->log_max);
-			else
-				voice(VOICE_ERROR, "%s while CRIU ran: CRIU killed", why);
-			show_errors(log_path);
-			if (pfd >= 0)
-				close(pfd);
-			return rc;
-		}
-		if (pfd < 0 || poll(&(struct pollfd){.fd = pfd, .events = POLLIN}, 1, 20) < 0)
-			usleep(pfd < 0 ? 20000 : 0);
-	}
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), status;
+	int rc = watch(pid, pfd, log_path, b, &status);
 	if (pfd >= 0)
 		close(pfd);
+	if (rc != 0)
+		return rc;
 	rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	if (rc != 0)
 		show_errors(log_path);
