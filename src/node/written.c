@@ -240,45 +240,18 @@ static int file_ready(const char *path, unsigned uid, unsigned gid, unsigned lon
 	return 0;
 }
 
-int written_files_ready(const json_t *rec, struct set_aside *done, char *why, size_t len)
-{
-	struct set_aside mine = {0};
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < json_array_size(rec); i++) {
-		const json_t *o = json_array_get(rec, i);
-		const char *path = json_member_string(o, "path");
-		double size = json_member_number(o, "size", -1), uid = json_member_number(o, "uid", -1),
-		       gid = json_member_number(o, "gid", -1);
-		if (!path || path[0] != '/' || size < 0 || uid < 0 || gid < 0)
-			rc = -1, snprintf(why, len, "the manifest's record of the files the tree wrote is malformed");
-		else
-			rc = file_ready(path, (unsigned)uid, (unsigned)gid, (unsigned long long)size, &mine, why, len);
-	}
-	if (rc < 0) {
-		written_files_put_back(&mine);
-		return -1;
-	}
-	for (size_t i = 0; i < mine.n; i++) { /* (done takes them) */
-		struct set_aside_file *f = realloc(done->f, (done->n + 1) * sizeof(*f));
-		if (!f)
-			break; /* (out of memory: kept where they are) */
-		done->f = f;
-		done->f[done->n++] = mine.f[i];
-	}
-	free(mine.f);
-	return 0;
-}
-
 static int rename_child(const void *arg)
 {
 	const struct set_aside_file *f = arg;
 	return rename(f->aside, f->path) == 0 ? 0 : 1;
 }
 
-void written_files_put_back(struct set_aside *done)
+/* Those of done from first on put back, the last set aside first; done keeps
+ * the ones before. */
+static void put_back_from(struct set_aside *done, size_t first)
 {
 	char out[8];
-	for (size_t i = done->n; i-- > 0;) { /* (the last set aside first) */
+	for (size_t i = done->n; i-- > first;) {
 		const struct set_aside_file *f = &done->f[i];
 		if (as_owner(f->uid, f->gid, rename_child, f, out, sizeof(out)) == 0)
 			voice(VOICE_INFO, "%s put back as it had grown (the restore failed)", f->path);
@@ -288,6 +261,31 @@ void written_files_put_back(struct set_aside *done)
 			      "checkpoint's bytes",
 			      f->path, f->aside, f->path);
 	}
+	done->n = first;
+}
+
+int written_files_ready(const json_t *rec, struct set_aside *done, char *why, size_t len)
+{
+	size_t first = done->n;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < json_array_size(rec); i++) {
+		const json_t *o = json_array_get(rec, i);
+		const char *path = json_member_string(o, "path");
+		double size = json_member_number(o, "size", -1), uid = json_member_number(o, "uid", -1),
+		       gid = json_member_number(o, "gid", -1);
+		if (!path || path[0] != '/' || size < 0 || uid < 0 || gid < 0)
+			rc = -1, snprintf(why, len, "the manifest's record of the files the tree wrote is malformed");
+		else
+			rc = file_ready(path, (unsigned)uid, (unsigned)gid, (unsigned long long)size, done, why, len);
+	}
+	if (rc < 0)
+		put_back_from(done, first); /* (this call's) */
+	return rc;
+}
+
+void written_files_put_back(struct set_aside *done)
+{
+	put_back_from(done, 0);
 	free(done->f);
 	memset(done, 0, sizeof(*done));
 }
