@@ -362,7 +362,7 @@ static void write_digests(void)
 	char err[PATH_MAX + 256];
 	struct file_digests files;
 	struct digest_count count;
-	json_t *j = images_digest(criu_images_fd(), P.dir, &P.content_known, &files, &count, err, sizeof(err)) < 0
+	json_t *j = images_digest(criu_images_fd(), ".", P.dir, &P.content_known, &files, &count, err, sizeof(err)) < 0
 			    ? NULL
 			    : digests_encode(&files);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;

@@ -156,7 +156,7 @@ static int images_whole(void)
 	int rc = !j ? (snprintf(why, sizeof(why), "%s: %s", path, je.text), -1)
 		 : digests_decode(j, &files, bad, sizeof(bad)) < 0
 			 ? (snprintf(why, sizeof(why), "%s: %.200s", path, bad), -1)
-			 : images_verify(criu_images_fd(), P.dir, &files, why, sizeof(why));
+			 : images_verify(criu_images_fd(), ".", P.dir, &files, why, sizeof(why));
 	json_decref(j);
 	digests_free(&files);
 	if (rc < 0)

@@ -194,15 +194,15 @@ static int work_begin(int dfd, const char *dir, char *work, size_t wlen, int *wf
 /* The digests for the manifest of the images (content: of file content's
  * files in dir) into out: true, or false, warned, when they cannot be read (a
  * restore cannot verify them). */
-static bool digest_images(int dfd, const char *dir, bool content, const struct file_digests *known,
+static bool digest_images(int at, const char *name, const char *dir, bool content, const struct file_digests *known,
 			  struct file_digests *out)
 {
 	char err[PATH_MAX + 256];
 	double t0 = now_ms();
 	const char *what = content ? "content file digests" : "image digests";
 	struct digest_count n;
-	int rc = content ? content_digest(dfd, dir, known, out, &n, err, sizeof(err))
-			 : images_digest(dfd, dir, NULL, out, &n, err, sizeof(err));
+	int rc = content ? content_digest(at, name, dir, known, out, &n, err, sizeof(err))
+			 : images_digest(at, name, dir, NULL, out, &n, err, sizeof(err));
 	if (rc < 0) {
 		voice(VOICE_WARN, "%s: the %s get no digests (a restore cannot verify them)", err,
 		      content ? "files of file content" : "images");
@@ -409,12 +409,9 @@ static int ck_dump(void *ctx)
 static int ck_digests(void *ctx)
 {
 	struct ckpt *c = ctx;
-	int ifd = images_dir_open(c->wfd, LAYOUT_IMAGES);
-	c->have_digests = digest_images(ifd, c->images, false, NULL, &c->digests);
-	if (ifd >= 0)
-		close(ifd);
+	c->have_digests = digest_images(c->wfd, LAYOUT_IMAGES, c->images, false, NULL, &c->digests);
 	if (c->vmm && settings_content(c->a->s, true) == PROTO_CONTENT_FILE)
-		c->have_content = digest_images(c->wfd, c->work, true, &c->content_known, &c->content);
+		c->have_content = digest_images(c->wfd, ".", c->work, true, &c->content_known, &c->content);
 	if (!c->a->leave_running) {
 		dumped_tree_gone(&c->t);
 		network_after_dump(&c->net, c->log);

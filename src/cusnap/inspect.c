@@ -43,21 +43,18 @@ static int inspect_verify(const char *dir)
 		return fail(EX_USAGE, "--verify: %s", err);
 	}
 	snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
-	int ifd = images_dir_open(dfd, LAYOUT_IMAGES);
 	double t0 = now_ms();
 	int rc = 0;
 	if (!m.image_files)
 		rc = fail(EX_LEFT_RUNNING, "--verify: the manifest of %s has no digests of its images", dir);
-	else if (images_verify(ifd, images, m.image_files, err, sizeof(err)) < 0)
+	else if (images_verify(dfd, LAYOUT_IMAGES, images, m.image_files, err, sizeof(err)) < 0)
 		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
-	else if (m.content_files && content_verify(dfd, dir, m.content_files, true, err, sizeof(err)) < 0)
+	else if (m.content_files && content_verify(dfd, ".", dir, m.content_files, true, err, sizeof(err)) < 0)
 		rc = fail(EX_LEFT_RUNNING, "%s: the checkpoint is damaged", err);
 	if (!rc)
 		progress("verify", now_ms() - t0, "every byte of %zu images and %zu files of file content as written",
 			 m.image_files->n, m.content_files ? m.content_files->n : 0);
 	manifest_free(&m);
-	if (ifd >= 0)
-		close(ifd);
 	close(dfd);
 	return rc;
 }

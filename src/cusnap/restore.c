@@ -104,7 +104,7 @@ static int pids_free(const struct manifest *m)
 /* The images (content: file content's files in dir, their sizes) as the
  * checkpoint wrote them (the manifest's digests): 0, or the exit code
  * (reported) with nothing done. */
-static int images_whole(const struct manifest *m, int dfd, const char *dir, bool content)
+static int images_whole(const struct manifest *m, int dfd, const char *name, const char *dir, bool content)
 {
 	const struct file_digests *files = content ? m->content_files : m->image_files;
 	const char *what = content ? "files of file content" : "images";
@@ -122,8 +122,8 @@ static int images_whole(const struct manifest *m, int dfd, const char *dir, bool
 	double t0 = now_ms();
 	uint64_t bytes = content ? 0 : digests_bytes(files); /* (read: the images'; file content's sizes only) */
 	struct ticker *k = ticker_start(content ? "(verify content files)" : "(verify images)", bytes, NULL, NULL);
-	int rc = content ? content_verify(dfd, dir, files, false, why, sizeof(why))
-			 : images_verify(dfd, dir, files, why, sizeof(why));
+	int rc = content ? content_verify(dfd, name, dir, files, false, why, sizeof(why))
+			 : images_verify(dfd, name, dir, files, why, sizeof(why));
 	ticker_stop(k);
 	if (rc < 0)
 		return fail(EX_LEFT_RUNNING, "%s: refusing to restore a damaged checkpoint; nothing done", why);
@@ -153,13 +153,10 @@ static int restore_ready(const struct args *a, int dfd, struct manifest *m, stru
 		rc = restore_gate(a->s, m, map, criu);
 	if (!rc) {
 		snprintf(images, sizeof(images), "%s/" LAYOUT_IMAGES, dir);
-		int ifd = images_dir_open(dfd, LAYOUT_IMAGES);
-		rc = images_whole(m, ifd, images, false);
-		if (ifd >= 0)
-			close(ifd);
+		rc = images_whole(m, dfd, LAYOUT_IMAGES, images, false);
 	}
 	if (!rc)
-		rc = images_whole(m, dfd, dir, true);
+		rc = images_whole(m, dfd, ".", dir, true);
 	if (!rc)
 		rc = clear_control_dir(m);
 	if (!rc)

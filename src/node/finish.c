@@ -320,11 +320,18 @@ int signals_caught(void)
 	return times;
 }
 
-int interrupted(struct tree *t, const struct record *rec, const char *after)
+bool interrupted_why(const char *after, char *why, size_t len)
 {
 	int sig = caught;
 	if (!sig)
-		return 0;
+		return false;
 	voice(VOICE_ERROR, "%s after %s: undoing", strsignal(sig), after);
-	return finish(t, rec, "interrupted by %s after %s", strsignal(sig), after);
+	snprintf(why, len, "interrupted by %s after %s", strsignal(sig), after);
+	return true;
+}
+
+int interrupted(struct tree *t, const struct record *rec, const char *after)
+{
+	char why[200];
+	return interrupted_why(after, why, sizeof(why)) ? finish(t, rec, "%s", why) : 0;
 }

@@ -113,13 +113,7 @@ static int freeze_alive(void *ctx)
 				 t->targets[i].obs, t->targets[i].ns);
 			return f->failed(f, why);
 		}
-	int sig = signal_caught();
-	if (sig) {
-		voice(VOICE_ERROR, "%s after the native checkpoint: undoing", strsignal(sig));
-		snprintf(why, sizeof(why), "interrupted by %s after the native checkpoint", strsignal(sig));
-		return f->failed(f, why);
-	}
-	return 0;
+	return interrupted_why("the native checkpoint", why, sizeof(why)) ? f->failed(f, why) : 0;
 }
 
 /* suspend's failure: kept for the prepare's undo to say once the prepare is

@@ -203,12 +203,20 @@ static void digest_list_free(struct digest *d, size_t n)
 	free(d);
 }
 
-static int files_digest(int dfd, const char *images, bool (*digested)(const char *), const struct file_digests *known,
-			struct file_digests *out, struct digest_count *count, char *err, size_t errlen)
+/* The directory name in at, opened (never through a link): its descriptor,
+ * or -1 (errno). */
+static int dir_open(int at, const char *name)
+{
+	return openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static int files_digest(int at, const char *name, const char *images, bool (*digested)(const char *),
+			const struct file_digests *known, struct file_digests *out, struct digest_count *count,
+			char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
 	*count = (struct digest_count){0};
-	errno = dfd < 0 ? EBADF : 0;
+	int dfd = dir_open(at, name);
 	struct digest *d = NULL;
 	ssize_t n = dfd < 0 ? -1 : names_of(dfd, digested, &d);
 	int rc = n < 0 ? -1 : 0;
@@ -232,33 +240,35 @@ static int files_digest(int dfd, const char *images, bool (*digested)(const char
 		digests_free(out);
 	if (n > 0)
 		digest_list_free(d, (size_t)n);
+	if (dfd >= 0)
+		close(dfd);
 	return rc;
 }
 
-static int files_verify(int dfd, const char *images, const struct file_digests *files, bool (*digested)(const char *),
-			bool bytes, char *why, size_t len)
+static int files_verify(int at, const char *name, const char *images, const struct file_digests *files,
+			bool (*digested)(const char *), bool bytes, char *why, size_t len)
 {
-	errno = dfd < 0 ? EBADF : 0;
+	int dfd = dir_open(at, name), e = dfd < 0 ? errno : ENOMEM;
 	size_t n = 0;
 	struct digest *d = calloc(files->n + 1, sizeof(*d));
 	int rc = -1;
 	if (dfd < 0 || !d) {
-		snprintf(why, len, "cannot read %s: %s", images, strerror(errno ? errno : ENOMEM));
+		snprintf(why, len, "cannot read %s: %s", images, strerror(e));
 		goto out;
 	}
 	for (size_t i = 0; i < files->n; i++) {
-		const char *name = files->f[i].name;
-		if (!digested(name)) {
-			snprintf(why, len, "the digests name %s, which is none of the checkpoint's files", name);
+		const char *file = files->f[i].name;
+		if (!digested(file)) {
+			snprintf(why, len, "the digests name %s, which is none of the checkpoint's files", file);
 			goto out;
 		}
-		if (!(d[n++].name = strdup(name))) {
+		if (!(d[n++].name = strdup(file))) {
 			snprintf(why, len, "out of memory");
 			goto out;
 		}
 		/* File content's: its blocks' CRCs are checked as they are copied
 		 * back, before anything runs (DESIGN.md §6.3); here its size. */
-		d[n - 1].size_only = !bytes && layout_content_name(name);
+		d[n - 1].size_only = !bytes && layout_content_name(file);
 	}
 	digest_all(dfd, d, n, NULL);
 	for (size_t i = 0; i < n; i++) {
@@ -295,32 +305,30 @@ static int files_verify(int dfd, const char *images, const struct file_digests *
 out:
 	if (d)
 		digest_list_free(d, n);
+	if (dfd >= 0)
+		close(dfd);
 	return rc;
 }
 
-int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out,
-		  struct digest_count *count, char *err, size_t errlen)
+int images_digest(int at, const char *name, const char *images, const struct file_digests *known,
+		  struct file_digests *out, struct digest_count *count, char *err, size_t errlen)
 {
-	return files_digest(dfd, images, image_file, known, out, count, err, errlen);
+	return files_digest(at, name, images, image_file, known, out, count, err, errlen);
 }
 
-int images_verify(int dfd, const char *images, const struct file_digests *files, char *why, size_t len)
+int images_verify(int at, const char *name, const char *images, const struct file_digests *files, char *why, size_t len)
 {
-	return files_verify(dfd, images, files, image_file, false, why, len);
+	return files_verify(at, name, images, files, image_file, false, why, len);
 }
 
-int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out,
-		   struct digest_count *count, char *err, size_t errlen)
+int content_digest(int at, const char *name, const char *dir, const struct file_digests *known,
+		   struct file_digests *out, struct digest_count *count, char *err, size_t errlen)
 {
-	return files_digest(dfd, dir, layout_content_name, known, out, count, err, errlen);
+	return files_digest(at, name, dir, layout_content_name, known, out, count, err, errlen);
 }
 
-int content_verify(int dfd, const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len)
+int content_verify(int at, const char *name, const char *dir, const struct file_digests *files, bool bytes, char *why,
+		   size_t len)
 {
-	return files_verify(dfd, dir, files, layout_content_name, bytes, why, len);
-}
-
-int images_dir_open(int dir, const char *name)
-{
-	return openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return files_verify(at, name, dir, files, layout_content_name, bytes, why, len);
 }

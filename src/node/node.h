@@ -97,25 +97,25 @@ struct digest_count {
 	size_t given;
 	uint64_t read_bytes;
 };
-/* Every image file of the directory images, held open as dfd (CRIU's logs
- * and statistics excepted), its size and CRC32C, into out: 0, or -1 with err.
- * known (NULL: none): digests of some of them, taken as they are for each file
- * of the size recorded there (file content's, from the CRCs its process took
- * while it wrote the file), the others read (count). */
-int images_digest(int dfd, const char *images, const struct file_digests *known, struct file_digests *out,
-		  struct digest_count *count, char *err, size_t errlen);
+/* Every image file of the directory name in at ("." for at itself; images:
+ * its path, for messages) (CRIU's logs and statistics excepted), its size and
+ * CRC32C, into out: 0, or -1 with err. known (NULL: none): digests of some of
+ * them, taken as they are for each file of the size recorded there (file
+ * content's, from the CRCs its process took while it wrote the file), the
+ * others read (count). The directory is opened never through a link. */
+int images_digest(int at, const char *name, const char *images, const struct file_digests *known,
+		  struct file_digests *out, struct digest_count *count, char *err, size_t errlen);
 /* Does every file of files have its recorded size and CRC32C, and is every
  * image file recorded? 0, or -1 with why naming the first that is not. */
-int images_verify(int dfd, const char *images, const struct file_digests *files, char *why, size_t len);
+int images_verify(int at, const char *name, const char *images, const struct file_digests *files, char *why,
+		  size_t len);
 /* The same for the files of file content in a state directory (nothing else
  * there); content_verify checks their sizes only unless bytes (a restore
  * checks each block's CRC32C as it copies it back). */
-int content_digest(int dfd, const char *dir, const struct file_digests *known, struct file_digests *out,
-		   struct digest_count *count, char *err, size_t errlen);
-int content_verify(int dfd, const char *dir, const struct file_digests *files, bool bytes, char *why, size_t len);
-/* dir's entry name, a directory, opened for images_digest and the others
- * (never through a link): the descriptor, or -1 (errno). */
-int images_dir_open(int dir, const char *name);
+int content_digest(int at, const char *name, const char *dir, const struct file_digests *known,
+		   struct file_digests *out, struct digest_count *count, char *err, size_t errlen);
+int content_verify(int at, const char *name, const char *dir, const struct file_digests *files, bool bytes, char *why,
+		   size_t len);
 /* ---- inet_record.c: the record of a checkpoint's sockets ---- */
 /* {"sockets": [...], "time_wait": [...]} of socks and tw (new reference). */
 json_t *inet_record(const struct inet_sock *socks, size_t n, const struct inet_sock *tw, size_t ntw);
@@ -529,6 +529,9 @@ int signals_caught(void);
 /* At a phase boundary: when a signal was caught, finish (exit 1 or 2,
  * reported); else 0. */
 int interrupted(struct tree *t, const struct record *rec, const char *after);
+/* The same, said and its why into why, for a step that undoes by walking back
+ * (true), or false: no signal caught. */
+bool interrupted_why(const char *after, char *why, size_t len);
 /* The state directory of the tree of pid: given, or the one the last command
  * on it recorded, or the private default (derived from pid). */
 void state_dir_of(pid_t pid, const char *given, char *out, size_t len);
