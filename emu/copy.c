@@ -143,6 +143,47 @@ static void zero_range(uint64_t p, size_t n)
 	}
 }
 
+/* m's memfd and where va is in it, when m is placed device memory with one. */
+static bool backed(const struct emu_mapping *m, uint64_t va, int *fd, off_t *at)
+{
+	if (!m || !m->placed || m->alloc->kind != EMU_OBJ_MEMORY || m->alloc->fd < 0)
+		return false;
+	*fd = m->alloc->fd;
+	*at = (off_t)(m->offset + (va - m->node.start));
+	return true;
+}
+
+/* n bytes from src to dst, checked. Between a memfd's pages and the host the
+ * copy is the kernel's (pwrite, pread): it touches no page of the device's
+ * mapping, so pages never written are read as zeros without being made and
+ * pages written are made without being cleared first, where a memmove faults
+ * each one in (about 10 us a page in a virtual machine, the most of a large
+ * copy; DESIGN.md §11.1); device to device, and what the kernel refuses, by
+ * memmove. Caller holds emu.lock. */
+static void copy_bytes(uint64_t dst, uint64_t src, size_t n)
+{
+	while (n) {
+		struct emu_mapping *md = emu_mapping_at(dst), *ms = emu_mapping_at(src);
+		size_t seg = n;
+		if (md && md->node.end - dst < seg)
+			seg = md->node.end - dst;
+		if (ms && ms->node.end - src < seg)
+			seg = ms->node.end - src;
+		int dfd, sfd;
+		off_t dat, sat;
+		bool to_fd = backed(md, dst, &dfd, &dat), from_fd = backed(ms, src, &sfd, &sat);
+		ssize_t done = 0;
+		if (to_fd != from_fd)
+			done = to_fd ? pwrite(dfd, (const void *)(uintptr_t)src, seg, dat)
+				     : pread(sfd, (void *)(uintptr_t)dst, seg, sat);
+		if (done <= 0) { /* (both ends on the host or the device; an error) */
+			memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, seg);
+			done = (ssize_t)seg;
+		}
+		dst += (size_t)done, src += (size_t)done, n -= (size_t)done;
+	}
+}
+
 static CUresult run_op(struct op *o)
 {
 	CUresult rc = CUDA_SUCCESS;
@@ -153,7 +194,7 @@ static CUresult run_op(struct op *o)
 		if (!rc)
 			rc = check_range(o->src, o->count, false, o->src_host);
 		if (!rc)
-			memmove((void *)(uintptr_t)o->dst, (const void *)(uintptr_t)o->src, o->count);
+			copy_bytes(o->dst, o->src, o->count);
 		pthread_mutex_unlock(&emu.lock);
 		break;
 	case OP_SET:

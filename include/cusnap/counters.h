@@ -21,6 +21,7 @@ enum count_slot {
 	COUNT_CALLS,            /* + an entry point's index in emu/api.def */
 	COUNT_MAX_CALLS = 256,
 	COUNT_SLOTS = COUNT_CALLS + COUNT_MAX_CALLS,
+	COUNT_NONE = COUNT_SLOTS, /* what is not counted */
 };
 
 void count_add(unsigned slot);

@@ -16,8 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cusnap/counters.h"
 #include "cusnap/crc32c.h"
 #include "cusnap/digests.h"
+#include "cusnap/hostmem.h"
 #include "cusnap/json.h"
 #include "cusnap/layout.h"
 #include "internal.h"
@@ -132,12 +134,12 @@ static void *digest_worker(void *arg)
 		}
 		if (digest_known(run->dfd, run->known, &run->d[i]))
 			continue;
-		if (!buf)
-			buf = malloc(CHUNK);
+		if (!buf) /* (populated: a page fault each would cost more than the reads) */
+			buf = hostmem_alloc(CHUNK, COUNT_NONE);
 		run->d[i].rc = buf ? digest_file(run->dfd, run->d[i].name, buf, &run->d[i].size, &run->d[i].crc)
 				   : -ENOMEM;
 	}
-	free(buf);
+	hostmem_free(buf, CHUNK, COUNT_NONE);
 	return NULL;
 }
 

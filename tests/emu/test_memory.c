@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cuemu: host memory through cuMemCreate (HOST_NUMA, HOST), cuMemAlloc/cuMemFree,
- * cuMemGetAddressRange and cuPointerGetAttribute(s). */
+ * cuMemGetAddressRange and cuPointerGetAttribute(s); copies between the host and
+ * device memory. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,6 +189,63 @@ static void mem_alloc(void)
 	CHECK_CU(cuCtxSetCurrent(cur));
 }
 
+/* The bytes of device memory this process's cuemu memfds hold (their pages). */
+static long long device_pages_bytes(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	long long total = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char link[64], target[256];
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		struct stat st;
+		if (n > 0 && (target[n] = '\0', strstr(target, "memfd:cuemu-mem")) && stat(link, &st) == 0)
+			total += (long long)st.st_blocks * 512;
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+/* A copy between the host and device memory reads and writes the memory's own
+ * pages: across two mappings of one allocation at other offsets, unaligned;
+ * and reading memory never written makes none of its pages (on a GPU, memory
+ * is there; here a page made is a fault and a page cleared). */
+static void copies(void)
+{
+	size_t size = 4 * gran, half = 2 * gran;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = emu_create_reserve(size, size, &h);
+	CHECK_CU(cuMemMap(va, half, half, h, 0)); /* the allocation's second half first */
+	CHECK_CU(cuMemMap(va + half, half, 0, h, 0));
+	CUmemAccessDesc a = emu_access(1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CHECK_CU(cuMemSetAccess(va, size, &a, 1));
+	CHECK_CU(cuMemsetD8(va, 0, size)); /* (zeros, as fresh memory is) */
+	unsigned char *out = malloc(size), *in = malloc(size);
+	memset(out, 0xee, size);
+	CHECK_CU(cuMemcpyDtoH(out, va, size));
+	for (size_t i = 0; i < size; i++)
+		if (out[i]) {
+			CHECK_EQ(out[i], 0);
+			break;
+		}
+	CHECK_EQ(device_pages_bytes(), 0);
+	emu_pattern(in, size - 3, 7);
+	CHECK_CU(cuMemcpyHtoD(va + 1, in, size - 3));
+	CHECK(emu_pattern_ok((unsigned char *)(uintptr_t)va + 1, size - 3, 7)); /* the mapped pages */
+	memset(out, 0, size);
+	CHECK_CU(cuMemcpyDtoH(out, va + 1, size - 3));
+	CHECK(emu_pattern_ok(out, size - 3, 7));
+	CHECK_CU(cuMemcpyDtoD(va, va + half, half)); /* device to device */
+	CHECK(!memcmp((void *)(uintptr_t)va, (void *)(uintptr_t)(va + half), half));
+	CHECK_CU(cuMemUnmap(va, size));
+	CHECK_CU(cuMemRelease(h));
+	CHECK_CU(cuMemAddressFree(va, size));
+	free(in);
+	free(out);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--import") == 0)
@@ -196,6 +256,7 @@ int main(int argc, char **argv)
 	test_run("host memory: HOST_NUMA and HOST, CPU access, export and import", host_numa);
 	test_run("cuMemAlloc/cuMemFree, cuMemGetAddressRange, cuPointerGetAttribute(s)", mem_alloc);
 	test_run("cuMemHostRegister/Unregister: overlaps and unknown ranges refused", host_register);
+	test_run("copies between the host and device memory: its own pages, none made to be read", copies);
 	CHECK_EQ(test_count_fds(), fds);
 	return test_done();
 }
