@@ -84,12 +84,15 @@ static void ring_free(struct ring *g)
 }
 
 /* The calling thread's ring (its device's context current) for the lane's n
- * allocations: no more slots than they have chunks, pinned where the driver
+ * allocations (shim_ring: at most an eighth of their bytes): no more slots
+ * than they have chunks, pinned where the driver
  * will (else the copies run pageable: slower, still correct). */
 static CUresult ring_make(struct ring *g, struct shim_alloc **list, size_t n, struct life_result *r)
 {
-	shim_ring(&g->slots, &g->bytes);
-	size_t chunks = 0;
+	size_t total = 0, chunks = 0;
+	for (size_t i = 0; i < n; i++)
+		total += list[i]->size;
+	shim_ring(total, &g->slots, &g->bytes);
 	for (size_t i = 0; i < n && chunks < g->slots; i++)
 		chunks += (list[i]->size + g->bytes - 1) / g->bytes;
 	g->slots = chunks < g->slots ? (chunks ? chunks : 1) : g->slots;

@@ -27,11 +27,21 @@ bool shim_export_many = true;
 
 /* The file ring's default: see DESIGN.md §11.1 for the measurement. */
 static unsigned ring_slots = 4, ring_mib = 16;
+static bool ring_asked; /* the geometry set by SNAPSHOT_CUDA_VMM_RING: kept whatever the lane */
 
-void shim_ring(size_t *slots, size_t *bytes)
+void shim_ring(size_t lane_bytes, size_t *slots, size_t *bytes)
 {
 	*slots = ring_slots;
 	*bytes = (size_t)ring_mib << 20;
+	if (ring_asked)
+		return;
+	/* A ring of at most an eighth of what the lane moves, in slots of 2 MiB
+	 * multiples: fresh pinned memory costs its pages (up to 100 ms for 64
+	 * MiB of huge pages the host must back again, on this project's VMs),
+	 * which a small lane would pay in full for no faster copy. */
+	size_t unit = (size_t)2 << 20, per = (lane_bytes / 8 / *slots + unit - 1) / unit * unit;
+	per = per < unit ? unit : per;
+	*bytes = per < *bytes ? per : *bytes;
 }
 
 int shim_deadline_ms(void)
@@ -157,7 +167,7 @@ __attribute__((constructor)) static void shim_init(void)
 	unsigned slots = 0, mib = 0;
 	if (ring && sscanf(ring, "%ux%u", &slots, &mib) == 2 && slots >= 2 && slots <= SHIM_RING_MAX_SLOTS &&
 	    mib >= 2 && mib <= 1024 && mib % 2 == 0)
-		ring_slots = slots, ring_mib = mib;
+		ring_slots = slots, ring_mib = mib, ring_asked = true;
 	const char *pid = getenv("SNAPSHOT_PARTICIPANT_ID");
 	if (pid && *pid) {
 		snprintf(env_participant, sizeof(env_participant), "%s", pid);

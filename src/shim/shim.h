@@ -432,10 +432,11 @@ CUresult hostfile_check(struct shim_alloc **list, size_t n, int fd, struct life_
 CUresult hostfile_load(struct shim_alloc **list, size_t n, int fd, struct life_result *r);
 /* a's bytes are no longer in a file: its chunk records go. */
 void hostfile_forget(struct shim_alloc *a);
-/* The ring file content moves through, per device: slots of bytes each
- * (SNAPSHOT_CUDA_VMM_RING=SLOTSxMIB; DESIGN.md §11.1). */
+/* The ring file content moves lane_bytes through, per device: slots of
+ * bytes each (SNAPSHOT_CUDA_VMM_RING=SLOTSxMIB; else 4 x 16 MiB, less for a
+ * lane of less than 512 MiB; DESIGN.md §11.1). */
 #define SHIM_RING_MAX_SLOTS 64
-void shim_ring(size_t *slots, size_t *bytes);
+void shim_ring(size_t lane_bytes, size_t *slots, size_t *bytes);
 /* A thread of the shim's own (every signal blocked in it). 0 or -errno. */
 int shim_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, bool detached);
 /* Multicast steps (mc_lifecycle.c); the table lock is taken inside. */
