@@ -85,8 +85,8 @@ static void ring_free(struct ring *g)
 
 /* The calling thread's ring (its device's context current) for the lane's n
  * allocations (shim_ring: at most an eighth of their bytes): no more slots
- * than they have chunks, pinned where the driver
- * will (else the copies run pageable: slower, still correct). */
+ * than they have chunks, pinned where the driver will (else the copies run
+ * pageable: slower, still correct). */
 static CUresult ring_make(struct ring *g, struct shim_alloc **list, size_t n, struct life_result *r)
 {
 	size_t total = 0, chunks = 0;
