@@ -252,11 +252,18 @@ int main(int argc, char **argv)
 		return importer(atoi(argv[2]));
 	CHECK_CU(emu_use_device(1));
 	gran = emu_granularity(NULL);
+	static const struct {
+		const char *name;
+		void (*run)(void);
+	} cases[] = {
+		{"host memory: HOST_NUMA and HOST, CPU access, export and import", host_numa},
+		{"cuMemAlloc/cuMemFree, cuMemGetAddressRange, cuPointerGetAttribute(s)", mem_alloc},
+		{"cuMemHostRegister/Unregister: overlaps and unknown ranges refused", host_register},
+		{"copies between the host and device memory: its own pages, none made to be read", copies},
+	};
 	int fds = test_count_fds();
-	test_run("host memory: HOST_NUMA and HOST, CPU access, export and import", host_numa);
-	test_run("cuMemAlloc/cuMemFree, cuMemGetAddressRange, cuPointerGetAttribute(s)", mem_alloc);
-	test_run("cuMemHostRegister/Unregister: overlaps and unknown ranges refused", host_register);
-	test_run("copies between the host and device memory: its own pages, none made to be read", copies);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		test_run(cases[i].name, cases[i].run);
 	CHECK_EQ(test_count_fds(), fds);
 	return test_done();
 }
