@@ -169,8 +169,8 @@ static void copy_bytes(uint64_t dst, uint64_t src, size_t n)
 			seg = md->node.end - dst;
 		if (ms && ms->node.end - src < seg)
 			seg = ms->node.end - src;
-		int dfd, sfd;
-		off_t dat, sat;
+		int dfd = -1, sfd = -1;
+		off_t dat = 0, sat = 0;
 		bool to_fd = backed(md, dst, &dfd, &dat), from_fd = backed(ms, src, &sfd, &sat);
 		ssize_t done = 0;
 		if (to_fd != from_fd)
