@@ -331,9 +331,10 @@ int checkpoint_devices(int pid)
 static int after_dump(int ret)
 {
 	setsid();
+	/* A dump that kills the tree kills each process while it still holds it
+	 * (CRIU's SIGKILL, never a detach), so a process no longer held and alive
+	 * was let go to run on: -R, or a failed dump. */
 	int alive = wait_released(&P.t, 60000);
-	if (alive > 0 && ret == 0)
-		usleep(300000), alive = wait_released(&P.t, 1000); /* (a dump that kills the tree kills it now) */
 	if (alive < 0) {
 		plugin_say(VOICE_ERROR,
 			   "CRIU did not let the tree of %d go within 60 s: `cusnap resume --pid "
