@@ -224,6 +224,11 @@ $(BUILD)/tests/unit/test_inet_record: $(BUILD)/obj/tests/unit/test_inet_record.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
 
+# CRIU's version as cusnap asks it, through the node library.
+$(BUILD)/tests/unit/test_criu_version: $(BUILD)/obj/tests/unit/test_criu_version.o $(NODE_LIB) $(COORD_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(HARNESS) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) $(LDLIBS) -ldl
+
 # The group's records in etcd, alone.
 $(BUILD)/tests/unit/test_group_codec: $(BUILD)/obj/tests/unit/test_group_codec.o $(BUILD)/obj/src/node/group_codec.o $(HARNESS) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
