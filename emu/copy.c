@@ -116,6 +116,16 @@ static CUresult check_range(uint64_t p, size_t n, bool write, bool host_ok)
 	return CUDA_SUCCESS;
 }
 
+/* m's memfd and where va is in it, when m is placed device memory with one. */
+static bool backed(const struct emu_mapping *m, uint64_t va, int *fd, off_t *at)
+{
+	if (!m || !m->placed || m->alloc->kind != EMU_OBJ_MEMORY || m->alloc->fd < 0)
+		return false;
+	*fd = m->alloc->fd;
+	*at = (off_t)(m->offset + (va - m->node.start));
+	return true;
+}
+
 /* Zeros over [p, p + n), checked writable device memory: whole pages of a
  * placed mapping by punching its memfd (they read as zeros again, as a
  * device's fresh memory does, and cost no page written: file content sets
@@ -127,12 +137,10 @@ static void zero_range(uint64_t p, size_t n)
 		struct emu_mapping *m = emu_mapping_at(p);
 		uint64_t stop = m && m->node.end < end ? m->node.end : end;
 		uint64_t lo = (p + page - 1) / page * page, hi = stop / page * page;
-		bool punched = false;
-		if (m && m->placed && m->alloc->kind == EMU_OBJ_MEMORY && m->alloc->fd >= 0 && lo < hi) {
-			off_t at = (off_t)(m->offset + (lo - m->node.start));
-			punched = fallocate(m->alloc->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at,
-					    (off_t)(hi - lo)) == 0;
-		}
+		int fd = -1;
+		off_t at = 0;
+		bool punched = lo < hi && backed(m, lo, &fd, &at) &&
+			       fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at, (off_t)(hi - lo)) == 0;
 		if (punched) {
 			memset((void *)(uintptr_t)p, 0, lo - p);
 			memset((void *)(uintptr_t)hi, 0, stop - hi);
@@ -141,16 +149,6 @@ static void zero_range(uint64_t p, size_t n)
 		}
 		p = stop;
 	}
-}
-
-/* m's memfd and where va is in it, when m is placed device memory with one. */
-static bool backed(const struct emu_mapping *m, uint64_t va, int *fd, off_t *at)
-{
-	if (!m || !m->placed || m->alloc->kind != EMU_OBJ_MEMORY || m->alloc->fd < 0)
-		return false;
-	*fd = m->alloc->fd;
-	*at = (off_t)(m->offset + (va - m->node.start));
-	return true;
 }
 
 /* n bytes from src to dst, checked. Between a memfd's pages and the host the
