@@ -73,7 +73,7 @@ static int memcpy_rate(size_t size)
 		best = t < best ? t : best;
 	}
 	bool copied = b[size - 1] == 1;
-	free(b); /* (what follows reuses its pages, just freed: the host still backs them) */
+	free(b); /* (what follows reuses its pages, just freed) */
 	double faults = first_write(size, false, NULL), kernel = first_write(size, true, a);
 	printf("%.2f %.2f %.2f\n", (double)size / (1u << 30) / best, faults, kernel);
 	free(a);

@@ -37,8 +37,8 @@ void shim_ring(size_t lane_bytes, size_t *slots, size_t *bytes)
 		return;
 	/* A ring of at most an eighth of what the lane moves, in slots of 2 MiB
 	 * multiples: fresh pinned memory costs its pages (up to 100 ms for 64
-	 * MiB of huge pages the host must back again, on this project's VMs),
-	 * which a small lane would pay in full for no faster copy. */
+	 * MiB of huge pages made the first time, on this project's VMs), which
+	 * a small lane would pay in full for no faster copy. */
 	size_t unit = (size_t)2 << 20, per = (lane_bytes / 8 / *slots + unit - 1) / unit * unit;
 	per = per < unit ? unit : per;
 	*bytes = per < *bytes ? per : *bytes;
