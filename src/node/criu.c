@@ -91,7 +91,11 @@ static void version_of(char *const prefix[], char *out, size_t len)
 	}
 	close(pipefd[1]);
 	char buf[256] = "", version[64];
-	ssize_t got = pid > 0 ? read(pipefd[0], buf, sizeof(buf) - 1) : -1;
+	/* To its end (or the buffer's): the lines may come in several writes. */
+	ssize_t got = pid > 0 ? 0 : -1, r;
+	while (got >= 0 && (size_t)got < sizeof(buf) - 1 &&
+	       ((r = read(pipefd[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0 || (r < 0 && errno == EINTR)))
+		got += r > 0 ? r : 0;
 	close(pipefd[0]);
 	if (pid > 0)
 		waitpid(pid, NULL, 0);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* CRIU's version as cusnap asks it (src/node/criu.c): read from `criu
- * --version`, asked once per binary as it is, asked again when the file at
- * the path changes, and nothing kept from a binary that prints none. */
+ * --version` to its end (its lines may come in several writes), asked once
+ * per binary as it is, asked again when the file at the path changes, and
+ * nothing kept from a binary that prints none. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ static void fake_criu(const char *version)
 	CHECK(f != NULL);
 	fprintf(f, "#!/bin/sh\necho run >> %s\n", runs);
 	if (version)
-		fprintf(f, "echo 'criu --version'\necho 'Version: %s'\n", version);
+		fprintf(f, "echo 'criu --version'\nsleep 0.1\necho 'Version: %s'\n", version); /* (two writes) */
 	fclose(f);
 	CHECK_EQ(chmod(tmp, 0700), 0);
 	CHECK_EQ(rename(tmp, criu), 0); /* (a new file at the path, as an upgrade puts it) */
@@ -67,7 +68,7 @@ int main(void)
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(criu, sizeof(criu), "%s/criu", dir);
 	snprintf(runs, sizeof(runs), "%s/runs", dir);
-	test_run("criu --version asked once per binary, again when it changes", asked_once);
+	test_run("criu --version read to its end, asked once per binary, again when it changes", asked_once);
 	unlink(runs);
 	rmdir(dir);
 	return test_done();
